@@ -1,0 +1,110 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "Isle",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "IsleCore", targets: ["IsleCore"]),
+        .library(name: "IsleAPNs", targets: ["IsleAPNs"]),
+        .library(name: "IsleTesting", targets: ["IsleTesting"]),
+        .executable(name: "isle", targets: ["isle"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+    ],
+    targets: [
+        // Pure model and rules. Foundation only: no NIO, no database.
+        .target(name: "IsleCore", swiftSettings: swiftSettings),
+        // A generic HTTP/2-over-TLS server (raw swift-nio-http2, APNs-style framing) and an
+        // in-process certificate authority. Knows nothing of APNs; used by fakes and sinks.
+        .target(
+            name: "IsleHTTP2Server",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The production APNs client: JWT provider tokens, device pushes, broadcast, channels.
+        .target(
+            name: "IsleAPNs",
+            dependencies: [
+                "IsleCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Test kit: a recording APNs sink over real HTTP/2 + TLS, manual clocks, fixtures.
+        .target(
+            name: "IsleTesting",
+            dependencies: [
+                "IsleCore", "IsleHTTP2Server",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The `isle` command's commands, as a library so they can be tested.
+        .target(
+            name: "IsleCommandLine",
+            dependencies: [
+                "IsleCore", "IsleAPNs",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "isle", dependencies: ["IsleCommandLine"], swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "isle-bench",
+            dependencies: [
+                "IsleCore", "IsleAPNs", "IsleTesting", "IsleHTTP2Server",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "IsleCoreTests", dependencies: ["IsleCore", "IsleTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "IsleAPNsTests",
+            dependencies: [
+                "IsleAPNs", "IsleCore", "IsleTesting", "IsleHTTP2Server",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "IsleCommandLineTests",
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server"],
+            swiftSettings: swiftSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

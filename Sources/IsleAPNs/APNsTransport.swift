@@ -1,0 +1,101 @@
+import Foundation
+
+/// One HTTP/2 request as the APNs client hands it to a transport.
+public struct APNsTransportRequest: Sendable {
+    public var method: String
+    /// Absolute URL: `https://api.push.apple.com:443/3/device/<token>`.
+    public var url: String
+    /// Headers in order; names lowercase.
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public init(method: String, url: String, headers: [(name: String, value: String)], body: [UInt8]) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+
+    public func value(_ name: String) -> String? { headers.first { $0.name == name }?.value }
+}
+
+/// What came back.
+public struct APNsTransportResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public func value(_ name: String) -> String? { headers.first { $0.name.lowercased() == name }?.value }
+}
+
+/// Failures below HTTP: no connection, TLS refused, timed out, connection lost mid-request.
+public struct APNsTransportError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable { case timedOut, connectionFailed, tlsFailed, cancelled, other }
+    public let kind: Kind
+    public let reason: String
+    public init(kind: Kind, reason: String) {
+        self.kind = kind
+        self.reason = reason
+    }
+    public var description: String { "\(kind.rawValue): \(reason)" }
+}
+
+/// The HTTP/2 layer under ``APNsClient``. Swap it without touching callers (a faster HTTP/2
+/// client, or an in-memory one for unit tests).
+public protocol APNsTransport: Sendable {
+    /// Sends one request and waits for the full response, or throws ``APNsTransportError``.
+    func execute(_ request: APNsTransportRequest, timeout: Duration) async throws(APNsTransportError) -> APNsTransportResponse
+    /// Closes connections. Called once.
+    func shutdown() async throws
+}
+
+/// Where APNs lives (apple-push.md §1.1, §7; isle-decisions.md, Wire).
+public enum APNsEnvironment: Sendable, Hashable {
+    case production
+    case sandbox
+    /// Any server that speaks APNs (such as Isle's simulator), with the CA certificates (PEM) to
+    /// trust for it; `nil` trusts the system's roots.
+    case custom(url: String, trustRootsPEM: String?)
+
+    public var name: String {
+        switch self {
+        case .production: "production"
+        case .sandbox: "sandbox"
+        case .custom(let url, _): "custom (\(url))"
+        }
+    }
+
+    public var endpoints: APNsEndpoints {
+        switch self {
+        case .production:
+            APNsEndpoints(device: "https://api.push.apple.com:443", broadcast: "https://api-broadcast.push.apple.com:443", channelManagement: "https://api-manage-broadcast.push.apple.com:2196")
+        case .sandbox:
+            APNsEndpoints(device: "https://api.sandbox.push.apple.com:443", broadcast: "https://api-broadcast.sandbox.push.apple.com:443", channelManagement: "https://api-manage-broadcast.sandbox.push.apple.com:2195")
+        case .custom(let url, _):
+            APNsEndpoints(device: url, broadcast: url, channelManagement: url)
+        }
+    }
+
+    public var trustRootsPEM: String? { if case .custom(_, let roots) = self { roots } else { nil } }
+}
+
+/// The three APNs services' base URLs; each can be overridden.
+public struct APNsEndpoints: Sendable, Hashable {
+    public var device: String
+    public var broadcast: String
+    public var channelManagement: String
+
+    public init(device: String, broadcast: String, channelManagement: String) {
+        self.device = Self.trimmed(device)
+        self.broadcast = Self.trimmed(broadcast)
+        self.channelManagement = Self.trimmed(channelManagement)
+    }
+
+    static func trimmed(_ url: String) -> String { url.hasSuffix("/") ? String(url.dropLast()) : url }
+}

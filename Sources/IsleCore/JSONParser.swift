@@ -1,0 +1,264 @@
+import Foundation
+
+/// Why a text is not JSON, and where: "expected ':' after an object key at line 1, column 14".
+public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let reason: String
+    public let offset: Int
+    public let line: Int
+    public let column: Int
+
+    public var description: String { "\(reason) at line \(line), column \(column)" }
+}
+
+/// A strict RFC 8259 parser (the grammar `JSONDecoder` accepts), keeping key order, number
+/// literals, and the paths of keys that appear twice in one object.
+public struct JSONParser {
+    public struct Result: Sendable {
+        public var value: JSONValue
+        /// JSON paths (`$.aps.alert`) of objects in which a key appeared more than once; the
+        /// last occurrence wins, as in `JSONSerialization`.
+        public var duplicateKeys: [String]
+    }
+
+    public static let maximumDepth = 512
+
+    public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
+        try parseWithDiagnostics(Array(text.utf8)).value
+    }
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        try parseWithDiagnostics(Array(bytes)).value
+    }
+
+    public static func parseWithDiagnostics(_ bytes: [UInt8]) throws(JSONParseError) -> Result {
+        var parser = Parser(bytes: bytes)
+        parser.skipWhitespace()
+        if parser.index == bytes.count { throw parser.error("the text is empty; expected a JSON value") }
+        let value = try parser.parseValue(path: "$", depth: 0)
+        parser.skipWhitespace()
+        if parser.index != bytes.count { throw parser.error("unexpected text after the JSON value") }
+        return Result(value: value, duplicateKeys: parser.duplicates)
+    }
+
+    private struct Parser {
+        let bytes: [UInt8]
+        var index = 0
+        var duplicates: [String] = []
+
+        init(bytes: [UInt8]) { self.bytes = bytes }
+
+        func error(_ reason: String, at position: Int? = nil) -> JSONParseError {
+            let pos = min(position ?? index, bytes.count)
+            var line = 1
+            var lineStart = 0
+            for i in 0..<pos where bytes[i] == UInt8(ascii: "\n") {
+                line += 1
+                lineStart = i + 1
+            }
+            // Count columns in characters, not bytes.
+            let column = (String(decoding: bytes[lineStart..<pos], as: UTF8.self).count) + 1
+            return JSONParseError(reason: reason, offset: pos, line: line, column: column)
+        }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+
+        func describeHere() -> String {
+            guard index < bytes.count else { return "the end of the text" }
+            let b = bytes[index]
+            if b >= 0x21 && b < 0x7F { return "'\(Character(UnicodeScalar(b)))'" }
+            return String(format: "byte 0x%02X", b)
+        }
+
+        mutating func parseValue(path: String, depth: Int) throws(JSONParseError) -> JSONValue {
+            guard depth < JSONParser.maximumDepth else { throw error("nesting deeper than \(JSONParser.maximumDepth) levels") }
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of text; expected a value") }
+            switch bytes[index] {
+            case UInt8(ascii: "{"): return try parseObject(path: path, depth: depth)
+            case UInt8(ascii: "["): return try parseArray(path: path, depth: depth)
+            case UInt8(ascii: "\""): return .string(try parseString())
+            case UInt8(ascii: "t"): try literal("true"); return .bool(true)
+            case UInt8(ascii: "f"): try literal("false"); return .bool(false)
+            case UInt8(ascii: "n"): try literal("null"); return .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+            default:
+                if bytes[index] == UInt8(ascii: "'") { throw error("strings must use double quotes, not single quotes") }
+                throw error("unexpected \(describeHere()); expected a value")
+            }
+        }
+
+        mutating func literal(_ word: String) throws(JSONParseError) {
+            let w = Array(word.utf8)
+            guard index + w.count <= bytes.count, Array(bytes[index..<index + w.count]) == w else {
+                throw error("unexpected \(describeHere()); expected a value")
+            }
+            index += w.count
+        }
+
+        mutating func parseObject(path: String, depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var object = JSONObject()
+            var reportedDuplicate = false
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of text inside an object") }
+                guard bytes[index] == UInt8(ascii: "\"") else {
+                    throw error("unexpected \(describeHere()); expected a quoted object key")
+                }
+                let key = try parseString()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else {
+                    throw error("expected ':' after the object key \"\(key)\"")
+                }
+                index += 1
+                let value = try parseValue(path: JSONPath.appending(key, to: path), depth: depth + 1)
+                if object[key] != nil, !reportedDuplicate {
+                    duplicates.append(JSONPath.appending(key, to: path))
+                    reportedDuplicate = true
+                }
+                object[key] = value
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of text inside an object; expected ',' or '}'") }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+                throw error("unexpected \(describeHere()) after an object member; expected ',' or '}'")
+            }
+        }
+
+        mutating func parseArray(path: String, depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var items: [JSONValue] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(items) }
+            while true {
+                items.append(try parseValue(path: "\(path)[\(items.count)]", depth: depth + 1))
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of text inside an array; expected ',' or ']'") }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(items) }
+                throw error("unexpected \(describeHere()) after an array element; expected ',' or ']'")
+            }
+        }
+
+        mutating func parseNumber() throws(JSONParseError) -> JSONNumber {
+            let start = index
+            func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+            if bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < bytes.count, isDigit(bytes[index]) else { throw error("a '-' must be followed by a digit") }
+            if bytes[index] == UInt8(ascii: "0") {
+                index += 1
+                if index < bytes.count, isDigit(bytes[index]) { throw error("numbers must not have leading zeros") }
+            } else {
+                while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+                index += 1
+                guard index < bytes.count, isDigit(bytes[index]) else { throw error("a '.' in a number must be followed by a digit") }
+                while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                index += 1
+                if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+                guard index < bytes.count, isDigit(bytes[index]) else { throw error("an exponent must have digits") }
+                while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            }
+            let literal = String(decoding: bytes[start..<index], as: UTF8.self)
+            guard Double(literal)?.isFinite ?? false else { throw error("the number \(literal) is out of range", at: start) }
+            return JSONNumber(validatedLiteral: literal)
+        }
+
+        mutating func parseString() throws(JSONParseError) -> String {
+            let start = index
+            index += 1  // opening quote
+            var scalars = String.UnicodeScalarView()
+            var runStart = index
+            func flush(_ end: Int, into scalars: inout String.UnicodeScalarView) -> Bool {
+                guard end > runStart else { return true }
+                guard let s = String(validating: bytes[runStart..<end], as: UTF8.self) else { return false }
+                scalars.append(contentsOf: s.unicodeScalars)
+                return true
+            }
+            while true {
+                guard index < bytes.count else { throw error("unterminated string", at: start) }
+                let b = bytes[index]
+                if b == UInt8(ascii: "\"") {
+                    guard flush(index, into: &scalars) else { throw error("invalid UTF-8 in a string", at: start) }
+                    index += 1
+                    return String(scalars)
+                }
+                if b < 0x20 { throw error("control character in a string; escape it (\\n, \\t, \\u00XX)") }
+                if b == UInt8(ascii: "\\") {
+                    guard flush(index, into: &scalars) else { throw error("invalid UTF-8 in a string", at: start) }
+                    index += 1
+                    guard index < bytes.count else { throw error("unterminated escape in a string") }
+                    let e = bytes[index]
+                    index += 1
+                    switch e {
+                    case UInt8(ascii: "\""): scalars.append("\"")
+                    case UInt8(ascii: "\\"): scalars.append("\\")
+                    case UInt8(ascii: "/"): scalars.append("/")
+                    case UInt8(ascii: "b"): scalars.append("\u{08}")
+                    case UInt8(ascii: "f"): scalars.append("\u{0C}")
+                    case UInt8(ascii: "n"): scalars.append("\n")
+                    case UInt8(ascii: "r"): scalars.append("\r")
+                    case UInt8(ascii: "t"): scalars.append("\t")
+                    case UInt8(ascii: "u"):
+                        let unit = try hex4()
+                        if (0xD800...0xDBFF).contains(unit) {
+                            guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                                throw error("unpaired UTF-16 surrogate \\u\(String(unit, radix: 16)) in a string")
+                            }
+                            index += 2
+                            let low = try hex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw error("invalid UTF-16 low surrogate in a string") }
+                            let value = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
+                            scalars.append(UnicodeScalar(value)!)
+                        } else if (0xDC00...0xDFFF).contains(unit) {
+                            throw error("unpaired UTF-16 surrogate in a string")
+                        } else {
+                            scalars.append(UnicodeScalar(UInt32(unit))!)
+                        }
+                    default:
+                        throw error("invalid escape '\\\(Character(UnicodeScalar(e)))' in a string", at: index - 2)
+                    }
+                    runStart = index
+                    continue
+                }
+                index += 1
+            }
+        }
+
+        mutating func hex4() throws(JSONParseError) -> UInt16 {
+            guard index + 4 <= bytes.count, let v = UInt16(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16) else {
+                throw error("\\u must be followed by four hex digits")
+            }
+            index += 4
+            return v
+        }
+    }
+}
+
+/// JSON paths as Isle prints them: `$.aps.content-state.eta`, `$.aps.alert.title["loc-args"][0]`.
+public enum JSONPath {
+    public static func appending(_ key: String, to path: String) -> String {
+        let plain = !key.isEmpty && key.allSatisfy { $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }
+        return plain ? "\(path).\(key)" : "\(path)[\(quoted(key))]"
+    }
+
+    public static func appending(index: Int, to path: String) -> String { "\(path)[\(index)]" }
+
+    private static func quoted(_ key: String) -> String {
+        var s = ""
+        JSONValue.writeString(key, into: &s)
+        return s
+    }
+}

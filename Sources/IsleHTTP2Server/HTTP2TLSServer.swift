@@ -1,0 +1,216 @@
+import Foundation
+public import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+public import ServiceLifecycle
+import Synchronization
+
+/// One complete HTTP/2 request as the server received it.
+public struct HTTP2ServerRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var authority: String?
+    /// Every regular header in arrival order, duplicates kept, names lowercase.
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    /// The connection it came on: ids are unique for the server's lifetime.
+    public var connectionID: Int
+
+    /// All values of a header.
+    public func values(_ name: String) -> [String] { headers.filter { $0.name == name }.map(\.value) }
+    /// The first value of a header.
+    public func value(_ name: String) -> String? { headers.first { $0.name == name }?.value }
+}
+
+/// The answer to one request. An empty body is sent as a single HEADERS frame with END_STREAM,
+/// exactly as APNs frames a success (clients such as aioapns break on an extra empty DATA frame).
+public struct HTTP2ServerResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    /// After answering, send GOAWAY with this JSON reason and close the connection.
+    public var goAwayReason: String?
+    /// Wait this long before answering (simulated latency).
+    public var delay: Duration?
+
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [], goAwayReason: String? = nil, delay: Duration? = nil) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.goAwayReason = goAwayReason
+        self.delay = delay
+    }
+}
+
+/// A plain HTTP/2-over-TLS server (ALPN `h2`) on raw swift-nio-http2, for fakes and sinks.
+///
+/// ``bind(configuration:logger:handler:)`` binds at once so the port is known; ``run()`` serves
+/// until its task is cancelled or the service group shuts down.
+public final class HTTP2TLSServer: Service {
+    public struct Configuration: Sendable {
+        public var host: String
+        /// 0 picks a free port.
+        public var port: Int
+        public var certificateChainPEM: String
+        public var privateKeyPEM: String
+        /// SETTINGS_MAX_CONCURRENT_STREAMS the server advertises.
+        public var maxConcurrentStreams: Int
+        /// Largest request body accepted; larger bodies are cut off and the stream reset.
+        public var maxBodySize: Int
+
+        public init(host: String = "127.0.0.1", port: Int = 0, certificateChainPEM: String, privateKeyPEM: String, maxConcurrentStreams: Int = 1000, maxBodySize: Int = 1 << 20) {
+            self.host = host
+            self.port = port
+            self.certificateChainPEM = certificateChainPEM
+            self.privateKeyPEM = privateKeyPEM
+            self.maxConcurrentStreams = maxConcurrentStreams
+            self.maxBodySize = maxBodySize
+        }
+    }
+
+    public typealias Handler = @Sendable (HTTP2ServerRequest) async -> HTTP2ServerResponse
+    typealias StreamChannel = NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
+    typealias Connection = (id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<StreamChannel>)
+
+    public let port: Int
+    public let host: String
+    private let serverChannel: NIOAsyncChannel<Connection, Never>
+    private let handler: Handler
+    private let logger: Logger
+    private let maxBodySize: Int
+
+    private init(serverChannel: NIOAsyncChannel<Connection, Never>, host: String, port: Int, handler: @escaping Handler, logger: Logger, maxBodySize: Int) {
+        self.serverChannel = serverChannel
+        self.host = host
+        self.port = port
+        self.handler = handler
+        self.logger = logger
+        self.maxBodySize = maxBodySize
+    }
+
+    /// Binds the listening socket now; call ``run()`` to serve.
+    public static func bind(configuration: Configuration, logger: Logger, handler: @escaping Handler) async throws -> HTTP2TLSServer {
+        let chain = try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8))
+        let key = try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem)
+        var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        let sslContext = try NIOSSLContext(configuration: tls)
+        var h2 = NIOHTTP2Handler.Configuration()
+        h2.connection.initialSettings = [
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: configuration.maxConcurrentStreams),
+            HTTP2Setting(parameter: .maxHeaderListSize, value: HPACKDecoder.defaultMaxHeaderListSize),
+        ]
+        let http2Configuration = h2
+        let counter = Atomic<Int>(0)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .bind(host: configuration.host, port: configuration.port) { channel in
+                channel.eventLoop.makeCompletedFuture { () throws -> Connection in
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                    let multiplexer = try channel.pipeline.syncOperations.configureAsyncHTTP2Pipeline(mode: .server, configuration: http2Configuration) { stream in
+                        stream.eventLoop.makeCompletedFuture { try StreamChannel(wrappingChannelSynchronously: stream) }
+                    }
+                    let id = counter.wrappingAdd(1, ordering: .relaxed).newValue
+                    return (id, channel, multiplexer)
+                }
+            }
+        let port = channel.channel.localAddress?.port ?? configuration.port
+        return HTTP2TLSServer(serverChannel: channel, host: configuration.host, port: port, handler: handler, logger: logger, maxBodySize: configuration.maxBodySize)
+    }
+
+    /// `https://127.0.0.1:<port>`
+    public var baseURL: String {
+        let h = host.contains(":") ? "[\(host)]" : host
+        return "https://\(h):\(port)"
+    }
+
+    public func run() async throws {
+        try await cancelWhenGracefulShutdown {
+            try await self.serverChannel.executeThenClose { connections in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await connection in connections {
+                        group.addTask { await self.serve(connection) }
+                    }
+                }
+            }
+        }
+    }
+
+    private func serve(_ connection: Connection) async {
+        do {
+            try await withThrowingDiscardingTaskGroup { group in
+                for try await stream in connection.multiplexer.inbound {
+                    group.addTask { await self.serve(stream: stream, connection: connection) }
+                }
+            }
+        } catch {
+            logger.trace("connection ended", metadata: ["http2.connection": "\(connection.id)", "error": "\(error)"])
+        }
+    }
+
+    private func serve(stream: StreamChannel, connection: Connection) async {
+        do {
+            try await stream.executeThenClose { inbound, outbound in
+                var head: HPACKHeaders?
+                var body = ByteBuffer()
+                var complete = false
+                frames: for try await frame in inbound {
+                    switch frame {
+                    case .headers(let h):
+                        if head == nil { head = h.headers }
+                        if h.endStream { complete = true; break frames }
+                    case .data(let d):
+                        if case .byteBuffer(var b) = d.data {
+                            guard body.readableBytes + b.readableBytes <= maxBodySize else {
+                                try await outbound.write(.rstStream(.refusedStream))
+                                return
+                            }
+                            body.writeBuffer(&b)
+                        }
+                        if d.endStream { complete = true; break frames }
+                    default:
+                        continue
+                    }
+                }
+                guard complete, let head else { return }
+                var request = HTTP2ServerRequest(method: "", path: "", authority: nil, headers: [], body: Array(buffer: body), connectionID: connection.id)
+                for (name, value, _) in head {
+                    switch name {
+                    case ":method": request.method = value
+                    case ":path": request.path = value
+                    case ":authority": request.authority = value
+                    case ":scheme": break
+                    default: request.headers.append((name.lowercased(), value))
+                    }
+                }
+                let response = await handler(request)
+                if let delay = response.delay { try? await Task.sleep(for: delay) }
+                var headers = HPACKHeaders([(":status", String(response.status))])
+                for (name, value) in response.headers { headers.add(name: name.lowercased(), value: value) }
+                if response.body.isEmpty {
+                    try await outbound.write(.headers(.init(headers: headers, endStream: true)))
+                } else {
+                    try await outbound.write(.headers(.init(headers: headers, endStream: false)))
+                    try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: response.body)), endStream: true)))
+                }
+                if let reason = response.goAwayReason {
+                    let parent = connection.channel
+                    let opaque = ByteBuffer(string: "{\"reason\":\"\(reason)\"}")
+                    let lastStream = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()) ?? .rootStream
+                    let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: opaque))
+                    try? await parent.writeAndFlush(frame)
+                    try? await parent.close()
+                }
+            }
+        } catch {
+            logger.trace("stream ended", metadata: ["http2.connection": "\(connection.id)", "error": "\(error)"])
+        }
+    }
+}
+
