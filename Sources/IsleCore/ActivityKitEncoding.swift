@@ -10,10 +10,15 @@ public enum ActivityKitEncoding {
     /// Seconds between 1970-01-01 and 2001-01-01: the offset between Unix time and `Date`'s Codable form.
     public static let referenceDateOffset: Double = 978_307_200
 
+    /// Keys come out sorted: `JSONEncoder` on Linux otherwise writes them in hash order, which
+    /// changes from process to process. Sorting is output formatting, not a coding strategy, so
+    /// ActivityKit decodes the bytes exactly the same, and Isle's bytes are reproducible.
     public static func jsonValue(of value: some Encodable) throws(PayloadEncodingError) -> JSONValue {
         let data: Data
         do {
-            data = try JSONEncoder().encode(value)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            data = try encoder.encode(value)
         } catch {
             throw PayloadEncodingError(reason: "the value could not be encoded to JSON: \(error)")
         }

@@ -112,6 +112,7 @@ public struct JSONParser {
                 skipWhitespace()
                 guard index < bytes.count else { throw error("unexpected end of text inside an object") }
                 guard bytes[index] == UInt8(ascii: "\"") else {
+                    if bytes[index] == UInt8(ascii: "'") { throw error("object keys must use double quotes, not single quotes") }
                     throw error("unexpected \(describeHere()); expected a quoted object key")
                 }
                 let key = try parseString()
