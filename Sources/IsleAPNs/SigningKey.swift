@@ -45,25 +45,48 @@ public struct APNsCredentials: Sendable {
     static func parseKey(_ text: String) throws(APNsCredentialsError) -> P256.Signing.PrivateKey {
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.isEmpty { throw APNsCredentialsError(reason: "the key is empty") }
-        var pem = trimmed
         if !trimmed.hasPrefix("-----BEGIN") {
             let body = trimmed.filter { !$0.isWhitespace }
             guard Data(base64Encoded: body) != nil else {
                 throw APNsCredentialsError(reason: "the key is neither PEM (-----BEGIN PRIVATE KEY-----) nor base64; expected the contents of the .p8 file Apple gave you")
             }
-            pem = "-----BEGIN PRIVATE KEY-----\n\(body)\n-----END PRIVATE KEY-----"
+            // A bare body: Apple's .p8 files are PKCS#8; accept SEC1 too.
+            for armor in ["PRIVATE KEY", "EC PRIVATE KEY"] {
+                if let key = try? P256.Signing.PrivateKey(pemRepresentation: pemDocument(armor: armor, body: body)) { return key }
+            }
+            throw APNsCredentialsError(reason: "the key is not a valid ES256 (P-256) private key")
         }
-        if pem.contains("BEGIN PUBLIC KEY") {
+        if trimmed.contains("BEGIN PUBLIC KEY") {
             throw APNsCredentialsError(reason: "this is a public key; APNs provider tokens are signed with the private key from the .p8 file")
         }
-        if pem.contains("BEGIN CERTIFICATE") {
+        if trimmed.contains("BEGIN CERTIFICATE") {
             throw APNsCredentialsError(reason: "this is a certificate; Isle uses token-based authentication with the .p8 signing key (Live Activities do not support certificate authentication)")
         }
         do {
-            return try P256.Signing.PrivateKey(pemRepresentation: pem)
+            // Re-wrap the body at 64 columns: keys pasted through environment variables or
+            // JSON often arrive on one line, which strict PEM parsers refuse.
+            let lines = trimmed.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let first = lines.first, let last = lines.last, first.hasPrefix("-----BEGIN "), last.hasPrefix("-----END ") else {
+                throw APNsCredentialsError(reason: "the PEM text has no matching BEGIN/END lines")
+            }
+            let armor = String(first.dropFirst("-----BEGIN ".count).dropLast(5))
+            let body = lines.dropFirst().dropLast().joined().filter { !$0.isWhitespace }
+            return try P256.Signing.PrivateKey(pemRepresentation: pemDocument(armor: armor, body: body))
+        } catch let error as APNsCredentialsError {
+            throw error
         } catch {
             throw APNsCredentialsError(reason: "the key is not a valid ES256 (P-256) private key in PEM form")
         }
+    }
+
+    static func pemDocument(armor: String, body: String) -> String {
+        var lines: [Substring] = []
+        var rest = Substring(body)
+        while !rest.isEmpty {
+            lines.append(rest.prefix(64))
+            rest = rest.dropFirst(64)
+        }
+        return "-----BEGIN \(armor)-----\n" + lines.joined(separator: "\n") + "\n-----END \(armor)-----\n"
     }
 
     static func checkIdentifier(_ value: String, name: String, flag: String) throws(APNsCredentialsError) -> String {
