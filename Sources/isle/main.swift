@@ -1,1 +1,4 @@
-print("isle")
+import Foundation
+import IsleCommandLine
+
+exit(await IsleCLI.run(Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,136 @@
+import ArgumentParser
+import Foundation
+import IsleAPNs
+import IsleCore
+import Logging
+
+/// Credentials and where to send: flags first, then ISLE_* environment variables.
+struct ConnectionOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Path to the .p8 token-signing key (env ISLE_APNS_KEY).", valueName: "file"))
+    var key: String?
+
+    @Option(name: .customLong("key-id"), help: "The 10-character Key ID (env ISLE_APNS_KEY_ID).")
+    var keyID: String?
+
+    @Option(name: .customLong("team-id"), help: "The 10-character Team ID (env ISLE_APNS_TEAM_ID).")
+    var teamID: String?
+
+    @Option(name: .customLong("bundle-id"), help: "The app's bundle id, without suffix (env ISLE_BUNDLE_ID).")
+    var bundleID: String?
+
+    @Flag(help: "Use APNs' development environment (the default; env ISLE_APNS_ENV=sandbox).")
+    var sandbox = false
+
+    @Flag(help: "Use APNs' production environment (env ISLE_APNS_ENV=production).")
+    var production = false
+
+    @Option(help: ArgumentHelp("Send to this APNs-compatible server instead, e.g. Isle's simulator (env ISLE_APNS_URL).", valueName: "url"))
+    var url: String?
+
+    @Option(name: .customLong("ca-cert"), help: ArgumentHelp("PEM file of the CA to trust for --url (env ISLE_APNS_CA_CERT).", valueName: "file"))
+    var caCert: String?
+
+    @Option(help: "Seconds to wait for APNs' answer.")
+    var timeout: Int = 30
+
+    func env(_ name: String) -> String? {
+        let v = CLIContext.current.environment[name]
+        return (v?.isEmpty ?? true) ? nil : v
+    }
+
+    func resolvedBundleID() throws(CLIError) -> String {
+        guard let id = bundleID ?? env("ISLE_BUNDLE_ID") else { throw CLIError("missing --bundle-id (or ISLE_BUNDLE_ID): the app's bundle id, e.g. com.example.pizza") }
+        return id
+    }
+
+    func credentials() throws(CLIError) -> APNsCredentials {
+        guard let path = key ?? env("ISLE_APNS_KEY") else { throw CLIError("missing --key (or ISLE_APNS_KEY): the path to your .p8 token-signing key") }
+        guard let keyID = keyID ?? env("ISLE_APNS_KEY_ID") else { throw CLIError("missing --key-id (or ISLE_APNS_KEY_ID): the 10-character Key ID of the .p8 key") }
+        guard let teamID = teamID ?? env("ISLE_APNS_TEAM_ID") else { throw CLIError("missing --team-id (or ISLE_APNS_TEAM_ID): your 10-character Team ID") }
+        do { return try APNsCredentials(keyID: keyID, teamID: teamID, keyFile: path) } catch {
+            throw CLIError("--key: \(error.reason)")
+        }
+    }
+
+    func environment() throws(CLIError) -> APNsEnvironment {
+        if sandbox && production { throw CLIError("--sandbox and --production exclude each other") }
+        if let url = url ?? env("ISLE_APNS_URL") {
+            if sandbox || production { throw CLIError("--url replaces --sandbox/--production; give one of them") }
+            guard let parsed = URL(string: url), parsed.scheme == "https", parsed.host != nil else {
+                throw CLIError("--url: \"\(url)\" must be an https URL such as https://127.0.0.1:8443")
+            }
+            var roots: String?
+            if let path = caCert ?? env("ISLE_APNS_CA_CERT") {
+                roots = String(decoding: try Inputs.read(path, flag: "--ca-cert"), as: UTF8.self)
+                guard roots!.contains("BEGIN CERTIFICATE") else { throw CLIError("--ca-cert: \(path) has no PEM certificate") }
+            }
+            return .custom(url: url, trustRootsPEM: roots)
+        }
+        if caCert != nil { throw CLIError("--ca-cert only applies with --url") }
+        if production { return .production }
+        if sandbox { return .sandbox }
+        switch env("ISLE_APNS_ENV")?.lowercased() {
+        case nil, "sandbox", "development": return .sandbox
+        case "production": return .production
+        case let other?: throw CLIError("ISLE_APNS_ENV is \"\(other)\"; use sandbox or production")
+        }
+    }
+
+    var caCertPath: String? { caCert ?? env("ISLE_APNS_CA_CERT") }
+
+    func withClient<R: Sendable>(_ body: (APNsClient) async throws -> R) async throws -> R {
+        guard timeout > 0 else { throw CLIError("--timeout must be a positive number of seconds") }
+        let configuration = APNsClient.Configuration(environment: try environment(), credentials: try credentials(), requestTimeout: .seconds(timeout), connectTimeout: .seconds(min(timeout, 10)))
+        let client: APNsClient
+        do { client = try APNsClient(configuration: configuration, clock: ContextClock(now: CLIContext.current.now), logger: Logger(label: "isle")) } catch {
+            throw CLIError("cannot set up the connection: \(error.reason)")
+        }
+        do {
+            let r = try await body(client)
+            try? await client.shutdown()
+            return r
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+}
+
+/// Printing APNs' answer and turning errors into one line each.
+enum Report {
+    static func response(_ r: APNsResponse) {
+        var parts = ["\(r.status) OK"]
+        if let id = r.apnsID { parts.append("apns-id \(id.uuidString.lowercased())") }
+        if let u = r.apnsUniqueID { parts.append("apns-unique-id \(u)") }
+        if let q = r.requestID { parts.append("apns-request-id \(q)") }
+        parts.append(String(format: "%.0f ms", Double(r.latency.components.attoseconds) / 1e15 + Double(r.latency.components.seconds) * 1000))
+        say(parts.joined(separator: "  "))
+    }
+
+    static func failure(_ error: APNsError) -> CLIError {
+        switch error.code {
+        case .rejected:
+            let r = error.response!
+            var line = r.summary
+            if let id = r.apnsID { line += " (apns-id \(id.uuidString.lowercased()))" }
+            if let since = r.invalidSince { line += " Token invalid since \(ISO8601DateFormatter().string(from: since))." }
+            return CLIError(line)
+        case .invalidRequest:
+            let hint = (error.validation?.errors.count ?? 0) > 1 ? " Run 'isle validate' on the payload for the full list." : ""
+            return CLIError(error.message + hint)
+        case .transport:
+            return CLIError("\(error.message). \(APNsReason.advice(error.remedy))")
+        }
+    }
+
+    static func warnings(_ report: ValidationReport) {
+        for issue in report.warnings { warn("warning [\(issue.code.rawValue)] \(issue.path): \(issue.message) \(issue.fix)") }
+    }
+}
+
+/// The CLI's notion of now (injected in tests) as a client clock.
+struct ContextClock: WallClock {
+    let now_: @Sendable () -> Date
+    init(now: @escaping @Sendable () -> Date) { now_ = now }
+    var now: Date { now_() }
+}

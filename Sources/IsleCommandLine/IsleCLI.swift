@@ -1,0 +1,104 @@
+public import ArgumentParser
+public import Foundation
+
+/// Where the commands write, and what environment they read: real stdout/stderr and the process
+/// environment by default, captured in tests.
+public struct CLIContext: Sendable {
+    public var out: @Sendable (String) -> Void
+    public var err: @Sendable (String) -> Void
+    public var environment: [String: String]
+    public var now: @Sendable () -> Date
+
+    public init(out: @escaping @Sendable (String) -> Void, err: @escaping @Sendable (String) -> Void, environment: [String: String], now: @escaping @Sendable () -> Date = { Date() }) {
+        self.out = out
+        self.err = err
+        self.environment = environment
+        self.now = now
+    }
+
+    public static let standard = CLIContext(
+        out: { text in FileHandle.standardOutput.write(Data((text + "\n").utf8)) },
+        err: { text in FileHandle.standardError.write(Data((text + "\n").utf8)) },
+        environment: ProcessInfo.processInfo.environment
+    )
+
+    @TaskLocal public static var current: CLIContext = .standard
+}
+
+func say(_ text: String) { CLIContext.current.out(text) }
+func warn(_ text: String) { CLIContext.current.err(text) }
+
+/// A failure the user can act on: printed as one line, exit status 1.
+struct CLIError: Error, CustomStringConvertible {
+    let message: String
+    var exitCode: Int32 = 1
+    init(_ message: String, exitCode: Int32 = 1) {
+        self.message = message
+        self.exitCode = exitCode
+    }
+    var description: String { message }
+}
+
+/// The `isle` command.
+public struct IsleCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "isle",
+        abstract: "Live Activities and widgets over APNs: push, validate, and inspect.",
+        discussion: "Credentials and target can also come from the environment: ISLE_APNS_KEY (path to the .p8), ISLE_APNS_KEY_ID, ISLE_APNS_TEAM_ID, ISLE_BUNDLE_ID, ISLE_APNS_ENV (sandbox or production), ISLE_APNS_URL and ISLE_APNS_CA_CERT (a custom APNs such as Isle's simulator).",
+        subcommands: [PushCommand.self, ValidateCommand.self, JWTCommand.self, ChannelCommand.self]
+    )
+
+    public init() {}
+}
+
+/// Runs the command line and returns the exit status. Errors are one line on stderr: no usage
+/// dump, no stack trace.
+public enum IsleCLI {
+    public static func run(_ arguments: [String]) async -> Int32 {
+        do {
+            var command = try IsleCommand.parseAsRoot(arguments)
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+            return 0
+        } catch let error as CLIError {
+            warn("isle: \(error.message)")
+            return error.exitCode
+        } catch let code as ExitCode {
+            // The command already said why.
+            return code.rawValue
+        } catch {
+            let code = IsleCommand.exitCode(for: error)
+            if code == .success {
+                say(IsleCommand.fullMessage(for: error))
+                return 0
+            }
+            var message = IsleCommand.message(for: error).split(separator: "\n").first.map(String.init) ?? "\(error)"
+            if code == .validationFailure {
+                let path = arguments.prefix { !$0.hasPrefix("-") }.prefix(2).joined(separator: " ")
+                message += " (see 'isle \(path.isEmpty ? "" : path + " ")--help')"
+            }
+            warn("isle: \(message)")
+            return code.rawValue
+        }
+    }
+
+    /// Runs with a captured context; returns (status, stdout, stderr). For tests.
+    public static func capture(_ arguments: [String], environment: [String: String] = [:], now: Date? = nil) async -> (status: Int32, out: String, err: String) {
+        let out = Lines()
+        let err = Lines()
+        let context = CLIContext(out: { out.append($0) }, err: { err.append($0) }, environment: environment, now: { now ?? Date() })
+        let status = await CLIContext.$current.withValue(context) { await run(arguments) }
+        return (status, out.text, err.text)
+    }
+}
+
+import Synchronization
+
+final class Lines: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ s: String) { lines.withLock { $0.append(s) } }
+    var text: String { lines.withLock { $0.joined(separator: "\n") } }
+}

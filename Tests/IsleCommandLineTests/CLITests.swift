@@ -1,0 +1,211 @@
+import Foundation
+import IsleCommandLine
+import IsleCore
+import IsleHTTP2Server
+import IsleTesting
+import Testing
+
+/// A sink, a key file and a CA file, and the flags that point `isle` at them.
+struct CLIHarness {
+    let sink: RecordingAPNsServer
+    let key: TestProviderKey
+    let keyPath: String
+    let caPath: String
+
+    var flags: [String] {
+        ["--key", keyPath, "--key-id", key.keyID, "--team-id", key.teamID, "--bundle-id", "com.example.pizza", "--url", sink.baseURL, "--ca-cert", caPath]
+    }
+
+    static func with<R: Sendable>(_ body: (CLIHarness) async throws -> R) async throws -> R {
+        try await RecordingAPNsServer.withServer { sink in
+            let key = TestProviderKey()
+            let keyPath = try key.writeP8()
+            let caPath = (keyPath as NSString).deletingLastPathComponent + "/ca.pem"
+            try sink.caCertificatePEM.write(toFile: caPath, atomically: true, encoding: .utf8)
+            return try await body(CLIHarness(sink: sink, key: key, keyPath: keyPath, caPath: caPath))
+        }
+    }
+}
+
+let token = String(repeating: "5f", count: 32)
+let now = Date(timeIntervalSince1970: 1_767_225_600)
+
+@Suite("isle CLI")
+struct CLITests {
+    @Test("push update sends the push and prints APNs' answer")
+    func pushUpdate() async throws {
+        try await CLIHarness.with { h in
+            let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", #"{"driverName":"Anne"}"#, "--priority", "10",
+                                           "--alert-title", "Delivery Update", "--alert-body", "Soon", "--stale-date", "+30m"] + h.flags, now: now)
+            #expect(r.status == 0, "\(r.err)")
+            #expect(r.out.hasPrefix("200 OK  apns-id "))
+            let req = try #require(h.sink.requests.first)
+            #expect(req.path == "/3/device/\(token)")
+            #expect(req.value("apns-priority") == "10")
+            #expect(req.bodyText == #"{"aps":{"timestamp":1767225600,"event":"update","content-state":{"driverName":"Anne"},"alert":{"title":"Delivery Update","body":"Soon"},"stale-date":1767227400}}"#)
+        }
+    }
+
+    @Test("push start with localized alert, attributes from a file, schema default type, input-push-token")
+    func pushStart() async throws {
+        try await CLIHarness.with { h in
+            let dir = (h.keyPath as NSString).deletingLastPathComponent
+            try #"{"hero":"Power Panda"}"#.write(toFile: dir + "/attrs.json", atomically: true, encoding: .utf8)
+            let schemaPath = Fixtures.directory.appendingPathComponent("wwdc23/AdventureAttributes.schema.json").path
+            let r = await IsleCLI.capture(["push", "start", "--token", token, "--attributes", "@" + dir + "/attrs.json", "--schema", schemaPath,
+                                           "--content-state", #"{"currentHealthLevel":1,"eventDescription":"Go"}"#,
+                                           "--alert-title-loc-key", "%@ starts", "--alert-title-loc-args", "Power Panda", "--alert-body", "Adventure begins",
+                                           "--sound", "chime.aiff", "--input-push-token"] + h.flags, now: now)
+            #expect(r.status == 0, "\(r.err)")
+            let body = try JSONParser.parse(try #require(h.sink.requests.first).body)
+            #expect(body["aps"]?["attributes-type"] == "AdventureAttributes")
+            #expect(body["aps"]?["attributes"] == ["hero": "Power Panda"])
+            #expect(body["aps"]?["alert"]?["title"] == ["loc-key": "%@ starts", "loc-args": ["Power Panda"]])
+            #expect(body["aps"]?["alert"]?["sound"] == "chime.aiff")
+            #expect(body["aps"]?["input-push-token"] == 1)
+        }
+    }
+
+    @Test("push end and widgets")
+    func endAndWidgets() async throws {
+        try await CLIHarness.with { h in
+            let e = await IsleCLI.capture(["push", "end", "--token", token, "--dismissal-date", "+30m"] + h.flags, now: now)
+            #expect(e.status == 0, "\(e.err)")
+            #expect(h.sink.requests[0].bodyText == #"{"aps":{"timestamp":1767225600,"event":"end","dismissal-date":1767227400}}"#)
+            let w = await IsleCLI.capture(["push", "widgets", "--token", token] + h.flags, now: now)
+            #expect(w.status == 0, "\(w.err)")
+            #expect(h.sink.requests[1].value("apns-topic") == "com.example.pizza.push-type.widgets")
+        }
+    }
+
+    @Test("--dry-run prints curl with the JWT redacted, and sends nothing")
+    func dryRun() async throws {
+        try await CLIHarness.with { h in
+            let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}", "--dry-run"] + h.flags, now: now)
+            #expect(r.status == 0, "\(r.err)")
+            #expect(r.out.contains("curl --http2"))
+            #expect(r.out.contains("--header 'apns-topic: com.example.pizza.push-type.liveactivity'"))
+            #expect(r.out.contains("--cacert '\(h.caPath)'"))
+            #expect(r.out.contains("<redacted"))
+            #expect(!r.out.contains("eyJ"))
+            #expect(r.out.contains("'\(h.sink.baseURL)/3/device/\(token)'"))
+            let s = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}", "--dry-run", "--show-secrets"] + h.flags, now: now)
+            #expect(s.out.contains("authorization: bearer eyJ"))
+            #expect(h.sink.requestCount == 0)
+        }
+    }
+
+    @Test("credentials and target from environment variables")
+    func environment() async throws {
+        try await CLIHarness.with { h in
+            let env = ["ISLE_APNS_KEY": h.keyPath, "ISLE_APNS_KEY_ID": h.key.keyID, "ISLE_APNS_TEAM_ID": h.key.teamID,
+                       "ISLE_BUNDLE_ID": "com.example.pizza", "ISLE_APNS_URL": h.sink.baseURL, "ISLE_APNS_CA_CERT": h.caPath]
+            let r = await IsleCLI.capture(["push", "widgets", "--token", token], environment: env, now: now)
+            #expect(r.status == 0, "\(r.err)")
+            #expect(h.sink.requestCount == 1)
+        }
+    }
+
+    @Test("APNs errors: meaning and what to do, exit 1")
+    func apnsError() async throws {
+        try await CLIHarness.with { h in
+            h.sink.enqueueError(status: 410, reason: "Unregistered", timestamp: now)
+            let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}"] + h.flags, now: now)
+            #expect(r.status == 1)
+            #expect(r.err.contains("410 Unregistered"))
+            #expect(r.err.contains("Stop sending to this token"))
+            #expect(r.err.contains("2026-01-01T00:00:00Z"))
+            #expect(r.err.split(separator: "\n").count == 1)
+        }
+    }
+
+    struct BadInput: Sendable, CustomTestStringConvertible {
+        let args: [String]
+        let mentions: String
+        var withFlags = true
+        var testDescription: String { args.joined(separator: " ") }
+    }
+
+    static let badInputs: [BadInput] = [
+        BadInput(args: ["push", "update", "--content-state", "{}"], mentions: "--token", withFlags: false),
+        BadInput(args: ["push", "update", "--token", "xyz!", "--content-state", "{}"], mentions: "--token: the device token must be hexadecimal"),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "{oops}"], mentions: "--content-state: the value is not JSON"),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "@/nonexistent.json"], mentions: "no such file"),
+        BadInput(args: ["push", "update", "--token", token], mentions: "missing --content-state"),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "{}", "--priority", "7"], mentions: "not a priority"),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "{}", "--stale-date", "tomorrow"], mentions: "--stale-date"),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "{}", "--alert-title", "only"], mentions: "needs a body"),
+        BadInput(args: ["push", "start", "--token", token, "--content-state", "{}", "--attributes", "{}", "--attributes-type", "P"], mentions: "needs an alert"),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "{}", "--key", "/nonexistent.p8", "--key-id", "ABC123DEFG", "--team-id", "DEF123GHIJ", "--bundle-id", "a"], mentions: "--key: cannot read the key file", withFlags: false),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", "{}", "--bundle-id", "a"], mentions: "missing --key", withFlags: false),
+        BadInput(args: ["push", "update", "--token", token, "--content-state", #"{"currentHealthLevel":"x"}"#, "--schema", "SCHEMA"], mentions: "currentHealthLevel"),
+        BadInput(args: ["channel", "read", "--channel", "!!"], mentions: "not a base64 channel id"),
+        BadInput(args: ["channel", "create", "--storage-policy", "3"], mentions: "--storage-policy"),
+        BadInput(args: ["channel", "send", "--channel", "YQ==", "--event", "start"], mentions: "cannot start"),
+        BadInput(args: ["validate", "x.json", "--push-type", "liveActivity"], mentions: "not an APNs push type", withFlags: false),
+        BadInput(args: ["nonsense"], mentions: "Unexpected argument", withFlags: false),
+    ]
+
+    @Test("bad input: one clear line on stderr, non-zero exit, nothing sent", arguments: badInputs)
+    func badInput(_ c: BadInput) async throws {
+        try await CLIHarness.with { h in
+            let schemaPath = Fixtures.directory.appendingPathComponent("wwdc23/AdventureAttributes.schema.json").path
+            let args = c.args.map { $0 == "SCHEMA" ? schemaPath : $0 } + (c.withFlags ? h.flags : [])
+            let r = await IsleCLI.capture(args, now: now)
+            #expect(r.status != 0)
+            #expect(r.err.contains(c.mentions), "\(r.err)")
+            #expect(r.err.hasPrefix("isle: "), "\(r.err)")
+            #expect(r.err.split(separator: "\n").count == 1, "\(r.err)")
+            #expect(h.sink.requestCount == 0)
+        }
+    }
+
+    @Test("jwt prints a token that jwt inspect accepts and verifies")
+    func jwt() async throws {
+        try await CLIHarness.with { h in
+            let made = await IsleCLI.capture(["jwt", "--key", h.keyPath, "--key-id", h.key.keyID, "--team-id", h.key.teamID], now: now)
+            #expect(made.status == 0, "\(made.err)")
+            let inspected = await IsleCLI.capture(["jwt", "inspect", made.out, "--key", h.keyPath], now: now.addingTimeInterval(120))
+            #expect(inspected.status == 0, "\(inspected.out)")
+            #expect(inspected.out.contains("signature: valid"))
+            #expect(inspected.out.contains(#"claims: {"iss":"DEF123GHIJ","iat":1767225600}"#))
+            let stale = await IsleCLI.capture(["jwt", "inspect", made.out], now: now.addingTimeInterval(7200))
+            #expect(stale.status == 1)
+            #expect(stale.out.contains("ExpiredProviderToken"))
+        }
+    }
+
+    @Test("channel create, list, read, delete, send")
+    func channels() async throws {
+        try await CLIHarness.with { h in
+            h.sink.enqueue(HTTP2ServerResponse(status: 201, headers: [("apns-channel-id", "Y2hhbm5lbDE=")]))
+            let c = await IsleCLI.capture(["channel", "create", "--storage-policy", "1"] + h.flags, now: now)
+            #expect(c.status == 0, "\(c.err)")
+            #expect(c.out == "Y2hhbm5lbDE=")
+            h.sink.enqueue(HTTP2ServerResponse(status: 200, body: Array(#"{"channels":["Y2hhbm5lbDE="]}"#.utf8)))
+            #expect(await IsleCLI.capture(["channel", "list"] + h.flags, now: now).out == "Y2hhbm5lbDE=")
+            h.sink.enqueue(HTTP2ServerResponse(status: 200, body: Array(#"{"message-storage-policy":1,"push-type":"LiveActivity"}"#.utf8)))
+            #expect(await IsleCLI.capture(["channel", "read", "--channel", "Y2hhbm5lbDE="] + h.flags, now: now).out.contains("most recent message stored"))
+            let s = await IsleCLI.capture(["channel", "send", "--channel", "Y2hhbm5lbDE=", "--content-state", #"{"home":2}"#] + h.flags, now: now)
+            #expect(s.status == 0, "\(s.err)")
+            #expect(h.sink.requests[3].path == "/4/broadcasts/apps/com.example.pizza")
+            h.sink.enqueue(HTTP2ServerResponse(status: 204))
+            #expect(await IsleCLI.capture(["channel", "delete", "--channel", "Y2hhbm5lbDE="] + h.flags, now: now).status == 0)
+            // A No-Message-Stored channel with a storing expiration is refused locally.
+            let bad = await IsleCLI.capture(["channel", "send", "--channel", "Y2hhbm5lbDE=", "--content-state", "{}", "--storage-policy", "0", "--expiration", "+1h"] + h.flags, now: now)
+            #expect(bad.status == 1 && bad.err.contains("BadExpirationDate"))
+        }
+    }
+
+    @Test("validate: --json report, exit status by errors")
+    func validateJSON() async throws {
+        let path = Fixtures.directory.appendingPathComponent("wwdc23/update-alert.json").path
+        let r = await IsleCLI.capture(["validate", path, "--json", "--priority", "10"], now: Date(timeIntervalSince1970: 1_685_952_000))
+        #expect(r.status == 0)
+        let json = try JSONParser.parse(r.out)
+        #expect(json["valid"] == true)
+        #expect(json["issues"]?.arrayValue?.isEmpty == true)
+        let bad = await IsleCLI.capture(["validate", path, "--json", "--broadcast", "--push-type", "widgets"])
+        #expect(bad.status != 0)
+    }
+}
