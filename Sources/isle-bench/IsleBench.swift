@@ -1,0 +1,154 @@
+import ArgumentParser
+import Foundation
+import IsleAPNs
+import IsleCore
+import IsleTesting
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@main
+struct IsleBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "isle-bench",
+        abstract: "Isle's benchmarks. Build with -c release.",
+        subcommands: [ClientBench.self, Sink.self]
+    )
+}
+
+/// Process CPU time (user + system) in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+}
+
+/// A recording-free APNs sink over HTTP/2 + TLS, in its own process so the client's CPU can be
+/// measured alone. Prints its URL and CA path, then serves until standard input closes.
+struct Sink: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run an HTTP/2 + TLS sink on 127.0.0.1 (used by 'client').")
+
+    func run() async throws {
+        let sink = try await RecordingAPNsServer.bind(recordsRequests: false)
+        let caPath = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-ca-\(getpid()).pem").path
+        try sink.caCertificatePEM.write(toFile: caPath, atomically: true, encoding: .utf8)
+        FileHandle.standardOutput.write(Data("URL \(sink.baseURL)\nCA \(caPath)\n".utf8))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sink.run() }
+            group.addTask {
+                // Stop when the parent closes our standard input.
+                _ = FileHandle.standardInput.readDataToEndOfFile()
+            }
+            _ = try await group.next()
+            group.cancelAll()
+        }
+    }
+}
+
+struct ClientBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "client", abstract: "Pushes/s, latency and CPU of the IsleAPNs client against a local HTTP/2 + TLS sink.")
+
+    @Option(help: "Requests in flight, comma-separated.")
+    var levels: String = "1,10,100,1000"
+    @Option(help: "Requests per level (level 1 uses a fifth of this).")
+    var requests: Int = 10_000
+    @Option(help: "Stop a level after this many seconds.")
+    var maxSeconds: Double = 60
+
+    func run() async throws {
+        let levelList = levels.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !levelList.isEmpty, levelList.allSatisfy({ $0 > 0 && $0 <= 5000 }) else { throw ValidationError("--levels: give numbers from 1 to 5000") }
+        guard requests > 0, requests <= 1_000_000 else { throw ValidationError("--requests: 1 to 1,000,000") }
+
+        // Start the sink as a child process.
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        child.arguments = ["sink"]
+        let toChild = Pipe()
+        let fromChild = Pipe()
+        child.standardInput = toChild
+        child.standardOutput = fromChild
+        try child.run()
+        defer { try? toChild.fileHandleForWriting.close(); child.waitUntilExit() }
+        var url = ""
+        var caPath = ""
+        var buffer = Data()
+        while url.isEmpty || caPath.isEmpty {
+            let chunk = fromChild.fileHandleForReading.availableData
+            if chunk.isEmpty { throw ValidationError("the sink process exited before it was ready") }
+            buffer += chunk
+            for line in String(decoding: buffer, as: UTF8.self).split(separator: "\n") {
+                if line.hasPrefix("URL ") { url = String(line.dropFirst(4)) }
+                if line.hasPrefix("CA ") { caPath = String(line.dropFirst(3)) }
+            }
+        }
+
+        let key = TestProviderKey()
+        let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
+        let ca = try String(contentsOfFile: caPath, encoding: .utf8)
+        var logger = Logger(label: "isle.bench")
+        logger.logLevel = .warning
+        let client = try APNsClient(configuration: .init(environment: .custom(url: url, trustRootsPEM: ca), credentials: credentials), logger: logger)
+        let token = try DeviceToken(hex: String(repeating: "ab", count: 32))
+        let push = APNsPush.liveActivity(
+            LiveActivityPayload(event: .update, timestamp: Date(), contentState: ["driverName": "Anne Johnson", "deliveryTimer": [788_918_400, 788_919_900]]),
+            token: token, bundleID: "com.example.pizza")
+
+        print("IsleAPNs client → HTTP/2 + TLS sink on loopback (separate process); \(ProcessInfo.processInfo.activeProcessorCount) cores")
+        print("in flight | requests | pushes/s | p50 ms | p90 ms | p99 ms | max ms | client CPU s / 10k pushes")
+        // Warm up: connections, TLS, JIT-free but caches and pools.
+        _ = try await runLevel(client: client, push: push, concurrency: 50, count: 500, maxSeconds: 30)
+        for level in levelList {
+            let count = level == 1 ? max(1, requests / 5) : requests
+            let r = try await runLevel(client: client, push: push, concurrency: level, count: count, maxSeconds: maxSeconds)
+            print(String(format: "%9d | %8d | %8.0f | %6.2f | %6.2f | %6.2f | %6.2f | %.2f",
+                         level, r.done, Double(r.done) / r.seconds, r.p(0.5), r.p(0.9), r.p(0.99), r.p(1.0), r.cpu / Double(r.done) * 10_000))
+        }
+        try await client.shutdown()
+    }
+
+    struct LevelResult {
+        var done: Int
+        var seconds: Double
+        var cpu: Double
+        var latenciesMS: [Double]
+        func p(_ q: Double) -> Double {
+            guard !latenciesMS.isEmpty else { return 0 }
+            return latenciesMS[min(latenciesMS.count - 1, Int(Double(latenciesMS.count - 1) * q))]
+        }
+    }
+
+    func runLevel(client: APNsClient, push: APNsPush, concurrency: Int, count: Int, maxSeconds: Double) async throws -> LevelResult {
+        let next = Counter()
+        let deadline = ContinuousClock.now + .milliseconds(Int(maxSeconds * 1000))
+        let cpu0 = cpuSeconds()
+        let start = ContinuousClock.now
+        let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
+            for _ in 0..<concurrency {
+                group.addTask {
+                    var mine: [Double] = []
+                    while next.take() < count, ContinuousClock.now < deadline {
+                        let t0 = ContinuousClock.now
+                        try await client.send(push)
+                        let d = ContinuousClock.now - t0
+                        mine.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
+                    }
+                    return mine
+                }
+            }
+            return try await group.reduce(into: [Double]()) { $0 += $1 }
+        }
+        let elapsed = ContinuousClock.now - start
+        return LevelResult(done: latencies.count, seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+                           cpu: cpuSeconds() - cpu0, latenciesMS: latencies.sorted())
+    }
+}
+
+/// Hands out request numbers to the workers.
+final class Counter: Sendable {
+    private let value = Atomic<Int>(0)
+    func take() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
+}
