@@ -374,12 +374,22 @@ public struct PayloadValidator: Sendable {
                     add(.unixTimeInDateField, notice.path, "\(notice.value.briefDescription) looks like Unix time, but a Swift Date decodes seconds since 2001: the device would show \(Self.iso(shown)), about 31 years late.",
                         fix: "Send \(Self.number(corrected)) (Unix time − 978307200).")
                 case .isoStringInDateField:
-                    add(.isoStringInDateField, notice.path, "\(notice.value.briefDescription) is an ISO-8601 string; a Swift Date decodes only a number.",
-                        fix: "Send seconds since 2001-01-01 (Unix time − 978307200).")
+                    var fix = "Send seconds since 2001-01-01 (Unix time − 978307200)."
+                    if let text = notice.value.stringValue, let date = Self.parseISO(text) {
+                        fix = "Send \(Self.number(date.timeIntervalSinceReferenceDate)) (seconds since 2001-01-01 for \(text))."
+                    }
+                    add(.isoStringInDateField, notice.path, "\(notice.value.briefDescription) is an ISO-8601 string; a Swift Date decodes only a number.", fix: fix)
                 case .nullValue:
                     add(.nullValue, notice.path, "null decodes into an optional, but has been reported to break decoding on devices.", fix: "Leave the key out instead of sending null.")
                 }
             }
+        }
+
+        static func parseISO(_ text: String) -> Date? {
+            let f = ISO8601DateFormatter()
+            if let d = f.date(from: text) { return d }
+            f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            return f.date(from: text)
         }
 
         static func duration(_ seconds: TimeInterval) -> String {

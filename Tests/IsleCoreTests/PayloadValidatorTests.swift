@@ -66,7 +66,7 @@ enum ValidatorFixtures {
         ValidatorCase(code: .timestampFarFromNow, payload: #"{"aps":{"timestamp":1767232800,"event":"update","content-state":{}}}"#, mentions: "2 h 0 min in the future"),
         ValidatorCase(code: .dateInMilliseconds, payload: update(#","stale-date":1767227400000"#), mentions: "1767227400"),
         ValidatorCase(code: .unixTimeInDateField, payload: update(state: #"{"driverName":"Bill","deliveryTimer":[1767225600,1767227100]}"#), useSchema: true, mentions: "788918400", path: "$.aps.content-state.deliveryTimer[0]"),
-        ValidatorCase(code: .isoStringInDateField, payload: update(state: #"{"driverName":"Bill","deliveryTimer":["2026-01-01T00:00:00Z",1]}"#), useSchema: true),
+        ValidatorCase(code: .isoStringInDateField, payload: update(state: #"{"driverName":"Bill","deliveryTimer":["2026-01-01T00:00:00Z",1]}"#), useSchema: true, mentions: "Send 788918400"),
         ValidatorCase(code: .nullValue, payload: update(state: #"{"driverName":"Bill","deliveryTimer":[1,2],"note":null}"#), useSchema: true, path: "$.aps.content-state.note"),
         ValidatorCase(code: .customKeyInAps, payload: update(#","orderId":"42""#), path: "$.aps.orderId"),
         ValidatorCase(code: .duplicateKey, payload: #"{"aps":{"timestamp":1767225600,"event":"update","event":"update","content-state":{}}}"#, path: "$.aps.event"),
