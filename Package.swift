@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "IsleCore", targets: ["IsleCore"]),
         .library(name: "IsleAPNs", targets: ["IsleAPNs"]),
         .library(name: "IsleTesting", targets: ["IsleTesting"]),
+        .library(name: "IsleSimulator", targets: ["IsleSimulator"]),
         .executable(name: "isle", targets: ["isle"]),
     ],
     dependencies: [
@@ -26,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         // Pure model and rules. Foundation only: no NIO, no database.
@@ -58,6 +60,20 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // A strict fake APNs and simulated iPhones. Never imports IsleAPNs or the server: it parses
+        // the wire on its own, so it is an independent check on them.
+        .target(
+            name: "IsleSimulator",
+            dependencies: [
+                "IsleCore", "IsleHTTP2Server",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,0 +1,243 @@
+import Foundation
+import IsleCore
+
+/// ActivityKit's rules for one activity, as pure functions of (activity, app, configuration, time).
+/// Time-based transitions (stale, the 8-hour end, dismissal, deferred updates) are applied lazily
+/// by ``advance(_:app:to:events:)`` in the order they happened, so a virtual clock can jump.
+struct ActivityEngine {
+    let configuration: SimulatorConfiguration
+
+    func budget(for app: SimulatedApp) -> Int {
+        app.frequentUpdatesActive ? configuration.frequentHourlyBudget : configuration.hourlyBudget
+    }
+
+    // MARK: Receiving a push
+
+    /// A `liveactivity` push that arrived on the activity's update token or its channel.
+    func receive(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent]) -> PushOutcome {
+        advance(&a, app: app, to: now, events: &events)
+        let outcome = judgeAndApply(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events)
+        events.append(DeviceEvent(time: now, source: .push, activityID: a.id, apnsID: apnsID, outcome: outcome, message: outcome.sentence))
+        return outcome
+    }
+
+    private func judgeAndApply(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent]) -> PushOutcome {
+        if !a.state.isOngoing {
+            let when = a.endedAt.map { " at \(Clock.text($0))" } ?? ""
+            return PushOutcome(.activityEnded, "Ignored: the activity ended\(when); ActivityKit ignores pushes after the end.")
+        }
+        guard let aps = payload["aps"]?.objectValue else {
+            return PushOutcome(.decodingFailed, "Dropped: the payload has no aps dictionary.", field: "aps", expected: "an object", found: "nothing")
+        }
+        let event = aps["event"]?.stringValue
+        guard event == "update" || event == "end" else {
+            return PushOutcome(.notDelivered, "Ignored: an activity's token takes update or end events, not \(event.map { "\"\($0)\"" } ?? "a push without event").")
+        }
+        if let problem = checkTimestamp(aps, last: a.lastTimestamp) { return problem }
+        if let problem = decode(aps["content-state"], required: event == "update", attributesType: a.attributesType, app: app) { return problem }
+        let stateSize = aps["content-state"]?.jsonBytes.count ?? a.contentState.jsonBytes.count
+        if stateSize + a.attributes.jsonBytes.count > configuration.maximumActivityDataSize {
+            return PushOutcome(.tooLarge, "Dropped: content-state and attributes together are \(stateSize + a.attributes.jsonBytes.count) bytes; ActivityKit allows \(configuration.maximumActivityDataSize).")
+        }
+        if priority >= 10 {
+            a.budgetLog.removeAll { now.timeIntervalSince($0) >= 3600 }
+            let limit = budget(for: app)
+            if a.budgetLog.count >= limit {
+                let freeAt = a.budgetLog[0].addingTimeInterval(3600)
+                let replaced = a.deferred != nil ? " (replacing an older deferred update)" : ""
+                a.deferred = PendingUpdate(payload: payload, applyAt: freeAt, apnsID: apnsID, receivedAt: now)
+                return PushOutcome(.throttled, "Throttled: this activity already had \(limit) priority-10 pushes in the last hour\(app.frequentUpdatesActive ? "" : " (frequent updates off)"); the device keeps the newest and applies it at \(Clock.text(freeAt))\(replaced). Send routine updates with priority 5.")
+            }
+            a.budgetLog.append(now)
+        } else if configuration.lowPriorityDelay > 0 {
+            let at = now.addingTimeInterval(configuration.lowPriorityDelay)
+            a.lowPriorityQueue.append(PendingUpdate(payload: payload, applyAt: at, apnsID: apnsID, receivedAt: now))
+            return PushOutcome(.deferredLowPriority, "Deferred: priority 5 is delivered opportunistically; the device applies it at \(Clock.text(at)).")
+        }
+        return apply(aps, activity: &a, app: app, at: now)
+    }
+
+    /// The ordering rule (isle-decisions.md): older than the last applied → ignored; equal → applied
+    /// unless `strictTimestamps`.
+    func checkTimestamp(_ aps: JSONObject, last: Date?) -> PushOutcome? {
+        guard let n = aps["timestamp"]?.numberValue, let seconds = n.exactInt64Value else {
+            return PushOutcome(.decodingFailed, "Dropped: timestamp is missing or not integer Unix seconds.", field: "timestamp", expected: "integer Unix seconds", found: aps["timestamp"]?.briefDescription ?? "nothing")
+        }
+        let ts = Date(timeIntervalSince1970: Double(seconds))
+        if let last {
+            if ts < last {
+                return PushOutcome(.olderTimestamp, "Ignored: timestamp \(seconds) is older than the last applied update (\(Int64(last.timeIntervalSince1970))).")
+            }
+            if ts == last, configuration.strictTimestamps {
+                return PushOutcome(.olderTimestamp, "Ignored: timestamp \(seconds) equals the last applied update's (strict timestamps).")
+            }
+        }
+        return nil
+    }
+
+    func decode(_ state: JSONValue?, required: Bool, attributesType: String, app: SimulatedApp) -> PushOutcome? {
+        guard let state else {
+            return required ? PushOutcome(.decodingFailed, "Dropped: the update has no content-state.", field: "content-state", expected: "an object", found: "nothing") : nil
+        }
+        guard let schema = app.schemas[attributesType] else { return nil }
+        let result = schema.contentState.decode(state, path: "content-state")
+        if let m = result.mismatches.first {
+            return PushOutcome(.decodingFailed, "Dropped: Unable to decode content state: \(m.path) expected \(m.expected), found \(m.found). APNs answered 200, nothing changed.",
+                               field: m.path, expected: m.expected, found: m.found)
+        }
+        return nil
+    }
+
+    /// Applies an accepted update or end at time `t`.
+    func apply(_ aps: JSONObject, activity a: inout SimulatedActivity, app: SimulatedApp, at t: Date) -> PushOutcome {
+        if let ts = aps["timestamp"]?.numberValue?.exactInt64Value { a.lastTimestamp = Date(timeIntervalSince1970: Double(ts)) }
+        if let state = aps["content-state"] { a.contentState = state }
+        if let score = aps["relevance-score"]?.numberValue?.doubleValue { a.relevanceScore = score }
+        let staleSeconds = aps["stale-date"]?.numberValue?.exactInt64Value
+        a.staleDate = staleSeconds.map { Date(timeIntervalSince1970: Double($0)) }
+        if let alert = aps["alert"]?.objectValue {
+            a.lastAlert = Localizer.resolve(alert, table: app.localization, at: t)
+        }
+        let alerted = aps["alert"] != nil ? " with an alert" : ""
+        if aps["event"]?.stringValue == "end" {
+            a.state = .ended
+            a.endedAt = t
+            a.deferred = nil
+            a.lowPriorityQueue.removeAll()
+            if let d = aps["dismissal-date"]?.numberValue?.exactInt64Value.map({ Date(timeIntervalSince1970: Double($0)) }) {
+                if d <= t {
+                    dismiss(&a, at: t)
+                    return PushOutcome(.ended, "Ended\(alerted) and removed at once (dismissal-date in the past).")
+                }
+                a.scheduledDismissal = min(d, t.addingTimeInterval(configuration.maximumEndedDuration))
+                return PushOutcome(.ended, "Ended\(alerted); leaves the Lock Screen at \(Clock.text(a.scheduledDismissal!)).")
+            }
+            a.scheduledDismissal = t.addingTimeInterval(configuration.maximumEndedDuration)
+            return PushOutcome(.ended, "Ended\(alerted); stays on the Lock Screen up to \(Int(configuration.maximumEndedDuration / 3600)) h (default dismissal).")
+        }
+        if let stale = a.staleDate, stale <= t {
+            a.state = .stale
+            return PushOutcome(.applied, "Applied\(alerted); its stale-date has passed, so it shows as stale.")
+        }
+        let wasStale = a.state == .stale
+        a.state = .active
+        return PushOutcome(.applied, "Applied\(alerted)\(wasStale ? "; no longer stale" : "").")
+    }
+
+    func dismiss(_ a: inout SimulatedActivity, at t: Date) {
+        if a.endedAt == nil { a.endedAt = t }
+        a.state = .dismissed
+        a.dismissedAt = t
+        a.scheduledDismissal = nil
+        a.deferred = nil
+        a.lowPriorityQueue.removeAll()
+    }
+
+    // MARK: Time
+
+    /// Applies every time-based transition up to `now`, earliest first.
+    func advance(_ a: inout SimulatedActivity, app: SimulatedApp, to now: Date, events: inout [DeviceEvent]) {
+        while true {
+            var next: (Date, Int)?
+            func consider(_ d: Date?, _ kind: Int) {
+                guard let d, d <= now else { return }
+                if next == nil || d < next!.0 { next = (d, kind) }
+            }
+            if a.state.isOngoing {
+                consider(a.deferred?.applyAt, 0)
+                consider(a.lowPriorityQueue.map(\.applyAt).min(), 1)
+                if a.state == .active { consider(a.staleDate, 2) }
+                consider(a.startedAt.addingTimeInterval(configuration.maximumActiveDuration), 3)
+            }
+            if a.state == .ended { consider(a.scheduledDismissal, 4) }
+            guard let (t, kind) = next else { return }
+            switch kind {
+            case 0:
+                let pending = a.deferred!
+                a.deferred = nil
+                applyPending(pending, activity: &a, app: app, at: t, events: &events, why: "deferred by the budget")
+                a.budgetLog.removeAll { t.timeIntervalSince($0) >= 3600 }
+                a.budgetLog.append(t)
+            case 1:
+                let i = a.lowPriorityQueue.indices.min { a.lowPriorityQueue[$0].applyAt < a.lowPriorityQueue[$1].applyAt }!
+                let pending = a.lowPriorityQueue.remove(at: i)
+                applyPending(pending, activity: &a, app: app, at: t, events: &events, why: "priority 5, delivered opportunistically")
+            case 2:
+                a.state = .stale
+                events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The stale-date passed: the activity shows as stale."))
+            case 3:
+                a.state = .ended
+                a.endedAt = t
+                a.deferred = nil
+                a.lowPriorityQueue.removeAll()
+                a.scheduledDismissal = t.addingTimeInterval(configuration.maximumEndedDuration)
+                events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The system ended the activity after \(Int(configuration.maximumActiveDuration / 3600)) hours active; it left the Dynamic Island and stays on the Lock Screen up to \(Int(configuration.maximumEndedDuration / 3600)) more hours."))
+            default:
+                dismiss(&a, at: t)
+                events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The ended activity left the Lock Screen."))
+            }
+        }
+    }
+
+    private func applyPending(_ p: PendingUpdate, activity a: inout SimulatedActivity, app: SimulatedApp, at t: Date, events: inout [DeviceEvent], why: String) {
+        guard let aps = p.payload["aps"]?.objectValue else { return }
+        let outcome: PushOutcome
+        if let problem = checkTimestamp(aps, last: a.lastTimestamp) {
+            outcome = problem
+        } else {
+            let applied = apply(aps, activity: &a, app: app, at: t)
+            outcome = PushOutcome(applied.code, "\(applied.sentence.dropLast()) (\(why)).")
+        }
+        events.append(DeviceEvent(time: t, source: .push, activityID: a.id, apnsID: p.apnsID, outcome: outcome, message: outcome.sentence))
+    }
+}
+
+/// Resolves alert text through the app's Localizable.strings, the way the device would.
+enum Localizer {
+    static func resolve(_ alert: JSONObject, table: [String: String], at t: Date) -> ShownAlert {
+        ShownAlert(title: text(alert["title"], table), body: text(alert["body"], table), sound: alert["sound"]?.stringValue, at: t)
+    }
+
+    static func text(_ value: JSONValue?, _ table: [String: String]) -> String {
+        switch value {
+        case .string(let s)?: return s
+        case .object(let o)?:
+            let key = o["loc-key"]?.stringValue ?? ""
+            let args = o["loc-args"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            return format(table[key] ?? key, args)
+        default: return ""
+        }
+    }
+
+    /// `%@` takes the next argument, `%1$@` a given one, `%%` is a percent sign.
+    static func format(_ format: String, _ args: [String]) -> String {
+        var out = ""
+        var next = 0
+        var chars = Array(format)[...]
+        while let c = chars.popFirst() {
+            guard c == "%" else { out.append(c); continue }
+            if chars.first == "%" { chars.removeFirst(); out.append("%"); continue }
+            if chars.first == "@" {
+                chars.removeFirst()
+                out += next < args.count ? args[next] : ""
+                next += 1
+                continue
+            }
+            let digits = chars.prefix { $0.isNumber }
+            if !digits.isEmpty, chars.dropFirst(digits.count).starts(with: "$@"), let n = Int(String(digits)) {
+                chars = chars.dropFirst(digits.count + 2)
+                out += n - 1 < args.count && n >= 1 ? args[n - 1] : ""
+                continue
+            }
+            out.append(c)
+        }
+        return out
+    }
+}
+
+enum Clock {
+    static func text(_ d: Date) -> String {
+        let f = ISO8601DateFormatter()
+        return f.string(from: d)
+    }
+}

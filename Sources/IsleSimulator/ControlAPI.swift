@@ -1,0 +1,290 @@
+import Foundation
+import Hummingbird
+import IsleCore
+import NIOCore
+
+/// The simulator's JSON control API (HTTP/1.1, loopback): devices, apps, keys, activities from
+/// "the app", settings, the clock, scripted failures, and what the device and APNs saw.
+/// Errors share one shape: `{"error":{"code","message","field"?}}`.
+struct ControlAPI {
+    let world: SimulatorWorld
+    let apns: FakeAPNs
+
+    struct APIError: HTTPResponseError {
+        var status: HTTPResponse.Status
+        var code: String
+        var message: String
+        var field: String?
+
+        init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil) {
+            self.status = status
+            self.code = code
+            self.message = message
+            self.field = field
+        }
+
+        init(_ e: SimulatorError) {
+            let status: HTTPResponse.Status = switch e.code {
+            case .notFound: .notFound
+            case .conflict: .conflict
+            case .invalidArgument: .badRequest
+            default: .unprocessableContent
+            }
+            self.init(status, e.code.rawValue, e.message, field: e.field)
+        }
+
+        var headers: HTTPFields { [.contentType: "application/json"] }
+
+        func response(from request: Request, context: some RequestContext) throws -> Response {
+            var e: JSONObject = ["code": .string(code), "message": .string(message)]
+            if let field { e["field"] = .string(field) }
+            return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .object(e)]).jsonBytes)))
+        }
+    }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+        encoder.dateEncodingStrategy = .iso8601
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: Array(try encoder.encode(value)))))
+    }
+
+    static func raw(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: value.prettyJSONString.utf8)))
+    }
+
+    /// Reads the body as a JSON object (an empty body is `{}`).
+    static func body(_ request: Request) async throws -> JSONObject {
+        var request = request
+        let buffer = try await request.collectBody(upTo: 4 << 20)
+        if buffer.readableBytes == 0 { return [:] }
+        let value: JSONValue
+        do { value = try JSONParser.parse(Array(buffer: buffer)) } catch {
+            throw APIError(.badRequest, "invalidJSON", "the body is not JSON: \(error)")
+        }
+        guard let object = value.objectValue else { throw APIError(.badRequest, "invalidJSON", "the body must be a JSON object") }
+        return object
+    }
+
+    static func string(_ o: JSONObject, _ key: String, required: Bool = true) throws -> String? {
+        switch o[key] {
+        case .string(let s)? where !s.isEmpty: return s
+        case nil where !required: return nil
+        case nil: throw APIError(.badRequest, "invalidArgument", "\(key) is required: a non-empty string", field: key)
+        default: throw APIError(.badRequest, "invalidArgument", "\(key) must be a non-empty string", field: key)
+        }
+    }
+
+    static func bool(_ o: JSONObject, _ key: String) throws -> Bool? {
+        switch o[key] {
+        case nil: return nil
+        case .bool(let b)?: return b
+        default: throw APIError(.badRequest, "invalidArgument", "\(key) must be true or false", field: key)
+        }
+    }
+
+    static func number(_ o: JSONObject, _ key: String) throws -> Double? {
+        switch o[key] {
+        case nil: return nil
+        case .number(let n)?: return n.doubleValue
+        default: throw APIError(.badRequest, "invalidArgument", "\(key) must be a number", field: key)
+        }
+    }
+
+    static func int(_ o: JSONObject, _ key: String) throws -> Int? {
+        guard let d = try number(o, key) else { return nil }
+        guard d == d.rounded(), abs(d) < 1e12 else { throw APIError(.badRequest, "invalidArgument", "\(key) must be an integer", field: key) }
+        return Int(d)
+    }
+
+    func run<T>(_ body: () throws(SimulatorError) -> T) throws -> T {
+        do { return try body() } catch { throw APIError(error) }
+    }
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        router.get("health") { _, _ in ControlAPI.raw(["status": "ok"]) }
+
+        router.get("clock") { _, _ in
+            ControlAPI.raw(["now": .string(ISO8601DateFormatter().string(from: world.clock.now)), "unix": .double(world.clock.now.timeIntervalSince1970),
+                             "manual": .bool(world.clock is ManualWallClock)])
+        }
+        router.post("clock/advance") { request, _ in
+            let o = try await ControlAPI.body(request)
+            guard let seconds = try ControlAPI.number(o, "seconds") else { throw APIError(.badRequest, "invalidArgument", "seconds is required", field: "seconds") }
+            do throws(SimulatorError) { try await world.advanceClock(by: seconds) } catch { throw APIError(error) }
+            return ControlAPI.raw(["now": .string(ISO8601DateFormatter().string(from: world.clock.now)), "unix": .double(world.clock.now.timeIntervalSince1970)])
+        }
+
+        router.post("keys") { request, _ in
+            let o = try await ControlAPI.body(request)
+            let env = try ControlAPI.string(o, "environment", required: false).map { e -> SimulatedEnvironment in
+                guard let v = SimulatedEnvironment(rawValue: e) else { throw APIError(.badRequest, "invalidArgument", "environment must be sandbox or production", field: "environment") }
+                return v
+            }
+            let key = RegisteredKey(keyID: try ControlAPI.string(o, "keyID")!, teamID: try ControlAPI.string(o, "teamID")!, publicKeyPEM: try ControlAPI.string(o, "publicKeyPEM")!, environment: env)
+            try run { () throws(SimulatorError) in try apns.register(key) }
+            return ControlAPI.raw(["keyID": .string(key.keyID), "teamID": .string(key.teamID)], status: .created)
+        }
+
+        router.post("devices") { request, _ in
+            let o = try await ControlAPI.body(request)
+            let id = world.createDevice(name: try ControlAPI.string(o, "name", required: false) ?? "")
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) }, status: .created)
+        }
+        router.get("devices") { _, _ in
+            try ControlAPI.json(try world.deviceIDs.map { id in try run { () throws(SimulatorError) in try world.device(id) } })
+        }
+        router.get("devices/:device") { _, context in
+            let id = try context.parameters.require("device")
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) })
+        }
+        router.get("devices/:device/events") { _, context in
+            let id = try context.parameters.require("device")
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) }.events)
+        }
+        router.get("devices/:device/screen") { _, context in
+            let id = try context.parameters.require("device")
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.screen(deviceID: id) })
+        }
+
+        router.post("devices/:device/apps") { request, context in
+            let id = try context.parameters.require("device")
+            let o = try await ControlAPI.body(request)
+            let install = try ControlAPI.appInstall(o)
+            let app = try run { () throws(SimulatorError) in try world.install(install, on: id) }
+            return try ControlAPI.json(app, status: .created)
+        }
+        router.patch("devices/:device/apps/:bundle/settings") { request, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            let o = try await ControlAPI.body(request)
+            let live = try ControlAPI.bool(o, "liveActivitiesEnabled")
+            let frequent = try ControlAPI.bool(o, "frequentUpdatesEnabled")
+            let fg = try ControlAPI.bool(o, "foreground")
+            try run { () throws(SimulatorError) in try world.updateSettings(bundleID: bundle, on: id, liveActivitiesEnabled: live, frequentUpdatesEnabled: frequent, foreground: fg) }
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.app(bundle, on: id) })
+        }
+        router.post("devices/:device/apps/:bundle/push-to-start-tokens/:type/rotate") { _, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            let type = try context.parameters.require("type")
+            let token = try run { () throws(SimulatorError) in try world.rotatePushToStartToken(bundleID: bundle, attributesType: type, on: id) }
+            return ControlAPI.raw(["token": .string(token)])
+        }
+        router.post("devices/:device/apps/:bundle/activities") { request, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            let o = try await ControlAPI.body(request)
+            let type = try ControlAPI.string(o, "attributesType")!
+            guard let attributes = o["attributes"], attributes.objectValue != nil else { throw APIError(.badRequest, "invalidArgument", "attributes is required: an object", field: "attributes") }
+            guard let state = o["contentState"], state.objectValue != nil else { throw APIError(.badRequest, "invalidArgument", "contentState is required: an object", field: "contentState") }
+            let stale = try ControlAPI.number(o, "staleDate").map { Date(timeIntervalSince1970: $0) }
+            let score = try ControlAPI.number(o, "relevanceScore") ?? 0
+            let pushType: SimulatorWorld.RequestPushType
+            switch o["pushType"] {
+            case nil, .string("token")?: pushType = .token
+            case .string("none")?, .null?: pushType = .none
+            case .object(let c)? where c["channel"]?.stringValue != nil: pushType = .channel(c["channel"]!.stringValue!)
+            default: throw APIError(.badRequest, "invalidArgument", "pushType must be \"token\", \"none\" or {\"channel\": id}", field: "pushType")
+            }
+            let a = try run { () throws(SimulatorError) in
+                try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType)
+            }
+            return try ControlAPI.json(a, status: .created)
+        }
+        router.post("devices/:device/activities/:activity/:action") { request, context in
+            let id = try context.parameters.require("device")
+            let activity = try context.parameters.require("activity")
+            let action = try context.parameters.require("action")
+            let o = try await ControlAPI.body(request)
+            switch action {
+            case "dismiss": try run { () throws(SimulatorError) in try world.userDismiss(activityID: activity, on: id) }
+            case "allow": _ = try run { () throws(SimulatorError) in try world.allowUpdates(activityID: activity, on: id) }
+            case "rotate-token": _ = try run { () throws(SimulatorError) in try world.rotateUpdateToken(activityID: activity, on: id) }
+            case "update", "end":
+                let state = o["contentState"]
+                if let state, state.objectValue == nil { throw APIError(.badRequest, "invalidArgument", "contentState must be an object", field: "contentState") }
+                let immediate = try ControlAPI.bool(o, "dismissImmediately") ?? false
+                try run { () throws(SimulatorError) in try world.appUpdate(activityID: activity, on: id, contentState: state, end: action == "end", dismissImmediately: immediate) }
+            default:
+                throw APIError(.notFound, "notFound", "unknown action \(action); use dismiss, allow, rotate-token, update or end")
+            }
+            let device = try run { () throws(SimulatorError) in try world.device(id) }
+            return try ControlAPI.json(device.activities.first { $0.id == activity })
+        }
+        router.post("devices/:device/apps/:bundle/widgets/reload") { request, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            let o = try await ControlAPI.body(request)
+            let kinds = o["kinds"]?.arrayValue?.compactMap(\.stringValue)
+            _ = try run { () throws(SimulatorError) in try world.app(bundle, on: id) }
+            let outcome = await world.reloadWidgets(deviceID: id, bundleID: bundle, kinds: kinds, reason: .app)
+            return try ControlAPI.json(outcome)
+        }
+        router.post("apps/:bundle/broadcast-capability") { request, context in
+            let bundle = try context.parameters.require("bundle")
+            let o = try await ControlAPI.body(request)
+            guard let enabled = try ControlAPI.bool(o, "enabled") else { throw APIError(.badRequest, "invalidArgument", "enabled is required", field: "enabled") }
+            world.setBroadcastCapability(bundleID: bundle, enabled: enabled)
+            return ControlAPI.raw(["bundleID": .string(bundle), "enabled": .bool(enabled)])
+        }
+
+        router.post("failures") { request, _ in
+            let o = try await ControlAPI.body(request)
+            let status = try ControlAPI.int(o, "status")
+            if let status, !(200...599).contains(status) { throw APIError(.badRequest, "invalidArgument", "status must be an HTTP status", field: "status") }
+            let times = try ControlAPI.int(o, "times")
+            if let times, times < 1 { throw APIError(.badRequest, "invalidArgument", "times must be at least 1 (omit it for a permanent rule)", field: "times") }
+            let rule = FailureRule(token: try ControlAPI.string(o, "token", required: false)?.lowercased(), status: status, reason: try ControlAPI.string(o, "reason", required: false),
+                                   remaining: o["times"] == nil && o["permanent"] == .bool(true) ? nil : (times ?? 1), latencyMilliseconds: try ControlAPI.int(o, "latencyMilliseconds"),
+                                   goAway: try ControlAPI.bool(o, "goAway") ?? false)
+            if rule.status == nil, rule.latencyMilliseconds == nil, !rule.goAway { throw APIError(.badRequest, "invalidArgument", "give status (and reason), latencyMilliseconds or goAway", field: "status") }
+            apns.addFailure(rule)
+            return try ControlAPI.json(rule, status: .created)
+        }
+        router.delete("failures") { _, _ in
+            apns.clearFailures()
+            return Response(status: .noContent)
+        }
+        router.get("requests") { _, _ in try ControlAPI.json(apns.requestLog) }
+        router.delete("requests") { _, _ in
+            apns.clearRequestLog()
+            return Response(status: .noContent)
+        }
+    }
+
+    static func appInstall(_ o: JSONObject) throws -> SimulatorWorld.AppInstall {
+        let bundle = try string(o, "bundleID")!
+        let env = try string(o, "environment", required: false).map { e -> SimulatedEnvironment in
+            guard let v = SimulatedEnvironment(rawValue: e) else { throw APIError(.badRequest, "invalidArgument", "environment must be sandbox or production", field: "environment") }
+            return v
+        } ?? .sandbox
+        var schemas: [ActivitySchema] = []
+        for (i, s) in (o["schemas"]?.arrayValue ?? []).enumerated() {
+            do { schemas.append(try ActivitySchema(json: s)) } catch {
+                throw APIError(.badRequest, "invalidArgument", "schemas[\(i)]: \(error)", field: "schemas[\(i)]")
+            }
+        }
+        var localization: [String: String] = [:]
+        for (k, v) in o["localization"]?.objectValue ?? [:] {
+            guard let s = v.stringValue else { throw APIError(.badRequest, "invalidArgument", "localization values must be strings", field: "localization.\(k)") }
+            localization[k] = s
+        }
+        var widgets: [SimulatedWidget.Configuration] = []
+        for (i, w) in (o["widgets"]?.arrayValue ?? []).enumerated() {
+            guard let kind = w["kind"]?.stringValue else { throw APIError(.badRequest, "invalidArgument", "widgets[\(i)].kind is required", field: "widgets[\(i)].kind") }
+            let family = w["family"]?.stringValue ?? "systemSmall"
+            if let url = w["url"]?.stringValue {
+                widgets.append(.init(kind: kind, family: family, source: .url(url)))
+            } else if let t = w["timeline"] {
+                do { widgets.append(.init(kind: kind, family: family, source: .fixed(try WidgetTimeline(json: t)))) } catch {
+                    throw APIError(.badRequest, "invalidArgument", "widgets[\(i)].timeline: \(error.message)", field: "widgets[\(i)].timeline")
+                }
+            } else {
+                throw APIError(.badRequest, "invalidArgument", "widgets[\(i)] needs url or timeline", field: "widgets[\(i)]")
+            }
+        }
+        return SimulatorWorld.AppInstall(bundleID: bundle, environment: env, schemas: schemas, declaresFrequentUpdates: try bool(o, "frequentUpdates") ?? false,
+                                         localization: localization, widgets: widgets)
+    }
+}

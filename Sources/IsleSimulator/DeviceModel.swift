@@ -1,0 +1,122 @@
+public import Foundation
+public import IsleCore
+
+/// `ActivityState` (apple-push.md §10.1).
+public enum SimulatedActivityState: String, Sendable, Hashable, Codable {
+    case pending, active, stale, ended, dismissed
+    /// Still on the Lock Screen.
+    public var isVisible: Bool { self != .dismissed }
+    /// Still accepting updates.
+    public var isOngoing: Bool { self == .active || self == .stale || self == .pending }
+}
+
+/// What the device did with one push: the answer to "APNs said 200, why didn't it change?"
+/// (isle-decisions.md, Simulated device).
+public struct PushOutcome: Sendable, Hashable, Codable {
+    public enum Code: String, Sendable, Hashable, Codable {
+        case applied, started, ended
+        case olderTimestamp, activityEnded, decodingFailed, throttled, deferredLowPriority
+        case startWithoutAlert, unknownAttributesType, limitReached, tooLarge, liveActivitiesDisabled
+        case channelNotFound, widgetsReloaded, widgetReloadDeferred, noWidgets, notDelivered
+    }
+    public var code: Code
+    public var sentence: String
+    public var field: String?
+    public var expected: String?
+    public var found: String?
+
+    public init(_ code: Code, _ sentence: String, field: String? = nil, expected: String? = nil, found: String? = nil) {
+        self.code = code
+        self.sentence = sentence
+        self.field = field
+        self.expected = expected
+        self.found = found
+    }
+}
+
+extension PushOutcome: Error {}
+
+/// One line of a device's event log.
+public struct DeviceEvent: Sendable, Hashable, Codable {
+    public enum Source: String, Sendable, Hashable, Codable { case push, app, user, system }
+    public var time: Date
+    public var source: Source
+    public var activityID: String?
+    public var apnsID: String?
+    public var outcome: PushOutcome?
+    public var message: String
+}
+
+/// An alert as the person sees it, after localization.
+public struct ShownAlert: Sendable, Hashable, Codable {
+    public var title: String
+    public var body: String
+    public var sound: String?
+    public var at: Date
+}
+
+/// A Live Activity on the simulated device.
+public struct SimulatedActivity: Sendable, Hashable, Codable {
+    public var id: String
+    public var bundleID: String
+    public var attributesType: String
+    public var attributes: JSONValue
+    public var contentState: JSONValue
+    public var staleDate: Date?
+    public var relevanceScore: Double
+    public var state: SimulatedActivityState
+    public var startedAt: Date
+    public var endedAt: Date?
+    public var dismissedAt: Date?
+    /// When an ended activity leaves the Lock Screen.
+    public var scheduledDismissal: Date?
+    public var lastTimestamp: Date?
+    /// The per-activity update token (hex), if it has one.
+    public var updateToken: String?
+    /// A token the device will hand out once the user allows (push-to-start with withholding).
+    public var withheldToken: String?
+    /// The broadcast channel it is subscribed to.
+    public var channelID: String?
+    public var startedBy: DeviceEvent.Source
+    public var lastAlert: ShownAlert?
+    /// Times of priority-10 pushes counted against the hourly budget.
+    var budgetLog: [Date] = []
+    /// The newest throttled update, applied when budget frees.
+    var deferred: PendingUpdate?
+    /// Priority-5 updates waiting for their opportunistic delay.
+    var lowPriorityQueue: [PendingUpdate] = []
+}
+
+/// An update (or end) the device has accepted but not yet applied.
+struct PendingUpdate: Sendable, Hashable, Codable {
+    var payload: JSONValue
+    var applyAt: Date
+    var apnsID: String?
+    var receivedAt: Date
+}
+
+/// An installed app on a simulated device.
+public struct SimulatedApp: Sendable, Hashable, Codable {
+    public var bundleID: String
+    public var environment: SimulatedEnvironment
+    /// Registered attributes types and their schemas, by the Swift type name.
+    public var schemas: [String: ActivitySchema]
+    /// `NSSupportsLiveActivitiesFrequentUpdates` in Info.plist.
+    public var declaresFrequentUpdates: Bool
+    /// The user's Live Activities switch for this app.
+    public var liveActivitiesEnabled: Bool
+    /// The user's "More Frequent Updates" switch.
+    public var frequentUpdatesEnabled: Bool
+    /// Localizable.strings for alert keys: key → format with `%@` / `%n$@`.
+    public var localization: [String: String]
+    /// Push-to-start tokens by attributes type.
+    public var pushToStartTokens: [String: String]
+    /// WidgetKit push token (iOS 26), if the app has widgets configured for push.
+    public var widgetPushToken: String?
+    public var widgets: [SimulatedWidget]
+    /// Whether the app is in the foreground (its widget reloads are free then).
+    public var isForeground: Bool
+
+    public var frequentUpdatesActive: Bool { declaresFrequentUpdates && frequentUpdatesEnabled }
+}
+

@@ -1,0 +1,379 @@
+import Crypto
+public import Foundation
+public import IsleCore
+public import IsleHTTP2Server
+public import Logging
+import Synchronization
+
+/// A provider key the fake APNs accepts (registered from its public half).
+public struct RegisteredKey: Sendable, Hashable {
+    public var keyID: String
+    public var teamID: String
+    public var publicKeyPEM: String
+    /// Restrict the key to one environment (team-scoped keys can be); nil = both.
+    public var environment: SimulatedEnvironment?
+    public init(keyID: String, teamID: String, publicKeyPEM: String, environment: SimulatedEnvironment? = nil) {
+        self.keyID = keyID
+        self.teamID = teamID
+        self.publicKeyPEM = publicKeyPEM
+        self.environment = environment
+    }
+}
+
+/// A scripted failure: answer matching requests with this instead of the real answer.
+public struct FailureRule: Sendable, Hashable, Codable {
+    /// Only pushes to this device token (hex); nil = every request.
+    public var token: String?
+    public var status: Int?
+    public var reason: String?
+    /// How many requests it applies to; nil = until removed.
+    public var remaining: Int?
+    /// Added before answering.
+    public var latencyMilliseconds: Int?
+    /// Close the connection with GOAWAY after answering.
+    public var goAway: Bool
+    public init(token: String? = nil, status: Int? = nil, reason: String? = nil, remaining: Int? = 1, latencyMilliseconds: Int? = nil, goAway: Bool = false) {
+        self.token = token
+        self.status = status
+        self.reason = reason
+        self.remaining = remaining
+        self.latencyMilliseconds = latencyMilliseconds
+        self.goAway = goAway
+    }
+}
+
+/// One request as the fake APNs saw it, the JWT redacted.
+public struct LoggedRequest: Sendable, Hashable, Codable {
+    public var time: Date
+    public var connectionID: Int
+    public var method: String
+    public var path: String
+    public var headers: [[String]]
+    public var body: String
+    public var status: Int
+    public var reason: String?
+    public var apnsID: String?
+    public var outcome: PushOutcome?
+}
+
+/// A strict fake APNs: Apple's paths, status codes, reasons and response headers, over HTTP/2 + TLS.
+/// It parses the wire itself and shares no code with IsleAPNs.
+public final class FakeAPNs: Sendable {
+    public let world: SimulatorWorld
+    let logger: Logger
+    let state: Mutex<State>
+
+    struct Connection {
+        var jwt: String?
+        var jwtSetAt: Date?
+        var teamID: String?
+    }
+
+    struct State {
+        var keys: [String: RegisteredKey] = [:]
+        var connections: [Int: Connection] = [:]
+        var failures: [FailureRule] = []
+        var log: [LoggedRequest] = []
+        var verifiedJWTs: [String: Bool] = [:]
+    }
+
+    public static let maximumLoggedRequests = 10_000
+
+    public init(world: SimulatorWorld, logger: Logger) {
+        self.world = world
+        self.logger = logger
+        state = Mutex(State())
+    }
+
+    public func register(_ key: RegisteredKey) throws(SimulatorError) {
+        guard (try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM)) != nil else {
+            throw SimulatorError(.invalidArgument, "publicKeyPEM is not a P-256 public key in PEM form", field: "publicKeyPEM")
+        }
+        guard key.keyID.count == 10, key.teamID.count == 10 else { throw SimulatorError(.invalidArgument, "keyID and teamID must be 10 characters", field: key.keyID.count == 10 ? "teamID" : "keyID") }
+        state.withLock { $0.keys[key.keyID] = key }
+    }
+
+    public func addFailure(_ rule: FailureRule) { state.withLock { $0.failures.append(rule) } }
+    public func clearFailures() { state.withLock { $0.failures.removeAll() } }
+    public var requestLog: [LoggedRequest] { state.withLock { $0.log } }
+    public func clearRequestLog() { state.withLock { $0.log.removeAll() } }
+
+    // MARK: Serving
+
+    public func handle(_ request: HTTP2ServerRequest) async -> HTTP2ServerResponse {
+        let apnsID = request.value("apns-id").flatMap { Self.isUUID($0) ? $0.lowercased() : nil } ?? UUID().uuidString.lowercased()
+        let requestID = request.value("apns-request-id").flatMap { Self.isUUID($0) ? $0.lowercased() : nil } ?? UUID().uuidString.lowercased()
+        let isDevice = request.path.hasPrefix("/3/device")
+        let token = isDevice ? String(request.path.dropFirst("/3/device/".count)) : nil
+
+        var response: HTTP2ServerResponse
+        var reason: String?
+        var outcome: PushOutcome?
+        let failure = state.withLock { s -> FailureRule? in
+            guard let i = s.failures.firstIndex(where: { $0.token == nil || $0.token == token }) else { return nil }
+            let rule = s.failures[i]
+            if let r = rule.remaining {
+                if r <= 1 { s.failures.remove(at: i) } else { s.failures[i].remaining = r - 1 }
+            }
+            return rule
+        }
+        if let failure, let status = failure.status {
+            reason = failure.reason
+            response = Self.error(status, failure.reason ?? "InternalServerError")
+        } else {
+            (response, reason, outcome) = await route(request, token: token, apnsID: apnsID, requestID: requestID)
+        }
+        if let failure {
+            if let ms = failure.latencyMilliseconds { response.delay = .milliseconds(ms) }
+            if failure.goAway { response.goAwayReason = failure.reason ?? "Shutdown" }
+        }
+        if isDevice {
+            response.headers.insert(("apns-id", apnsID), at: 0)
+            if response.status == 200, world.environment == .sandbox { response.headers.append(("apns-unique-id", UUID().uuidString.lowercased())) }
+        } else {
+            response.headers.insert(("apns-request-id", requestID), at: 0)
+            if response.status == 200, request.path.hasPrefix("/4/broadcasts") { response.headers.append(("apns-unique-id", UUID().uuidString.lowercased())) }
+        }
+        let entry = LoggedRequest(
+            time: world.clock.now, connectionID: request.connectionID, method: request.method, path: Self.redactPath(request.path),
+            headers: request.headers.map { [$0.name, $0.name == "authorization" ? Self.redactJWT($0.value) : $0.value] },
+            body: String(decoding: request.body.prefix(8192), as: UTF8.self), status: response.status, reason: reason, apnsID: isDevice ? apnsID : requestID, outcome: outcome)
+        state.withLock { s in
+            s.log.append(entry)
+            if s.log.count > Self.maximumLoggedRequests { s.log.removeFirst(s.log.count - Self.maximumLoggedRequests) }
+        }
+        return response
+    }
+
+    func route(_ r: HTTP2ServerRequest, token: String?, apnsID: String, requestID: String) async -> (HTTP2ServerResponse, String?, PushOutcome?) {
+        func fail(_ status: Int, _ reason: String, timestamp: Date? = nil) -> (HTTP2ServerResponse, String?, PushOutcome?) {
+            (Self.error(status, reason, timestamp: timestamp), reason, nil)
+        }
+        let path = r.path.split(separator: "?").first.map(String.init) ?? r.path
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // Which endpoint?
+        enum Endpoint { case device, broadcast(String), channels(String), allChannels(String) }
+        let endpoint: Endpoint
+        if parts.count >= 3, parts[1] == "3", parts[2] == "device" {
+            endpoint = .device
+        } else if parts.count == 5, parts[1] == "4", parts[2] == "broadcasts", parts[3] == "apps" {
+            endpoint = .broadcast(parts[4])
+        } else if parts.count == 5, parts[1] == "1", parts[2] == "apps", parts[4] == "channels" {
+            endpoint = .channels(parts[3])
+        } else if parts.count == 5, parts[1] == "1", parts[2] == "apps", parts[4] == "all-channels" {
+            endpoint = .allChannels(parts[3])
+        } else {
+            return fail(404, "BadPath")
+        }
+        // Method.
+        switch endpoint {
+        case .device, .broadcast: if r.method != "POST" { return fail(405, "MethodNotAllowed") }
+        case .channels: if !["POST", "GET", "DELETE"].contains(r.method) { return fail(405, "MethodNotAllowed") }
+        case .allChannels: if r.method != "GET" { return fail(405, "MethodNotAllowed") }
+        }
+        // Duplicate headers.
+        let names = r.headers.map(\.name)
+        if Set(names).count != names.count { return fail(400, "DuplicateHeaders") }
+        // Provider token.
+        if let problem = checkJWT(r) { return fail(problem.0, problem.1) }
+
+        switch endpoint {
+        case .device:
+            return await devicePush(r, token: token ?? "", apnsID: apnsID)
+        case .broadcast(let bundle):
+            return broadcastPush(r, bundle: bundle, requestID: requestID)
+        case .channels(let bundle):
+            if bundle.contains(".push-type.") { return fail(400, "TopicDisallowed") }
+            if let id = r.value("apns-request-id"), !Self.isUUID(id) { return fail(400, "BadMessageId") }
+            return channelRequest(r, bundle: bundle)
+        case .allChannels(let bundle):
+            if bundle.contains(".push-type.") { return fail(400, "TopicDisallowed") }
+            switch world.listChannels(bundleID: bundle) {
+            case .list(let ids): return (HTTP2ServerResponse(status: 200, headers: [("content-type", "application/json")], body: JSONValue.object(["channels": .array(ids.map(JSONValue.string))]).jsonBytes), nil, nil)
+            case .failure(let s, let reason): return fail(s, reason)
+            default: return fail(500, "InternalServerError")
+            }
+        }
+    }
+
+    // MARK: JWT (apple-push.md §1.2–1.4, §11.1)
+
+    func checkJWT(_ r: HTTP2ServerRequest) -> (Int, String)? {
+        guard let auth = r.value("authorization"), !auth.isEmpty else { return (403, "MissingProviderToken") }
+        guard auth.lowercased().hasPrefix("bearer ") else { return (403, "InvalidProviderToken") }
+        let jwt = String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let claimBytes = Self.base64URL(parts[1]), let signature = Self.base64URL(parts[2]),
+              let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes)
+        else { return (403, "InvalidProviderToken") }
+        guard header["alg"] == "ES256", let kid = header["kid"]?.stringValue, let iss = claims["iss"]?.stringValue else { return (403, "InvalidProviderToken") }
+        guard let iat = claims["iat"]?.numberValue?.int64Value else { return (403, "InvalidProviderToken") }
+        let now = world.clock.now
+        return state.withLock { s -> (Int, String)? in
+            guard let key = s.keys[kid], key.teamID == iss else { return (403, "InvalidProviderToken") }
+            if let env = key.environment, env != world.environment { return (403, "BadEnvironmentKeyIdInToken") }
+            if s.verifiedJWTs[jwt] == nil {
+                let ok = (try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM)).flatMap { pub in
+                    (try? P256.Signing.ECDSASignature(rawRepresentation: signature)).map { pub.isValidSignature($0, for: Array("\(parts[0]).\(parts[1])".utf8)) }
+                } ?? false
+                if s.verifiedJWTs.count > 10_000 { s.verifiedJWTs.removeAll() }
+                s.verifiedJWTs[jwt] = ok
+            }
+            guard s.verifiedJWTs[jwt] == true else { return (403, "InvalidProviderToken") }
+            let age = now.timeIntervalSince1970 - Double(iat)
+            if age > 3600 { return (403, "ExpiredProviderToken") }
+            if age < -300 { return (403, "InvalidProviderToken") }
+            var c = s.connections[r.connectionID] ?? Connection()
+            if let team = c.teamID, team != iss { return (403, "UnrelatedKeyIdInToken") }
+            if let previous = c.jwt, previous != jwt {
+                if let at = c.jwtSetAt, now.timeIntervalSince(at) < 20 * 60 { return (429, "TooManyProviderTokenUpdates") }
+            }
+            if c.jwt != jwt {
+                c.jwt = jwt
+                c.jwtSetAt = now
+            }
+            c.teamID = iss
+            s.connections[r.connectionID] = c
+            return nil
+        }
+    }
+
+    // MARK: Device pushes (apple-push.md §2, §3; isle-decisions.md)
+
+    static let pushTypes: Set<String> = ["alert", "background", "complication", "controls", "fileprovider", "liveactivity", "location", "mdm", "pushtotalk", "voip", "widgets"]
+    static let suffixes: [String: String] = [
+        "alert": "", "background": "", "mdm": "", "complication": ".complication", "controls": ".push-type.controls", "fileprovider": ".pushkit.fileprovider",
+        "liveactivity": ".push-type.liveactivity", "location": ".location-query", "pushtotalk": ".voip-ptt", "voip": ".voip", "widgets": ".push-type.widgets",
+    ]
+
+    func devicePush(_ r: HTTP2ServerRequest, token: String, apnsID: String) async -> (HTTP2ServerResponse, String?, PushOutcome?) {
+        func fail(_ status: Int, _ reason: String, timestamp: Date? = nil) -> (HTTP2ServerResponse, String?, PushOutcome?) {
+            (Self.error(status, reason, timestamp: timestamp), reason, nil)
+        }
+        if token.isEmpty { return fail(400, "MissingDeviceToken") }
+        guard let pushType = r.value("apns-push-type"), Self.pushTypes.contains(pushType) else { return fail(400, "InvalidPushType") }
+        guard let topic = r.value("apns-topic"), !topic.isEmpty else { return fail(400, "MissingTopic") }
+        let suffix = Self.suffixes[pushType]!
+        if !suffix.isEmpty, !topic.hasSuffix(suffix) {
+            // A bare bundle id on a liveactivity push: the token is not for that topic (forum 712499).
+            return fail(400, pushType == "liveactivity" || pushType == "widgets" ? "DeviceTokenNotForTopic" : "BadTopic")
+        }
+        var priority = 10
+        if let p = r.value("apns-priority") {
+            guard let v = Int(p), [1, 5, 10].contains(v) else { return fail(400, "BadPriority") }
+            priority = v
+        }
+        if pushType == "background", priority == 10 { return fail(400, "BadPriority") }
+        if let e = r.value("apns-expiration"), Int64(e).map({ $0 < 0 }) ?? true { return fail(400, "BadExpirationDate") }
+        if let c = r.value("apns-collapse-id"), c.utf8.count > 64 { return fail(400, "BadCollapseId") }
+        if let id = r.value("apns-id"), !Self.isUUID(id) { return fail(400, "BadMessageId") }
+        if r.body.isEmpty { return fail(400, "PayloadEmpty") }
+        if r.body.count > (pushType == "voip" ? 5120 : 4096) { return fail(413, "PayloadTooLarge") }
+        guard token.count % 2 == 0, token.count >= 32, token.allSatisfy(\.isHexDigit) else { return fail(400, "BadDeviceToken") }
+        guard let payload = try? JSONParser.parse(r.body), payload["aps"] != nil else {
+            // APNs accepts any JSON object; the device cannot use it. Keep APNs' answer, explain in the outcome.
+            let o = PushOutcome(.decodingFailed, "APNs accepted the push, but the payload is not a JSON object with aps; the device ignores it.")
+            return (HTTP2ServerResponse(status: 200), nil, o)
+        }
+        let result = await world.deliver(token: token.lowercased(), pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID)
+        if result.status == 200 { return (HTTP2ServerResponse(status: 200), nil, result.outcome) }
+        return (Self.error(result.status, result.reason ?? "BadDeviceToken", timestamp: result.invalidSince), result.reason, result.outcome)
+    }
+
+    // MARK: Broadcast (apple-push.md §7.3–7.4)
+
+    func broadcastPush(_ r: HTTP2ServerRequest, bundle: String, requestID: String) -> (HTTP2ServerResponse, String?, PushOutcome?) {
+        func fail(_ status: Int, _ reason: String) -> (HTTP2ServerResponse, String?, PushOutcome?) { (Self.error(status, reason), reason, nil) }
+        if bundle.contains(".push-type.") { return fail(400, "TopicDisallowed") }
+        if let id = r.value("apns-request-id"), !Self.isUUID(id) { return fail(400, "BadMessageId") }
+        guard let channel = r.value("apns-channel-id"), !channel.isEmpty else { return fail(400, "MissingChannelId") }
+        guard Data(base64Encoded: channel) != nil, channel.count <= 256 else { return fail(400, "BadChannelId") }
+        guard let pushType = r.value("apns-push-type") else { return fail(400, "MissingPushType") }
+        guard pushType.lowercased() == "liveactivity" else { return fail(400, "InvalidPushType") }
+        guard let p = r.value("apns-priority"), let priority = Int(p), [1, 5, 10].contains(priority) else { return fail(400, "BadPriority") }
+        guard let e = r.value("apns-expiration"), let expiration = Int64(e), expiration >= 0 else { return fail(400, "BadExpirationDate") }
+        if r.body.isEmpty { return fail(400, "PayloadEmpty") }
+        if r.body.count > 5120 { return fail(413, "PayloadTooLarge") }
+        if case .failure(let status, let reason) = world.readChannel(bundleID: bundle, id: channel) { return fail(status, reason) }
+        guard let payload = try? JSONParser.parse(r.body) else { return fail(400, "BadRequestPayload") }
+        guard let (policy, outcomes) = world.broadcast(bundleID: bundle, channelID: channel, priority: priority, payload: payload, requestID: requestID) else {
+            return fail(400, "ChannelNotRegistered")
+        }
+        _ = policy
+        if policy == 0, expiration != 0 {
+            return fail(400, "BadExpirationDate")
+        }
+        let summary = PushOutcome(.applied, "Broadcast to \(outcomes.count) subscribed activit\(outcomes.count == 1 ? "y" : "ies"): " +
+            Dictionary(grouping: outcomes, by: \.code).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))
+        return (HTTP2ServerResponse(status: 200), nil, summary)
+    }
+
+    // MARK: Channel management (apple-push.md §7.2)
+
+    func channelRequest(_ r: HTTP2ServerRequest, bundle: String) -> (HTTP2ServerResponse, String?, PushOutcome?) {
+        func fail(_ status: Int, _ reason: String) -> (HTTP2ServerResponse, String?, PushOutcome?) { (Self.error(status, reason), reason, nil) }
+        switch r.method {
+        case "POST":
+            guard !r.body.isEmpty else { return fail(400, "PayloadEmpty") }
+            guard let body = (try? JSONParser.parse(r.body))?.objectValue else { return fail(400, "BadRequestPayload") }
+            if body.keys.contains(where: { $0 != "message-storage-policy" && $0 != "push-type" }) { return fail(400, "BadRequestParams") }
+            guard let type = body["push-type"]?.stringValue else { return fail(400, "MissingPushType") }
+            guard type == "LiveActivity" else { return fail(400, "InvalidPushType") }
+            guard let policy = body["message-storage-policy"]?.numberValue?.int64Value, policy == 0 || policy == 1 else { return fail(400, "BadRequestParams") }
+            switch world.createChannel(bundleID: bundle, storagePolicy: Int(policy)) {
+            case .created(let id): return (HTTP2ServerResponse(status: 201, headers: [("apns-channel-id", id)]), nil, nil)
+            case .failure(let s, let reason): return fail(s, reason)
+            default: return fail(500, "InternalServerError")
+            }
+        default:
+            guard let id = r.value("apns-channel-id"), !id.isEmpty else { return fail(400, "MissingChannelId") }
+            guard Data(base64Encoded: id) != nil else { return fail(400, "BadChannelId") }
+            let result = r.method == "GET" ? world.readChannel(bundleID: bundle, id: id) : world.deleteChannel(bundleID: bundle, id: id)
+            switch result {
+            case .found(let policy):
+                let body: JSONValue = ["message-storage-policy": .int(policy), "push-type": "LiveActivity"]
+                return (HTTP2ServerResponse(status: 200, headers: [("apns-channel-id", id), ("content-type", "application/json")], body: body.jsonBytes), nil, nil)
+            case .deleted: return (HTTP2ServerResponse(status: 204), nil, nil)
+            case .failure(let s, let reason): return fail(s, reason)
+            default: return fail(500, "InternalServerError")
+            }
+        }
+    }
+
+    // MARK: Helpers
+
+    static func error(_ status: Int, _ reason: String, timestamp: Date? = nil) -> HTTP2ServerResponse {
+        var body: JSONObject = ["reason": .string(reason)]
+        if status == 410 { body["timestamp"] = .int(Int64(((timestamp ?? Date()).timeIntervalSince1970 * 1000).rounded())) }
+        return HTTP2ServerResponse(status: status, headers: [("content-type", "application/json")], body: JSONValue.object(body).jsonBytes)
+    }
+
+    static func isUUID(_ s: String) -> Bool {
+        let groups = s.split(separator: "-", omittingEmptySubsequences: false)
+        return groups.map(\.count) == [8, 4, 4, 4, 12] && groups.allSatisfy { $0.allSatisfy(\.isHexDigit) }
+    }
+
+    static func base64URL(_ s: Substring) -> [UInt8]? {
+        guard !s.contains("=") else { return nil }
+        var t = s.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while t.count % 4 != 0 { t += "=" }
+        return Data(base64Encoded: t).map(Array.init)
+    }
+
+    /// `bearer <redacted kid=… iss=… iat=…>`: enough to debug, nothing to replay.
+    static func redactJWT(_ value: String) -> String {
+        let jwt = value.dropFirst(7)
+        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let h = base64URL(parts[0]).flatMap({ try? JSONParser.parse($0) }), let c = base64URL(parts[1]).flatMap({ try? JSONParser.parse($0) }) else {
+            return "bearer <redacted>"
+        }
+        return "bearer <redacted kid=\(h["kid"]?.stringValue ?? "?") iss=\(c["iss"]?.stringValue ?? "?") iat=\(c["iat"]?.briefDescription ?? "?")>"
+    }
+
+    /// Device tokens in paths are shortened in the log.
+    static func redactPath(_ path: String) -> String {
+        guard path.hasPrefix("/3/device/") else { return path }
+        let token = path.dropFirst("/3/device/".count)
+        return token.count > 12 ? "/3/device/\(token.prefix(6))…\(token.suffix(6))" : path
+    }
+}

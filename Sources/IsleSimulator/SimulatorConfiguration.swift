@@ -1,0 +1,38 @@
+public import Foundation
+
+/// Every number the simulated iPhone uses. These are Isle's **model** of ActivityKit and WidgetKit
+/// (isle-decisions.md, "Simulated device"), not values Apple publishes; change any of them.
+public struct SimulatorConfiguration: Sendable, Hashable, Codable {
+    /// Priority-10 pushes per activity per rolling hour (apps without frequent updates).
+    public var hourlyBudget = 15
+    /// …when the app declares `NSSupportsLiveActivitiesFrequentUpdates` and the user has it on.
+    public var frequentHourlyBudget = 120
+    /// How long a priority-5 push waits before the device applies it (0 = at once).
+    public var lowPriorityDelay: TimeInterval = 0
+    /// Longest an activity stays active before the system ends it.
+    public var maximumActiveDuration: TimeInterval = 8 * 3600
+    /// Longest an ended activity stays on the Lock Screen.
+    public var maximumEndedDuration: TimeInterval = 4 * 3600
+    /// Concurrent activities per app (`targetMaximumExceeded`) and per device (`globalMaximumExceeded`).
+    public var maximumActivitiesPerApp = 5
+    public var maximumActivitiesPerDevice = 10
+    /// Combined static + dynamic data (ActivityKit's 4 KB).
+    public var maximumActivityDataSize = 4096
+    /// Ignore (and flag) a push whose timestamp equals the last applied one.
+    public var strictTimestamps = false
+    /// Withhold the update token of a push-started activity until the user "allows".
+    public var withholdUpdateTokenUntilAllowed = false
+    /// How long an alerting update shows the expanded Dynamic Island.
+    public var expandedPresentationDuration: TimeInterval = 5
+    /// Widget reloads per widget per 24 h.
+    public var widgetDailyReloadBudget = 70
+    /// Widget entries closer than this are flagged.
+    public var widgetMinimumEntrySpacing: TimeInterval = 300
+
+    public init() {}
+}
+
+/// APNs environment of a token, an app, or the fake APNs.
+public enum SimulatedEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
+    case sandbox, production
+}

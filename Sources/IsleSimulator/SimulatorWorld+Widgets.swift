@@ -1,0 +1,142 @@
+import AsyncHTTPClient
+public import Foundation
+public import IsleCore
+import NIOCore
+import Synchronization
+
+/// Timeline providers registered by Swift code (the SDK's and tests' analogue of a widget extension).
+final class ProviderRegistry: Sendable {
+    typealias Provider = @Sendable (_ now: Date) async throws -> WidgetTimeline
+    let providers = Mutex<[String: Provider]>([:])
+}
+
+extension SimulatorWorld {
+    public enum ReloadReason: String, Sendable { case push, app, policy }
+
+    /// Registers a Swift timeline provider for widgets configured with `.provider(name)`.
+    public func registerTimelineProvider(_ name: String, _ provider: @escaping @Sendable (_ now: Date) async throws -> WidgetTimeline) {
+        timelineProviders.providers.withLock { $0[name] = provider }
+    }
+
+    /// Reloads the app's widgets (all, or those of the given kinds), within the reload budget
+    /// (isle-decisions.md, Simulated device · WidgetKit): free while the app is in the foreground
+    /// and asks itself; otherwise 70 per widget per 24 h, over which the reload is deferred.
+    @discardableResult
+    public func reloadWidgets(deviceID: String, bundleID: String, kinds: [String]?, reason: ReloadReason, apnsID: String? = nil) async -> PushOutcome {
+        let now = clock.now
+        // 1. Decide, under the lock, which widgets reload now.
+        let plan: [(Int, SimulatedWidget.Configuration.Source)]? = state.withLock { s in
+            guard var app = s.devices[deviceID]?.apps[bundleID] else { return nil }
+            var work: [(Int, SimulatedWidget.Configuration.Source)] = []
+            for i in app.widgets.indices where kinds == nil || kinds!.contains(app.widgets[i].configuration.kind) {
+                var w = app.widgets[i]
+                w.reloadLog.removeAll { now.timeIntervalSince($0) >= 86400 }
+                let free = reason == .app && app.isForeground
+                if !free, w.reloadLog.count >= configuration.widgetDailyReloadBudget {
+                    w.pendingReload = w.reloadLog[0].addingTimeInterval(86400)
+                } else {
+                    if !free { w.reloadLog.append(now) }
+                    w.pendingReload = nil
+                    work.append((i, w.configuration.source))
+                }
+                app.widgets[i] = w
+            }
+            s.devices[deviceID]!.apps[bundleID] = app
+            return work
+        }
+        guard let plan else { return PushOutcome(.notDelivered, "No app \(bundleID) on \(deviceID).") }
+        let total = state.withLock { s in s.devices[deviceID]?.apps[bundleID]?.widgets.filter { kinds == nil || kinds!.contains($0.configuration.kind) }.count ?? 0 }
+        if total == 0 {
+            return logWidget(deviceID, apnsID, PushOutcome(.noWidgets, "No widgets of \(bundleID) are configured\(kinds.map { " with kind \($0.joined(separator: ", "))" } ?? ""); nothing to reload."))
+        }
+        // 2. Fetch timelines outside the lock.
+        var results: [(Int, Result<WidgetTimeline, SimulatorError>)] = []
+        for (index, source) in plan {
+            results.append((index, await fetchTimeline(source, now: now)))
+        }
+        // 3. Store them.
+        state.withLock { s in
+            guard var app = s.devices[deviceID]?.apps[bundleID] else { return }
+            for (i, r) in results where i < app.widgets.count {
+                switch r {
+                case .success(let t):
+                    app.widgets[i].timeline = t
+                    app.widgets[i].lastError = nil
+                case .failure(let e):
+                    app.widgets[i].lastError = e.message
+                }
+                app.widgets[i].reloadCount += 1
+                app.widgets[i].lastReload = now
+            }
+            s.devices[deviceID]!.apps[bundleID] = app
+        }
+        let deferred = total - plan.count
+        let failures = results.filter { if case .failure = $0.1 { true } else { false } }.count
+        if plan.isEmpty {
+            return logWidget(deviceID, apnsID, PushOutcome(.widgetReloadDeferred, "Deferred: the widgets of \(bundleID) used their \(configuration.widgetDailyReloadBudget) reloads of the last 24 h; the reload waits for budget."))
+        }
+        var sentence = "Reloaded \(plan.count) widget timeline\(plan.count == 1 ? "" : "s") of \(bundleID) (\(reason.rawValue))"
+        if deferred > 0 { sentence += "; \(deferred) deferred by the budget" }
+        if failures > 0 { sentence += "; \(failures) failed to load" }
+        return logWidget(deviceID, apnsID, PushOutcome(.widgetsReloaded, sentence + "."))
+    }
+
+    private func logWidget(_ deviceID: String, _ apnsID: String?, _ o: PushOutcome) -> PushOutcome {
+        let now = clock.now
+        state.withLock { s in
+            s.devices[deviceID]?.events.append(DeviceEvent(time: now, source: apnsID == nil ? .app : .push, apnsID: apnsID, outcome: o, message: o.sentence))
+        }
+        return o
+    }
+
+    func fetchTimeline(_ source: SimulatedWidget.Configuration.Source, now: Date) async -> Result<WidgetTimeline, SimulatorError> {
+        switch source {
+        case .fixed(let t):
+            return .success(t)
+        case .provider(let name):
+            guard let p = timelineProviders.providers.withLock({ $0[name] }) else { return .failure(SimulatorError(.invalidArgument, "no timeline provider named \(name)")) }
+            do { return .success(try await p(now)) } catch { return .failure(SimulatorError(.invalidArgument, "the provider failed: \(error)")) }
+        case .url(let url):
+            do {
+                var request = HTTPClientRequest(url: url)
+                request.method = .GET
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                let body = try await response.body.collect(upTo: 1 << 20)
+                guard response.status.code == 200 else { return .failure(SimulatorError(.invalidArgument, "\(url) answered \(response.status.code)")) }
+                return .success(try WidgetTimeline(json: try JSONParser.parse(Array(buffer: body))))
+            } catch {
+                return .failure(SimulatorError(.invalidArgument, "loading \(url) failed: \(error)"))
+            }
+        }
+    }
+
+    /// Runs the reloads that timeline policies and the budget have made due by now.
+    public func runDueWidgetReloads() async {
+        let now = clock.now
+        let due: [(String, String, String)] = state.withLock { s in
+            var out: [(String, String, String)] = []
+            for deviceID in s.deviceOrder {
+                for app in s.devices[deviceID]!.apps.values {
+                    for w in app.widgets {
+                        let policyDue = w.timeline?.nextReload.map { $0 <= now && (w.lastReload ?? .distantPast) < $0 } ?? false
+                        let budgetDue = w.pendingReload.map { $0 <= now } ?? false
+                        if policyDue || budgetDue { out.append((deviceID, app.bundleID, w.configuration.kind)) }
+                    }
+                }
+            }
+            return out
+        }
+        for (deviceID, bundleID, kind) in due {
+            await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: [kind], reason: .policy)
+        }
+    }
+
+    /// Advances a manual clock and runs what became due (widget policy reloads). Activity
+    /// transitions are applied lazily whenever a device is read or receives a push.
+    public func advanceClock(by seconds: TimeInterval) async throws(SimulatorError) {
+        guard let manual = clock as? ManualWallClock else { throw SimulatorError(.conflict, "the simulator runs in real time; its clock cannot be advanced") }
+        guard seconds >= 0 else { throw SimulatorError(.invalidArgument, "seconds must be ≥ 0", field: "seconds") }
+        manual.advance(by: seconds)
+        await runDueWidgetReloads()
+    }
+}

@@ -1,0 +1,423 @@
+public import Foundation
+public import IsleCore
+import Synchronization
+
+/// A simulated iPhone.
+public struct SimulatedDevice: Sendable, Hashable, Codable {
+    public var id: String
+    public var name: String
+    public var apps: [String: SimulatedApp]
+    /// Activities in the order they started.
+    public var activities: [SimulatedActivity]
+    public var events: [DeviceEvent]
+}
+
+/// Who a token belongs to.
+struct TokenOwner: Sendable, Hashable {
+    enum Kind: Sendable, Hashable { case activity(String), pushToStart(String), widgets }
+    var deviceID: String
+    var bundleID: String
+    var kind: Kind
+    var environment: SimulatedEnvironment
+}
+
+/// What the Lock Screen and Dynamic Island show.
+public struct ScreenState: Sendable, Hashable, Codable {
+    public struct Item: Sendable, Hashable, Codable {
+        public var activityID: String
+        public var bundleID: String
+        public var attributesType: String
+        public var state: SimulatedActivityState
+        public var isStale: Bool
+        public var relevanceScore: Double
+        public var attributes: JSONValue
+        public var contentState: JSONValue
+        public var staleDate: Date?
+        public var lastAlert: ShownAlert?
+    }
+    public enum IslandMode: String, Sendable, Hashable, Codable { case none, compact, minimal, expanded }
+    public var time: Date
+    public var lockScreen: [Item]
+    public var dynamicIsland: IslandMode
+    /// Activity ids shown in the Dynamic Island: one for compact/expanded; attached then detached for minimal.
+    public var islandActivities: [String]
+    public var widgets: [WidgetView]
+}
+
+public struct SimulatorError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable, Hashable, Codable {
+        case notFound, invalidArgument, conflict
+        // ActivityAuthorizationError cases (apple-push.md §10.5)
+        case denied, targetMaximumExceeded, globalMaximumExceeded, attributesTooLarge, unsupported
+    }
+    public var code: Code
+    public var message: String
+    public var field: String?
+    public init(_ code: Code, _ message: String, field: String? = nil) {
+        self.code = code
+        self.message = message
+        self.field = field
+    }
+    public var description: String { message }
+}
+
+/// All simulated devices, their tokens and the channels of the fake APNs, behind one lock.
+public final class SimulatorWorld: Sendable {
+    public let clock: any WallClock
+    public let configuration: SimulatorConfiguration
+    /// The environment the fake APNs serves; tokens of the other one answer BadDeviceToken.
+    public let environment: SimulatedEnvironment
+    let state: Mutex<State>
+    let timelineProviders = ProviderRegistry()
+    var engine: ActivityEngine { ActivityEngine(configuration: configuration) }
+
+    struct State {
+        var devices: [String: SimulatedDevice] = [:]
+        var deviceOrder: [String] = []
+        var tokens: [String: TokenOwner] = [:]
+        /// bundle id → channel id → storage policy
+        var channels: [String: [String: Int]] = [:]
+        var channelsDisabled: Set<String> = []
+        var nextID = 0
+    }
+
+    public init(configuration: SimulatorConfiguration = .init(), environment: SimulatedEnvironment = .sandbox, clock: any WallClock) {
+        self.configuration = configuration
+        self.environment = environment
+        self.clock = clock
+        state = Mutex(State())
+    }
+
+    // MARK: Devices and apps
+
+    @discardableResult
+    public func createDevice(name: String) -> String {
+        state.withLock { s in
+            s.nextID += 1
+            let id = "device-\(s.nextID)"
+            s.devices[id] = SimulatedDevice(id: id, name: name.isEmpty ? id : name, apps: [:], activities: [], events: [])
+            s.deviceOrder.append(id)
+            return id
+        }
+    }
+
+    public var deviceIDs: [String] { state.withLock { $0.deviceOrder } }
+
+    public struct AppInstall: Sendable {
+        public var bundleID: String
+        public var environment: SimulatedEnvironment
+        public var schemas: [ActivitySchema]
+        public var declaresFrequentUpdates: Bool
+        public var localization: [String: String]
+        public var widgets: [SimulatedWidget.Configuration]
+        public init(bundleID: String, environment: SimulatedEnvironment = .sandbox, schemas: [ActivitySchema] = [], declaresFrequentUpdates: Bool = false,
+                    localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = []) {
+            self.bundleID = bundleID
+            self.environment = environment
+            self.schemas = schemas
+            self.declaresFrequentUpdates = declaresFrequentUpdates
+            self.localization = localization
+            self.widgets = widgets
+        }
+    }
+
+    /// Installs an app: push-to-start tokens are issued for each attributes type (iOS 17.2+),
+    /// and a widget push token when it has widgets.
+    @discardableResult
+    public func install(_ install: AppInstall, on deviceID: String) throws(SimulatorError) -> SimulatedApp {
+        guard !install.bundleID.isEmpty, !install.bundleID.contains("/"), !install.bundleID.contains(".push-type.") else {
+            throw SimulatorError(.invalidArgument, "bundleID must be a bare bundle id such as com.example.pizza", field: "bundleID")
+        }
+        return try state.withLock { (s) throws(SimulatorError) -> SimulatedApp in
+            guard s.devices[deviceID] != nil else { throw SimulatorError(.notFound, "no device \(deviceID)") }
+            if s.devices[deviceID]!.apps[install.bundleID] != nil { throw SimulatorError(.conflict, "\(install.bundleID) is already installed on \(deviceID)", field: "bundleID") }
+            var app = SimulatedApp(
+                bundleID: install.bundleID, environment: install.environment,
+                schemas: Dictionary(install.schemas.map { ($0.attributesType, $0) }, uniquingKeysWith: { _, b in b }),
+                declaresFrequentUpdates: install.declaresFrequentUpdates, liveActivitiesEnabled: true, frequentUpdatesEnabled: install.declaresFrequentUpdates,
+                localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
+                widgets: install.widgets.map { SimulatedWidget(configuration: $0) }, isForeground: false)
+            for type in app.schemas.keys.sorted() {
+                let token = Self.newToken(bytes: 40)
+                app.pushToStartTokens[type] = token
+                s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: install.bundleID, kind: .pushToStart(type), environment: install.environment)
+            }
+            if !app.widgets.isEmpty {
+                let token = Self.newToken(bytes: 32)
+                app.widgetPushToken = token
+                s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: install.bundleID, kind: .widgets, environment: install.environment)
+            }
+            s.devices[deviceID]!.apps[install.bundleID] = app
+            return app
+        }
+    }
+
+    public func device(_ id: String) throws(SimulatorError) -> SimulatedDevice {
+        let now = clock.now
+        return try state.withLock { (s) throws(SimulatorError) -> SimulatedDevice in
+            try advanceLocked(&s, deviceID: id, to: now)
+            return s.devices[id]!
+        }
+    }
+
+    public func app(_ bundleID: String, on deviceID: String) throws(SimulatorError) -> SimulatedApp {
+        let d = try device(deviceID)
+        guard let app = d.apps[bundleID] else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
+        return app
+    }
+
+    /// Rotates a push-to-start token; the old one stops working at once (410 Unregistered).
+    @discardableResult
+    public func rotatePushToStartToken(bundleID: String, attributesType: String, on deviceID: String) throws(SimulatorError) -> String {
+        try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
+            guard let old = app.pushToStartTokens[attributesType] else { throw SimulatorError(.notFound, "\(bundleID) has no attributes type \(attributesType)", field: "attributesType") }
+            s.tokens[old] = nil
+            let token = Self.newToken(bytes: 40)
+            app.pushToStartTokens[attributesType] = token
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: bundleID, kind: .pushToStart(attributesType), environment: app.environment)
+            return token
+        }
+    }
+
+    /// The user changes Settings. Turning frequent updates off or on ends every ongoing activity
+    /// of the app (isle-decisions.md); turning Live Activities off ends them too.
+    public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil) throws(SimulatorError) {
+        let now = clock.now
+        try state.withLock { (s) throws(SimulatorError) in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            guard var app = s.devices[deviceID]?.apps[bundleID] else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
+            var endReason: String?
+            if let f = frequentUpdatesEnabled, f != app.frequentUpdatesEnabled {
+                if !app.declaresFrequentUpdates, f { throw SimulatorError(.invalidArgument, "\(bundleID) does not declare NSSupportsLiveActivitiesFrequentUpdates", field: "frequentUpdatesEnabled") }
+                app.frequentUpdatesEnabled = f
+                endReason = "The user turned More Frequent Updates \(f ? "on" : "off"): the system ended the app's Live Activities."
+            }
+            if let e = liveActivitiesEnabled, e != app.liveActivitiesEnabled {
+                app.liveActivitiesEnabled = e
+                if !e { endReason = "The user turned Live Activities off for the app: the system ended its Live Activities." }
+            }
+            if let fg = foreground { app.isForeground = fg }
+            s.devices[deviceID]!.apps[bundleID] = app
+            if let endReason {
+                for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].state.isOngoing {
+                    var a = s.devices[deviceID]!.activities[i]
+                    a.state = .ended
+                    a.endedAt = now
+                    a.scheduledDismissal = now.addingTimeInterval(configuration.maximumEndedDuration)
+                    s.devices[deviceID]!.activities[i] = a
+                    s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user, activityID: a.id, message: endReason))
+                }
+            }
+        }
+    }
+
+    // MARK: Activities from the app
+
+    public enum RequestPushType: Sendable, Hashable {
+        case none
+        case token
+        case channel(String)
+    }
+
+    /// Like `Activity.request(attributes:content:pushType:)` in the foreground app.
+    public func requestActivity(bundleID: String, on deviceID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
+                                staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token) throws(SimulatorError) -> SimulatedActivity {
+        let now = clock.now
+        return try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            guard let app = s.devices[deviceID]!.apps[bundleID] else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
+            if case .failure(let outcome) = checkStart(s, deviceID: deviceID, app: app, attributesType: attributesType, attributes: attributes, contentState: contentState) {
+                throw SimulatorError(Self.authorizationCode(outcome.code, limit: outcome.sentence), outcome.sentence, field: outcome.field)
+            }
+            var channel: String?
+            if case .channel(let id) = pushType {
+                guard s.channels[bundleID]?[id] != nil else { throw SimulatorError(.invalidArgument, "channel \(id) does not exist; the activity fails to start", field: "pushType") }
+                channel = id
+            }
+            var a = newActivity(&s, deviceID: deviceID, app: app, attributesType: attributesType, attributes: attributes, contentState: contentState, now: now, by: .app)
+            a.staleDate = staleDate
+            a.relevanceScore = relevanceScore
+            a.channelID = channel
+            if pushType == .token { issueUpdateToken(&s, &a, deviceID: deviceID, environment: app.environment) }
+            s.devices[deviceID]!.activities.append(a)
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, message: "The app started a \(attributesType) activity\(a.updateToken != nil ? " and got its push token" : "")\(channel.map { " subscribed to channel \($0)" } ?? "")."))
+            return a
+        }
+    }
+
+    /// The app updates or ends its own activity (`activity.update` / `activity.end`).
+    public func appUpdate(activityID: String, on deviceID: String, contentState: JSONValue?, end: Bool = false, dismissImmediately: Bool = false) throws(SimulatorError) {
+        let now = clock.now
+        try state.withLock { (s) throws(SimulatorError) in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            guard let i = s.devices[deviceID]!.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
+            var a = s.devices[deviceID]!.activities[i]
+            guard a.state.isOngoing else { throw SimulatorError(.conflict, "the activity has ended; updates are ignored") }
+            let app = s.devices[deviceID]!.apps[a.bundleID]!
+            var aps: JSONObject = ["timestamp": .int(ActivityKitEncoding.unixSeconds(now)), "event": end ? "end" : "update"]
+            if let contentState { aps["content-state"] = contentState } else if !end { aps["content-state"] = a.contentState }
+            if end, dismissImmediately { aps["dismissal-date"] = .int(ActivityKitEncoding.unixSeconds(now)) }
+            if let problem = engine.decode(aps["content-state"], required: false, attributesType: a.attributesType, app: app) {
+                throw SimulatorError(.invalidArgument, problem.sentence, field: problem.field)
+            }
+            let outcome = engine.apply(aps, activity: &a, app: app, at: now)
+            s.devices[deviceID]!.activities[i] = a
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, outcome: outcome, message: "The app \(end ? "ended" : "updated") the activity: \(outcome.sentence)"))
+        }
+    }
+
+    /// The person swipes the activity away: it ends and is dismissed; its token answers 410.
+    public func userDismiss(activityID: String, on deviceID: String) throws(SimulatorError) {
+        let now = clock.now
+        try state.withLock { (s) throws(SimulatorError) in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            guard let i = s.devices[deviceID]!.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
+            guard s.devices[deviceID]!.activities[i].state != .dismissed else { throw SimulatorError(.conflict, "the activity is already dismissed") }
+            engine.dismiss(&s.devices[deviceID]!.activities[i], at: now)
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user, activityID: activityID, message: "The person removed the Live Activity from the Lock Screen."))
+        }
+    }
+
+    /// The user taps Allow for a push-started activity: its withheld update token is issued.
+    public func allowUpdates(activityID: String, on deviceID: String) throws(SimulatorError) -> String? {
+        try state.withLock { (s) throws(SimulatorError) -> String? in
+            guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
+            var a = s.devices[deviceID]!.activities[i]
+            guard let token = a.withheldToken else { return a.updateToken }
+            a.withheldToken = nil
+            a.updateToken = token
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: a.bundleID, kind: .activity(a.id), environment: s.devices[deviceID]!.apps[a.bundleID]!.environment)
+            s.devices[deviceID]!.activities[i] = a
+            return token
+        }
+    }
+
+    /// ActivityKit rotates an activity's push token: the old one answers 410 from then on.
+    public func rotateUpdateToken(activityID: String, on deviceID: String) throws(SimulatorError) -> String {
+        try state.withLock { (s) throws(SimulatorError) -> String in
+            guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
+            var a = s.devices[deviceID]!.activities[i]
+            guard a.updateToken != nil else { throw SimulatorError(.conflict, "the activity has no push token") }
+            guard a.state.isOngoing else { throw SimulatorError(.conflict, "the activity has ended") }
+            let env = s.devices[deviceID]!.apps[a.bundleID]!.environment
+            if let old = a.updateToken { retired(&s, old) }
+            issueUpdateToken(&s, &a, deviceID: deviceID, environment: env)
+            s.devices[deviceID]!.activities[i] = a
+            s.devices[deviceID]!.events.append(DeviceEvent(time: clock.now, source: .system, activityID: a.id, message: "ActivityKit issued a new push token; the old one is no longer valid."))
+            return a.updateToken!
+        }
+    }
+
+    // MARK: Screen
+
+    public func screen(deviceID: String) throws(SimulatorError) -> ScreenState {
+        let now = clock.now
+        return try state.withLock { (s) throws(SimulatorError) -> ScreenState in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            let d = s.devices[deviceID]!
+            let visible = d.activities.enumerated().filter { $0.element.state.isVisible && $0.element.state != .pending }
+            let ordered = visible.sorted { l, r in
+                l.element.relevanceScore != r.element.relevanceScore ? l.element.relevanceScore > r.element.relevanceScore : l.offset < r.offset
+            }.map(\.element)
+            let items = ordered.map {
+                ScreenState.Item(activityID: $0.id, bundleID: $0.bundleID, attributesType: $0.attributesType, state: $0.state, isStale: $0.state == .stale,
+                                 relevanceScore: $0.relevanceScore, attributes: $0.attributes, contentState: $0.contentState, staleDate: $0.staleDate, lastAlert: $0.lastAlert)
+            }
+            let island = ordered.filter { $0.state == .active || $0.state == .stale }
+            var mode: ScreenState.IslandMode = island.isEmpty ? .none : island.count == 1 ? .compact : .minimal
+            var shown = Array(island.prefix(2).map(\.id))
+            if let alerted = island.filter({ ($0.lastAlert.map { now.timeIntervalSince($0.at) < configuration.expandedPresentationDuration } ?? false) }).max(by: { $0.lastAlert!.at < $1.lastAlert!.at }) {
+                mode = .expanded
+                shown = [alerted.id]
+            }
+            let widgets = d.apps.values.sorted { $0.bundleID < $1.bundleID }.flatMap { app in app.widgets.map { $0.view(bundleID: app.bundleID, at: now) } }
+            return ScreenState(time: now, lockScreen: items, dynamicIsland: mode, islandActivities: shown, widgets: widgets)
+        }
+    }
+
+    // MARK: Helpers (lock held)
+
+    func advanceLocked(_ s: inout State, deviceID: String, to now: Date) throws(SimulatorError) {
+        guard var d = s.devices[deviceID] else { throw SimulatorError(.notFound, "no device \(deviceID)") }
+        for i in d.activities.indices {
+            guard let app = d.apps[d.activities[i].bundleID] else { continue }
+            let before = d.activities[i].state
+            engine.advance(&d.activities[i], app: app, to: now, events: &d.events)
+            if before != .dismissed, d.activities[i].state == .dismissed, let t = d.activities[i].updateToken { _ = t }
+        }
+        d.events.sort { $0.time < $1.time }
+        s.devices[deviceID] = d
+    }
+
+    func checkStart(_ s: State, deviceID: String, app: SimulatedApp, attributesType: String, attributes: JSONValue, contentState: JSONValue) -> Result<Void, PushOutcome> {
+        guard app.liveActivitiesEnabled else { return .failure(PushOutcome(.liveActivitiesDisabled, "Not started: the user turned Live Activities off for \(app.bundleID).")) }
+        guard let schema = app.schemas[attributesType] else {
+            let names = app.schemas.keys.sorted().joined(separator: ", ")
+            return .failure(PushOutcome(.unknownAttributesType, "Not started: \(app.bundleID) has no ActivityAttributes type named \"\(attributesType)\" (it has \(names.isEmpty ? "none" : names); names are case-sensitive).",
+                                        field: "attributes-type", expected: names, found: attributesType))
+        }
+        if let m = schema.attributes.decode(attributes, path: "attributes").mismatches.first {
+            return .failure(PushOutcome(.decodingFailed, "Not started: Unable to decode attributes: \(m.path) expected \(m.expected), found \(m.found).", field: m.path, expected: m.expected, found: m.found))
+        }
+        if let m = schema.contentState.decode(contentState, path: "content-state").mismatches.first {
+            return .failure(PushOutcome(.decodingFailed, "Not started: Unable to decode content state: \(m.path) expected \(m.expected), found \(m.found).", field: m.path, expected: m.expected, found: m.found))
+        }
+        let size = attributes.jsonBytes.count + contentState.jsonBytes.count
+        if size > configuration.maximumActivityDataSize {
+            return .failure(PushOutcome(.tooLarge, "Not started: attributes and content-state are \(size) bytes; ActivityKit allows \(configuration.maximumActivityDataSize) (attributesTooLarge)."))
+        }
+        let ongoing = s.devices[deviceID]!.activities.filter { $0.state.isOngoing }
+        if ongoing.filter({ $0.bundleID == app.bundleID }).count >= configuration.maximumActivitiesPerApp {
+            return .failure(PushOutcome(.limitReached, "Not started: \(app.bundleID) already has \(configuration.maximumActivitiesPerApp) ongoing activities (targetMaximumExceeded)."))
+        }
+        if ongoing.count >= configuration.maximumActivitiesPerDevice {
+            return .failure(PushOutcome(.limitReached, "Not started: the device already has \(configuration.maximumActivitiesPerDevice) ongoing activities (globalMaximumExceeded)."))
+        }
+        return .success(())
+    }
+
+    static func authorizationCode(_ code: PushOutcome.Code, limit sentence: String) -> SimulatorError.Code {
+        switch code {
+        case .liveActivitiesDisabled: .denied
+        case .tooLarge: .attributesTooLarge
+        case .limitReached: sentence.contains("globalMaximumExceeded") ? .globalMaximumExceeded : .targetMaximumExceeded
+        case .unknownAttributesType: .unsupported
+        default: .invalidArgument
+        }
+    }
+
+    func newActivity(_ s: inout State, deviceID: String, app: SimulatedApp, attributesType: String, attributes: JSONValue, contentState: JSONValue, now: Date, by source: DeviceEvent.Source) -> SimulatedActivity {
+        s.nextID += 1
+        return SimulatedActivity(
+            id: "activity-\(s.nextID)", bundleID: app.bundleID, attributesType: attributesType, attributes: attributes, contentState: contentState,
+            staleDate: nil, relevanceScore: 0, state: .active, startedAt: now, endedAt: nil, dismissedAt: nil, scheduledDismissal: nil,
+            lastTimestamp: nil, updateToken: nil, withheldToken: nil, channelID: nil, startedBy: source, lastAlert: nil)
+    }
+
+    func issueUpdateToken(_ s: inout State, _ a: inout SimulatedActivity, deviceID: String, environment: SimulatedEnvironment) {
+        let token = Self.newToken(bytes: 80)
+        a.updateToken = token
+        s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: a.bundleID, kind: .activity(a.id), environment: environment)
+    }
+
+    /// A rotated-away token: unknown from now on (answers BadDeviceToken… no: 410, see retiredTokens).
+    func retired(_ s: inout State, _ token: String) {
+        if var owner = s.tokens[token] {
+            owner.kind = .activity("retired")
+            s.tokens[token] = owner
+        }
+    }
+
+    func mutateApp<R>(_ bundleID: String, on deviceID: String, _ body: (inout State, inout SimulatedApp) throws(SimulatorError) -> R) throws(SimulatorError) -> R {
+        try state.withLock { (s) throws(SimulatorError) -> R in
+            guard var app = s.devices[deviceID]?.apps[bundleID] else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
+            let r = try body(&s, &app)
+            s.devices[deviceID]!.apps[bundleID] = app
+            return r
+        }
+    }
+
+    static func newToken(bytes: Int) -> String {
+        (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+}
