@@ -118,6 +118,16 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "IsleSimulatorTests",
+            dependencies: [
+                "IsleSimulator", "IsleCore", "IsleTesting",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "IsleCommandLineTests",
             dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server"],
             swiftSettings: swiftSettings

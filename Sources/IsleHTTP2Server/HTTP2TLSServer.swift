@@ -130,7 +130,17 @@ public final class HTTP2TLSServer: Service {
         return "https://\(h):\(port)"
     }
 
+    /// Serves until cancelled or the service group shuts down gracefully; open connections are
+    /// closed then. Stopping this way is not an error.
     public func run() async throws {
+        do {
+            try await runUntilCancelled()
+        } catch is CancellationError {
+            return
+        }
+    }
+
+    private func runUntilCancelled() async throws {
         try await cancelWhenGracefulShutdown {
             try await self.serverChannel.executeThenClose { connections in
                 try await withThrowingDiscardingTaskGroup { group in

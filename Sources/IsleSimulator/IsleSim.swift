@@ -98,15 +98,18 @@ public final class IsleSim: Service {
     /// Runs a simulator for the duration of `body`, then stops it.
     public static func withRunning<R: Sendable>(configuration: Configuration = .init(), clock: any WallClock, logger: Logger = Logger(label: "isle.sim"), _ body: (IsleSim) async throws -> R) async throws -> R {
         let sim = try await IsleSim(configuration: configuration, clock: clock, logger: logger)
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await sim.run() }
+        let group = ServiceGroup(configuration: .init(services: [sim], gracefulShutdownSignals: [], logger: logger))
+        return try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
             do {
                 _ = await sim.controlURL()
                 let r = try await body(sim)
-                group.cancelAll()
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
                 return r
             } catch {
-                group.cancelAll()
+                await group.triggerGracefulShutdown()
+                try? await tasks.waitForAll()
                 throw error
             }
         }
