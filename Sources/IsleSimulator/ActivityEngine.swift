@@ -54,7 +54,22 @@ struct ActivityEngine {
             a.lowPriorityQueue.append(PendingUpdate(payload: payload, applyAt: at, apnsID: apnsID, receivedAt: now))
             return PushOutcome(.deferredLowPriority, "Deferred: priority 5 is delivered opportunistically; the device applies it at \(Clock.text(at)).")
         }
-        return apply(aps, activity: &a, app: app, at: now)
+        let applied = apply(aps, activity: &a, app: app, at: now)
+        return flagged(applied, aps["content-state"], attributesType: a.attributesType, app: app)
+    }
+
+    /// Adds what decoded but probably shows wrong: Unix time in a Date field (31 years late).
+    func flagged(_ outcome: PushOutcome, _ state: JSONValue?, attributesType: String, app: SimulatedApp) -> PushOutcome {
+        guard let state, let schema = app.schemas[attributesType] else { return outcome }
+        let late = schema.contentState.decode(state, path: "content-state").notices.filter { $0.kind == .unixTimeInDateField }
+        guard let first = late.first, let v = first.value.numberValue?.doubleValue else { return outcome }
+        var o = outcome
+        let shown = Date(timeIntervalSinceReferenceDate: v)
+        o.sentence += " Flagged: \(first.path) = \(first.value.briefDescription) decodes as \(Clock.text(shown)), about 31 years late — it looks like Unix time; send \(Int64(v - ActivityKitEncoding.referenceDateOffset))."
+        o.field = first.path
+        o.expected = "seconds since 2001-01-01"
+        o.found = "Unix time \(first.value.briefDescription)"
+        return o
     }
 
     /// The ordering rule (isle-decisions.md): older than the last applied → ignored; equal → applied

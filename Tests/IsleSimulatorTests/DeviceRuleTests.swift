@@ -1,0 +1,338 @@
+import Foundation
+import IsleCore
+import IsleSimulator
+import IsleTesting
+import Testing
+
+/// A world with one device and the pizza app, on a virtual clock; pushes are delivered the way
+/// the fake APNs delivers them after its request checks.
+struct DeviceFixture {
+    let world: SimulatorWorld
+    let clock: ManualWallClock
+    let device: String
+
+    init(configuration: SimulatorConfiguration = .init(), frequent: Bool = false, localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = []) throws {
+        clock = ManualWallClock(Pizza.t0)
+        world = SimulatorWorld(configuration: configuration, clock: clock)
+        device = world.createDevice(name: "iPhone")
+        _ = try Pizza.install(world, on: device, frequent: frequent, localization: localization, widgets: widgets)
+    }
+
+    func start(score: Double = 0) throws(SimulatorError) -> SimulatedActivity {
+        try world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                  contentState: Pizza.state(), relevanceScore: score)
+    }
+
+    @discardableResult
+    func push(_ token: String, _ payload: JSONValue, priority: Int = 5, type: String = "liveactivity") async -> DeliveryResult {
+        await world.deliver(token: token, pushType: type, topic: Pizza.bundleID + ".push-type.\(type)", priority: priority, payload: payload, apnsID: UUID().uuidString.lowercased())
+    }
+
+    func activity(_ id: String) throws -> SimulatedActivity { try world.device(device).activities.first { $0.id == id }! }
+    var now: Date { clock.now }
+}
+
+@Suite("Simulated device: ActivityKit rules on a virtual clock (isle-decisions.md, Simulated device)")
+struct DeviceRuleTests {
+    @Test("an update is applied and shown")
+    func applied() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        let r = await f.push(a.updateToken!, Pizza.update(f.now, driver: "Anne Johnson"))
+        #expect(r.status == 200 && r.outcome?.code == .applied)
+        #expect(try f.activity(a.id).contentState["driverName"] == "Anne Johnson")
+        #expect(try f.world.screen(deviceID: f.device).lockScreen.first?.contentState["driverName"] == "Anne Johnson")
+    }
+
+    @Test("ordering: an older timestamp is ignored, an equal one applied (or ignored when strict)")
+    func ordering() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(10), driver: "B"))
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(5), driver: "A")).outcome?.code == .olderTimestamp)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(10), driver: "C")).outcome?.code == .applied)
+        #expect(try f.activity(a.id).contentState["driverName"] == "C")
+        var strict = SimulatorConfiguration()
+        strict.strictTimestamps = true
+        let g = try DeviceFixture(configuration: strict)
+        let b = try g.start()
+        await g.push(b.updateToken!, Pizza.update(g.now))
+        #expect(await g.push(b.updateToken!, Pizza.update(g.now)).outcome?.code == .olderTimestamp)
+    }
+
+    @Test("content that does not decode is dropped with the field, the expectation and what was found")
+    func decodingFailed() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        let bad: JSONValue = ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "update", "content-state": ["driverName": 7, "deliveryTimer": [1, 2]]]]
+        let r = await f.push(a.updateToken!, bad)
+        #expect(r.status == 200)
+        #expect(r.outcome?.code == .decodingFailed)
+        #expect(r.outcome?.field == "content-state.driverName")
+        #expect(r.outcome?.expected == "a string")
+        #expect(r.outcome?.found == "an integer 7")
+        #expect(try f.activity(a.id).contentState["driverName"] == "Bill James")
+    }
+
+    @Test("a Unix-time Date decodes 31 years late and is flagged")
+    func unixTimeDate() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        let payload: JSONValue = ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "update",
+                                          "content-state": ["driverName": "Anne", "deliveryTimer": [1_767_225_600, 1_767_227_100]]]]
+        let r = await f.push(a.updateToken!, payload)
+        #expect(r.outcome?.code == .applied)
+        #expect(r.outcome?.sentence.contains("2057-01-01") == true)
+        #expect(r.outcome?.sentence.contains("send 788918400") == true)
+        #expect(r.outcome?.field == "content-state.deliveryTimer[0]")
+    }
+
+    @Test("8 hours active, then the system ends it; 4 more hours on the Lock Screen; never past 12 h")
+    func lifetime() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        f.clock.advance(by: 8 * 3600 - 1)
+        #expect(try f.activity(a.id).state == .active)
+        f.clock.advance(by: 1)
+        let ended = try f.activity(a.id)
+        #expect(ended.state == .ended)
+        #expect(ended.endedAt == Pizza.t0.addingTimeInterval(8 * 3600))
+        #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .none)
+        #expect(try f.world.screen(deviceID: f.device).lockScreen.count == 1)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now)).outcome?.code == .activityEnded)
+        f.clock.advance(by: 4 * 3600)
+        #expect(try f.activity(a.id).state == .dismissed)
+        #expect(try f.activity(a.id).dismissedAt == Pizza.t0.addingTimeInterval(12 * 3600))
+        #expect(try f.world.screen(deviceID: f.device).lockScreen.isEmpty)
+        // Its token now answers 410 with the time it became invalid.
+        let r = await f.push(a.updateToken!, Pizza.update(f.now))
+        #expect(r.status == 410 && r.reason == "Unregistered" && r.invalidSince == Pizza.t0.addingTimeInterval(12 * 3600))
+    }
+
+    @Test("end: default dismissal after 4 h; a dismissal date within 4 h; a past date removes at once")
+    func endAndDismissal() async throws {
+        let cases: [(Double?, Double)] = [(nil, 14_400), (1800, 1800), (-60, 0), (21_600, 14_400)]
+        for (dismissal, expected) in cases {
+            let f = try DeviceFixture()
+            let a = try f.start()
+            var aps: JSONObject = ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "end", "content-state": Pizza.state("Delivered")]
+            if let dismissal { aps["dismissal-date"] = .int(Int64(f.now.addingTimeInterval(dismissal).timeIntervalSince1970)) }
+            #expect(await f.push(a.updateToken!, ["aps": .object(aps)]).outcome?.code == .ended)
+            if expected == 0 {
+                #expect(try f.activity(a.id).state == .dismissed)
+                continue
+            }
+            #expect(try f.activity(a.id).state == .ended)
+            #expect(try f.activity(a.id).contentState["driverName"] == "Delivered")
+            f.clock.advance(by: expected - 1)
+            #expect(try f.activity(a.id).state == .ended)
+            f.clock.advance(by: 1)
+            #expect(try f.activity(a.id).state == .dismissed, "dismissal \(String(describing: dismissal))")
+        }
+    }
+
+    @Test("stale at the stale-date; an update with a later stale-date (or none) makes it active again")
+    func stale() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        await f.push(a.updateToken!, Pizza.update(f.now, extra: ["stale-date": .int(Int64(f.now.addingTimeInterval(600).timeIntervalSince1970))]))
+        f.clock.advance(by: 599)
+        #expect(try f.activity(a.id).state == .active)
+        f.clock.advance(by: 1)
+        #expect(try f.activity(a.id).state == .stale)
+        #expect(try f.world.screen(deviceID: f.device).lockScreen.first?.isStale == true)
+        let r = await f.push(a.updateToken!, Pizza.update(f.now))
+        #expect(r.outcome?.sentence.contains("no longer stale") == true)
+        #expect(try f.activity(a.id).state == .active)
+    }
+
+    @Test("budget: the 16th priority-10 push in an hour is deferred; the newest deferred content is applied when budget frees")
+    func budget() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        for i in 0..<15 {
+            f.clock.advance(by: 60)
+            #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "d\(i)"), priority: 10).outcome?.code == .applied)
+        }
+        f.clock.advance(by: 60)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "sixteenth"), priority: 10).outcome?.code == .throttled)
+        f.clock.advance(by: 60)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "seventeenth"), priority: 10).outcome?.code == .throttled)
+        #expect(try f.activity(a.id).contentState["driverName"] == "d14")
+        // Priority 5 never counts.
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "low"), priority: 5).outcome?.code == .applied)
+        // The first counted push (at +1 min) ages out at +61 min: the newest deferred content is applied, not older.
+        f.clock.advance(by: 61 * 60 - 17 * 60)
+        let state = try f.activity(a.id)
+        #expect(state.contentState["driverName"] == "seventeenth")
+        #expect(try f.world.device(f.device).events.contains { $0.outcome?.sentence.contains("deferred by the budget") == true })
+    }
+
+    @Test("frequent updates raise the budget; turning the setting off ends the app's activities")
+    func frequent() async throws {
+        let f = try DeviceFixture(frequent: true)
+        let a = try f.start()
+        for i in 0..<30 {
+            #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(Double(i)), driver: "d\(i)"), priority: 10).outcome?.code == .applied)
+        }
+        try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, frequentUpdatesEnabled: false)
+        #expect(try f.activity(a.id).state == .ended)
+        #expect(try f.world.device(f.device).events.last?.message.contains("More Frequent Updates off") == true)
+    }
+
+    @Test("priority 5 is applied after the configured opportunistic delay")
+    func lowPriorityDelay() async throws {
+        var c = SimulatorConfiguration()
+        c.lowPriorityDelay = 30
+        let f = try DeviceFixture(configuration: c)
+        let a = try f.start()
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "later"), priority: 5).outcome?.code == .deferredLowPriority)
+        #expect(try f.activity(a.id).contentState["driverName"] == "Bill James")
+        f.clock.advance(by: 30)
+        #expect(try f.activity(a.id).contentState["driverName"] == "later")
+    }
+
+    @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
+    func limits() async throws {
+        let f = try DeviceFixture()
+        for _ in 0..<5 { _ = try f.start() }
+        #expect(throws: SimulatorError.self) { try f.start() }
+        do throws(SimulatorError) { _ = try f.start() } catch { #expect(error.code == .targetMaximumExceeded) }
+        var c = SimulatorConfiguration()
+        c.maximumActivitiesPerDevice = 2
+        let g = try DeviceFixture(configuration: c)
+        _ = try g.start()
+        _ = try g.start()
+        do throws(SimulatorError) { _ = try g.start(); Issue.record("started") } catch { #expect(error.code == .globalMaximumExceeded) }
+        let h = try DeviceFixture()
+        try h.world.updateSettings(bundleID: Pizza.bundleID, on: h.device, liveActivitiesEnabled: false)
+        do throws(SimulatorError) { _ = try h.start(); Issue.record("started") } catch { #expect(error.code == .denied) }
+    }
+
+    @Test("the user dismissing an activity: its token answers 410")
+    func userDismissal() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        try f.world.userDismiss(activityID: a.id, on: f.device)
+        let r = await f.push(a.updateToken!, Pizza.update(f.now))
+        #expect(r.status == 410 && r.reason == "Unregistered")
+    }
+
+    @Test("token rotation: the old token answers 410, the new one works")
+    func rotation() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        let new = try f.world.rotateUpdateToken(activityID: a.id, on: f.device)
+        #expect(new != a.updateToken)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now)).status == 410)
+        #expect(await f.push(new, Pizza.update(f.now)).outcome?.code == .applied)
+    }
+
+    static func startPayload(_ t: Date, alert: Bool = true, type: String = "PizzaDeliveryAttributes", channel: String? = nil) -> JSONValue {
+        var aps: JSONObject = ["timestamp": .int(Int64(t.timeIntervalSince1970)), "event": "start", "attributes-type": .string(type), "attributes": Pizza.attributes,
+                               "content-state": Pizza.state(), "input-push-token": 1]
+        if alert { aps["alert"] = ["title": ["loc-key": "ORDER_%@", "loc-args": ["12345"]], "body": "In the oven"] }
+        if let channel { aps["input-push-channel"] = .string(channel) }
+        return ["aps": .object(aps)]
+    }
+
+    @Test("push-to-start: starts with an update token; the alert is localized")
+    func pushToStart() async throws {
+        let f = try DeviceFixture(localization: ["ORDER_%@": "Order %@"])
+        let token = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        let r = await f.push(token, Self.startPayload(f.now))
+        #expect(r.outcome?.code == .started)
+        let a = try #require(try f.world.device(f.device).activities.first)
+        #expect(a.startedBy == .push)
+        #expect(a.updateToken != nil)
+        #expect(a.lastAlert?.title == "Order 12345")
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now)).outcome?.code == .applied)
+        // A rotated push-to-start token: the old one is gone.
+        let newToken = try f.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: f.device)
+        #expect(await f.push(token, Self.startPayload(f.now)).status == 400)
+        #expect(await f.push(newToken, Self.startPayload(f.now)).outcome?.code == .started)
+    }
+
+    @Test("push-to-start that APNs accepts and the device drops", arguments: [
+        ("no alert", PushOutcome.Code.startWithoutAlert),
+        ("wrong case in attributes-type", .unknownAttributesType),
+        ("unknown channel", .channelNotFound),
+    ])
+    func droppedStarts(_ name: String, _ code: PushOutcome.Code) async throws {
+        let f = try DeviceFixture()
+        let token = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        let payload: JSONValue = switch name {
+        case "no alert": Self.startPayload(f.now, alert: false)
+        case "unknown channel": Self.startPayload(f.now, channel: "bm9wZQ==")
+        default: Self.startPayload(f.now, type: "pizzaDeliveryAttributes")
+        }
+        let r = await f.push(token, payload)
+        #expect(r.status == 200)
+        #expect(r.outcome?.code == code)
+        #expect(try f.world.device(f.device).activities.isEmpty)
+    }
+
+    @Test("push-to-start with the update token withheld until the person allows")
+    func withheld() async throws {
+        var c = SimulatorConfiguration()
+        c.withholdUpdateTokenUntilAllowed = true
+        let f = try DeviceFixture(configuration: c)
+        let token = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        #expect(await f.push(token, Self.startPayload(f.now)).outcome?.code == .started)
+        let a = try #require(try f.world.device(f.device).activities.first)
+        #expect(a.updateToken == nil)
+        let issued = try #require(try f.world.allowUpdates(activityID: a.id, on: f.device))
+        #expect(await f.push(issued, Pizza.update(f.now)).outcome?.code == .applied)
+    }
+
+    @Test("broadcast: input-push-channel subscribes; a broadcast updates every subscriber")
+    func channels() async throws {
+        let f = try DeviceFixture()
+        guard case .created(let channel) = f.world.createChannel(bundleID: Pizza.bundleID, storagePolicy: 0) else { Issue.record("no channel"); return }
+        let token = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        #expect(await f.push(token, Self.startPayload(f.now, channel: channel)).outcome?.code == .started)
+        let fromApp = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                  contentState: Pizza.state(), pushType: .channel(channel))
+        #expect(fromApp.updateToken == nil)
+        let result = try #require(f.world.broadcast(bundleID: Pizza.bundleID, channelID: channel, priority: 10, payload: Pizza.update(f.now, driver: "Goal!"), requestID: "r1"))
+        #expect(result.outcomes.map(\.code) == [.applied, .applied])
+        #expect(try f.world.device(f.device).activities.allSatisfy { $0.contentState["driverName"] == "Goal!" })
+    }
+
+    @Test("Lock Screen orders by relevance then start; Dynamic Island compact → minimal → expanded on an alert")
+    func presentations() async throws {
+        let f = try DeviceFixture()
+        let first = try f.start(score: 10)
+        #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .compact)
+        f.clock.advance(by: 60)
+        let second = try f.start(score: 50)
+        f.clock.advance(by: 60)
+        let third = try f.start(score: 10)
+        let screen = try f.world.screen(deviceID: f.device)
+        #expect(screen.lockScreen.map(\.activityID) == [second.id, first.id, third.id])
+        #expect(screen.dynamicIsland == .minimal)
+        #expect(screen.islandActivities == [second.id, first.id])
+        await f.push(third.updateToken!, Pizza.update(f.now, extra: ["alert": ["title": "Heads up", "body": "Driver nearby"]]), priority: 10)
+        let alerted = try f.world.screen(deviceID: f.device)
+        #expect(alerted.dynamicIsland == .expanded && alerted.islandActivities == [third.id])
+        #expect(alerted.lockScreen.first { $0.activityID == third.id }?.lastAlert?.title == "Heads up")
+        f.clock.advance(by: 5)
+        #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .minimal)
+        // Ended activities leave the Dynamic Island at once.
+        await f.push(second.updateToken!, ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "end"]])
+        await f.push(third.updateToken!, ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "end"]])
+        let after = try f.world.screen(deviceID: f.device)
+        #expect(after.dynamicIsland == .compact && after.islandActivities == [first.id])
+        #expect(after.lockScreen.count == 3)
+    }
+
+    @Test("every push leaves an outcome in the device's event log")
+    func eventLog() async throws {
+        let f = try DeviceFixture()
+        let a = try f.start()
+        let id = UUID().uuidString.lowercased()
+        _ = await f.world.deliver(token: a.updateToken!, pushType: "liveactivity", topic: Pizza.bundleID + ".push-type.liveactivity", priority: 5, payload: Pizza.update(f.now), apnsID: id)
+        let event = try #require(try f.world.device(f.device).events.last)
+        #expect(event.apnsID == id && event.outcome?.code == .applied && event.activityID == a.id)
+    }
+}
