@@ -91,7 +91,8 @@ let package = Package(
         .target(
             name: "IsleCommandLine",
             dependencies: [
-                "IsleCore", "IsleAPNs",
+                "IsleCore", "IsleAPNs", "IsleSimulator",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -112,7 +113,7 @@ let package = Package(
         .testTarget(
             name: "IsleAPNsTests",
             dependencies: [
-                "IsleAPNs", "IsleCore", "IsleTesting", "IsleHTTP2Server",
+                "IsleAPNs", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
@@ -129,7 +130,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server"],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator"],
             swiftSettings: swiftSettings
         ),
     ],

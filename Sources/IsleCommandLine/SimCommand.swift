@@ -1,0 +1,157 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import IsleCore
+import IsleSimulator
+import Logging
+import ServiceLifecycle
+
+struct SimCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sim",
+        abstract: "Run IsleSimulator: a strict fake APNs (HTTP/2 + TLS) and simulated iPhones, with a JSON control API.",
+        discussion: "Prints the APNs URL, the CA certificate to trust, the control URL and a ready-made provider key. The device numbers (budgets, lifetimes, limits) are Isle's model of ActivityKit and WidgetKit, not values Apple publishes; every one can be changed here."
+    )
+
+    @Option(help: "Address to listen on (loopback only unless --allow-non-loopback).")
+    var host = "127.0.0.1"
+    @Option(name: .customLong("apns-port"), help: "Port of the fake APNs (0 = any free port).")
+    var apnsPort = 0
+    @Option(name: .customLong("control-port"), help: "Port of the control API (0 = any free port).")
+    var controlPort = 0
+    @Flag(name: .customLong("allow-non-loopback"), help: "Allow listening on a non-loopback address (the control API has no authentication).")
+    var allowNonLoopback = false
+    @Flag(help: "Serve the production environment instead of the sandbox.")
+    var production = false
+    @Option(help: ArgumentHelp("Folder for the CA certificate and the provider key (default: a new temporary folder).", valueName: "dir"))
+    var dir: String?
+    @Option(name: .customLong("cert"), help: ArgumentHelp("Serve this certificate chain (PEM) instead of generating one.", valueName: "file"))
+    var certificate: String?
+    @Option(name: .customLong("cert-key"), help: ArgumentHelp("The private key (PEM) for --cert.", valueName: "file"))
+    var certificateKey: String?
+    @Flag(name: .customLong("virtual-clock"), help: "Start a virtual clock at now that only moves through POST /clock/advance.")
+    var virtualClock = false
+
+    @Option(name: .customLong("key-id"), help: "Key id of the generated provider key.")
+    var keyID = "SIMKEY0001"
+    @Option(name: .customLong("team-id"), help: "Team id of the generated provider key.")
+    var teamID = "SIMTEAM001"
+
+    @Option(name: .customLong("device"), help: "Create a device with this name at start.")
+    var deviceName: String?
+    @Option(name: .customLong("app"), help: "Install this bundle id on that device.")
+    var app: String?
+    @Option(name: .customLong("schema"), parsing: .singleValue, help: ArgumentHelp("An attributes-type schema for --app (repeat for more).", valueName: "file"))
+    var schemas: [String] = []
+    @Flag(name: .customLong("frequent-updates"), help: "The --app declares NSSupportsLiveActivitiesFrequentUpdates.")
+    var frequentUpdates = false
+
+    @Option(name: .customLong("hourly-budget"), help: "Priority-10 pushes per activity per hour.")
+    var hourlyBudget = 15
+    @Option(name: .customLong("frequent-hourly-budget"), help: "…with frequent updates declared and on.")
+    var frequentHourlyBudget = 120
+    @Option(name: .customLong("low-priority-delay"), help: "Seconds before a priority-5 push is applied.")
+    var lowPriorityDelay: Double = 0
+    @Option(name: .customLong("max-activities-per-app")) var maxPerApp = 5
+    @Option(name: .customLong("max-activities-per-device")) var maxPerDevice = 10
+    @Option(name: .customLong("max-active-hours")) var maxActiveHours: Double = 8
+    @Option(name: .customLong("max-ended-hours")) var maxEndedHours: Double = 4
+    @Flag(name: .customLong("strict-timestamps"), help: "Ignore a push whose timestamp equals the last applied one.")
+    var strictTimestamps = false
+    @Flag(name: .customLong("withhold-update-token"), help: "Withhold a push-started activity's update token until POST …/allow.")
+    var withholdUpdateToken = false
+    @Option(name: .customLong("widget-daily-budget")) var widgetDailyBudget = 70
+
+    func validate() throws {
+        if (certificate == nil) != (certificateKey == nil) { throw CLIError("--cert and --cert-key go together") }
+        if (deviceName == nil) && (app != nil || !schemas.isEmpty) { throw CLIError("--app and --schema need --device") }
+        for (name, v) in [("--hourly-budget", hourlyBudget), ("--frequent-hourly-budget", frequentHourlyBudget), ("--max-activities-per-app", maxPerApp), ("--max-activities-per-device", maxPerDevice), ("--widget-daily-budget", widgetDailyBudget)] where v < 1 {
+            throw CLIError("\(name) must be at least 1")
+        }
+        if lowPriorityDelay < 0 || maxActiveHours <= 0 || maxEndedHours < 0 { throw CLIError("durations must be positive") }
+        if !(0...65535).contains(apnsPort) || !(0...65535).contains(controlPort) { throw CLIError("ports are 0…65535") }
+    }
+
+    func run() async throws {
+        let folder = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("isle-sim-\(UUID().uuidString.prefix(8))").path
+        do { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) } catch {
+            throw CLIError("--dir: cannot create \(folder)")
+        }
+        var c = IsleSim.Configuration()
+        c.host = host
+        c.controlHost = host
+        c.apnsPort = apnsPort
+        c.controlPort = controlPort
+        c.allowNonLoopback = allowNonLoopback
+        c.environment = production ? .production : .sandbox
+        c.caCertificatePath = folder + "/ca.pem"
+        if let certificate, let certificateKey {
+            c.certificateChainPEM = String(decoding: try Inputs.read(certificate, flag: "--cert"), as: UTF8.self)
+            c.privateKeyPEM = String(decoding: try Inputs.read(certificateKey, flag: "--cert-key"), as: UTF8.self)
+        }
+        c.device.hourlyBudget = hourlyBudget
+        c.device.frequentHourlyBudget = frequentHourlyBudget
+        c.device.lowPriorityDelay = lowPriorityDelay
+        c.device.maximumActivitiesPerApp = maxPerApp
+        c.device.maximumActivitiesPerDevice = maxPerDevice
+        c.device.maximumActiveDuration = maxActiveHours * 3600
+        c.device.maximumEndedDuration = maxEndedHours * 3600
+        c.device.strictTimestamps = strictTimestamps
+        c.device.withholdUpdateTokenUntilAllowed = withholdUpdateToken
+        c.device.widgetDailyReloadBudget = widgetDailyBudget
+
+        var logger = Logger(label: "isle.sim")
+        logger.logLevel = .warning
+        let clock: any WallClock = virtualClock ? ManualWallClock(Date()) : SystemWallClock()
+        let sim: IsleSim
+        do { sim = try await IsleSim(configuration: c, clock: clock, logger: logger) } catch let e as SimulatorError {
+            throw CLIError(e.message)
+        } catch {
+            throw CLIError("cannot start the simulator: \(error)")
+        }
+
+        // A provider key, registered with the fake APNs and written as a .p8.
+        let key = P256.Signing.PrivateKey()
+        let keyPath = folder + "/AuthKey_\(keyID).p8"
+        do {
+            try sim.apns.register(RegisteredKey(keyID: keyID, teamID: teamID, publicKeyPEM: key.publicKey.pemRepresentation))
+            try key.pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
+        } catch let e as SimulatorError {
+            throw CLIError("--key-id/--team-id: \(e.message)")
+        }
+
+        var deviceLine = ""
+        if let deviceName {
+            let device = sim.world.createDevice(name: deviceName)
+            deviceLine = "  device:   \(device) (\(deviceName))"
+            if let app {
+                var parsed: [ActivitySchema] = []
+                for path in schemas { parsed.append(try Inputs.schema(path)!) }
+                do {
+                    let installed = try sim.world.install(.init(bundleID: app, environment: c.environment, schemas: parsed, declaresFrequentUpdates: frequentUpdates), on: device)
+                    deviceLine += "\n  app:      \(app)"
+                    for (type, token) in installed.pushToStartTokens.sorted(by: { $0.key < $1.key }) { deviceLine += "\n  push-to-start token (\(type)): \(token)" }
+                } catch { throw CLIError("--app: \(error.message)") }
+            }
+        }
+
+        let group = ServiceGroup(configuration: .init(services: [sim], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            let control = await sim.controlURL()
+            say("""
+                Isle simulator (\(c.environment.rawValue)\(virtualClock ? ", virtual clock" : ""))
+                  APNs:     \(sim.apnsURL)   (HTTP/2 + TLS)
+                  CA:       \(folder)/ca.pem
+                  control:  \(control)
+                  key:      \(keyPath)   key id \(keyID)   team id \(teamID)
+                \(deviceLine.isEmpty ? "" : deviceLine + "\n")
+                Point any client at it:
+                  export ISLE_APNS_URL=\(sim.apnsURL) ISLE_APNS_CA_CERT=\(folder)/ca.pem
+                  export ISLE_APNS_KEY=\(keyPath) ISLE_APNS_KEY_ID=\(keyID) ISLE_APNS_TEAM_ID=\(teamID)
+                Ctrl-C stops it.
+                """)
+            try await tasks.next()
+        }
+    }
+}
