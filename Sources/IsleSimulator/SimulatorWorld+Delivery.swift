@@ -15,6 +15,7 @@ extension SimulatorWorld {
     /// Routes a push that passed the fake APNs' request checks to the token's device.
     /// Token checks answer like APNs (isle-decisions.md, Simulated device · Tokens).
     public func deliver(token: String, pushType: String, topic: String, priority: Int, payload: JSONValue, apnsID: String) async -> DeliveryResult {
+        defer { changes.notify() }
         let now = clock.now
         let (result, widgetWork) = state.withLock { s -> (DeliveryResult, (String, String)?) in
             guard let owner = s.tokens[token] else {
@@ -161,6 +162,7 @@ extension SimulatorWorld {
     /// Fans a broadcast out to every activity subscribed to the channel. Returns nil if the
     /// channel does not exist, else (storage policy, outcomes).
     public func broadcast(bundleID: String, channelID: String, priority: Int, payload: JSONValue, requestID: String) -> (policy: Int, outcomes: [PushOutcome])? {
+        defer { changes.notify() }
         let now = clock.now
         return state.withLock { s -> (Int, [PushOutcome])? in
             guard let policy = s.channels[bundleID]?[channelID] else { return nil }

@@ -23,6 +23,7 @@ extension SimulatorWorld {
     /// and asks itself; otherwise 70 per widget per 24 h, over which the reload is deferred.
     @discardableResult
     public func reloadWidgets(deviceID: String, bundleID: String, kinds: [String]?, reason: ReloadReason, apnsID: String? = nil) async -> PushOutcome {
+        defer { changes.notify() }
         let now = clock.now
         // 1. Decide, under the lock, which widgets reload now.
         let plan: [(Int, SimulatedWidget.Configuration.Source)]? = state.withLock { s in
@@ -134,6 +135,7 @@ extension SimulatorWorld {
     /// Advances a manual clock and runs what became due (widget policy reloads). Activity
     /// transitions are applied lazily whenever a device is read or receives a push.
     public func advanceClock(by seconds: TimeInterval) async throws(SimulatorError) {
+        defer { changes.notify() }
         guard let manual = clock as? ManualWallClock else { throw SimulatorError(.conflict, "the simulator runs in real time; its clock cannot be advanced") }
         guard seconds >= 0 else { throw SimulatorError(.invalidArgument, "seconds must be ≥ 0", field: "seconds") }
         manual.advance(by: seconds)

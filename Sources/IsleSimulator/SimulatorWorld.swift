@@ -69,6 +69,8 @@ public final class SimulatorWorld: Sendable {
     public let environment: SimulatedEnvironment
     let state: Mutex<State>
     let timelineProviders = ProviderRegistry()
+    /// Notified after every change; the ActivityKit-shaped API follows it.
+    public let changes = ChangeFeed()
     var engine: ActivityEngine { ActivityEngine(configuration: configuration) }
 
     struct State {
@@ -125,6 +127,7 @@ public final class SimulatorWorld: Sendable {
     /// and a widget push token when it has widgets.
     @discardableResult
     public func install(_ install: AppInstall, on deviceID: String) throws(SimulatorError) -> SimulatedApp {
+        defer { changes.notify() }
         guard !install.bundleID.isEmpty, !install.bundleID.contains("/"), !install.bundleID.contains(".push-type.") else {
             throw SimulatorError(.invalidArgument, "bundleID must be a bare bundle id such as com.example.pizza", field: "bundleID")
         }
@@ -169,7 +172,8 @@ public final class SimulatorWorld: Sendable {
     /// Rotates a push-to-start token; the old one stops working at once (410 Unregistered).
     @discardableResult
     public func rotatePushToStartToken(bundleID: String, attributesType: String, on deviceID: String) throws(SimulatorError) -> String {
-        try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
+        defer { changes.notify() }
+        return try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
             guard let old = app.pushToStartTokens[attributesType] else { throw SimulatorError(.notFound, "\(bundleID) has no attributes type \(attributesType)", field: "attributesType") }
             s.tokens[old] = nil
             let token = Self.newToken(bytes: 40)
@@ -182,6 +186,7 @@ public final class SimulatorWorld: Sendable {
     /// The user changes Settings. Turning frequent updates off or on ends every ongoing activity
     /// of the app (isle-decisions.md); turning Live Activities off ends them too.
     public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil) throws(SimulatorError) {
+        defer { changes.notify() }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -222,6 +227,7 @@ public final class SimulatorWorld: Sendable {
     /// Like `Activity.request(attributes:content:pushType:)` in the foreground app.
     public func requestActivity(bundleID: String, on deviceID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
                                 staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token) throws(SimulatorError) -> SimulatedActivity {
+        defer { changes.notify() }
         let now = clock.now
         return try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -247,6 +253,7 @@ public final class SimulatorWorld: Sendable {
 
     /// The app updates or ends its own activity (`activity.update` / `activity.end`).
     public func appUpdate(activityID: String, on deviceID: String, contentState: JSONValue?, end: Bool = false, dismissImmediately: Bool = false) throws(SimulatorError) {
+        defer { changes.notify() }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -268,6 +275,7 @@ public final class SimulatorWorld: Sendable {
 
     /// The person swipes the activity away: it ends and is dismissed; its token answers 410.
     public func userDismiss(activityID: String, on deviceID: String) throws(SimulatorError) {
+        defer { changes.notify() }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -280,7 +288,8 @@ public final class SimulatorWorld: Sendable {
 
     /// The user taps Allow for a push-started activity: its withheld update token is issued.
     public func allowUpdates(activityID: String, on deviceID: String) throws(SimulatorError) -> String? {
-        try state.withLock { (s) throws(SimulatorError) -> String? in
+        defer { changes.notify() }
+        return try state.withLock { (s) throws(SimulatorError) -> String? in
             guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             var a = s.devices[deviceID]!.activities[i]
             guard let token = a.withheldToken else { return a.updateToken }
@@ -294,7 +303,8 @@ public final class SimulatorWorld: Sendable {
 
     /// ActivityKit rotates an activity's push token: the old one answers 410 from then on.
     public func rotateUpdateToken(activityID: String, on deviceID: String) throws(SimulatorError) -> String {
-        try state.withLock { (s) throws(SimulatorError) -> String in
+        defer { changes.notify() }
+        return try state.withLock { (s) throws(SimulatorError) -> String in
             guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             var a = s.devices[deviceID]!.activities[i]
             guard a.updateToken != nil else { throw SimulatorError(.conflict, "the activity has no push token") }
@@ -419,5 +429,23 @@ public final class SimulatorWorld: Sendable {
 
     static func newToken(bytes: Int) -> String {
         (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+}
+
+/// Tells subscribers that something in the world may have changed.
+public final class ChangeFeed: Sendable {
+    private let subscribers = Mutex<[UUID: AsyncStream<Void>.Continuation]>([:])
+    public init() {}
+
+    public func subscribe() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let id = UUID()
+        subscribers.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in self?.subscribers.withLock { _ = $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    public func notify() {
+        for c in subscribers.withLock({ Array($0.values) }) { c.yield(()) }
     }
 }
