@@ -166,7 +166,8 @@ public final class HTTP2TLSServer: Service {
 
     private func serve(stream: StreamChannel, connection: Connection) async {
         do {
-            try await stream.executeThenClose { inbound, outbound in
+            let lastStream = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()) ?? .rootStream
+            let goAway: String? = try await stream.executeThenClose { inbound, outbound -> String? in
                 var head: HPACKHeaders?
                 var body = ByteBuffer()
                 var complete = false
@@ -179,7 +180,7 @@ public final class HTTP2TLSServer: Service {
                         if case .byteBuffer(var b) = d.data {
                             guard body.readableBytes + b.readableBytes <= maxBodySize else {
                                 try await outbound.write(.rstStream(.refusedStream))
-                                return
+                                return nil
                             }
                             body.writeBuffer(&b)
                         }
@@ -188,7 +189,7 @@ public final class HTTP2TLSServer: Service {
                         continue
                     }
                 }
-                guard complete, let head else { return }
+                guard complete, let head else { return nil }
                 var request = HTTP2ServerRequest(method: "", path: "", authority: nil, headers: [], body: Array(buffer: body), connectionID: connection.id)
                 for (name, value, _) in head {
                     switch name {
@@ -209,14 +210,14 @@ public final class HTTP2TLSServer: Service {
                     try await outbound.write(.headers(.init(headers: headers, endStream: false)))
                     try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: response.body)), endStream: true)))
                 }
-                if let reason = response.goAwayReason {
-                    let parent = connection.channel
-                    let opaque = ByteBuffer(string: "{\"reason\":\"\(reason)\"}")
-                    let lastStream = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()) ?? .rootStream
-                    let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: opaque))
-                    try? await parent.writeAndFlush(frame)
-                    try? await parent.close()
-                }
+                return response.goAwayReason
+            }
+            // Only once this stream's frames are out: GOAWAY naming it as the last stream, then close.
+            if let reason = goAway {
+                let opaque = ByteBuffer(string: "{\"reason\":\"\(reason)\"}")
+                let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: opaque))
+                try? await connection.channel.writeAndFlush(frame)
+                try? await connection.channel.close()
             }
         } catch {
             logger.trace("stream ended", metadata: ["http2.connection": "\(connection.id)", "error": "\(error)"])
