@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs the README's "Test without an iPhone" commands as written, and checks what they show.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+swift build --product isle >/dev/null
+isle() { .build/debug/isle "$@"; }
+rm -rf /tmp/isle-sim
+
+# --- README: start the simulator -------------------------------------------------------------
+isle sim --virtual-clock --dir /tmp/isle-sim --apns-port 18443 --control-port 18080 \
+  --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > /tmp/isle-sim.log 2>&1 &
+SIM=$!
+trap 'kill $SIM 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 0.1; done
+curl -sf http://127.0.0.1:18080/health >/dev/null || { cat /tmp/isle-sim.log; echo "the simulator did not start"; exit 1; }
+
+# --- README: the app starts a Live Activity and gets its push token ---------------------------
+curl -s -X POST http://127.0.0.1:18080/devices/device-1/apps/com.example.pizza/activities \
+  -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]}}' > /dev/null
+TOKEN=$(curl -s http://127.0.0.1:18080/devices/device-1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["activities"][0]["updateToken"])')
+
+# --- README: push to it with isle push --------------------------------------------------------
+export ISLE_APNS_URL=https://127.0.0.1:18443 ISLE_APNS_CA_CERT=/tmp/isle-sim/ca.pem
+export ISLE_APNS_KEY=/tmp/isle-sim/AuthKey_SIMKEY0001.p8 ISLE_APNS_KEY_ID=SIMKEY0001 ISLE_APNS_TEAM_ID=SIMTEAM001 ISLE_BUNDLE_ID=com.example.pizza
+isle push update --token "$TOKEN" --priority 10 \
+  --content-state '{"driverName":"Anne Johnson","deliveryTimer":[788918400,788919900]}' \
+  --alert-title "Delivery Update" --alert-body "Your pizza order will arrive in 25 minutes"
+
+# --- README: or with any client: curl over HTTP/2 with a JWT from isle jwt ---------------------
+curl --http2 --cacert /tmp/isle-sim/ca.pem \
+  -H "authorization: bearer $(isle jwt)" -H "apns-push-type: liveactivity" \
+  -H "apns-topic: com.example.pizza.push-type.liveactivity" -H "apns-priority: 5" \
+  -d "{\"aps\":{\"timestamp\":$(date +%s),\"event\":\"update\",\"content-state\":{\"driverName\":\"Curl\",\"deliveryTimer\":[788918400,788919900]}}}" \
+  "https://127.0.0.1:18443/3/device/$TOKEN" -s -o /dev/null -w "%{http_code} HTTP/%{http_version}\n" | tee /tmp/isle-sim-curl.txt
+grep -q "^200 HTTP/2" /tmp/isle-sim-curl.txt
+
+# --- README: what the phone shows, and why ----------------------------------------------------
+curl -s http://127.0.0.1:18080/devices/device-1/screen > /tmp/isle-sim-screen.json
+curl -s http://127.0.0.1:18080/devices/device-1/events > /tmp/isle-sim-events.json
+curl -s -X POST http://127.0.0.1:18080/clock/advance -d '{"seconds":28800}' > /dev/null
+curl -s http://127.0.0.1:18080/devices/device-1 > /tmp/isle-sim-after.json
+
+python3 - <<'PY'
+import json
+screen = json.load(open("/tmp/isle-sim-screen.json"))
+assert screen["lockScreen"][0]["contentState"]["driverName"] == "Curl", screen
+assert screen["lockScreen"][0]["lastAlert"]["title"] == "Delivery Update", screen
+events = [e["message"] for e in json.load(open("/tmp/isle-sim-events.json"))]
+assert any("Applied with an alert" in m for m in events), events
+after = json.load(open("/tmp/isle-sim-after.json"))
+assert after["activities"][0]["state"] == "ended", after["activities"][0]["state"]
+print("simulator walkthrough: ok")
+PY
