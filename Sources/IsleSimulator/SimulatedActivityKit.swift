@@ -116,24 +116,30 @@ public struct SimulatedActivityKit<Attributes: Codable & Sendable, ContentState:
     }
 }
 
-/// Reads a value after each change and hands out the distinct ones.
-actor Follower<T: Equatable & Sendable> {
-    var iterator: AsyncStream<Void>.Iterator
-    let read: @Sendable () -> T?
-    var last: T?
-    var started = false
+/// Waits for the world's next change, one consumer at a time.
+actor ChangeCursor {
+    private var iterator: AsyncStream<Void>.Iterator
+    init(_ changes: AsyncStream<Void>) { iterator = changes.makeAsyncIterator() }
 
-    init(changes: AsyncStream<Void>, read: @escaping @Sendable () -> T?) {
-        iterator = changes.makeAsyncIterator()
-        self.read = read
-    }
-
-    /// Waits for the next change; false when the feed ends.
+    /// False when the feed has ended.
     func advance() async -> Bool {
         var it = iterator
         let r = await it.next(isolation: self)
         iterator = it
         return r != nil
+    }
+}
+
+/// Reads a value after each change and hands out the distinct ones, the current one first.
+actor Follower<T: Equatable & Sendable> {
+    let cursor: ChangeCursor
+    let read: @Sendable () -> T?
+    var last: T?
+    var started = false
+
+    init(changes: AsyncStream<Void>, read: @escaping @Sendable () -> T?) {
+        cursor = ChangeCursor(changes)
+        self.read = read
     }
 
     func next() async -> T? {
@@ -144,7 +150,7 @@ actor Follower<T: Equatable & Sendable> {
                 return v
             }
         }
-        while await advance() {
+        while await cursor.advance() {
             if let v = read(), v != last {
                 last = v
                 return v
@@ -156,29 +162,22 @@ actor Follower<T: Equatable & Sendable> {
 
 /// Hands out each activity of the kit once, as it appears.
 actor ActivityFollower<Item: Sendable & Identifiable> where Item.ID == String {
-    var iterator: AsyncStream<Void>.Iterator
+    let cursor: ChangeCursor
     let read: @Sendable () -> [Item]
     var seen: Set<String> = []
     var pending: [Item] = []
     var started = false
 
     init(changes: AsyncStream<Void>, read: @escaping @Sendable () -> [Item]) {
-        iterator = changes.makeAsyncIterator()
+        cursor = ChangeCursor(changes)
         self.read = read
-    }
-
-    func advance() async -> Bool {
-        var it = iterator
-        let r = await it.next(isolation: self)
-        iterator = it
-        return r != nil
     }
 
     func next() async -> Item? {
         while true {
             if !pending.isEmpty { return pending.removeFirst() }
             if started {
-                guard await advance() else { return nil }
+                guard await cursor.advance() else { return nil }
             }
             started = true
             for item in read() where seen.insert(item.id).inserted { pending.append(item) }
