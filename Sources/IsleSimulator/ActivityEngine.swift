@@ -130,10 +130,11 @@ struct ActivityEngine {
             a.scheduledDismissal = t.addingTimeInterval(configuration.maximumEndedDuration)
             return PushOutcome(.ended, "Ended\(alerted); stays on the Lock Screen up to \(Int(configuration.maximumEndedDuration / 3600)) h (default dismissal).")
         }
-        if let stale = a.staleDate, stale <= t {
+        if let stale = a.staleDate, stale <= t, a.state != .pending {
             a.state = .stale
             return PushOutcome(.applied, "Applied\(alerted); its stale-date has passed, so it shows as stale.")
         }
+        if a.state == .pending { return PushOutcome(.applied, "Applied\(alerted) to the scheduled activity; it starts at \(Clock.text(a.startedAt)).") }
         let wasStale = a.state == .stale
         a.state = .active
         return PushOutcome(.applied, "Applied\(alerted)\(wasStale ? "; no longer stale" : "").")
@@ -158,6 +159,7 @@ struct ActivityEngine {
                 guard let d, d <= now else { return }
                 if next == nil || d < next!.0 { next = (d, kind) }
             }
+            if a.state == .pending { consider(a.startedAt, 5) }
             if a.state.isOngoing {
                 consider(a.deferred?.applyAt, 0)
                 consider(a.lowPriorityQueue.map(\.applyAt).min(), 1)
@@ -187,6 +189,9 @@ struct ActivityEngine {
                 a.lowPriorityQueue.removeAll()
                 a.scheduledDismissal = t.addingTimeInterval(configuration.maximumEndedDuration)
                 events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The system ended the activity after \(Int(configuration.maximumActiveDuration / 3600)) hours active; it left the Dynamic Island and stays on the Lock Screen up to \(Int(configuration.maximumEndedDuration / 3600)) more hours."))
+            case 5:
+                a.state = .active
+                events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The scheduled activity started."))
             default:
                 dismiss(&a, at: t)
                 events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The ended activity left the Lock Screen."))

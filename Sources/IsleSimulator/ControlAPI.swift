@@ -180,6 +180,7 @@ struct ControlAPI {
             guard let state = o["contentState"], state.objectValue != nil else { throw APIError(.badRequest, "invalidArgument", "contentState is required: an object", field: "contentState") }
             let stale = try ControlAPI.number(o, "staleDate").map { Date(timeIntervalSince1970: $0) }
             let score = try ControlAPI.number(o, "relevanceScore") ?? 0
+            let start = try ControlAPI.number(o, "startDate").map { Date(timeIntervalSince1970: $0) }
             let pushType: SimulatorWorld.RequestPushType
             switch o["pushType"] {
             case nil, .string("token")?: pushType = .token
@@ -188,7 +189,7 @@ struct ControlAPI {
             default: throw APIError(.badRequest, "invalidArgument", "pushType must be \"token\", \"none\" or {\"channel\": id}", field: "pushType")
             }
             let a = try run { () throws(SimulatorError) in
-                try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType)
+                try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType, start: start)
             }
             return try ControlAPI.json(a, status: .created)
         }

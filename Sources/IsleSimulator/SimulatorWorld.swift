@@ -225,8 +225,10 @@ public final class SimulatorWorld: Sendable {
     }
 
     /// Like `Activity.request(attributes:content:pushType:)` in the foreground app.
+    /// With `start` in the future the activity is scheduled (iOS 26): `pending` until then, and it
+    /// counts toward the limits.
     public func requestActivity(bundleID: String, on deviceID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
-                                staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token) throws(SimulatorError) -> SimulatedActivity {
+                                staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token, start: Date? = nil) throws(SimulatorError) -> SimulatedActivity {
         defer { changes.notify() }
         let now = clock.now
         return try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
@@ -244,9 +246,13 @@ public final class SimulatorWorld: Sendable {
             a.staleDate = staleDate
             a.relevanceScore = relevanceScore
             a.channelID = channel
+            if let start, start > now {
+                a.state = .pending
+                a.startedAt = start
+            }
             if pushType == .token { issueUpdateToken(&s, &a, deviceID: deviceID, environment: app.environment) }
             s.devices[deviceID]!.activities.append(a)
-            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, message: "The app started a \(attributesType) activity\(a.updateToken != nil ? " and got its push token" : "")\(channel.map { " subscribed to channel \($0)" } ?? "")."))
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, message: "The app \(a.state == .pending ? "scheduled" : "started") a \(attributesType) activity\(a.updateToken != nil ? " and got its push token" : "")\(channel.map { " subscribed to channel \($0)" } ?? "")."))
             return a
         }
     }

@@ -336,3 +336,32 @@ struct DeviceRuleTests {
         #expect(event.apnsID == id && event.outcome?.code == .applied && event.activityID == a.id)
     }
 }
+
+@Suite("Simulated device: scheduling and binding")
+struct SchedulingTests {
+    @Test("a scheduled activity is pending, counts toward the limit, and starts at its date")
+    func pending() async throws {
+        var c = SimulatorConfiguration()
+        c.maximumActivitiesPerApp = 1
+        let f = try DeviceFixture(configuration: c)
+        let a = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                            contentState: Pizza.state(), start: f.now.addingTimeInterval(3600))
+        #expect(a.state == .pending)
+        #expect(try f.world.screen(deviceID: f.device).lockScreen.isEmpty)
+        #expect(throws: SimulatorError.self) { try f.start() }
+        f.clock.advance(by: 3600)
+        #expect(try f.activity(a.id).state == .active)
+        #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .compact)
+        // The 8 hours count from the start date.
+        f.clock.advance(by: 8 * 3600 - 1)
+        #expect(try f.activity(a.id).state == .active)
+    }
+
+    @Test("the simulator refuses non-loopback addresses unless asked")
+    func loopbackOnly() async throws {
+        var c = IsleSim.Configuration()
+        c.host = "0.0.0.0"
+        await #expect(throws: SimulatorError.self) { _ = try await IsleSim(configuration: c, clock: ManualWallClock(), logger: .init(label: "t")) }
+        #expect(IsleSim.isLoopback("127.0.0.1") && IsleSim.isLoopback("::1") && !IsleSim.isLoopback("10.0.0.1"))
+    }
+}
