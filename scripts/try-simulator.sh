@@ -7,11 +7,18 @@ isle() { .build/debug/isle "$@"; }
 rm -rf /tmp/isle-sim
 
 # --- README: start the simulator -------------------------------------------------------------
-isle sim --virtual-clock --dir /tmp/isle-sim --apns-port 18443 --control-port 18080 \
+if curl -sf http://127.0.0.1:18080/health >/dev/null 2>&1; then
+  echo "something already listens on 127.0.0.1:18080 (an earlier isle sim?); stop it first"; exit 1
+fi
+.build/debug/isle sim --virtual-clock --dir /tmp/isle-sim --apns-port 18443 --control-port 18080 \
   --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > /tmp/isle-sim.log 2>&1 &
 SIM=$!
-trap 'kill $SIM 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 0.1; done
+trap 'kill $SIM 2>/dev/null; wait $SIM 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  kill -0 $SIM 2>/dev/null || { cat /tmp/isle-sim.log; echo "the simulator exited"; exit 1; }
+  curl -sf http://127.0.0.1:18080/health >/dev/null && break
+  sleep 0.1
+done
 curl -sf http://127.0.0.1:18080/health >/dev/null || { cat /tmp/isle-sim.log; echo "the simulator did not start"; exit 1; }
 
 # --- README: the app starts a Live Activity and gets its push token ---------------------------
