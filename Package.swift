@@ -28,6 +28,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         // Pure model and rules. Foundation only: no NIO, no database.
@@ -77,6 +79,26 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Durable storage: apps, keys, installations, activities, the delivery queue.
+        .target(
+            name: "IsleStore",
+            dependencies: ["IsleCore", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        // The Isle server: HTTP API and the delivery engine.
+        .target(
+            name: "IsleServer",
+            dependencies: [
+                "IsleCore", "IsleAPNs", "IsleStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            resources: [.copy("openapi.json")],
+            swiftSettings: swiftSettings
+        ),
         // Test kit: a recording APNs sink over real HTTP/2 + TLS, manual clocks, fixtures.
         .target(
             name: "IsleTesting",
@@ -91,7 +113,7 @@ let package = Package(
         .target(
             name: "IsleCommandLine",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleSimulator",
+                "IsleCore", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,0 +1,161 @@
+import ArgumentParser
+import Foundation
+import IsleAPNs
+import IsleCore
+import IsleServer
+import IsleStore
+import Logging
+import ServiceLifecycle
+
+/// Where the database is: `--database`, else ISLE_DATABASE, else ./isle.sqlite.
+struct DatabaseOption: ParsableArguments {
+    @Option(help: ArgumentHelp("The SQLite database file (env ISLE_DATABASE; default ./isle.sqlite).", valueName: "path"))
+    var database: String?
+
+    var path: String { database ?? CLIContext.current.environment["ISLE_DATABASE"] ?? "./isle.sqlite" }
+
+    func open() async throws -> SQLiteStore {
+        let store: SQLiteStore
+        do { store = try SQLiteStore(path: path) } catch { throw CLIError("--database: cannot open \(path): \(error)") }
+        do { try await store.migrate() } catch { throw CLIError("--database: cannot prepare \(path): \(error)") }
+        return store
+    }
+}
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the Isle server: HTTP API and delivery engine over an embedded SQLite file.",
+        discussion: "Settings come from --config FILE (JSON with the same names as the flags), then ISLE_* environment variables, then flags; later ones win. Logs never contain a full token, JWT or key."
+    )
+
+    @Option(help: ArgumentHelp("A JSON configuration file.", valueName: "file")) var config: String?
+    @Option(help: "Address to listen on (env ISLE_HOST; default 127.0.0.1).") var host: String?
+    @Option(help: "Port (env ISLE_PORT; default 8080; 0 = any).") var port: Int?
+    @OptionGroup var database: DatabaseOption
+    @Flag(help: "Send to APNs' development environment (default).") var sandbox = false
+    @Flag(help: "Send to APNs' production environment.") var production = false
+    @Option(name: .customLong("apns-url"), help: "Send to this APNs-compatible server, e.g. isle sim (env ISLE_APNS_URL).") var apnsURL: String?
+    @Option(name: .customLong("apns-ca-cert"), help: "PEM CA to trust for --apns-url (env ISLE_APNS_CA_CERT).") var apnsCACert: String?
+    @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 64).") var concurrency: Int?
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env ISLE_LOG_LEVEL; default info).") var logLevel: String?
+
+    func run() async throws {
+        let env = CLIContext.current.environment
+        var file: JSONObject = [:]
+        if let config {
+            let value = try Inputs.json("@" + config, flag: "--config")
+            guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
+            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsCACert", "concurrency", "logLevel"]
+            if let unknown = o.keys.first(where: { !known.contains($0) }) { throw CLIError("--config: unknown setting \"\(unknown)\"; known: \(known.sorted().joined(separator: ", "))") }
+            file = o
+        }
+        func pick(_ flag: String?, _ envName: String, _ key: String) -> String? {
+            flag ?? env[envName].flatMap { $0.isEmpty ? nil : $0 } ?? file[key]?.stringValue ?? file[key]?.numberValue?.literal
+        }
+        var c = ServerConfiguration()
+        c.host = pick(host, "ISLE_HOST", "host") ?? c.host
+        if let p = pick(port.map(String.init), "ISLE_PORT", "port") {
+            guard let n = Int(p), (0...65535).contains(n) else { throw CLIError("port: \(p) is not a port number") }
+            c.port = n
+        }
+        c.databasePath = database.database ?? env["ISLE_DATABASE"] ?? file["database"]?.stringValue ?? c.databasePath
+        if let n = pick(concurrency.map(String.init), "ISLE_CONCURRENCY", "concurrency") {
+            guard let v = Int(n), (1...10_000).contains(v) else { throw CLIError("concurrency: \(n) must be 1…10000") }
+            c.concurrency = v
+        }
+        if sandbox && production { throw CLIError("--sandbox and --production exclude each other") }
+        if let url = pick(apnsURL, "ISLE_APNS_URL", "apnsURL") {
+            guard URL(string: url)?.scheme == "https" else { throw CLIError("apns-url: \(url) must be an https URL") }
+            let caPath = pick(apnsCACert, "ISLE_APNS_CA_CERT", "apnsCACert")
+            let pem = try caPath.map { String(decoding: try Inputs.read($0, flag: "--apns-ca-cert"), as: UTF8.self) }
+            c.apns = .custom(url: url, trustRootsPEM: pem)
+        } else if production || (!sandbox && (env["ISLE_APNS_ENV"] ?? file["apnsEnvironment"]?.stringValue) == "production") {
+            c.apns = .production
+        }
+        var logger = Logger(label: "isle.server")
+        let level = pick(logLevel, "ISLE_LOG_LEVEL", "logLevel") ?? "info"
+        guard let l = Logger.Level(rawValue: level) else { throw CLIError("log-level: \(level) is not one of trace, debug, info, notice, warning, error, critical") }
+        logger.logLevel = l
+
+        let store: SQLiteStore
+        do { store = try SQLiteStore(path: c.databasePath) } catch { throw CLIError("database: cannot open \(c.databasePath): \(error)") }
+        let app = IsleServerApp(configuration: c, store: store, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            let p = await app.port()
+            let apps = try await store.apps()
+            say("Isle server on http://\(c.host):\(p)  database \(c.databasePath)  APNs \(c.apns.name)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
+            try await tasks.next()
+        }
+    }
+}
+
+struct AppCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add (or replace) an app: its provider key and attributes-type schemas.")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id")) var bundleID: String
+        @Option(help: ArgumentHelp("The .p8 token-signing key.", valueName: "file")) var key: String
+        @Option(name: .customLong("key-id")) var keyID: String
+        @Option(name: .customLong("team-id")) var teamID: String
+        @Option(parsing: .singleValue, help: ArgumentHelp("An attributes-type schema (repeat for more).", valueName: "file")) var schema: [String] = []
+        @Flag(name: .customLong("frequent-updates"), help: "The app declares NSSupportsLiveActivitiesFrequentUpdates.") var frequentUpdates = false
+
+        func run() async throws {
+            guard !bundleID.isEmpty, !bundleID.contains(".push-type."), !bundleID.contains(where: \.isWhitespace) else { throw CLIError("--bundle-id: give the bare bundle id, e.g. com.example.pizza") }
+            let credentials: APNsCredentials
+            do { credentials = try APNsCredentials(keyID: keyID, teamID: teamID, keyFile: key) } catch { throw CLIError("--key: \(error.reason)") }
+            _ = credentials
+            var schemas: [ActivitySchema] = []
+            for path in schema { schemas.append(try Inputs.schema(path)!) }
+            let pem = String(decoding: try Inputs.read(key, flag: "--key"), as: UTF8.self)
+            let store = try await database.open()
+            try await store.upsertApp(AppRecord(bundleID: bundleID, teamID: teamID, keyID: keyID, keyPEM: pem, frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date()))
+            say("app \(bundleID) saved in \(database.path) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List registered apps.")
+        @OptionGroup var database: DatabaseOption
+        func run() async throws {
+            for a in try await database.open().apps() {
+                say("\(a.bundleID)  key \(a.keyID)  team \(a.teamID)  types: \(a.schemas.map(\.attributesType).joined(separator: ", "))")
+            }
+        }
+    }
+}
+
+struct KeyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "key", abstract: "Create and revoke API keys.", subcommands: [Create.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an API key; the secret is printed once and only its hash is stored.")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id")) var bundleID: String
+        @Option(help: "backend (start, update, end, read) or device (register tokens and state).") var scope: String
+
+        func run() async throws {
+            guard let s = APIKeyScope(rawValue: scope) else { throw CLIError("--scope: use backend or device") }
+            let store = try await database.open()
+            guard try await store.app(bundleID) != nil else { throw CLIError("--bundle-id: no app \(bundleID) in \(database.path); add it first with isle app add") }
+            let (id, secret) = try await ServerSetup.createKey(store: store, bundleID: bundleID, scope: s)
+            say(secret)
+            warn("key \(id) (\(s.rawValue)) for \(bundleID): keep the secret above; it is not shown again")
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke an API key by its id.")
+        @OptionGroup var database: DatabaseOption
+        @Argument var id: String
+        func run() async throws {
+            guard try await database.open().revokeAPIKey(id: id, at: Date()) else { throw CLIError("no active key \(id)") }
+            say("revoked \(id)")
+        }
+    }
+}

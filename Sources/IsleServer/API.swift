@@ -1,0 +1,411 @@
+import Foundation
+import Hummingbird
+import HTTPTypes
+import IsleCore
+import IsleStore
+import Logging
+import NIOCore
+import Crypto
+
+struct API: Sendable {
+    let store: any IsleStore
+    let engine: DeliveryEngine
+    let clock: any WallClock
+    let logger: Logger
+
+    // MARK: Plumbing
+
+    func authorize(_ request: Request, _ scope: APIKeyScope) async throws -> Caller {
+        guard let header = request.headers[.authorization], header.lowercased().hasPrefix("bearer ") else {
+            throw APIError(.unauthorized, "unauthenticated", "send the API key as Authorization: Bearer isle_…")
+        }
+        let secret = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        guard let key = try await store.apiKey(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else {
+            throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
+        }
+        guard key.scope == scope else {
+            throw APIError(.forbidden, "wrongScope", "this endpoint needs a \(scope.rawValue) key; this is a \(key.scope.rawValue) key")
+        }
+        return Caller(bundleID: key.bundleID, scope: key.scope, keyID: key.id)
+    }
+
+    static func json(_ value: JSONValue, _ status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: value.jsonBytes)))
+    }
+
+    /// Runs a write at most once per `Idempotency-Key`: a repeat gets the first answer; the same
+    /// key with a different request is refused.
+    func idempotent(_ request: Request, _ caller: Caller, _ bytes: [UInt8], _ body: (IdempotencyRecord?) async throws -> (HTTPResponse.Status, JSONValue)) async throws -> Response {
+        guard let key = request.headers[HTTPField.Name("Idempotency-Key")!] else {
+            let (status, value) = try await body(nil)
+            return Self.json(value, status)
+        }
+        guard !key.isEmpty, key.count <= 255 else { throw APIError.invalid("Idempotency-Key", "Idempotency-Key must be 1 to 255 characters") }
+        let hash = SHA256.hash(data: Array("\(request.method.rawValue) \(request.uri.path)\n".utf8) + bytes).map { String(format: "%02x", $0) }.joined()
+        if let done = try await store.idempotencyRecord(bundleID: caller.bundleID, key: key) {
+            guard done.requestHash == hash else {
+                throw APIError(.unprocessableContent, "idempotencyKeyReused", "this Idempotency-Key was used for a different request")
+            }
+            var r = Response(status: .init(code: done.status), headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: done.body)))
+            r.headers[HTTPField.Name("Idempotent-Replay")!] = "true"
+            return r
+        }
+        // The record is written with the work (atomically with the jobs when there are jobs).
+        let pending = IdempotencyRecord(key: key, bundleID: caller.bundleID, requestHash: hash, status: 0, body: "", createdAt: clock.now)
+        let (status, value) = try await body(pending)
+        return Self.json(value, status)
+    }
+
+    func finishIdempotency(_ pending: IdempotencyRecord?, _ status: HTTPResponse.Status, _ value: JSONValue) -> IdempotencyRecord? {
+        guard var p = pending else { return nil }
+        p.status = status.code
+        p.body = value.jsonString
+        return p
+    }
+
+    // MARK: Routes
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        router.get("health") { _, _ in API.json(["status": "ok"]) }
+        router.get("ready") { _, _ in
+            do {
+                _ = try await store.jobCounts()
+                return API.json(["status": "ready"])
+            } catch {
+                throw APIError(.serviceUnavailable, "notReady", "the database is not reachable")
+            }
+        }
+        router.get("metrics") { _, _ in
+            var lines: [String] = []
+            lines.append("# HELP isle_deliveries_total Push deliveries by outcome.")
+            lines.append("# TYPE isle_deliveries_total counter")
+            for (k, v) in engine.counters.snapshot.sorted(by: { $0.key < $1.key }) { lines.append("isle_deliveries_total{outcome=\"\(k)\"} \(v)") }
+            lines.append("# HELP isle_jobs Jobs in the delivery queue by state.")
+            lines.append("# TYPE isle_jobs gauge")
+            for (k, v) in try await store.jobCounts().sorted(by: { $0.key.rawValue < $1.key.rawValue }) { lines.append("isle_jobs{state=\"\(k.rawValue)\"} \(v)") }
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: lines.joined(separator: "\n") + "\n")))
+        }
+        router.get("openapi.json") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.json)))
+        }
+
+        // Device scope
+        router.put("v1/installations/:installation") { request, context in
+            let caller = try await authorize(request, .device)
+            let id = try context.parameters.require("installation")
+            let (b, bytes) = try await Body.read(request)
+            return try await idempotent(request, caller, bytes) { pending in
+                var inst = try await store.installation(id: id) ?? InstallationRecord(id: id, bundleID: caller.bundleID, updatedAt: clock.now)
+                guard inst.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
+                if let u = try b.string("userID") { inst.userID = u }
+                if let tokens = b.object["pushToStartTokens"] {
+                    guard let o = tokens.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
+                    for (type, value) in o {
+                        if value.isNull { inst.pushToStartTokens[type] = nil; continue }
+                        guard let s = value.stringValue, let t = try? DeviceToken(hex: s) else { throw APIError.invalid("pushToStartTokens.\(type)", "pushToStartTokens.\(type) must be a hex token") }
+                        inst.pushToStartTokens[type] = t.hex
+                    }
+                }
+                if b.object["widgetToken"]?.isNull == true { inst.widgetToken = nil } else if let w = try b.token("widgetToken", required: false) { inst.widgetToken = w }
+                if let e = try b.bool("liveActivitiesEnabled") { inst.liveActivitiesEnabled = e }
+                if let f = try b.bool("frequentPushesEnabled") { inst.frequentPushesEnabled = f }
+                inst.updatedAt = clock.now
+                try await store.upsertInstallation(inst)
+                let value = Self.json(inst)
+                if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
+                return (.ok, value)
+            }
+        }
+
+        router.post("v1/activities") { request, _ in
+            let caller = try await authorize(request, .device)
+            let (b, bytes) = try await Body.read(request)
+            return try await idempotent(request, caller, bytes) { pending in
+                let type = try b.string("attributesType", required: true)!
+                let token = try b.token("token", required: true)!
+                let key = try b.string("externalKey")
+                guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+                guard app.schema(type) != nil || app.schemas.isEmpty else {
+                    throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
+                }
+                if let existing = try await store.activity(updateToken: token), existing.state.acceptsPushes {
+                    throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
+                }
+                let topics = try b.strings("topics") ?? []
+                let installationID = try b.string("installationID")
+                // A push-started activity reports its update token: link it.
+                if let key, var started = try await store.activity(bundleID: caller.bundleID, externalKey: key), started.state == .starting, started.attributesType == type {
+                    started.updateToken = token
+                    started.state = .active
+                    started.topics = Array(Set(started.topics + topics)).sorted()
+                    try await store.updateActivity(started)
+                    let value = Self.json(started)
+                    if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
+                    return (.ok, value)
+                }
+                let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: key, installationID: installationID, attributesType: type,
+                                       attributes: try b.object("attributes"), content: try b.object("contentState"), state: .active, updateToken: token,
+                                       relevanceScore: try b.number("relevanceScore"), startedAt: clock.now, topics: topics)
+                try await store.insertActivity(a)
+                let value = Self.json(a)
+                if let r = finishIdempotency(pending, .created, value) { try await store.saveIdempotencyRecord(r) }
+                return (.created, value)
+            }
+        }
+
+        router.put("v1/activities/:activity/token") { request, context in
+            let caller = try await authorize(request, .device)
+            let (b, _) = try await Body.read(request)
+            var a = try await ownActivity(caller, try context.parameters.require("activity"))
+            let token = try b.token("token", required: true)!
+            guard a.state.acceptsPushes else { throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used") }
+            a.updateToken = token
+            if a.state == .starting { a.state = .active }
+            try await store.updateActivity(a)
+            return Self.json(Self.json(a))
+        }
+
+        router.post("v1/activities/:activity/:report") { request, context in
+            let caller = try await authorize(request, .device)
+            let report = try context.parameters.require("report")
+            guard report == "dismissed" || report == "ended" else { throw APIError.notFound("/v1/activities/…/\(report)") }
+            var a = try await ownActivity(caller, try context.parameters.require("activity"))
+            let now = clock.now
+            if a.endedAt == nil { a.endedAt = now }
+            if report == "dismissed" {
+                a.state = .dismissed
+                a.dismissedAt = now
+                a.stateReason = "the person dismissed it"
+            } else if a.state.acceptsPushes {
+                a.state = .ended
+                a.stateReason = "the app ended it"
+            }
+            try await store.updateActivity(a)
+            return Self.json(Self.json(a))
+        }
+
+        // Backend scope
+        for event in ["update", "end"] {
+            router.post("v1/activities/:activity/\(event)") { request, context in
+                let caller = try await authorize(request, .backend)
+                let id = try context.parameters.require("activity")
+                return try await enqueueForActivities(request, caller, event: event) { try await [ownActivity(caller, id)] }
+            }
+            router.post("v1/activities/by-key/:key/\(event)") { request, context in
+                let caller = try await authorize(request, .backend)
+                let key = try context.parameters.require("key")
+                return try await enqueueForActivities(request, caller, event: event) {
+                    guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
+                    return [a]
+                }
+            }
+            router.post("v1/topics/:topic/\(event)") { request, context in
+                let caller = try await authorize(request, .backend)
+                let topic = try context.parameters.require("topic")
+                return try await enqueueForActivities(request, caller, event: event, fanOut: true) {
+                    try await store.activities(bundleID: caller.bundleID, topic: topic)
+                }
+            }
+        }
+
+        router.post("v1/installations/:installation/start") { request, context in
+            let caller = try await authorize(request, .backend)
+            let id = try context.parameters.require("installation")
+            return try await startActivities(request, caller) {
+                guard let i = try await store.installation(id: id), i.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
+                return [i]
+            }
+        }
+        router.post("v1/users/:user/start") { request, context in
+            let caller = try await authorize(request, .backend)
+            let user = try context.parameters.require("user")
+            return try await startActivities(request, caller) {
+                let all = try await store.installations(bundleID: caller.bundleID, userID: user)
+                guard !all.isEmpty else { throw APIError.notFound("installations of user \(user)") }
+                return all
+            }
+        }
+        router.post("v1/installations/:installation/widgets/reload") { request, context in
+            let caller = try await authorize(request, .backend)
+            let id = try context.parameters.require("installation")
+            let (_, bytes) = try await Body.read(request)
+            return try await idempotent(request, caller, bytes) { pending in
+                guard let i = try await store.installation(id: id), i.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
+                guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
+                let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: 10, runAt: clock.now)
+                let value: JSONValue = ["accepted": 1]
+                let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value))
+                engine.wake()
+                return (.accepted, ["accepted": 1, "jobs": .array(ids.map { .int($0) })])
+            }
+        }
+
+        // Reads
+        router.get("v1/activities/:activity") { request, context in
+            let caller = try await authorize(request, .backend)
+            return try await activityView(try await ownActivity(caller, try context.parameters.require("activity")))
+        }
+        router.get("v1/activities/by-key/:key") { request, context in
+            let caller = try await authorize(request, .backend)
+            let key = try context.parameters.require("key")
+            guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
+            return try await activityView(a)
+        }
+        router.get("v1/deliveries/:apnsID") { request, context in
+            let caller = try await authorize(request, .backend)
+            let id = try context.parameters.require("apnsID").lowercased()
+            guard let d = try await store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(id)") }
+            if let aid = d.activityID { _ = try await ownActivity(caller, aid) }
+            return Self.json(Self.json(d))
+        }
+    }
+
+    func ownActivity(_ caller: Caller, _ id: String) async throws -> ActivityRecord {
+        guard let a = try await store.activity(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
+        return a
+    }
+
+    func activityView(_ a: ActivityRecord) async throws -> Response {
+        var o = Self.json(a).objectValue!
+        o["deliveries"] = .array(try await store.deliveries(activityID: a.id).map(Self.json))
+        return Self.json(.object(o))
+    }
+
+    // MARK: Enqueueing
+
+    /// Builds, validates and enqueues one update or end for each activity.
+    func enqueueForActivities(_ request: Request, _ caller: Caller, event: String, fanOut: Bool = false, _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
+        let (b, bytes) = try await Body.read(request)
+        return try await idempotent(request, caller, bytes) { pending in
+            guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+            var aps: JSONObject = ["event": .string(event)]
+            if let s = try b.object("contentState", required: event == "update") { aps["content-state"] = s }
+            if let alert = try b.alert() { aps["alert"] = alert }
+            if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
+            if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
+            if event == "end", let d = try b.date("dismissalDate") { aps["dismissal-date"] = .int(Int64(d.timeIntervalSince1970)) }
+            if event == "update", b.object["dismissalDate"] != nil { throw APIError.invalid("dismissalDate", "dismissalDate applies to end only") }
+            let priority = try b.priority()
+            let runAt = max(try b.date("sendAt") ?? clock.now, clock.now)
+            for k in b.object.keys where !["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"].contains(k) {
+                throw APIError.invalid(k, "unknown field \(k); expected contentState, alert, staleDate, relevanceScore, dismissalDate (end), priority, sendAt")
+            }
+            let activities = try await targets()
+            var warnings: [JSONValue] = []
+            var checked: Set<String> = []
+            for a in activities where !checked.contains(a.attributesType) {
+                checked.insert(a.attributesType)
+                warnings += try validate(aps, schema: app.schema(a.attributesType), priority: priority)
+            }
+            if !fanOut, let a = activities.first, !a.state.acceptsPushes {
+                throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
+            }
+            let live = activities.filter { $0.state.acceptsPushes }
+            let jobs = live.map {
+                NewPushJob(bundleID: caller.bundleID, kind: event == "end" ? .end : .update, activityID: $0.id, aps: .object(aps), hasAlert: aps["alert"] != nil,
+                           requestedPriority: priority, runAt: runAt)
+            }
+            var value: JSONObject = ["accepted": .int(jobs.count)]
+            if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+            if !fanOut, let a = live.first { value["activityID"] = .string(a.id) }
+            let ids = try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value)))
+            engine.wake()
+            if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
+            return (.accepted, .object(value))
+        }
+    }
+
+    /// Push-to-start to installations: records a `starting` activity for each and queues the start.
+    func startActivities(_ request: Request, _ caller: Caller, _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
+        let (b, bytes) = try await Body.read(request)
+        return try await idempotent(request, caller, bytes) { pending in
+            guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+            let type = try b.string("attributesType", required: true)!
+            guard let schema = app.schema(type) else {
+                throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
+            }
+            let attributes = try b.object("attributes", required: true)!
+            let state = try b.object("contentState", required: true)!
+            guard let alert = try b.alert() else { throw APIError.invalid("alert", "a start needs an alert: the device drops a push-to-start without one") }
+            var aps: JSONObject = ["event": "start", "content-state": state, "attributes-type": .string(type), "attributes": attributes, "alert": alert, "input-push-token": 1]
+            if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
+            if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
+            let warnings = try validate(aps, schema: schema, priority: 10)
+            let key = try b.string("externalKey")
+            let topics = try b.strings("topics") ?? []
+            let installations = try await targets()
+            var jobs: [NewPushJob] = []
+            var started: [JSONValue] = []
+            for i in installations {
+                guard i.pushToStartTokens[type] != nil else {
+                    if installations.count == 1 { throw APIError(.conflict, "noPushToStartToken", "installation \(i.id) has no push-to-start token for \(type)") }
+                    continue
+                }
+                guard i.liveActivitiesEnabled else {
+                    if installations.count == 1 { throw APIError(.conflict, "liveActivitiesDisabled", "the person turned Live Activities off on installation \(i.id)") }
+                    continue
+                }
+                let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: key, installationID: i.id, attributesType: type,
+                                       attributes: attributes, content: state, state: .starting, relevanceScore: try b.number("relevanceScore"), startedAt: clock.now, topics: topics)
+                try await store.insertActivity(a)
+                jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(aps), hasAlert: true, requestedPriority: 10, runAt: clock.now))
+                started.append(["activityID": .string(a.id), "installationID": .string(i.id)])
+            }
+            guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(type) activity") }
+            var value: JSONObject = ["accepted": .int(jobs.count), "activities": .array(started)]
+            if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+            try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value)))
+            engine.wake()
+            return (.accepted, .object(value))
+        }
+    }
+
+    /// Validates the payload Isle will send (IsleCore's validator, the registered schema, the size
+    /// limit). Errors become a 422 naming the request field; warnings are returned.
+    func validate(_ aps: JSONObject, schema: ActivitySchema?, priority: Int?) throws -> [JSONValue] {
+        var withTimestamp = aps
+        withTimestamp["timestamp"] = .int(Int64(clock.now.timeIntervalSince1970))
+        let payload = JSONValue.object(["aps": .object(withTimestamp)])
+        let report = PayloadValidator(options: .init(pushType: .liveactivity, priority: priority.flatMap(PushPriority.init(rawValue:)), schema: schema, now: clock.now))
+            .validate(bytes: payload.jsonBytes)
+        if let e = report.errors.first {
+            throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path))
+        }
+        return report.warnings.map { ["code": .string($0.code.rawValue), "field": Self.field($0.path).map(JSONValue.string) ?? .null, "message": .string($0.message)] }
+    }
+
+    /// `$.aps.content-state.driverName` → `contentState.driverName`.
+    static func field(_ path: String) -> String? {
+        var p = path
+        for (wire, api) in [("$.aps.content-state", "contentState"), ("$.aps.attributes-type", "attributesType"), ("$.aps.attributes", "attributes"),
+                            ("$.aps.stale-date", "staleDate"), ("$.aps.dismissal-date", "dismissalDate"), ("$.aps.relevance-score", "relevanceScore"), ("$.aps.alert", "alert")] where p.hasPrefix(wire) {
+            p = api + p.dropFirst(wire.count)
+            return p
+        }
+        return p == "$" || p == "$.aps" ? nil : p
+    }
+
+    // MARK: JSON views
+
+    static func json(_ d: Date?) -> JSONValue { d.map { .int(Int64($0.timeIntervalSince1970)) } ?? .null }
+
+    static func json(_ i: InstallationRecord) -> JSONValue {
+        ["id": .string(i.id), "bundleID": .string(i.bundleID), "userID": i.userID.map(JSONValue.string) ?? .null,
+         "pushToStartTypes": .array(i.pushToStartTokens.keys.sorted().map(JSONValue.string)), "hasWidgetToken": .bool(i.widgetToken != nil),
+         "liveActivitiesEnabled": .bool(i.liveActivitiesEnabled), "frequentPushesEnabled": .bool(i.frequentPushesEnabled), "updatedAt": json(i.updatedAt)]
+    }
+
+    static func json(_ a: ActivityRecord) -> JSONValue {
+        ["id": .string(a.id), "externalKey": a.externalKey.map(JSONValue.string) ?? .null, "installationID": a.installationID.map(JSONValue.string) ?? .null,
+         "attributesType": .string(a.attributesType), "attributes": a.attributes ?? .null, "contentState": a.content ?? .null, "state": .string(a.state.rawValue),
+         "stateReason": a.stateReason.map(JSONValue.string) ?? .null, "hasToken": .bool(a.updateToken != nil), "topics": .array(a.topics.map(JSONValue.string)),
+         "relevanceScore": a.relevanceScore.map(JSONValue.double) ?? .null, "staleDate": json(a.staleDate), "startedAt": json(a.startedAt), "endedAt": json(a.endedAt),
+         "dismissedAt": json(a.dismissedAt)]
+    }
+
+    static func json(_ d: DeliveryRecord) -> JSONValue {
+        ["jobID": .int(d.jobID), "activityID": d.activityID.map(JSONValue.string) ?? .null, "apnsID": d.apnsID.map(JSONValue.string) ?? .null,
+         "apnsUniqueID": d.apnsUniqueID.map(JSONValue.string) ?? .null, "status": .int(d.status), "reason": d.reason.map(JSONValue.string) ?? .null,
+         "latencyMS": .double(d.latencyMS), "priority": .int(d.priority), "downgraded": .bool(d.downgraded), "at": json(d.at)]
+    }
+}

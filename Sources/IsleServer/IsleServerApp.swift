@@ -1,0 +1,90 @@
+public import Foundation
+import Hummingbird
+import IsleAPNs
+public import IsleCore
+public import IsleStore
+public import Logging
+import NIOCore
+public import ServiceLifecycle
+import Synchronization
+
+/// The Isle server: the HTTP API and the delivery engine over one store, as one Service.
+public final class IsleServerApp: Service {
+    public let store: any IsleStore
+    public let engine: DeliveryEngine
+    public let configuration: ServerConfiguration
+    let clients: APNsClients
+    let clock: any WallClock
+    let logger: Logger
+    let application: Application<RouterResponder<BasicRequestContext>>
+    let portBox = PortBox()
+
+    public init(configuration: ServerConfiguration, store: any IsleStore, clock: any WallClock = SystemWallClock(), logger: Logger) {
+        self.configuration = configuration
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+        clients = APNsClients(environment: configuration.apns, requestTimeout: configuration.requestTimeout, clock: clock, logger: logger)
+        engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
+        let router = Router()
+        let box = portBox
+        let api = API(store: store, engine: engine, clock: clock, logger: logger)
+        router.add(middleware: ErrorMiddleware(logger: logger))
+        api.addRoutes(to: router)
+        application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
+                                  onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// The port the API listens on, once it does.
+    public func port() async -> Int { await portBox.wait() }
+
+    public func run() async throws {
+        try await store.migrate()
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await self.engine.run() }
+            group.addTask { try await self.application.runService() }
+        }
+        await clients.shutdown()
+    }
+}
+
+/// Turns any error that is not an API error into a 500 without details (and logs it); bad
+/// input never gets here — handlers answer it with 4xx.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let logger: Logger
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let e as APIError {
+            throw e
+        } catch let e as HTTPError {
+            throw APIError(e.status, e.status == .notFound ? "notFound" : "badRequest", e.body ?? "\(e.status.reasonPhrase)")
+        } catch {
+            logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])
+            throw APIError(.internalServerError, "internal", "the server could not complete the request")
+        }
+    }
+}
+
+final class PortBox: Sendable {
+    private let state = Mutex<(Int?, [CheckedContinuation<Int, Never>])>((nil, []))
+    func set(_ p: Int) {
+        let waiters = state.withLock { s -> [CheckedContinuation<Int, Never>] in
+            s.0 = p
+            defer { s.1.removeAll() }
+            return s.1
+        }
+        for w in waiters { w.resume(returning: p) }
+    }
+    func wait() async -> Int {
+        await withCheckedContinuation { c in
+            let p = state.withLock { s -> Int? in
+                if let p = s.0 { return p }
+                s.1.append(c)
+                return nil
+            }
+            if let p { c.resume(returning: p) }
+        }
+    }
+}

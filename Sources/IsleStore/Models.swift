@@ -1,0 +1,247 @@
+public import Foundation
+public import IsleCore
+
+/// An app Isle sends for: its provider key and its attributes types.
+public struct AppRecord: Sendable, Hashable {
+    public var bundleID: String
+    public var teamID: String
+    public var keyID: String
+    /// The .p8 key (PEM). Never logged.
+    public var keyPEM: String
+    /// The app declares NSSupportsLiveActivitiesFrequentUpdates.
+    public var frequentUpdatesDeclared: Bool
+    public var schemas: [ActivitySchema]
+    public var createdAt: Date
+
+    public init(bundleID: String, teamID: String, keyID: String, keyPEM: String, frequentUpdatesDeclared: Bool = false, schemas: [ActivitySchema] = [], createdAt: Date) {
+        self.bundleID = bundleID
+        self.teamID = teamID
+        self.keyID = keyID
+        self.keyPEM = keyPEM
+        self.frequentUpdatesDeclared = frequentUpdatesDeclared
+        self.schemas = schemas
+        self.createdAt = createdAt
+    }
+
+    public func schema(_ type: String) -> ActivitySchema? { schemas.first { $0.attributesType == type } }
+}
+
+public enum APIKeyScope: String, Sendable, Hashable, Codable, CaseIterable {
+    /// The app's backend: start, update, end, fan out, read.
+    case backend
+    /// The app on a device: register tokens and report state.
+    case device
+}
+
+/// An API key, stored as a SHA-256 hash of the secret.
+public struct APIKeyRecord: Sendable, Hashable {
+    public var id: String
+    public var bundleID: String
+    public var scope: APIKeyScope
+    public var secretHash: String
+    public var createdAt: Date
+    public var revokedAt: Date?
+    public init(id: String, bundleID: String, scope: APIKeyScope, secretHash: String, createdAt: Date, revokedAt: Date? = nil) {
+        self.id = id
+        self.bundleID = bundleID
+        self.scope = scope
+        self.secretHash = secretHash
+        self.createdAt = createdAt
+        self.revokedAt = revokedAt
+    }
+}
+
+/// An app on one device.
+public struct InstallationRecord: Sendable, Hashable {
+    public var id: String
+    public var bundleID: String
+    /// The backend's user, to start activities on all of a user's devices.
+    public var userID: String?
+    /// Push-to-start tokens (hex) by attributes type.
+    public var pushToStartTokens: [String: String]
+    public var widgetToken: String?
+    public var liveActivitiesEnabled: Bool
+    public var frequentPushesEnabled: Bool
+    public var updatedAt: Date
+    public init(id: String, bundleID: String, userID: String? = nil, pushToStartTokens: [String: String] = [:], widgetToken: String? = nil,
+                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date) {
+        self.id = id
+        self.bundleID = bundleID
+        self.userID = userID
+        self.pushToStartTokens = pushToStartTokens
+        self.widgetToken = widgetToken
+        self.liveActivitiesEnabled = liveActivitiesEnabled
+        self.frequentPushesEnabled = frequentPushesEnabled
+        self.updatedAt = updatedAt
+    }
+}
+
+/// The server's record of an activity's state: the same rules as the device.
+public enum ActivityRecordState: String, Sendable, Hashable, Codable {
+    /// Started by push-to-start; no update token yet.
+    case starting
+    case active
+    case ended
+    case dismissed
+    /// Its token is dead (410 / BadDeviceToken): nothing more can reach it.
+    case unreachable
+
+    public var acceptsPushes: Bool { self == .active || self == .starting }
+}
+
+public struct ActivityRecord: Sendable, Hashable {
+    public var id: String
+    public var bundleID: String
+    /// The backend's own key, e.g. an order id. Unique per app among live activities.
+    public var externalKey: String?
+    public var installationID: String?
+    public var attributesType: String
+    public var attributes: JSONValue?
+    public var content: JSONValue?
+    public var state: ActivityRecordState
+    public var updateToken: String?
+    public var channelID: String?
+    public var relevanceScore: Double?
+    public var staleDate: Date?
+    public var startedAt: Date
+    public var endedAt: Date?
+    public var dismissedAt: Date?
+    /// The last `timestamp` sent to it (Unix seconds): every push gets a larger one.
+    public var lastTimestamp: Int64?
+    public var topics: [String]
+    public var stateReason: String?
+
+    public init(id: String, bundleID: String, externalKey: String? = nil, installationID: String? = nil, attributesType: String, attributes: JSONValue? = nil,
+                content: JSONValue? = nil, state: ActivityRecordState = .active, updateToken: String? = nil, channelID: String? = nil, relevanceScore: Double? = nil,
+                staleDate: Date? = nil, startedAt: Date, endedAt: Date? = nil, dismissedAt: Date? = nil, lastTimestamp: Int64? = nil, topics: [String] = [], stateReason: String? = nil) {
+        self.id = id
+        self.bundleID = bundleID
+        self.externalKey = externalKey
+        self.installationID = installationID
+        self.attributesType = attributesType
+        self.attributes = attributes
+        self.content = content
+        self.state = state
+        self.updateToken = updateToken
+        self.channelID = channelID
+        self.relevanceScore = relevanceScore
+        self.staleDate = staleDate
+        self.startedAt = startedAt
+        self.endedAt = endedAt
+        self.dismissedAt = dismissedAt
+        self.lastTimestamp = lastTimestamp
+        self.topics = topics
+        self.stateReason = stateReason
+    }
+}
+
+public enum PushJobKind: String, Sendable, Hashable, Codable {
+    case start, update, end, widgets
+}
+
+public enum PushJobState: String, Sendable, Hashable, Codable {
+    case queued, claimed, sent, failed, superseded, dropped
+}
+
+/// One push Isle has accepted: durable from the moment the API answers 202.
+public struct PushJob: Sendable, Hashable {
+    public var id: Int64
+    public var bundleID: String
+    public var kind: PushJobKind
+    public var activityID: String?
+    public var installationID: String?
+    /// The `aps` content without `timestamp` (added at send time so it always increases).
+    public var aps: JSONValue
+    public var hasAlert: Bool
+    /// The priority the caller asked for (nil = Isle decides).
+    public var requestedPriority: Int?
+    public var runAt: Date
+    public var state: PushJobState
+    public var attempts: Int
+    public var claimedBy: String?
+    public var claimedUntil: Date?
+    public var lastError: String?
+    public var createdAt: Date
+}
+
+/// A push to enqueue.
+public struct NewPushJob: Sendable, Hashable {
+    public var bundleID: String
+    public var kind: PushJobKind
+    public var activityID: String?
+    public var installationID: String?
+    public var aps: JSONValue
+    public var hasAlert: Bool
+    public var requestedPriority: Int?
+    public var runAt: Date
+
+    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: Int? = nil, runAt: Date) {
+        self.bundleID = bundleID
+        self.kind = kind
+        self.activityID = activityID
+        self.installationID = installationID
+        self.aps = aps
+        self.hasAlert = hasAlert
+        self.requestedPriority = requestedPriority
+        self.runAt = runAt
+    }
+}
+
+/// One attempt to deliver a job.
+public struct DeliveryRecord: Sendable, Hashable, Codable {
+    public var jobID: Int64
+    public var activityID: String?
+    public var apnsID: String?
+    public var apnsUniqueID: String?
+    /// HTTP status, or 0 when APNs could not be reached.
+    public var status: Int
+    public var reason: String?
+    public var latencyMS: Double
+    public var priority: Int
+    /// Isle sent priority 5 although 10 was asked for (budget).
+    public var downgraded: Bool
+    public var at: Date
+
+    public init(jobID: Int64, activityID: String?, apnsID: String?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: Int, downgraded: Bool, at: Date) {
+        self.jobID = jobID
+        self.activityID = activityID
+        self.apnsID = apnsID
+        self.apnsUniqueID = apnsUniqueID
+        self.status = status
+        self.reason = reason
+        self.latencyMS = latencyMS
+        self.priority = priority
+        self.downgraded = downgraded
+        self.at = at
+    }
+}
+
+/// A stored answer to a request made with an `Idempotency-Key`.
+public struct IdempotencyRecord: Sendable, Hashable {
+    public var key: String
+    public var bundleID: String
+    /// SHA-256 of method + path + body: the same key with another request is a conflict.
+    public var requestHash: String
+    public var status: Int
+    public var body: String
+    public var createdAt: Date
+    public init(key: String, bundleID: String, requestHash: String, status: Int, body: String, createdAt: Date) {
+        self.key = key
+        self.bundleID = bundleID
+        self.requestHash = requestHash
+        self.status = status
+        self.body = body
+        self.createdAt = createdAt
+    }
+}
+
+public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable { case conflict, notFound, unavailable }
+    public var code: Code
+    public var message: String
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}
