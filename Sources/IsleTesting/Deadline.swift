@@ -31,3 +31,14 @@ public func nextValue<S: AsyncSequence & Sendable>(of sequence: S, within limit:
         return v
     }
 }
+
+/// Waits until `condition` holds, checking every few milliseconds, or fails at the deadline.
+/// For state that has no change feed (a server's database); prefer awaiting events where they exist.
+public func eventually(within limit: Duration = .seconds(20), _ what: String = "the condition", _ condition: @escaping @Sendable () async throws -> Bool) async throws {
+    try await withDeadline(limit, what) {
+        while true {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}

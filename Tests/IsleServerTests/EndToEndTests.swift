@@ -1,0 +1,270 @@
+import Foundation
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Testing
+
+@Suite("Isle server end to end with IsleSimulator", .serialized)
+struct EndToEndTests {
+    @Test("register → update → the simulated device shows the new content; the delivery is recorded")
+    func registerAndUpdate() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-12345")
+            let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: [
+                "contentState": Pizza.state("Anne Johnson"), "alert": ["title": "Delivery Update", "body": "Your pizza order will arrive in 25 minutes"],
+            ])
+            #expect(r.status == 202)
+            try await f.waitForDevice("Anne on the Lock Screen") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Anne Johnson" }
+            let shown = try #require(try f.deviceActivity(a.id))
+            #expect(shown.lastAlert?.title == "Delivery Update")
+            try await eventually("the delivery recorded") {
+                try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.first?["status"] == 200
+            }
+            let view = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey)
+            #expect(view.json["contentState"]?["driverName"] == "Anne Johnson")
+            let delivery = try #require(view.json["deliveries"]?.arrayValue?.first)
+            #expect(delivery["priority"] == 10)
+            let apnsID = try #require(delivery["apnsID"]?.stringValue)
+            #expect(try await f.call("GET", "/v1/deliveries/\(apnsID)", key: f.backendKey).json["status"] == 200)
+            // The device logged the same apns-id.
+            #expect(try f.sim.world.device(f.device).events.contains { $0.apnsID == apnsID && $0.outcome?.code == .applied })
+        }
+    }
+
+    @Test("end with a final state and a dismissal date; nothing more is accepted")
+    func endWithDismissal() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-1")
+            let r = try await f.call("POST", "/v1/activities/by-key/order-1/end", key: f.backendKey, body: [
+                "contentState": Pizza.state("Delivered"), "dismissalDate": .int(Int64(f.clock.now.addingTimeInterval(1800).timeIntervalSince1970)),
+            ])
+            #expect(r.status == 202)
+            try await f.waitForDevice("ended on the device") { d in d.activities.first { $0.id == a.id }?.state == .ended }
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] == "Delivered")
+            f.clock.advance(by: 1800)
+            #expect(try f.deviceActivity(a.id)?.state == .dismissed)
+            try await eventually("the server records the end") { try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["state"] == "ended" }
+            let late = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Late")])
+            #expect(late.status == 409 && late.json["error"]?["code"] == "activityNotLive")
+        }
+    }
+
+    @Test("push-to-start, then updates with the token the device hands back")
+    func pushToStart() async throws {
+        try await ServerFixture.with { f in
+            let app = try f.sim.world.app(Pizza.bundleID, on: f.device)
+            let ptsToken = try #require(app.pushToStartTokens["PizzaDeliveryAttributes"])
+            #expect(try await f.call("PUT", "/v1/installations/inst-1", key: f.deviceKey, body: [
+                "userID": "user-42", "pushToStartTokens": ["PizzaDeliveryAttributes": .string(ptsToken)], "widgetToken": .string(app.widgetPushToken!),
+            ]).status == 200)
+            let start = try await f.call("POST", "/v1/users/user-42/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James"),
+                "alert": ["title": "Order 12345", "body": "In the oven"], "externalKey": "order-12345",
+            ])
+            #expect(start.status == 202, "\(start.json.jsonString)")
+            try await f.waitForDevice("the push-started activity") { d in d.activities.contains { $0.startedBy == .push } }
+            let started = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
+            // The app hands its update token back, matched by the backend's key.
+            let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-12345",
+            ])
+            #expect(link.status == 200)
+            #expect(link.json["state"] == "active")
+            f.clock.advance(by: 5)
+            #expect(try await f.call("POST", "/v1/activities/by-key/order-12345/update", key: f.backendKey, body: ["contentState": Pizza.state("Anne Johnson")]).status == 202)
+            try await f.waitForDevice("the update on the push-started activity") { d in d.activities.first { $0.id == started.id }?.contentState["driverName"] == "Anne Johnson" }
+            // And a widgets push reloads the widget.
+            #expect(try await f.call("POST", "/v1/installations/inst-1/widgets/reload", key: f.backendKey).status == 202)
+            try await f.waitForDevice("the widget reloaded") { d in d.apps[Pizza.bundleID]?.widgets.first?.reloadCount == 1 }
+        }
+    }
+
+    @Test("topic fan-out to 1,000 activities")
+    func fanOut() async throws {
+        try await ServerFixture.with(configure: { $0.device.maximumActivitiesPerApp = 2000; $0.device.maximumActivitiesPerDevice = 2000 }) { f in
+            var ids: [String] = []
+            for i in 0..<1000 {
+                let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("Bill"))
+                let r = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                    "attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": .string("fan-\(i)"), "topics": ["match-7"],
+                ])
+                #expect(r.status == 201)
+                ids.append(a.id)
+            }
+            let r = try await f.call("POST", "/v1/topics/match-7/update", key: f.backendKey, body: ["contentState": Pizza.state("GOAL")])
+            #expect(r.status == 202 && r.json["accepted"] == 1000)
+            try await f.waitForDevice("all 1,000 updated", within: .seconds(120)) { d in d.activities.filter { $0.contentState["driverName"] == "GOAL" }.count == 1000 }
+        }
+    }
+
+    @Test("a 410 retires the token: the activity is unreachable and nothing more is sent to it")
+    func goneToken() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-410")
+            try f.sim.world.userDismiss(activityID: a.id, on: f.device)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Anyone?")]).status == 202)
+            try await eventually("the activity marked unreachable") { try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["state"] == "unreachable" }
+            let view = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey)
+            #expect(view.json["deliveries"]?.arrayValue?.first?["status"] == 410)
+            #expect(view.json["stateReason"]?.stringValue?.contains("Unregistered") == true)
+            let requests = f.sim.apns.requestLog.count
+            let again = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Still?")])
+            #expect(again.status == 409)
+            #expect(f.sim.apns.requestLog.count == requests)
+        }
+    }
+
+    @Test("a 503 burst delays but loses nothing")
+    func burst() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-503")
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 3))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("After the storm")]).status == 202)
+            // Each retry waits (virtual) backoff; move time until it goes through.
+            try await eventually(within: .seconds(30), "delivered after the burst") {
+                if try f.deviceActivity(a.id)?.contentState["driverName"] == "After the storm" { return true }
+                f.clock.advance(by: 2)
+                return false
+            }
+            let deliveries = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue ?? []
+            #expect(deliveries.map { $0["status"] } == [503, 503, 503, 200])
+        }
+    }
+
+    @Test("crash mid-burst and restart: every accepted update reaches the device exactly once")
+    func crashAndRestart() async throws {
+        try await ServerFixture.with(configure: { $0.device.strictTimestamps = true; $0.device.hourlyBudget = 1000; $0.device.maximumActivitiesPerApp = 50; $0.device.maximumActivitiesPerDevice = 50 }) { f in
+            var activities: [(SimulatedActivity, String)] = []
+            for i in 0..<20 { activities.append(try await f.appStartsActivity(key: "crash-\(i)")) }
+            // Slow APNs down so the crash lands while pushes are in flight.
+            f.sim.apns.addFailure(FailureRule(status: nil, remaining: 30, latencyMilliseconds: 150))
+            var accepted: [String: [String]] = [:]
+            for round in 0..<3 {
+                for (a, id) in activities {
+                    let text = "r\(round)-\(a.id)"
+                    let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: [
+                        "contentState": Pizza.state(text), "alert": ["title": "Update", "body": .string(text)],
+                    ])
+                    #expect(r.status == 202)
+                    accepted[a.id, default: []].append(text)
+                }
+            }
+            await f.kill()  // mid-burst: jobs are claimed and in flight
+            let counts = try await SQLiteStore(path: f.databasePath).jobCounts()
+            #expect((counts[.claimed] ?? 0) + (counts[.queued] ?? 0) > 0, "the crash came after all the work: \(counts)")
+            try await f.start()
+            let expected = accepted.values.map(\.count).reduce(0, +)
+            try await f.waitForDevice("every accepted update applied", within: .seconds(60)) { d in
+                d.events.filter { $0.outcome?.code == .applied }.count >= expected
+            }
+            let events = try f.sim.world.device(f.device).events.filter { $0.outcome?.code == .applied }
+            for (a, _) in activities {
+                let applied = events.filter { $0.activityID == a.id }.compactMap(\.apnsID)
+                #expect(applied.count == accepted[a.id]!.count, "activity \(a.id)")
+                #expect(Set(applied).count == applied.count, "an update applied twice on \(a.id)")
+                #expect(try f.deviceActivity(a.id)?.contentState["driverName"]?.stringValue == accepted[a.id]!.last)
+            }
+        }
+    }
+}
+
+@Suite("Isle server API errors: a 4xx naming the field, never a 500", .serialized)
+struct APIErrorTests {
+    struct Case: Sendable, CustomTestStringConvertible {
+        let method: String
+        let path: String
+        let key: String  // "backend", "device", "none", "bad"
+        let body: String?
+        let status: Int
+        let field: String?
+        var testDescription: String { "\(method) \(path) [\(key)] \(body ?? "") → \(status)" }
+    }
+
+    static let cases: [Case] = [
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "none", body: "{}", status: 401, field: nil),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "bad", body: "{}", status: 401, field: nil),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "device", body: "{}", status: 403, field: nil),
+        Case(method: "POST", path: "/v1/activities", key: "backend", body: "{}", status: 403, field: nil),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: "{oops", status: 400, field: nil),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: "[1]", status: 400, field: nil),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: "{}", status: 400, field: "contentState"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A"}}"#, status: 422, field: "contentState.deliveryTimer"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":["2026-01-01",1]}}"#, status: 422, field: "contentState.deliveryTimer[0]"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":[1,2]},"priority":7}"#, status: 400, field: "priority"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":[1,2]},"alert":{"title":"T"}}"#, status: 400, field: "alert.body"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":[1,2]},"staleDate":"tomorrow"}"#, status: 400, field: "staleDate"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":[1,2]},"staleDate":1767225600000}"#, status: 400, field: "staleDate"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":[1,2]},"dismissalDate":1767229200}"#, status: 400, field: "dismissalDate"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"A","deliveryTimer":[1,2]},"colour":"red"}"#, status: 400, field: "colour"),
+        Case(method: "POST", path: "/v1/activities/ID/update", key: "backend", body: #"{"contentState":{"driverName":"\#(String(repeating: "x", count: 5000))","deliveryTimer":[1,2]}}"#, status: 422, field: nil),
+        Case(method: "POST", path: "/v1/activities/nope/update", key: "backend", body: #"{"contentState":{}}"#, status: 404, field: nil),
+        Case(method: "POST", path: "/v1/activities/by-key/nope/end", key: "backend", body: "{}", status: 404, field: nil),
+        Case(method: "GET", path: "/v1/activities/nope", key: "backend", body: nil, status: 404, field: nil),
+        Case(method: "GET", path: "/v1/deliveries/nope", key: "backend", body: nil, status: 404, field: nil),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes"}"#, status: 400, field: "token"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"xyz"}"#, status: 400, field: "token"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"Nope","token":"\#(String(repeating: "ab", count: 40))"}"#, status: 400, field: "attributesType"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN"}"#, status: 409, field: "token"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(String(repeating: "ab", count: 40))","topics":"x"}"#, status: 400, field: "topics"),
+        Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"pushToStartTokens":{"PizzaDeliveryAttributes":"zz"}}"#, status: 400, field: "pushToStartTokens.PizzaDeliveryAttributes"),
+        Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"liveActivitiesEnabled":"yes"}"#, status: 400, field: "liveActivitiesEnabled"),
+        Case(method: "PUT", path: "/v1/activities/ID/token", key: "device", body: "{}", status: 400, field: "token"),
+        Case(method: "POST", path: "/v1/activities/ID/explode", key: "device", body: "{}", status: 404, field: nil),
+        Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":1,"totalAmount":"x","orderNumber":"1"},"contentState":{"driverName":"A","deliveryTimer":[1,2]},"alert":{"title":"a","body":"b"}}"#, status: 404, field: nil),
+        Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"pizzaDeliveryAttributes","attributes":{},"contentState":{},"alert":{"title":"a","body":"b"}}"#, status: 400, field: "attributesType"),
+        Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{},"contentState":{}}"#, status: 400, field: "alert"),
+        Case(method: "POST", path: "/v1/users/nobody/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":"3","totalAmount":"x","orderNumber":"1"},"contentState":{"driverName":"A","deliveryTimer":[1,2]},"alert":{"title":"a","body":"b"}}"#, status: 422, field: "attributes.numberOfPizzas"),
+        Case(method: "POST", path: "/v1/installations/nope/widgets/reload", key: "backend", body: nil, status: 404, field: nil),
+        Case(method: "GET", path: "/v1/nothing-here", key: "backend", body: nil, status: 404, field: nil),
+    ]
+
+    @Test("each error path", arguments: cases)
+    func errorPath(_ c: Case) async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "k")
+            let key: String? = switch c.key {
+            case "backend": f.backendKey
+            case "device": f.deviceKey
+            case "bad": "isle_backend_0000"
+            default: nil
+            }
+            let body = c.body?.replacingOccurrences(of: "TOKEN", with: a.updateToken!)
+            let r = try await f.call(c.method, c.path.replacingOccurrences(of: "ID", with: id), key: key, raw: body)
+            #expect(r.status == c.status, "\(r.json.jsonString)")
+            #expect(r.status < 500)
+            if c.path != "/v1/nothing-here" { #expect(r.json["error"]?["message"]?.stringValue?.isEmpty == false, "\(r.json.jsonString)") }
+            if let field = c.field { #expect(r.json["error"]?["field"]?.stringValue == field, "\(r.json.jsonString)") }
+        }
+    }
+
+    @Test("Idempotency-Key: a repeat gets the first answer and queues nothing; another request with the key is refused")
+    func idempotency() async throws {
+        try await ServerFixture.with { f in
+            let (_, id) = try await f.appStartsActivity(key: "k")
+            let body: JSONValue = ["contentState": Pizza.state("Once")]
+            let first = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: body, headers: [("Idempotency-Key", "abc")])
+            let second = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: body, headers: [("Idempotency-Key", "abc")])
+            #expect(first.status == 202 && second.status == 202)
+            #expect(first.json["accepted"] == second.json["accepted"])
+            let store = try SQLiteStore(path: f.databasePath)
+            #expect(try await store.jobCounts().values.reduce(0, +) == 1)
+            let other = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Twice")], headers: [("Idempotency-Key", "abc")])
+            #expect(other.status == 422 && other.json["error"]?["code"] == "idempotencyKeyReused")
+        }
+    }
+
+    @Test("health, readiness, metrics and the OpenAPI document")
+    func operations() async throws {
+        try await ServerFixture.with { f in
+            #expect(try await f.call("GET", "/health").json["status"] == "ok")
+            #expect(try await f.call("GET", "/ready").json["status"] == "ready")
+            let metrics = try await f.call("GET", "/metrics")
+            #expect(metrics.status == 200 && metrics.json.stringValue?.contains("isle_jobs") == true)
+            let doc = try await f.call("GET", "/openapi.json")
+            #expect(doc.json["openapi"] == "3.1.0")
+            #expect(doc.json["paths"]?["/v1/activities/{activity}/update"] != nil)
+        }
+    }
+}

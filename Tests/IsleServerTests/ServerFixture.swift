@@ -1,0 +1,155 @@
+import AsyncHTTPClient
+import Foundation
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Logging
+import NIOCore
+import ServiceLifecycle
+
+enum Pizza {
+    static let bundleID = "com.example.pizza"
+    static let schema = try! ActivitySchema(jsonText: """
+        { "attributesType": "PizzaDeliveryAttributes",
+          "attributes": { "numberOfPizzas": "int", "totalAmount": "string", "orderNumber": "string" },
+          "contentState": { "driverName": "string", "deliveryTimer": "dateRange" } }
+        """)
+    static let attributes: JSONValue = ["numberOfPizzas": 3, "totalAmount": "$42.00", "orderNumber": "12345"]
+    static func state(_ driver: String) -> JSONValue { ["driverName": .string(driver), "deliveryTimer": [788_918_400, 788_919_900]] }
+    static let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+}
+
+/// A simulator and an Isle server on one virtual clock, the server on a real SQLite file, talking
+/// HTTP/2 + TLS to the simulator's fake APNs; and an HTTP client for the server's API.
+final class ServerFixture: Sendable {
+    let sim: IsleSim
+    let clock: ManualWallClock
+    let http: HTTPClient
+    let databasePath: String
+    let device: String
+    let backendKey: String
+    let deviceKey: String
+    let server: Server
+
+    /// The running server, which tests can stop abruptly and start again on the same file.
+    final class Server: Sendable {
+        let state = Mutex<(app: IsleServerApp, task: Task<Void, any Error>)?>(nil)
+        var app: IsleServerApp { state.withLock { $0!.app } }
+        var port: Int { get async { await app.port() } }
+    }
+
+    init(sim: IsleSim, clock: ManualWallClock, databasePath: String, device: String, backendKey: String, deviceKey: String) {
+        self.sim = sim
+        self.clock = clock
+        self.databasePath = databasePath
+        self.device = device
+        self.backendKey = backendKey
+        self.deviceKey = deviceKey
+        http = HTTPClient(eventLoopGroupProvider: .singleton)
+        server = Server()
+    }
+
+    func configuration() -> ServerConfiguration {
+        var c = ServerConfiguration()
+        c.port = 0
+        c.apns = .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM)
+        c.databasePath = databasePath
+        c.pollInterval = .milliseconds(20)
+        c.concurrency = 64
+        return c
+    }
+
+    /// Starts the server (again) on the database file.
+    func start() async throws {
+        var logger = Logger(label: "isle.test.server")
+        logger.logLevel = .critical
+        let app = IsleServerApp(configuration: configuration(), store: try SQLiteStore(path: databasePath), clock: clock, logger: logger)
+        let task = Task { try await app.run() }
+        server.state.withLock { $0 = (app, task) }
+        _ = await app.port()
+    }
+
+    /// Stops the server abruptly: its task is cancelled mid-work, nothing is drained.
+    func kill() async {
+        guard let (_, task) = server.state.withLock({ $0 }) else { return }
+        task.cancel()
+        _ = try? await task.value
+    }
+
+    static func with(configure: (inout IsleSim.Configuration) -> Void = { _ in }, _ body: (ServerFixture) async throws -> Void) async throws {
+        var simConfiguration = IsleSim.Configuration()
+        configure(&simConfiguration)
+        let clock = ManualWallClock(Pizza.t0)
+        try await IsleSim.withRunning(configuration: simConfiguration, clock: clock) { sim in
+            let key = TestProviderKey()
+            try sim.apns.register(RegisteredKey(keyID: key.keyID, teamID: key.teamID, publicKeyPEM: key.publicKeyPEM))
+            let device = sim.world.createDevice(name: "iPhone")
+            try sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema], widgets: [
+                .init(kind: "favorite", source: .fixed(WidgetTimeline(entries: [.init(date: Pizza.t0, content: ["pizza": "Diavola"])], policy: .never))),
+            ]), on: device)
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-server-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            let path = dir.appendingPathComponent("isle.sqlite").path
+            let store = try SQLiteStore(path: path)
+            try await store.migrate()
+            try await store.upsertApp(AppRecord(bundleID: Pizza.bundleID, teamID: key.teamID, keyID: key.keyID, keyPEM: key.privateKeyPEM, schemas: [Pizza.schema], createdAt: Pizza.t0))
+            let backend = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .backend).secret
+            let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .device).secret
+            let f = ServerFixture(sim: sim, clock: clock, databasePath: path, device: device, backendKey: backend, deviceKey: deviceKey)
+            try await f.start()
+            do {
+                try await body(f)
+            } catch {
+                await f.kill()
+                try? await f.http.shutdown()
+                throw error
+            }
+            await f.kill()
+            try await f.http.shutdown()
+        }
+    }
+
+    struct Answer {
+        var status: Int
+        var json: JSONValue
+    }
+
+    func call(_ method: String, _ path: String, key: String? = nil, body: JSONValue? = nil, raw: String? = nil, headers: [(String, String)] = []) async throws -> Answer {
+        var r = HTTPClientRequest(url: "http://127.0.0.1:\(await server.port)\(path)")
+        r.method = .init(rawValue: method)
+        if let key { r.headers.add(name: "authorization", value: "Bearer \(key)") }
+        for (n, v) in headers { r.headers.add(name: n, value: v) }
+        if let body { r.body = .bytes(ByteBuffer(bytes: body.jsonBytes)) } else if let raw { r.body = .bytes(ByteBuffer(string: raw)) }
+        let response = try await http.execute(r, timeout: .seconds(20))
+        let bytes = try await response.body.collect(upTo: 4 << 20)
+        let json = bytes.readableBytes == 0 ? JSONValue.null : ((try? JSONParser.parse(Array(buffer: bytes))) ?? .string(String(buffer: bytes)))
+        return Answer(status: Int(response.status.code), json: json)
+    }
+
+    // Device-side helpers: the simulated app starts an activity and registers its token with Isle.
+    func appStartsActivity(key: String, topics: [String] = []) async throws -> (activity: SimulatedActivity, isleID: String) {
+        let a = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("Bill James"))
+        let r = try await call("POST", "/v1/activities", key: deviceKey, body: [
+            "attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": .string(key), "topics": .array(topics.map(JSONValue.string)),
+        ])
+        guard r.status == 201, let id = r.json["id"]?.stringValue else { throw DeadlineExceeded(what: "registration (\(r.status) \(r.json.jsonString))", after: .zero) }
+        return (a, id)
+    }
+
+    func deviceActivity(_ id: String) throws -> SimulatedActivity? { try sim.world.device(device).activities.first { $0.id == id } }
+
+    /// Waits until the simulated device satisfies `predicate` (re-checked on every change).
+    func waitForDevice(_ what: String, within: Duration = .seconds(20), _ predicate: @escaping @Sendable (SimulatedDevice) -> Bool) async throws {
+        let world = sim.world
+        let device = device
+        try await withDeadline(within, what) {
+            let changes = world.changes.subscribe()
+            if predicate(try world.device(device)) { return }
+            for await _ in changes where predicate(try world.device(device)) { return }
+        }
+    }
+}
+
+import Synchronization
