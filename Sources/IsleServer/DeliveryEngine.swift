@@ -319,6 +319,8 @@ public final class APNsClients: Sendable {
     let clock: any WallClock
     let logger: Logger
     private let clients = Mutex<[String: (keyID: String, client: APNsClient)]>([:])
+    /// Clients replaced after a key change, closed at shutdown.
+    private let retired = Mutex<[APNsClient]>([])
 
     public init(environment: APNsEnvironment, requestTimeout: Duration = .seconds(30), clock: any WallClock = SystemWallClock(), logger: Logger) {
         self.environment = environment
@@ -328,18 +330,23 @@ public final class APNsClients: Sendable {
     }
 
     public func client(for app: AppRecord) throws -> APNsClient {
-        if let existing = clients.withLock({ $0[app.bundleID] }), existing.keyID == app.keyID { return existing.client }
-        let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: app.keyPEM)
-        let client = try APNsClient(configuration: .init(environment: environment, credentials: credentials, requestTimeout: requestTimeout), clock: clock, logger: logger)
-        return clients.withLock { c in
+        var replaced: APNsClient?
+        let client = try clients.withLock { c throws -> APNsClient in
             if let existing = c[app.bundleID], existing.keyID == app.keyID { return existing.client }
+            // Made under the lock: two workers must not each make one and drop the other unclosed.
+            let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: app.keyPEM)
+            let client = try APNsClient(configuration: .init(environment: environment, credentials: credentials, requestTimeout: requestTimeout), clock: clock, logger: logger)
+            replaced = c[app.bundleID]?.client
             c[app.bundleID] = (app.keyID, client)
             return client
         }
+        if let replaced { retired.withLock { $0.append(replaced) } }
+        return client
     }
 
     public func shutdown() async {
-        for c in clients.withLock({ $0.values.map(\.client) }) { try? await c.shutdown() }
+        let all = clients.withLock { c in defer { c.removeAll() }; return c.values.map(\.client) } + retired.withLock { r in defer { r.removeAll() }; return r }
+        for c in all { try? await c.shutdown() }
     }
 }
 

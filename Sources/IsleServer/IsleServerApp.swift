@@ -39,10 +39,15 @@ public final class IsleServerApp: Service {
     public func port() async -> Int { await portBox.wait() }
 
     public func run() async throws {
-        try await store.migrate()
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await self.engine.run() }
-            group.addTask { try await self.application.runService() }
+        do {
+            try await store.migrate()
+            try await withThrowingDiscardingTaskGroup { group in
+                group.addTask { try await self.engine.run() }
+                group.addTask { try await self.application.runService() }
+            }
+        } catch {
+            await clients.shutdown()
+            throw error
         }
         await clients.shutdown()
     }
