@@ -153,6 +153,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "IsleStoreTests",
+            dependencies: ["IsleStore", "IsleCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "IsleServerTests",
             dependencies: [
                 "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting",
