@@ -1,0 +1,55 @@
+import Foundation
+import IsleCore
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Testing
+
+@Suite("Delivery engine policy", .serialized)
+struct EnginePolicyTests {
+    @Test("over the hourly budget, priority 10 is downgraded to 5 and the delivery says so")
+    func budgetDowngrade() async throws {
+        try await ServerFixture.with(configure: { $0.device.hourlyBudget = 100 }) { f in
+            let (_, id) = try await f.appStartsActivity(key: "b")
+            for i in 0..<16 {
+                let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: [
+                    "contentState": Pizza.state("d\(i)"), "alert": ["title": "Update", "body": .string("\(i)")],
+                ])
+                #expect(r.status == 202)
+                f.clock.advance(by: 1)
+            }
+            try await eventually("16 deliveries") { (try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.count ?? 0) == 16 }
+            let deliveries = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]!.arrayValue!
+            #expect(deliveries.prefix(15).allSatisfy { $0["priority"] == 10 && $0["downgraded"] == false })
+            #expect(deliveries[15]["priority"] == 5 && deliveries[15]["downgraded"] == true)
+        }
+    }
+
+    @Test("a request error (413) is never retried")
+    func noRetryOnRequestError() async throws {
+        try await ServerFixture.with { f in
+            let (_, id) = try await f.appStartsActivity(key: "big")
+            f.sim.apns.addFailure(FailureRule(status: 413, reason: "PayloadTooLarge", remaining: 5))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("x")]).status == 202)
+            try await eventually("the job failed") { try await SQLiteStore(path: f.databasePath).jobCounts()[.failed] == 1 }
+            f.clock.advance(by: 3600)
+            let deliveries = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue ?? []
+            #expect(deliveries.map { $0["status"] } == [413])
+            #expect(try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["state"] == "active")
+        }
+    }
+
+    @Test("nothing is sent past the 8-hour life; the server's record ends it as the device does")
+    func eightHours() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "long")
+            f.clock.advance(by: 8 * 3600)
+            let before = f.sim.apns.requestLog.count
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("too late")]).status == 202)
+            try await eventually("the server ended it") { try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["state"] == "ended" }
+            #expect(f.sim.apns.requestLog.count == before)
+            #expect(try f.deviceActivity(a.id)?.state == .ended)
+            #expect(try await SQLiteStore(path: f.databasePath).jobCounts()[.dropped] == 1)
+        }
+    }
+}
