@@ -6,6 +6,7 @@ import IsleStore
 import Logging
 import NIOCore
 import Crypto
+import IsleAPNs
 
 struct API: Sendable {
     let store: any IsleStore
@@ -122,19 +123,23 @@ struct API: Sendable {
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
                 let type = try b.string("attributesType", required: true)!
-                let token = try b.token("token", required: true)!
+                let channelID = try b.string("channelID")
+                if let channelID, try await store.channel(id: channelID)?.bundleID != caller.bundleID {
+                    throw APIError.invalid("channelID", "\(channelID) is not a channel of \(caller.bundleID)")
+                }
+                let tokenOrNil = try b.token("token", required: channelID == nil)
                 let key = try b.string("externalKey")
                 guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
                 guard app.schema(type) != nil || app.schemas.isEmpty else {
                     throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
                 }
-                if let existing = try await store.activity(updateToken: token), existing.state.acceptsPushes {
+                if let token = tokenOrNil, let existing = try await store.activity(updateToken: token), existing.state.acceptsPushes {
                     throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
                 }
                 let topics = try b.strings("topics") ?? []
                 let installationID = try b.string("installationID")
                 // A push-started activity reports its update token: link it.
-                if let key, var started = try await store.activity(bundleID: caller.bundleID, externalKey: key), started.state == .starting, started.attributesType == type {
+                if let key, let token = tokenOrNil, var started = try await store.activity(bundleID: caller.bundleID, externalKey: key), started.state == .starting, started.attributesType == type {
                     started.updateToken = token
                     started.state = .active
                     started.topics = Array(Set(started.topics + topics)).sorted()
@@ -144,7 +149,7 @@ struct API: Sendable {
                     return (.ok, value)
                 }
                 let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: key, installationID: installationID, attributesType: type,
-                                       attributes: try b.object("attributes"), content: try b.object("contentState"), state: .active, updateToken: token,
+                                       attributes: try b.object("attributes"), content: try b.object("contentState"), state: .active, updateToken: tokenOrNil, channelID: channelID,
                                        relevanceScore: try b.number("relevanceScore"), startedAt: clock.now, topics: topics)
                 try await store.insertActivity(a)
                 let value = Self.json(a)
@@ -155,33 +160,111 @@ struct API: Sendable {
 
         router.put("v1/activities/:activity/token") { request, context in
             let caller = try await authorize(request, .device)
-            let (b, _) = try await Body.read(request)
-            var a = try await ownActivity(caller, try context.parameters.require("activity"))
-            let token = try b.token("token", required: true)!
-            guard a.state.acceptsPushes else { throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used") }
-            a.updateToken = token
-            if a.state == .starting { a.state = .active }
-            try await store.updateActivity(a)
-            return Self.json(Self.json(a))
+            let (b, bytes) = try await Body.read(request)
+            let id = try context.parameters.require("activity")
+            return try await idempotent(request, caller, bytes) { pending in
+                var a = try await ownActivity(caller, id)
+                let token = try b.token("token", required: true)!
+                guard a.state.acceptsPushes else { throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used") }
+                a.updateToken = token
+                if a.state == .starting { a.state = .active }
+                try await store.updateActivity(a)
+                let value = Self.json(a)
+                if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
+                return (.ok, value)
+            }
         }
 
         router.post("v1/activities/:activity/:report") { request, context in
             let caller = try await authorize(request, .device)
             let report = try context.parameters.require("report")
             guard report == "dismissed" || report == "ended" else { throw APIError.notFound("/v1/activities/…/\(report)") }
-            var a = try await ownActivity(caller, try context.parameters.require("activity"))
-            let now = clock.now
-            if a.endedAt == nil { a.endedAt = now }
-            if report == "dismissed" {
-                a.state = .dismissed
-                a.dismissedAt = now
-                a.stateReason = "the person dismissed it"
-            } else if a.state.acceptsPushes {
-                a.state = .ended
-                a.stateReason = "the app ended it"
+            let id = try context.parameters.require("activity")
+            let (_, bytes) = try await Body.read(request)
+            return try await idempotent(request, caller, bytes) { pending in
+                var a = try await ownActivity(caller, id)
+                let now = clock.now
+                if a.endedAt == nil { a.endedAt = now }
+                if report == "dismissed" {
+                    a.state = .dismissed
+                    a.dismissedAt = now
+                    a.stateReason = "the person dismissed it"
+                } else if a.state.acceptsPushes {
+                    a.state = .ended
+                    a.stateReason = "the app ended it"
+                }
+                try await store.updateActivity(a)
+                let value = Self.json(a)
+                if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
+                return (.ok, value)
             }
-            try await store.updateActivity(a)
-            return Self.json(Self.json(a))
+        }
+
+        // Channels (iOS 18 broadcast)
+        router.post("v1/channels") { request, _ in
+            let caller = try await authorize(request, .backend)
+            let (b, bytes) = try await Body.read(request)
+            return try await idempotent(request, caller, bytes) { pending in
+                let policy = Int(try b.number("storagePolicy") ?? 0)
+                guard policy == 0 || policy == 1 else { throw APIError.invalid("storagePolicy", "storagePolicy must be 0 (no message stored) or 1 (most recent stored)") }
+                guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+                let channel: BroadcastChannel
+                do {
+                    channel = try await engine.clients.client(for: app).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: policy)!)
+                } catch let e as APNsError {
+                    throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)")
+                }
+                let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: policy, createdAt: clock.now)
+                try await store.insertChannel(record)
+                let value: JSONValue = ["id": .string(record.id), "storagePolicy": .int(policy)]
+                if let r = finishIdempotency(pending, .created, value) { try await store.saveIdempotencyRecord(r) }
+                return (.created, value)
+            }
+        }
+        router.get("v1/channels") { request, _ in
+            let caller = try await authorize(request, .backend)
+            return Self.json(.array(try await store.channels(bundleID: caller.bundleID).map { ["id": .string($0.id), "storagePolicy": .int($0.storagePolicy)] }))
+        }
+        router.delete("v1/channels/:channel") { request, context in
+            let caller = try await authorize(request, .backend)
+            let id = try context.parameters.require("channel")
+            guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID, let app = try await store.app(caller.bundleID) else { throw APIError.notFound("channel \(id)") }
+            do { try await engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
+                throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)")
+            }
+            try await store.deleteChannel(id: id)
+            return Response(status: .noContent)
+        }
+        for event in ["update", "end"] {
+            router.post("v1/channels/:channel/\(event)") { request, context in
+                let caller = try await authorize(request, .backend)
+                let id = try context.parameters.require("channel")
+                let (b, bytes) = try await Body.read(request)
+                return try await idempotent(request, caller, bytes) { pending in
+                    guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
+                    var aps: JSONObject = ["event": .string(event)]
+                    if let s = try b.object("contentState", required: event == "update") { aps["content-state"] = s }
+                    if let alert = try b.alert() { aps["alert"] = alert }
+                    if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
+                    if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
+                    if event == "end", let d = try b.date("dismissalDate") { aps["dismissal-date"] = .int(Int64(d.timeIntervalSince1970)) }
+                    let priority = try b.priority()
+                    for k in b.object.keys where !["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"].contains(k) {
+                        throw APIError.invalid(k, "unknown field \(k)")
+                    }
+                    var withTimestamp = aps
+                    withTimestamp["timestamp"] = .int(Int64(clock.now.timeIntervalSince1970))
+                    let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: true, priority: priority.flatMap(PushPriority.init(rawValue:)), now: clock.now))
+                        .validate(bytes: JSONValue.object(["aps": .object(withTimestamp)]).jsonBytes)
+                    if let e = report.errors.first { throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path)) }
+                    let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, aps: .object(aps), hasAlert: aps["alert"] != nil, requestedPriority: priority,
+                                         runAt: max(try b.date("sendAt") ?? clock.now, clock.now))
+                    let value: JSONValue = ["accepted": 1]
+                    let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value))
+                    engine.wake()
+                    return (.accepted, ["accepted": 1, "jobs": .array(ids.map { .int($0) })])
+                }
+            }
         }
 
         // Backend scope

@@ -11,7 +11,7 @@ import Synchronization
 public final class DeliveryEngine: Service {
     let store: any IsleStore
     let configuration: ServerConfiguration
-    let clients: APNsClients
+    public let clients: APNsClients
     let clock: any WallClock
     let logger: Logger
     let worker: String
@@ -102,6 +102,8 @@ public final class DeliveryEngine: Service {
                 try await deliverStart(c, app: app, now: now)
             case .widgets:
                 try await deliverWidgets(c, app: app, now: now)
+            case .broadcast:
+                try await deliverBroadcast(c, app: app, now: now)
             }
         } catch {
             logger.error("delivery bookkeeping failed; the job will be retried when its lease ends", metadata: ["job.id": "\(job.id)", "error": "\(error)"])
@@ -221,6 +223,45 @@ public final class DeliveryEngine: Service {
         case .retry(let why):
             try await retryOrFail(c, error: why, delivery: delivery)
         case .fail(let why):
+            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: nil, highPriorityAt: nil)
+            counters.failed()
+        }
+    }
+
+    func deliverBroadcast(_ c: ClaimedJob, app: AppRecord, now: Date) async throws {
+        guard let id = c.job.channelID, let channel = try await store.channel(id: id) else {
+            _ = try await store.finish(c, state: .dropped, error: "the channel no longer exists", delivery: nil, activity: nil, highPriorityAt: nil)
+            return
+        }
+        var aps = c.job.aps.objectValue ?? [:]
+        aps["timestamp"] = .int(c.timestamp)
+        let priority: PushPriority = c.job.requestedPriority == 10 || (c.job.requestedPriority == nil && c.job.hasAlert) ? .high : .low
+        let push = BroadcastPush(bundleID: app.bundleID, channelID: id, payload: JSONValue.object(["aps": .object(Self.ordered(aps))]).jsonBytes, priority: priority,
+                                 expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: channel.storagePolicy), requestID: UUID(uuidString: c.apnsID))
+        let start = ContinuousClock.now
+        var verdict: Verdict
+        var response: APNsResponse?
+        do {
+            response = try await clients.client(for: app).broadcast(push)
+            verdict = .sent
+        } catch let error as APNsError {
+            response = error.response
+            switch error.remedy {
+            case .retryLater, .newProviderToken, .openNewConnection: verdict = .retry(error.message)
+            default: verdict = .fail(error.message)
+            }
+        } catch {
+            verdict = .fail("\(error)")
+        }
+        let delivery = DeliveryRecord(jobID: c.job.id, activityID: nil, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
+                                      reason: response?.reason?.rawValue, latencyMS: Self.ms(ContinuousClock.now - start), priority: priority.rawValue, downgraded: false, at: now)
+        switch verdict {
+        case .sent:
+            _ = try await store.finish(c, state: .sent, error: nil, delivery: delivery, activity: nil, highPriorityAt: nil)
+            counters.sent(downgraded: false)
+        case .retry(let why):
+            try await retryOrFail(c, error: why, delivery: delivery)
+        case .fail(let why), .deadToken(let why):
             _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: nil, highPriorityAt: nil)
             counters.failed()
         }

@@ -51,6 +51,12 @@ public protocol IsleStore: Sendable {
     /// Priority-10 sends to an activity since a time (the hourly budget).
     func highPrioritySends(activityID: String, since: Date) async throws -> Int
 
+    // Channels
+    func insertChannel(_ channel: ChannelRecord) async throws
+    func channels(bundleID: String) async throws -> [ChannelRecord]
+    func channel(id: String) async throws -> ChannelRecord?
+    func deleteChannel(id: String) async throws
+
     // Reads
     func deliveries(activityID: String) async throws -> [DeliveryRecord]
     func delivery(apnsID: String) async throws -> DeliveryRecord?

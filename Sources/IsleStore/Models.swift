@@ -137,6 +137,22 @@ public struct ActivityRecord: Sendable, Hashable {
 
 public enum PushJobKind: String, Sendable, Hashable, Codable {
     case start, update, end, widgets
+    /// An update or end broadcast to a channel.
+    case broadcast
+}
+
+/// A broadcast channel the server created (iOS 18).
+public struct ChannelRecord: Sendable, Hashable {
+    public var id: String
+    public var bundleID: String
+    public var storagePolicy: Int
+    public var createdAt: Date
+    public init(id: String, bundleID: String, storagePolicy: Int, createdAt: Date) {
+        self.id = id
+        self.bundleID = bundleID
+        self.storagePolicy = storagePolicy
+        self.createdAt = createdAt
+    }
 }
 
 public enum PushJobState: String, Sendable, Hashable, Codable {
@@ -150,6 +166,7 @@ public struct PushJob: Sendable, Hashable {
     public var kind: PushJobKind
     public var activityID: String?
     public var installationID: String?
+    public var channelID: String?
     /// The `aps` content without `timestamp` (added at send time so it always increases).
     public var aps: JSONValue
     public var hasAlert: Bool
@@ -174,12 +191,14 @@ public struct NewPushJob: Sendable, Hashable {
     public var hasAlert: Bool
     public var requestedPriority: Int?
     public var runAt: Date
+    public var channelID: String?
 
-    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: Int? = nil, runAt: Date) {
+    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: Int? = nil, runAt: Date) {
         self.bundleID = bundleID
         self.kind = kind
         self.activityID = activityID
         self.installationID = installationID
+        self.channelID = channelID
         self.aps = aps
         self.hasAlert = hasAlert
         self.requestedPriority = requestedPriority

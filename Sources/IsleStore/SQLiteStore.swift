@@ -58,6 +58,11 @@ public final class SQLiteStore: IsleStore {
         CREATE TABLE idempotency (bundle_id TEXT NOT NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, status INTEGER NOT NULL,
             body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (bundle_id, key));
         """,
+        """
+        ALTER TABLE jobs ADD COLUMN channel_id TEXT;
+        CREATE TABLE channels (id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, storage_policy INTEGER NOT NULL, created_at REAL NOT NULL);
+        CREATE INDEX channels_app ON channels(bundle_id);
+        """,
     ]
 
     public func migrate() async throws {
@@ -240,11 +245,11 @@ public final class SQLiteStore: IsleStore {
             ids.reserveCapacity(jobs.count)
             let now = Date().timeIntervalSince1970
             let statement = try db.makeStatement(sql: """
-                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, aps, has_alert, requested_priority, run_at, state, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?)
+                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?)
                 """)
             for j in jobs {
-                try statement.execute(arguments: [j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.aps.jsonString, j.hasAlert, j.requestedPriority,
+                try statement.execute(arguments: [j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority,
                                                   j.runAt.timeIntervalSince1970, now])
                 ids.append(db.lastInsertedRowID)
             }
@@ -258,6 +263,7 @@ public final class SQLiteStore: IsleStore {
 
     static func job(_ r: Row) -> PushJob {
         PushJob(id: r["id"], bundleID: r["bundle_id"], kind: PushJobKind(rawValue: r["kind"]) ?? .update, activityID: r["activity_id"], installationID: r["installation_id"],
+                channelID: r["channel_id"],
                 aps: (try? JSONParser.parse(r["aps"] as String)) ?? [:], hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
                 runAt: Date(timeIntervalSince1970: r["run_at"]), state: PushJobState(rawValue: r["state"]) ?? .queued, attempts: r["attempts"],
                 claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
@@ -378,6 +384,31 @@ public final class SQLiteStore: IsleStore {
         try await db.read { db in
             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM high_priority_sends WHERE activity_id = ? AND at >= ?", arguments: [activityID, since.timeIntervalSince1970]) ?? 0
         }
+    }
+
+    // MARK: Channels
+
+    public func insertChannel(_ c: ChannelRecord) async throws {
+        try await db.write { db in
+            try db.execute(sql: "INSERT INTO channels (id, bundle_id, storage_policy, created_at) VALUES (?, ?, ?, ?)",
+                           arguments: [c.id, c.bundleID, c.storagePolicy, c.createdAt.timeIntervalSince1970])
+        }
+    }
+
+    static func channel(_ r: Row) -> ChannelRecord {
+        ChannelRecord(id: r["id"], bundleID: r["bundle_id"], storagePolicy: r["storage_policy"], createdAt: Date(timeIntervalSince1970: r["created_at"]))
+    }
+
+    public func channels(bundleID: String) async throws -> [ChannelRecord] {
+        try await db.read { db in try Row.fetchAll(db, sql: "SELECT * FROM channels WHERE bundle_id = ? ORDER BY created_at, id", arguments: [bundleID]).map(Self.channel) }
+    }
+
+    public func channel(id: String) async throws -> ChannelRecord? {
+        try await db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM channels WHERE id = ?", arguments: [id]).map(Self.channel) }
+    }
+
+    public func deleteChannel(id: String) async throws {
+        try await db.write { db in try db.execute(sql: "DELETE FROM channels WHERE id = ?", arguments: [id]) }
     }
 
     // MARK: Reads

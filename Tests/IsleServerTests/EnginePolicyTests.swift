@@ -53,3 +53,29 @@ struct EnginePolicyTests {
         }
     }
 }
+
+@Suite("Channels and broadcast through the server", .serialized)
+struct ServerChannelTests {
+    @Test("create a channel, subscribe an activity, broadcast an update, delete the channel")
+    func broadcast() async throws {
+        try await ServerFixture.with { f in
+            let created = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 0])
+            #expect(created.status == 201, "\(created.json.jsonString)")
+            let channel = try #require(created.json["id"]?.stringValue)
+            guard case .found = f.sim.world.readChannel(bundleID: Pizza.bundleID, id: channel) else { Issue.record("APNs has no such channel"); return }
+            let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                    contentState: Pizza.state("Bill"), pushType: .channel(channel))
+            let reg = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "channelID": .string(channel)])
+            #expect(reg.status == 201)
+            #expect(try await f.call("POST", "/v1/channels/\(channel)/update", key: f.backendKey, body: ["contentState": Pizza.state("Everyone"), "priority": 10]).status == 202)
+            try await f.waitForDevice("the broadcast applied") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Everyone" }
+            #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.count == 1)
+            #expect(try await f.call("DELETE", "/v1/channels/\(channel)", key: f.backendKey).status == 204)
+            #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.isEmpty == true)
+            let gone = try await f.call("POST", "/v1/channels/\(channel)/update", key: f.backendKey, body: ["contentState": Pizza.state("x")])
+            #expect(gone.status == 404)
+            let bad = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 3])
+            #expect(bad.status == 400 && bad.json["error"]?["field"] == "storagePolicy")
+        }
+    }
+}
