@@ -125,7 +125,8 @@ let package = Package(
         .executableTarget(
             name: "isle-bench",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleTesting", "IsleHTTP2Server",
+                "IsleCore", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

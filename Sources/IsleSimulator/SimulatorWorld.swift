@@ -355,13 +355,15 @@ public final class SimulatorWorld: Sendable {
 
     func advanceLocked(_ s: inout State, deviceID: String, to now: Date) throws(SimulatorError) {
         guard var d = s.devices[deviceID] else { throw SimulatorError(.notFound, "no device \(deviceID)") }
+        let logged = d.events.count
         for i in d.activities.indices {
             guard let app = d.apps[d.activities[i].bundleID] else { continue }
             let before = d.activities[i].state
             engine.advance(&d.activities[i], app: app, to: now, events: &d.events)
             if before != .dismissed, d.activities[i].state == .dismissed, let t = d.activities[i].updateToken { _ = t }
         }
-        d.events.sort { $0.time < $1.time }
+        // Time-based transitions are logged at the moment they happened: keep the log in time order.
+        if d.events.count > logged { d.events.sort { $0.time < $1.time } }
         s.devices[deviceID] = d
     }
 

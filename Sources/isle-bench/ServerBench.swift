@@ -1,0 +1,160 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Logging
+import NIOCore
+
+/// The Isle server on a real SQLite file, delivering over HTTP/2 + TLS to IsleSimulator's fake
+/// APNs, driven through its HTTP API — all in this process, on loopback.
+struct ServerBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "server", abstract: "Accepted updates/s, deliveries/s, and fan-out time of the Isle server against the simulator.")
+
+    @Option(help: "Update requests for the throughput run.") var updates = 5_000
+    @Option(help: "Activities the updates are spread over.") var activities = 200
+    @Option(help: "HTTP requests in flight against the API.") var clients = 32
+    @Option(help: "Fan-out sizes, comma-separated.") var fanOut = "10000,100000"
+    @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 600
+
+    func run() async throws {
+        let sizes = fanOut.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard updates > 0, updates <= 1_000_000, activities > 0, clients > 0, clients <= 1000, sizes.allSatisfy({ $0 > 0 && $0 <= 200_000 }) else {
+            throw ValidationError("counts out of range (updates ≤ 1,000,000; fan-out ≤ 200,000; clients ≤ 1000)")
+        }
+        print("Isle server (SQLite, \(ProcessInfo.processInfo.activeProcessorCount) cores) → IsleSimulator fake APNs over HTTP/2 + TLS, all on loopback in one process")
+        try await throughput()
+        for n in sizes { try await fanOutRun(n) }
+    }
+
+    struct Rig {
+        let sim: IsleSim
+        let app: IsleServerApp
+        let store: SQLiteStore
+        let http: HTTPClient
+        let base: String
+        let backendKey: String
+        let devices: [String]
+    }
+
+    /// A fresh simulator + server; activities are spread 1,000 to a simulated device.
+    func withRig(activityCount: Int, _ body: (Rig, [(deviceActivity: String, isleID: String)]) async throws -> Void) async throws {
+        var simConfig = IsleSim.Configuration()
+        simConfig.device.maximumActivitiesPerApp = 1000
+        simConfig.device.maximumActivitiesPerDevice = 1000
+        simConfig.device.hourlyBudget = 1_000_000
+        var quiet = Logger(label: "bench")
+        quiet.logLevel = .critical
+        try await IsleSim.withRunning(configuration: simConfig, clock: SystemWallClock(), logger: quiet) { sim in
+            let key = TestProviderKey()
+            try sim.apns.register(RegisteredKey(keyID: key.keyID, teamID: key.teamID, publicKeyPEM: key.publicKeyPEM))
+            let schema = try ActivitySchema(jsonText: #"{"attributesType":"ScoreAttributes","attributes":{"match":"string"},"contentState":{"home":"int","away":"int"}}"#)
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-\(UUID().uuidString).sqlite").path
+            let store = try SQLiteStore(path: path)
+            try await store.migrate()
+            try await store.upsertApp(AppRecord(bundleID: "com.example.scores", teamID: key.teamID, keyID: key.keyID, keyPEM: key.privateKeyPEM, schemas: [schema], createdAt: Date()))
+            let backend = try await ServerSetup.createKey(store: store, bundleID: "com.example.scores", scope: .backend).secret
+            var devices: [String] = []
+            var pairs: [(String, String)] = []
+            var records: [ActivityRecord] = []
+            for i in 0..<activityCount {
+                if i % 1000 == 0 {
+                    let d = sim.world.createDevice(name: "d\(i / 1000)")
+                    try sim.world.install(.init(bundleID: "com.example.scores", schemas: [schema]), on: d)
+                    devices.append(d)
+                }
+                let a = try sim.world.requestActivity(bundleID: "com.example.scores", on: devices.last!, attributesType: "ScoreAttributes", attributes: ["match": "7"], contentState: ["home": 0, "away": 0])
+                let id = "act_\(i)"
+                records.append(ActivityRecord(id: id, bundleID: "com.example.scores", attributesType: "ScoreAttributes", state: .active, updateToken: a.updateToken, startedAt: Date(), topics: ["match-7"]))
+                pairs.append((a.id, id))
+            }
+            for r in records { try await store.insertActivity(r) }
+            var c = ServerConfiguration()
+            c.port = 0
+            c.apns = .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM)
+            c.concurrency = 256
+            c.pollInterval = .milliseconds(20)
+            let app = IsleServerApp(configuration: c, store: store, logger: quiet)
+            let task = Task { try await app.run() }
+            let port = await app.port()
+            let http = HTTPClient(eventLoopGroupProvider: .singleton)
+            do {
+                try await body(Rig(sim: sim, app: app, store: store, http: http, base: "http://127.0.0.1:\(port)", backendKey: backend, devices: devices), pairs)
+            } catch {
+                try? await http.shutdown()
+                task.cancel()
+                _ = try? await task.value
+                throw error
+            }
+            try await http.shutdown()
+            task.cancel()
+            _ = try? await task.value
+        }
+    }
+
+    func post(_ rig: Rig, _ path: String, _ body: String) async throws -> Int {
+        var r = HTTPClientRequest(url: rig.base + path)
+        r.method = .POST
+        r.headers.add(name: "authorization", value: "Bearer \(rig.backendKey)")
+        r.body = .bytes(ByteBuffer(string: body))
+        let response = try await rig.http.execute(r, timeout: .seconds(120))
+        _ = try await response.body.collect(upTo: 1 << 20)
+        return Int(response.status.code)
+    }
+
+    func waitSent(_ rig: Rig, _ n: Int) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
+        while ContinuousClock.now < deadline {
+            let counts = try await rig.store.jobCounts()
+            if (counts[.sent] ?? 0) + (counts[.failed] ?? 0) + (counts[.superseded] ?? 0) + (counts[.dropped] ?? 0) >= n { return true }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+
+    func throughput() async throws {
+        try await withRig(activityCount: activities) { rig, pairs in
+            let next = Counter()
+            let start = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<clients {
+                    group.addTask {
+                        while true {
+                            let i = next.take()
+                            guard i < updates else { return }
+                            let id = pairs[i % pairs.count].isleID
+                            // Alerts are never coalesced, so every accepted update is delivered.
+                            let status = try await post(rig, "/v1/activities/\(id)/update", #"{"contentState":{"home":\#(i),"away":0},"alert":{"title":"Goal","body":"\#(i)"},"priority":5}"#)
+                            guard status == 202 else { throw ValidationError("update answered \(status)") }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let accepted = ContinuousClock.now - start
+            let ok = try await waitSent(rig, updates)
+            let delivered = ContinuousClock.now - start
+            let counts = try await rig.store.jobCounts()
+            print(String(format: "accepted updates: %d in %.2f s = %.0f/s (%d HTTP clients, %d activities)", updates, Self.s(accepted), Double(updates) / Self.s(accepted), clients, activities))
+            print(String(format: "end-to-end deliveries to the fake APNs: %d sent in %.2f s = %.0f/s%@", counts[.sent] ?? 0, Self.s(delivered), Double(counts[.sent] ?? 0) / Self.s(delivered), ok ? "" : " (timed out)"))
+        }
+    }
+
+    func fanOutRun(_ n: Int) async throws {
+        try await withRig(activityCount: n) { rig, _ in
+            let start = ContinuousClock.now
+            let status = try await post(rig, "/v1/topics/match-7/update", #"{"contentState":{"home":1,"away":0}}"#)
+            guard status == 202 else { throw ValidationError("fan-out answered \(status)") }
+            let accepted = ContinuousClock.now - start
+            let ok = try await waitSent(rig, n)
+            let delivered = ContinuousClock.now - start
+            print(String(format: "fan-out to %d activities: accepted (queued durably) in %.2f s; all delivered to the fake APNs in %.2f s (%.0f/s)%@",
+                         n, Self.s(accepted), Self.s(delivered), Double(n) / Self.s(delivered), ok ? "" : " (timed out)"))
+        }
+    }
+
+    static func s(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+}
