@@ -99,6 +99,21 @@ let package = Package(
             resources: [.copy("openapi.json")],
             swiftSettings: swiftSettings
         ),
+        // `isle demo`: the whole system in one process, driven over HTTP like a real backend and app.
+        .target(
+            name: "IsleDemo",
+            dependencies: [
+                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // Test kit: a recording APNs sink over real HTTP/2 + TLS, manual clocks, fixtures.
         .target(
             name: "IsleTesting",
@@ -113,7 +128,7 @@ let package = Package(
         .target(
             name: "IsleCommandLine",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer",
+                "IsleCore", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -170,7 +185,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator"],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -1,0 +1,40 @@
+import ArgumentParser
+import Foundation
+import IsleDemo
+
+struct DemoCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Play a Live Activity scenario end to end: the Isle server, the fake APNs and a simulated iPhone, on this machine.",
+        discussion: """
+            Starts the server on a temporary SQLite file and the simulator with one iPhone that has the pizza-delivery app, then plays seven steps through the public HTTP APIs: \
+            the app starts an activity, ETA updates and an alert, a priority-10 burst the server downgrades, a stale date, the end and dismissal, a second order started by \
+            push-to-start, and a widget reload. Each step checks what the phone shows; the exit status is 1 if any does not hold. No network, no Apple account.
+            """
+    )
+
+    @Option(help: ArgumentHelp("Virtual seconds per real second while time passes (600 = 10 minutes in a second).", valueName: "factor"))
+    var speed: Double = 600
+    @Flag(help: "Wait for Enter between steps.")
+    var step = false
+    @Flag(help: "Print JSON lines (one object per event) instead of the terminal view.")
+    var json = false
+
+    func validate() throws {
+        guard speed > 0, speed.isFinite || speed == .infinity else { throw ValidationError("--speed must be a number above 0") }
+    }
+
+    func run() async throws {
+        var options = Demo.Options()
+        options.speed = speed
+        options.step = step
+        options.json = json
+        let context = CLIContext.current
+        let demo = Demo(options: options, out: context.out, progress: { context.err("isle demo: \($0)") }, waitForEnter: { _ = readLine() })
+        do {
+            try await demo.run()
+        } catch let failure as Demo.Failure {
+            throw CLIError("demo failed at \(failure)")
+        }
+    }
+}
