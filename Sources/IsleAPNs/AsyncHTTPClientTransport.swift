@@ -8,12 +8,14 @@ import NIOSSL
 /// many requests in flight per connection.
 public final class AsyncHTTPClientTransport: APNsTransport {
     private let client: HTTPClient
+    private let connectTimeout: Duration
     public static let maximumResponseBody = 64 * 1024
 
     /// - Parameters:
     ///   - trustRootsPEM: CA certificates to trust instead of the system's (for a fake APNs).
     ///   - connectTimeout: how long to wait for TCP + TLS.
     public init(trustRootsPEM: String? = nil, connectTimeout: Duration = .seconds(10)) throws(APNsTransportError) {
+        self.connectTimeout = connectTimeout
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.minimumTLSVersion = .tlsv12
         if let trustRootsPEM {
@@ -53,7 +55,9 @@ public final class AsyncHTTPClientTransport: APNsTransport {
             )
         } catch let error as HTTPClientError {
             switch error {
-            case .deadlineExceeded, .readTimeout, .connectTimeout, .writeTimeout:
+            case .connectTimeout:
+                throw APNsTransportError(kind: .timedOut, reason: "could not connect (TCP + TLS) within \(connectTimeout)")
+            case .deadlineExceeded, .readTimeout, .writeTimeout:
                 throw APNsTransportError(kind: .timedOut, reason: "no answer within \(timeout)")
             case .cancelled:
                 throw APNsTransportError(kind: .cancelled, reason: "the request was cancelled")

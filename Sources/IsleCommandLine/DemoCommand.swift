@@ -1,6 +1,9 @@
 import ArgumentParser
 import Foundation
 import IsleDemo
+import Logging
+import ServiceLifecycle
+import Synchronization
 
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -30,11 +33,49 @@ struct DemoCommand: AsyncParsableCommand {
         options.step = step
         options.json = json
         let context = CLIContext.current
-        let demo = Demo(options: options, out: context.out, progress: { context.err("isle demo: \($0)") }, waitForEnter: { _ = readLine() })
+        let demo = Demo(options: options, out: context.out, progress: { context.err("isle demo: \($0)") }, waitForEnter: { await Self.readEnter() })
+        // Ctrl-C or SIGTERM stops the demo cleanly: its services shut down and its temporary
+        // database is removed.
+        var quiet = Logger(label: "isle.demo")
+        quiet.logLevel = .critical
+        let group = ServiceGroup(configuration: .init(services: [.init(service: DemoService(demo: demo), successTerminationBehavior: .gracefullyShutdownGroup)],
+                                                           gracefulShutdownSignals: [.sigterm, .sigint], logger: quiet))
         do {
-            try await demo.run()
+            try await group.run()
         } catch let failure as Demo.Failure {
             throw CLIError("demo failed at \(failure)")
+        } catch is CancellationError {
+            throw CLIError("demo interrupted", exitCode: 130)
+        }
+    }
+
+    /// Waits for a line on standard input without holding a Swift concurrency thread; gives up
+    /// when the task is cancelled (Ctrl-C).
+    static func readEnter() async {
+        let done = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { c in
+                done.withLock { $0 = c }
+                if Task.isCancelled { done.withLock { $0.take() }?.resume() }
+                Thread.detachNewThread {
+                    _ = readLine()
+                    done.withLock { $0.take() }?.resume()
+                }
+            }
+        } onCancel: {
+            done.withLock { $0.take() }?.resume()
+        }
+    }
+}
+
+struct DemoService: Service {
+    let demo: Demo
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown { try await demo.run() }
+        } catch where Task.isShuttingDownGracefully {
+            // Whatever the interrupted request threw, the reason is the signal.
+            throw CancellationError()
         }
     }
 }

@@ -38,13 +38,13 @@ public struct Demo: Sendable {
     let options: Options
     let out: @Sendable (String) -> Void
     let progress: @Sendable (String) -> Void
-    let waitForEnter: @Sendable () -> Void
+    let waitForEnter: @Sendable () async -> Void
 
     /// - Parameters:
     ///   - out: the view (or JSON lines), one line per call.
     ///   - progress: what the demo is waiting for while services start (stderr in the CLI).
     ///   - waitForEnter: blocks until the person presses Enter (`--step`).
-    public init(options: Options, out: @escaping @Sendable (String) -> Void, progress: @escaping @Sendable (String) -> Void, waitForEnter: @escaping @Sendable () -> Void = {}) {
+    public init(options: Options, out: @escaping @Sendable (String) -> Void, progress: @escaping @Sendable (String) -> Void, waitForEnter: @escaping @Sendable () async -> Void = {}) {
         self.options = options
         self.out = out
         self.progress = progress

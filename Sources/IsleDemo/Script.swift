@@ -28,7 +28,7 @@ actor Script {
     let http: HTTPClient
     let e: Endpoints
     let favorite: FavoritePizza
-    let waitForEnter: @Sendable () -> Void
+    let waitForEnter: @Sendable () async -> Void
 
     var device = ""
     var requestCursor = 0
@@ -40,7 +40,7 @@ actor Script {
     static let installation = "iphone-1"
     static let user = "user-1"
 
-    init(view: DemoView, options: Demo.Options, http: HTTPClient, endpoints: Endpoints, favorite: FavoritePizza, waitForEnter: @escaping @Sendable () -> Void) {
+    init(view: DemoView, options: Demo.Options, http: HTTPClient, endpoints: Endpoints, favorite: FavoritePizza, waitForEnter: @escaping @Sendable () async -> Void) {
         self.view = view
         self.options = options
         self.http = http
@@ -250,7 +250,7 @@ actor Script {
     func begin(_ n: Int, _ title: String) async throws {
         if options.step, step > 0 {
             view.prompt()
-            waitForEnter()
+            await waitForEnter()
         }
         step = n
         view.heading(n, title, now: try await now())

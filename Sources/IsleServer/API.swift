@@ -93,7 +93,7 @@ struct API: Sendable {
         // Device scope
         router.put("v1/installations/:installation") { request, context in
             let caller = try await authorize(request, .device)
-            let id = try context.parameters.require("installation")
+            let id = try context.parameters.decoded("installation")
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
                 var inst = try await store.installation(id: id) ?? InstallationRecord(id: id, bundleID: caller.bundleID, updatedAt: clock.now)
@@ -161,7 +161,7 @@ struct API: Sendable {
         router.put("v1/activities/:activity/token") { request, context in
             let caller = try await authorize(request, .device)
             let (b, bytes) = try await Body.read(request)
-            let id = try context.parameters.require("activity")
+            let id = try context.parameters.decoded("activity")
             return try await idempotent(request, caller, bytes) { pending in
                 var a = try await ownActivity(caller, id)
                 let token = try b.token("token", required: true)!
@@ -177,9 +177,9 @@ struct API: Sendable {
 
         router.post("v1/activities/:activity/:report") { request, context in
             let caller = try await authorize(request, .device)
-            let report = try context.parameters.require("report")
+            let report = try context.parameters.decoded("report")
             guard report == "dismissed" || report == "ended" else { throw APIError.notFound("/v1/activities/…/\(report)") }
-            let id = try context.parameters.require("activity")
+            let id = try context.parameters.decoded("activity")
             let (_, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
                 var a = try await ownActivity(caller, id)
@@ -227,7 +227,7 @@ struct API: Sendable {
         }
         router.delete("v1/channels/:channel") { request, context in
             let caller = try await authorize(request, .backend)
-            let id = try context.parameters.require("channel")
+            let id = try context.parameters.decoded("channel")
             guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID, let app = try await store.app(caller.bundleID) else { throw APIError.notFound("channel \(id)") }
             do { try await engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
                 throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)")
@@ -238,7 +238,7 @@ struct API: Sendable {
         for event in ["update", "end"] {
             router.post("v1/channels/:channel/\(event)") { request, context in
                 let caller = try await authorize(request, .backend)
-                let id = try context.parameters.require("channel")
+                let id = try context.parameters.decoded("channel")
                 let (b, bytes) = try await Body.read(request)
                 return try await idempotent(request, caller, bytes) { pending in
                     guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
@@ -271,12 +271,12 @@ struct API: Sendable {
         for event in ["update", "end"] {
             router.post("v1/activities/:activity/\(event)") { request, context in
                 let caller = try await authorize(request, .backend)
-                let id = try context.parameters.require("activity")
+                let id = try context.parameters.decoded("activity")
                 return try await enqueueForActivities(request, caller, event: event) { try await [ownActivity(caller, id)] }
             }
             router.post("v1/activities/by-key/:key/\(event)") { request, context in
                 let caller = try await authorize(request, .backend)
-                let key = try context.parameters.require("key")
+                let key = try context.parameters.decoded("key")
                 return try await enqueueForActivities(request, caller, event: event) {
                     guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
                     return [a]
@@ -284,7 +284,7 @@ struct API: Sendable {
             }
             router.post("v1/topics/:topic/\(event)") { request, context in
                 let caller = try await authorize(request, .backend)
-                let topic = try context.parameters.require("topic")
+                let topic = try context.parameters.decoded("topic")
                 return try await enqueueForActivities(request, caller, event: event, fanOut: true) {
                     try await store.activities(bundleID: caller.bundleID, topic: topic)
                 }
@@ -293,7 +293,7 @@ struct API: Sendable {
 
         router.post("v1/installations/:installation/start") { request, context in
             let caller = try await authorize(request, .backend)
-            let id = try context.parameters.require("installation")
+            let id = try context.parameters.decoded("installation")
             return try await startActivities(request, caller) {
                 guard let i = try await store.installation(id: id), i.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
                 return [i]
@@ -301,7 +301,7 @@ struct API: Sendable {
         }
         router.post("v1/users/:user/start") { request, context in
             let caller = try await authorize(request, .backend)
-            let user = try context.parameters.require("user")
+            let user = try context.parameters.decoded("user")
             return try await startActivities(request, caller) {
                 let all = try await store.installations(bundleID: caller.bundleID, userID: user)
                 guard !all.isEmpty else { throw APIError.notFound("installations of user \(user)") }
@@ -310,7 +310,7 @@ struct API: Sendable {
         }
         router.post("v1/installations/:installation/widgets/reload") { request, context in
             let caller = try await authorize(request, .backend)
-            let id = try context.parameters.require("installation")
+            let id = try context.parameters.decoded("installation")
             let (_, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
                 guard let i = try await store.installation(id: id), i.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
@@ -326,17 +326,17 @@ struct API: Sendable {
         // Reads
         router.get("v1/activities/:activity") { request, context in
             let caller = try await authorize(request, .backend)
-            return try await activityView(try await ownActivity(caller, try context.parameters.require("activity")))
+            return try await activityView(try await ownActivity(caller, try context.parameters.decoded("activity")))
         }
         router.get("v1/activities/by-key/:key") { request, context in
             let caller = try await authorize(request, .backend)
-            let key = try context.parameters.require("key")
+            let key = try context.parameters.decoded("key")
             guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
             return try await activityView(a)
         }
         router.get("v1/deliveries/:apnsID") { request, context in
             let caller = try await authorize(request, .backend)
-            let id = try context.parameters.require("apnsID").lowercased()
+            let id = try context.parameters.decoded("apnsID").lowercased()
             guard let d = try await store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(id)") }
             if let aid = d.activityID { _ = try await ownActivity(caller, aid) }
             return Self.json(Self.json(d))

@@ -152,3 +152,13 @@ struct Body {
 extension HTTPResponse.Status {
     static let contentTooLarge = HTTPResponse.Status(code: 413, reasonPhrase: "Content Too Large")
 }
+
+extension Parameters {
+    /// A path parameter with its percent-encoding removed: ids such as broadcast channel ids
+    /// (base64, so they may hold `/`, `+` and `=`) or a backend's own keys travel percent-encoded.
+    func decoded(_ name: String) throws -> String {
+        let raw = try require(name)
+        guard let value = raw.removingPercentEncoding else { throw APIError.invalid(name, "\(name) in the path is not valid percent-encoding") }
+        return value
+    }
+}

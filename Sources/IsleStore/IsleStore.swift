@@ -38,6 +38,11 @@ public protocol IsleStore: Sendable {
     /// Commits the jobs (and the idempotent answer, if any) in one transaction.
     @discardableResult
     func enqueue(_ jobs: [NewPushJob], idempotency: IdempotencyRecord?) async throws -> [Int64]
+    /// Claims due jobs for `lease` seconds, atomically (as `FOR UPDATE SKIP LOCKED` would): at most
+    /// one job per activity and per broadcast channel at a time, oldest first; a plain update
+    /// superseded by newer content already due is marked superseded instead; each job's push
+    /// timestamp (strictly increasing per activity and per channel) and apns-id are fixed at its
+    /// first claim and reused on retries.
     func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob]
     /// Finishes a claimed job: its new state, the attempt, and the activity's new record, atomically.
     /// Returns false when the claim was lost (the lease ran out and another worker took it).

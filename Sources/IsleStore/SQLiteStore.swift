@@ -63,6 +63,10 @@ public final class SQLiteStore: IsleStore {
         CREATE TABLE channels (id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, storage_policy INTEGER NOT NULL, created_at REAL NOT NULL);
         CREATE INDEX channels_app ON channels(bundle_id);
         """,
+        """
+        ALTER TABLE channels ADD COLUMN last_timestamp INTEGER;
+        CREATE INDEX jobs_channel ON jobs(channel_id, state);
+        """,
     ]
 
     public func migrate() async throws {
@@ -270,30 +274,32 @@ public final class SQLiteStore: IsleStore {
                 createdAt: Date(timeIntervalSince1970: r["created_at"]))
     }
 
-    /// One transaction: pick due jobs in (run_at, id) order, at most one per activity and none for
-    /// an activity that already has one claimed; coalesce superseded content; fix each job's
-    /// timestamp (strictly increasing per activity) and apns-id at its first claim.
+    /// One transaction: pick due jobs in (run_at, id) order, at most one per activity (or per
+    /// broadcast channel) and none for one that already has a job claimed; coalesce superseded
+    /// content; fix each job's timestamp (strictly increasing per activity and per channel) and
+    /// apns-id at its first claim.
     public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob] {
         try await db.write { db in
-            let busy = Set(try String.fetchAll(db, sql: "SELECT DISTINCT activity_id FROM jobs WHERE state = 'claimed' AND activity_id IS NOT NULL"))
+            var busy = Set(try String.fetchAll(db, sql: "SELECT DISTINCT 'a:' || activity_id FROM jobs WHERE state = 'claimed' AND activity_id IS NOT NULL"))
+            busy.formUnion(try String.fetchAll(db, sql: "SELECT DISTINCT 'c:' || channel_id FROM jobs WHERE state = 'claimed' AND kind = 'broadcast' AND channel_id IS NOT NULL"))
             let due = try Row.fetchAll(db, sql: "SELECT * FROM jobs WHERE state = 'queued' AND run_at <= ? ORDER BY run_at, id LIMIT ?",
                                        arguments: [now.timeIntervalSince1970, max(limit * 8, 512)]).map(Self.job)
-            var perActivity: [String: [PushJob]] = [:]
+            var perKey: [String: [PushJob]] = [:]
             var order: [String] = []
             var picked: [PushJob] = []
             for j in due {
-                guard let a = j.activityID else {
+                guard let key = Self.orderingKey(j) else {
                     if picked.count < limit { picked.append(j) }
                     continue
                 }
-                if busy.contains(a) { continue }
-                if perActivity[a] == nil { order.append(a) }
-                perActivity[a, default: []].append(j)
+                if busy.contains(key) { continue }
+                if perKey[key] == nil { order.append(key) }
+                perKey[key, default: []].append(j)
             }
-            for a in order where picked.count < limit {
-                var jobs = perActivity[a]!
+            for key in order where picked.count < limit {
+                var jobs = perKey[key]!
                 // Coalesce: a plain update is superseded by any later update or end already due.
-                while jobs.count > 1, jobs[0].kind == .update, !jobs[0].hasAlert, jobs.dropFirst().contains(where: { $0.kind == .update || $0.kind == .end }) {
+                while jobs.count > 1, Self.isPlainUpdate(jobs[0]), jobs.dropFirst().contains(where: Self.carriesContent) {
                     try db.execute(sql: "UPDATE jobs SET state = 'superseded', last_error = 'superseded by newer content before it was sent' WHERE id = ?", arguments: [jobs[0].id])
                     jobs.removeFirst()
                 }
@@ -309,6 +315,10 @@ public final class SQLiteStore: IsleStore {
                 if timestamp == nil {
                     var ts = Int64(now.timeIntervalSince1970.rounded(.down))
                     if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
+                    if j.kind == .broadcast, let channel = j.channelID {
+                        if let last = try Int64?.fetchOne(db, sql: "SELECT last_timestamp FROM channels WHERE id = ?", arguments: [channel]) ?? nil, ts <= last { ts = last + 1 }
+                        try db.execute(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?", arguments: [ts, channel])
+                    }
                     timestamp = ts
                     if var act = activity {
                         act.lastTimestamp = ts
@@ -328,6 +338,20 @@ public final class SQLiteStore: IsleStore {
             return claimed
         }
     }
+
+    /// Jobs with the same key go out one at a time, in order: an activity's pushes, or a
+    /// broadcast channel's (the devices on it drop a push older than the last they applied).
+    static func orderingKey(_ j: PushJob) -> String? {
+        if let a = j.activityID { return "a:" + a }
+        if j.kind == .broadcast, let c = j.channelID { return "c:" + c }
+        return nil
+    }
+
+    static func isPlainUpdate(_ j: PushJob) -> Bool {
+        !j.hasAlert && (j.kind == .update || (j.kind == .broadcast && j.aps["event"]?.stringValue == "update"))
+    }
+
+    static func carriesContent(_ j: PushJob) -> Bool { j.kind == .update || j.kind == .end || j.kind == .broadcast }
 
     public func finish(_ c: ClaimedJob, state: PushJobState, error: String?, delivery: DeliveryRecord?, activity: ActivityRecord?, highPriorityAt: Date?) async throws -> Bool {
         try await db.write { db in

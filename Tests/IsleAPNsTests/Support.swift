@@ -9,7 +9,7 @@ import Logging
 func withSinkAndClient<R: Sendable>(
     clock: ManualWallClock = ManualWallClock(),
     key: TestProviderKey = TestProviderKey(),
-    requestTimeout: Duration = .seconds(10),
+    requestTimeout: Duration = .seconds(30),
     validates: Bool = true,
     _ body: (RecordingAPNsServer, APNsClient) async throws -> R
 ) async throws -> R {
@@ -17,7 +17,7 @@ func withSinkAndClient<R: Sendable>(
         let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
         let configuration = APNsClient.Configuration(
             environment: .custom(url: sink.baseURL, trustRootsPEM: sink.caCertificatePEM),
-            credentials: credentials, requestTimeout: requestTimeout, connectTimeout: .seconds(5), validatesPayloads: validates)
+            credentials: credentials, requestTimeout: requestTimeout, connectTimeout: .seconds(20), validatesPayloads: validates)
         let client = try APNsClient(configuration: configuration, clock: clock, logger: Logger(label: "isle.test"))
         do {
             let result = try await body(sink, client)

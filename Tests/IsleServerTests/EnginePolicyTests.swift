@@ -62,18 +62,24 @@ struct ServerChannelTests {
             let created = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 0])
             #expect(created.status == 201, "\(created.json.jsonString)")
             let channel = try #require(created.json["id"]?.stringValue)
+            // Channel ids are base64: they may hold "/", "+" and "=", so paths carry them percent-encoded.
+            let inPath = try #require(channel.addingPercentEncoding(withAllowedCharacters: .alphanumerics))
             guard case .found = f.sim.world.readChannel(bundleID: Pizza.bundleID, id: channel) else { Issue.record("APNs has no such channel"); return }
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                     contentState: Pizza.state("Bill"), pushType: .channel(channel))
             let reg = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "channelID": .string(channel)])
             #expect(reg.status == 201)
-            #expect(try await f.call("POST", "/v1/channels/\(channel)/update", key: f.backendKey, body: ["contentState": Pizza.state("Everyone"), "priority": 10]).status == 202)
+            let sent = try await f.call("POST", "/v1/channels/\(inPath)/update", key: f.backendKey, body: ["contentState": Pizza.state("Everyone"), "priority": 10])
+            #expect(sent.status == 202, "\(sent.json.jsonString)")
             try await f.waitForDevice("the broadcast applied") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Everyone" }
             #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.count == 1)
-            #expect(try await f.call("DELETE", "/v1/channels/\(channel)", key: f.backendKey).status == 204)
+            #expect(try await f.call("DELETE", "/v1/channels/\(inPath)", key: f.backendKey).status == 204)
             #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.isEmpty == true)
-            let gone = try await f.call("POST", "/v1/channels/\(channel)/update", key: f.backendKey, body: ["contentState": Pizza.state("x")])
+            let gone = try await f.call("POST", "/v1/channels/\(inPath)/update", key: f.backendKey, body: ["contentState": Pizza.state("x")])
             #expect(gone.status == 404)
+            // A percent-encoded "/" reaches the handler as part of the id, not as a path separator.
+            let slashed = try await f.call("POST", "/v1/channels/ab%2Fcd%2B%3D%3D/update", key: f.backendKey, body: ["contentState": Pizza.state("x")])
+            #expect(slashed.status == 404 && slashed.json["error"]?["message"]?.stringValue?.contains("channel ab/cd+==") == true, "\(slashed.json.jsonString)")
             let bad = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 3])
             #expect(bad.status == 400 && bad.json["error"]?["field"] == "storagePolicy")
         }

@@ -82,6 +82,26 @@ struct StoreContractTests {
         #expect(counts[.superseded] == 3 && counts[.sent] == 2)
     }
 
+    @Test("broadcasts go out one at a time per channel, coalesced, with increasing timestamps; channels do not block each other", arguments: StoreKind.allCases)
+    func broadcastOrdering(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        for c in ["ch1", "ch2"] { try await s.insertChannel(ChannelRecord(id: c, bundleID: "com.example.pizza", storagePolicy: 0, createdAt: t0)) }
+        func broadcast(_ channel: String, _ text: String, event: String = "update", alert: Bool = false) -> NewPushJob {
+            NewPushJob(bundleID: "com.example.pizza", kind: .broadcast, channelID: channel, aps: ["event": .string(event), "content-state": ["x": .string(text)]], hasAlert: alert, runAt: t0)
+        }
+        try await s.enqueue([broadcast("ch1", "1", alert: true), broadcast("ch1", "2"), broadcast("ch1", "3"), broadcast("ch2", "x")], idempotency: nil)
+        let first = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
+        #expect(first.map { $0.job.aps["content-state"]?["x"] } == ["1", "x"])
+        // ch1's next job waits for the first: devices drop a push older than the last applied.
+        #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").isEmpty)
+        #expect(try await s.finish(first[0], state: .sent, error: nil, delivery: nil, activity: nil, highPriorityAt: nil))
+        let next = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
+        // "2" was superseded by "3" before it was sent.
+        #expect(next.map { $0.job.aps["content-state"]?["x"] } == ["3"])
+        #expect(next[0].timestamp > first[0].timestamp)
+        #expect(try await s.jobCounts()[.superseded] == 1)
+    }
+
     @Test("scheduled jobs wait for their time and do not block due ones", arguments: StoreKind.allCases)
     func scheduling(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
