@@ -74,6 +74,8 @@ public struct APNsResponse: Sendable, Hashable {
     public var invalidSince: Date?
     /// How long the request took.
     public var latency: Duration
+    /// `retry-after` (seconds), when the server asks the sender to wait before trying again.
+    public var retryAfter: TimeInterval?
     /// The raw response body (empty on success for device pushes).
     public var body: [UInt8] = []
 
@@ -300,6 +302,7 @@ public final class APNsClient: Sendable {
             if let reason = body["reason"]?.stringValue { response.reason = APNsReason(rawValue: reason) }
             if let ms = body["timestamp"]?.numberValue?.doubleValue { response.invalidSince = Date(timeIntervalSince1970: ms / 1000) }
         }
+        if let s = raw.value("retry-after").flatMap(Double.init), s.isFinite, s >= 0 { response.retryAfter = min(s, 86_400) }
         return response
     }
 }

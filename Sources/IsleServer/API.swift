@@ -71,10 +71,26 @@ struct API: Sendable {
         router.get("ready") { _, _ in
             do {
                 _ = try await store.jobCounts()
-                return API.json(["status": "ready"])
             } catch {
                 throw APIError(.serviceUnavailable, "notReady", "the database is not reachable")
             }
+            // Ready to accept work; apps whose deliveries are paused or backing off are named.
+            let held = engine.circuits.all.filter { $0.value.mode != .running }.sorted { $0.key < $1.key }
+            var o: JSONObject = ["status": held.isEmpty ? "ready" : "degraded"]
+            if !held.isEmpty { o["apps"] = .array(held.map { API.json(bundleID: $0.key, $0.value) }) }
+            return API.json(.object(o))
+        }
+        // The calling app's delivery status: running, backing off (APNs failing) or paused (a
+        // configuration error), with the reason; `resume` probes at once after a fix.
+        router.get("v1/app") { request, _ in
+            let caller = try await authorize(request, .backend)
+            return API.json(API.json(bundleID: caller.bundleID, engine.circuits.circuit(caller.bundleID)))
+        }
+        router.post("v1/app/resume") { request, _ in
+            let caller = try await authorize(request, .backend)
+            engine.circuits.resume(caller.bundleID, now: clock.now)
+            engine.wake()
+            return API.json(API.json(bundleID: caller.bundleID, engine.circuits.circuit(caller.bundleID)))
         }
         router.get("metrics") { _, _ in
             var lines: [String] = []
@@ -96,22 +112,33 @@ struct API: Sendable {
             let id = try context.parameters.decoded("installation")
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
-                var inst = try await store.installation(id: id) ?? InstallationRecord(id: id, bundleID: caller.bundleID, updatedAt: clock.now)
-                guard inst.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
-                if let u = try b.string("userID") { inst.userID = u }
-                if let tokens = b.object["pushToStartTokens"] {
-                    guard let o = tokens.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
+                let userID = try b.string("userID")
+                var tokens: [String: String?] = [:]
+                if let t = b.object["pushToStartTokens"] {
+                    guard let o = t.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
                     for (type, value) in o {
-                        if value.isNull { inst.pushToStartTokens[type] = nil; continue }
+                        if value.isNull { tokens[type] = .some(nil); continue }
                         guard let s = value.stringValue, let t = try? DeviceToken(hex: s) else { throw APIError.invalid("pushToStartTokens.\(type)", "pushToStartTokens.\(type) must be a hex token") }
-                        inst.pushToStartTokens[type] = t.hex
+                        tokens[type] = .some(t.hex)
                     }
                 }
-                if b.object["widgetToken"]?.isNull == true { inst.widgetToken = nil } else if let w = try b.token("widgetToken", required: false) { inst.widgetToken = w }
-                if let e = try b.bool("liveActivitiesEnabled") { inst.liveActivitiesEnabled = e }
-                if let f = try b.bool("frequentPushesEnabled") { inst.frequentPushesEnabled = f }
-                inst.updatedAt = clock.now
-                try await store.upsertInstallation(inst)
+                let clearsWidget = b.object["widgetToken"]?.isNull == true
+                let widget = clearsWidget ? nil : try b.token("widgetToken", required: false)
+                let enabled = try b.bool("liveActivitiesEnabled")
+                let frequent = try b.bool("frequentPushesEnabled")
+                let now = clock.now
+                let bundleID = caller.bundleID
+                let newTokens = tokens
+                // Read, change and write in one transaction: two reports never undo each other.
+                let inst = try await store.modifyInstallation(id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }) { inst in
+                    guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
+                    if let userID { inst.userID = userID }
+                    for (type, token) in newTokens { inst.pushToStartTokens[type] = token }
+                    if clearsWidget { inst.widgetToken = nil } else if let widget { inst.widgetToken = widget }
+                    if let enabled { inst.liveActivitiesEnabled = enabled }
+                    if let frequent { inst.frequentPushesEnabled = frequent }
+                    inst.updatedAt = now
+                }
                 let value = Self.json(inst)
                 if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
                 return (.ok, value)
@@ -138,12 +165,12 @@ struct API: Sendable {
                 }
                 let topics = try b.strings("topics") ?? []
                 let installationID = try b.string("installationID")
-                // A push-started activity reports its update token: link it.
-                if let key, let token = tokenOrNil, var started = try await store.activity(bundleID: caller.bundleID, externalKey: key), started.state == .starting, started.attributesType == type {
-                    started.updateToken = token
-                    started.state = .active
-                    started.topics = Array(Set(started.topics + topics)).sorted()
-                    try await store.updateActivity(started)
+                // A push-started activity reports its update token: link it (to the activity
+                // started on this installation, when the app says which it is).
+                if let key, let token = tokenOrNil,
+                   let started = try await store.linkStartedActivity(bundleID: caller.bundleID, externalKey: key, attributesType: type, installationID: installationID, token: token, topics: topics) {
+                    try await store.wakeLane(activityID: started.id, now: clock.now)
+                    engine.wake()
                     let value = Self.json(started)
                     if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
                     return (.ok, value)
@@ -163,12 +190,20 @@ struct API: Sendable {
             let (b, bytes) = try await Body.read(request)
             let id = try context.parameters.decoded("activity")
             return try await idempotent(request, caller, bytes) { pending in
-                var a = try await ownActivity(caller, id)
                 let token = try b.token("token", required: true)!
-                guard a.state.acceptsPushes else { throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used") }
-                a.updateToken = token
-                if a.state == .starting { a.state = .active }
-                try await store.updateActivity(a)
+                if let holder = try await store.activity(updateToken: token), holder.id != id, holder.state.acceptsPushes {
+                    throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(holder.id)", field: "token")
+                }
+                let bundleID = caller.bundleID
+                guard let a = try await store.modifyActivity(id: id, { a in
+                    guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
+                    guard a.state.acceptsPushes else { throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used") }
+                    a.updateToken = token
+                    if a.state == .starting { a.state = .active }
+                }) else { throw APIError.notFound("activity \(id)") }
+                // A job waiting for this token goes now.
+                try await store.wakeLane(activityID: id, now: clock.now)
+                engine.wake()
                 let value = Self.json(a)
                 if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
                 return (.ok, value)
@@ -182,18 +217,20 @@ struct API: Sendable {
             let id = try context.parameters.decoded("activity")
             let (_, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
-                var a = try await ownActivity(caller, id)
                 let now = clock.now
-                if a.endedAt == nil { a.endedAt = now }
-                if report == "dismissed" {
-                    a.state = .dismissed
-                    a.dismissedAt = now
-                    a.stateReason = "the person dismissed it"
-                } else if a.state.acceptsPushes {
-                    a.state = .ended
-                    a.stateReason = "the app ended it"
-                }
-                try await store.updateActivity(a)
+                let bundleID = caller.bundleID
+                guard let a = try await store.modifyActivity(id: id, { a in
+                    guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
+                    if a.endedAt == nil { a.endedAt = now }
+                    if report == "dismissed" {
+                        a.state = .dismissed
+                        a.dismissedAt = now
+                        a.stateReason = "the person dismissed it"
+                    } else if a.state.acceptsPushes {
+                        a.state = .ended
+                        a.stateReason = "the app ended it"
+                    }
+                }) else { throw APIError.notFound("activity \(id)") }
                 let value = Self.json(a)
                 if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
                 return (.ok, value)
@@ -260,7 +297,7 @@ struct API: Sendable {
                     let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, aps: .object(aps), hasAlert: aps["alert"] != nil, requestedPriority: priority,
                                          runAt: max(try b.date("sendAt") ?? clock.now, clock.now))
                     let value: JSONValue = ["accepted": 1]
-                    let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value))
+                    let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value), now: clock.now)
                     engine.wake()
                     return (.accepted, ["accepted": 1, "jobs": .array(ids.map { .int($0) })])
                 }
@@ -277,7 +314,10 @@ struct API: Sendable {
             router.post("v1/activities/by-key/:key/\(event)") { request, context in
                 let caller = try await authorize(request, .backend)
                 let key = try context.parameters.decoded("key")
+                // Every live activity with the key: one per device after a push-to-start to a user.
                 return try await enqueueForActivities(request, caller, event: event) {
+                    let live = try await store.liveActivities(bundleID: caller.bundleID, externalKey: key)
+                    if !live.isEmpty { return live }
                     guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
                     return [a]
                 }
@@ -317,7 +357,7 @@ struct API: Sendable {
                 guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
                 let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: 10, runAt: clock.now)
                 let value: JSONValue = ["accepted": 1]
-                let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value))
+                let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value), now: clock.now)
                 engine.wake()
                 return (.accepted, ["accepted": 1, "jobs": .array(ids.map { .int($0) })])
             }
@@ -390,8 +430,9 @@ struct API: Sendable {
             }
             var value: JSONObject = ["accepted": .int(jobs.count)]
             if !warnings.isEmpty { value["warnings"] = .array(warnings) }
-            if !fanOut, let a = live.first { value["activityID"] = .string(a.id) }
-            let ids = try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value)))
+            if !fanOut, live.count == 1 { value["activityID"] = .string(live[0].id) }
+            if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0.id) }) }
+            let ids = try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value)), now: clock.now)
             engine.wake()
             if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
             return (.accepted, .object(value))
@@ -418,6 +459,7 @@ struct API: Sendable {
             let topics = try b.strings("topics") ?? []
             let installations = try await targets()
             var jobs: [NewPushJob] = []
+            var activities: [ActivityRecord] = []
             var started: [JSONValue] = []
             for i in installations {
                 guard i.pushToStartTokens[type] != nil else {
@@ -430,14 +472,15 @@ struct API: Sendable {
                 }
                 let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: key, installationID: i.id, attributesType: type,
                                        attributes: attributes, content: state, state: .starting, relevanceScore: try b.number("relevanceScore"), startedAt: clock.now, topics: topics)
-                try await store.insertActivity(a)
+                activities.append(a)
                 jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(aps), hasAlert: true, requestedPriority: 10, runAt: clock.now))
                 started.append(["activityID": .string(a.id), "installationID": .string(i.id)])
             }
             guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(type) activity") }
             var value: JSONObject = ["accepted": .int(jobs.count), "activities": .array(started)]
             if !warnings.isEmpty { value["warnings"] = .array(warnings) }
-            try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value)))
+            // The activities, their start jobs and the idempotent answer: one transaction.
+            try await store.enqueue(jobs, creating: activities, idempotency: finishIdempotency(pending, .accepted, .object(value)), now: clock.now)
             engine.wake()
             return (.accepted, .object(value))
         }
@@ -469,6 +512,16 @@ struct API: Sendable {
     }
 
     // MARK: JSON views
+
+    static func json(bundleID: String, _ c: AppCircuit) -> JSONValue {
+        var d: JSONObject
+        switch c.mode {
+        case .running: d = ["state": "running"]
+        case .backingOff(let until, let reason): d = ["state": "backingOff", "reason": .string(reason), "retryAt": json(until)]
+        case .paused(let until, let reason, let since): d = ["state": "paused", "reason": .string(reason), "since": json(since), "retryAt": json(until)]
+        }
+        return ["bundleID": .string(bundleID), "delivery": .object(d)]
+    }
 
     static func json(_ d: Date?) -> JSONValue { d.map { .int(Int64($0.timeIntervalSince1970)) } ?? .null }
 

@@ -6,18 +6,28 @@ public import Logging
 public import ServiceLifecycle
 import Synchronization
 
-/// The heart of the server: claims due jobs from the durable queue and delivers them, in order
-/// per activity, with Isle's priority policy, retries and token hygiene. A `Service`.
+/// The heart of the server, a short loop: claim → plan → send → resolve → complete.
+///
+/// The store hands out lane heads (one job per activity and per channel in flight, in order);
+/// ``DeliveryPlanner`` decides what to send; ``OutcomeResolver`` maps the answer to the job's fate;
+/// ``AppCircuits`` pauses an app whose configuration is wrong and backs off when APNs is down; the
+/// completion is a guarded patch committed with the job's new state. A `Service`.
 public final class DeliveryEngine: Service {
     let store: any IsleStore
     let configuration: ServerConfiguration
     public let clients: APNsClients
+    public let circuits: AppCircuits
+    let planner: DeliveryPlanner
+    let resolver: OutcomeResolver
     let clock: any WallClock
     let logger: Logger
     let worker: String
     let wakeups: AsyncStream<Void>
     let wakeupContinuation: AsyncStream<Void>.Continuation
     public let counters = EngineCounters()
+    let inFlight = InFlight()
+    let random: Mutex<SeededRandom>
+    let apps = AppCache()
 
     public init(store: any IsleStore, configuration: ServerConfiguration, clients: APNsClients, clock: any WallClock = SystemWallClock(), logger: Logger, worker: String = "worker-\(UUID().uuidString.prefix(8))") {
         self.store = store
@@ -26,6 +36,11 @@ public final class DeliveryEngine: Service {
         self.clock = clock
         self.logger = logger
         self.worker = worker
+        circuits = AppCircuits(settings: configuration.circuit)
+        planner = DeliveryPlanner(hourlyHighPriorityBudget: configuration.hourlyHighPriorityBudget, frequentHourlyHighPriorityBudget: configuration.frequentHourlyHighPriorityBudget,
+                                  jobDeadline: configuration.jobDeadline)
+        resolver = OutcomeResolver(retryBase: configuration.retryBase, retryMaximumDelay: configuration.retryMaximumDelay)
+        random = Mutex(SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max)))
         (wakeups, wakeupContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -33,15 +48,23 @@ public final class DeliveryEngine: Service {
     public func wake() { wakeupContinuation.yield(()) }
 
     public func run() async throws {
-        let requeued = try await store.requeueExpiredClaims(now: .distantFuture)
+        // One process serves a SQLite file (the store is held), so every claim still in it belongs
+        // to a process that is gone.
+        let requeued = try await store.requeueExpiredClaims(now: .distantFuture, keeping: [])
         if requeued > 0 { logger.info("re-queued jobs that were in flight when the last process stopped", metadata: ["jobs": "\(requeued)"]) }
         let wakeups = self.wakeups
         await withDiscardingTaskGroup { group in
-            // A ticker so scheduled pushes and retries come due without an API call.
+            // A ticker so scheduled pushes and retries come due without an API call, and a sweep
+            // that takes back claims whose lease ran out.
             group.addTask {
+                var lastSweep = ContinuousClock.now
                 while !Task.isCancelled {
                     try? await Task.sleep(for: self.configuration.pollInterval)
                     self.wake()
+                    if ContinuousClock.now - lastSweep >= self.configuration.sweepInterval {
+                        lastSweep = ContinuousClock.now
+                        await self.sweep()
+                    }
                 }
             }
             await withTaskCancellationHandler {
@@ -57,29 +80,44 @@ public final class DeliveryEngine: Service {
         }
     }
 
+    /// Claims whose lease ran out and that no task of this process is working on go back to
+    /// their lanes (a worker lost them: its bookkeeping failed, or its process died).
+    func sweep() async {
+        do {
+            let n = try await store.requeueExpiredClaims(now: clock.now, keeping: inFlight.ids)
+            if n > 0 {
+                logger.warning("took back claims whose lease ran out", metadata: ["jobs": "\(n)"])
+                wake()
+            }
+        } catch {
+            logger.error("the lease sweep failed; it runs again shortly", metadata: ["error": "\(error)"])
+        }
+    }
+
     private func loop(_ wakeups: AsyncStream<Void>) async {
-        let inFlight = InFlight()
         await withDiscardingTaskGroup { group in
             var iterator = wakeups.makeAsyncIterator()
             while true {
                 let room = configuration.concurrency - inFlight.count
                 var claimed: [ClaimedJob] = []
-                if room > 0 {
+                let batch = min(room, 256)
+                if batch > 0 {
+                    let now = clock.now
                     do {
-                        claimed = try await store.claim(limit: min(room, 256), now: clock.now, lease: configuration.lease, worker: worker)
+                        claimed = try await store.claim(limit: batch, now: now, lease: configuration.lease, worker: worker, excludingApps: circuits.held(at: now))
                     } catch {
                         logger.error("claiming jobs failed", metadata: ["error": "\(error)"])
                     }
                 }
                 for job in claimed {
-                    inFlight.add()
+                    inFlight.add(job.job.id)
                     group.addTask {
-                        await self.deliver(job)
-                        inFlight.remove()
+                        await self.process(job)
+                        self.inFlight.remove(job.job.id)
                         self.wake()
                     }
                 }
-                if claimed.count == min(room, 256), room > 0 { continue }
+                if claimed.count == batch, batch > 0 { continue }
                 guard await iterator.next() != nil else { break }
             }
         }
@@ -87,270 +125,220 @@ public final class DeliveryEngine: Service {
 
     // MARK: One job
 
-    func deliver(_ c: ClaimedJob) async {
+    func process(_ c: ClaimedJob) async {
+        let completion: JobCompletion
+        do {
+            completion = try await handle(c)
+        } catch {
+            if Task.isCancelled || error is CancellationError {
+                // Stopping: the job goes back due now, untouched.
+                completion = JobCompletion(claim: c, result: .retry(at: clock.now, reason: "the server stopped before the send"))
+            } else {
+                // A read failed (the database is busy or gone): the job keeps its place and its lane.
+                logger.warning("could not prepare a delivery; it will be tried again", metadata: ["job.id": "\(c.job.id)", "error": "\(error)"])
+                completion = JobCompletion(claim: c, result: .retry(at: clock.now.addingTimeInterval(1), reason: "the server could not read what it needed: \(error)"))
+            }
+        }
+        await commit(completion)
+    }
+
+    /// Bookkeeping is retried in process until it is written: a failed write never leaves a job
+    /// claimed (the sweep would send it again), and never loses what APNs answered.
+    func commit(_ completion: JobCompletion) async {
+        var delay: Duration = .milliseconds(20)
+        while true {
+            do {
+                if try await !store.complete(completion) {
+                    logger.warning("a claim was lost before its result was written (lease ran out)", metadata: ["job.id": "\(completion.claim.job.id)"])
+                }
+                return
+            } catch {
+                if Task.isCancelled { return }
+                logger.error("writing a delivery result failed; retrying", metadata: ["job.id": "\(completion.claim.job.id)", "error": "\(error)"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+    }
+
+    func handle(_ c: ClaimedJob) async throws -> JobCompletion {
         let job = c.job
         let now = clock.now
-        do {
-            guard let app = try await store.app(job.bundleID) else {
-                _ = try await store.finish(c, state: .failed, error: "the app \(job.bundleID) is no longer registered", delivery: nil, activity: nil, highPriorityAt: nil)
-                return
-            }
-            switch job.kind {
-            case .update, .end:
-                try await deliverToActivity(c, app: app, now: now)
-            case .start:
-                try await deliverStart(c, app: app, now: now)
-            case .widgets:
-                try await deliverWidgets(c, app: app, now: now)
-            case .broadcast:
-                try await deliverBroadcast(c, app: app, now: now)
-            }
-        } catch {
-            logger.error("delivery bookkeeping failed; the job will be retried when its lease ends", metadata: ["job.id": "\(job.id)", "error": "\(error)"])
+        guard let app = try await apps.app(job.bundleID, store: store) else {
+            counters.failed()
+            return JobCompletion(claim: c, result: .finished(.failed, reason: "the app \(job.bundleID) is no longer registered"))
         }
-    }
+        var context = DeliveryPlanner.Context(job: c, app: app, activity: c.activity, now: now)
+        if job.kind == .start || job.kind == .widgets {
+            context.installation = try await job.installationID.asyncMap { try await store.installation(id: $0) } ?? nil
+        } else if DeliveryPlanner.wantsHighPriority(job), let a = c.activity {
+            context.installation = try await a.installationID.asyncMap { try await store.installation(id: $0) } ?? nil
+            context.highPriorityUsed = try await store.highPrioritySends(activityID: a.id, since: now.addingTimeInterval(-3600))
+        }
+        if job.kind == .broadcast, let id = job.channelID { context.channel = try await store.channel(id: id) }
 
-    func deliverToActivity(_ c: ClaimedJob, app: AppRecord, now: Date) async throws {
-        guard var activity = c.activity else {
-            _ = try await store.finish(c, state: .dropped, error: "the activity no longer exists", delivery: nil, activity: nil, highPriorityAt: nil)
-            return
-        }
-        // The server's record follows the device's rules: nothing after the end or past 8 hours.
-        if activity.state.acceptsPushes, now.timeIntervalSince(activity.startedAt) >= 8 * 3600 {
-            activity.state = .ended
-            activity.endedAt = activity.startedAt.addingTimeInterval(8 * 3600)
-            activity.stateReason = "the system ends a Live Activity after 8 hours"
-            _ = try await store.finish(c, state: .dropped, error: "the activity passed its 8-hour life", delivery: nil, activity: activity, highPriorityAt: nil)
+        switch planner.plan(context) {
+        case .drop(let why, let patch):
             counters.dropped()
-            return
-        }
-        guard activity.state.acceptsPushes else {
-            _ = try await store.finish(c, state: .dropped, error: "the activity is \(activity.state.rawValue)", delivery: nil, activity: nil, highPriorityAt: nil)
-            counters.dropped()
-            return
-        }
-        guard let tokenHex = activity.updateToken, let token = try? DeviceToken(hex: tokenHex) else {
-            // Push-started and no update token yet: wait for the device to register it.
-            try await retryOrFail(c, error: "the activity has no update token yet", delivery: nil)
-            return
-        }
-        let installation = try await activity.installationID.asyncMap { try await store.installation(id: $0) } ?? nil
-        let (priority, downgraded) = try await choosePriority(c, app: app, installation: installation, now: now)
-        var aps = c.job.aps.objectValue ?? [:]
-        aps["timestamp"] = .int(c.timestamp)
-        let payload: [UInt8] = JSONValue.object(["aps": .object(Self.ordered(aps))]).jsonBytes
-        let push = APNsPush(deviceToken: token, bundleID: app.bundleID, pushType: .liveactivity, payload: payload, priority: priority,
-                            apnsID: UUID(uuidString: c.apnsID), schema: app.schema(activity.attributesType))
-        let outcome = await send(push, app: app)
-        let delivery = DeliveryRecord(jobID: c.job.id, activityID: activity.id, apnsID: c.apnsID, apnsUniqueID: outcome.response?.apnsUniqueID,
-                                      status: outcome.response?.status ?? 0, reason: outcome.reason, latencyMS: outcome.latencyMS, priority: priority.rawValue,
-                                      downgraded: downgraded, at: now)
-        switch outcome.verdict {
-        case .sent:
-            Self.apply(aps, kind: c.job.kind, to: &activity, at: now)
-            _ = try await store.finish(c, state: .sent, error: nil, delivery: delivery, activity: activity, highPriorityAt: priority == .high ? now : nil)
-            counters.sent(downgraded: downgraded)
-        case .deadToken(let why):
-            activity.state = .unreachable
-            activity.stateReason = why
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: activity, highPriorityAt: nil)
-            counters.failed()
-        case .retry(let why):
-            try await retryOrFail(c, error: why, delivery: delivery)
+            return JobCompletion(claim: c, result: .finished(.dropped, reason: why), activity: patch)
         case .fail(let why):
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: nil, highPriorityAt: nil)
             counters.failed()
-        }
-    }
-
-    func deliverStart(_ c: ClaimedJob, app: AppRecord, now: Date) async throws {
-        guard let installationID = c.job.installationID, var installation = try await store.installation(id: installationID),
-              let type = c.job.aps["attributes-type"]?.stringValue
-        else {
-            _ = try await store.finish(c, state: .dropped, error: "the installation no longer exists", delivery: nil, activity: nil, highPriorityAt: nil)
-            return
-        }
-        guard let hex = installation.pushToStartTokens[type], let token = try? DeviceToken(hex: hex) else {
-            _ = try await store.finish(c, state: .failed, error: "the installation has no push-to-start token for \(type)", delivery: nil, activity: nil, highPriorityAt: nil)
-            return
-        }
-        var aps = c.job.aps.objectValue ?? [:]
-        aps["timestamp"] = .int(c.timestamp)
-        let payload = JSONValue.object(["aps": .object(Self.ordered(aps))]).jsonBytes
-        let push = APNsPush(deviceToken: token, bundleID: app.bundleID, pushType: .liveactivity, payload: payload, priority: .high, apnsID: UUID(uuidString: c.apnsID), schema: app.schema(type))
-        let outcome = await send(push, app: app)
-        let delivery = DeliveryRecord(jobID: c.job.id, activityID: c.job.activityID, apnsID: c.apnsID, apnsUniqueID: outcome.response?.apnsUniqueID,
-                                      status: outcome.response?.status ?? 0, reason: outcome.reason, latencyMS: outcome.latencyMS, priority: 10, downgraded: false, at: now)
-        var activity = c.activity
-        switch outcome.verdict {
-        case .sent:
-            _ = try await store.finish(c, state: .sent, error: nil, delivery: delivery, activity: nil, highPriorityAt: nil)
-            counters.sent(downgraded: false)
-        case .deadToken(let why):
-            installation.pushToStartTokens[type] = nil
-            try await store.upsertInstallation(installation)
-            activity?.state = .unreachable
-            activity?.stateReason = why
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: activity, highPriorityAt: nil)
-            counters.failed()
-        case .retry(let why):
-            try await retryOrFail(c, error: why, delivery: delivery)
-        case .fail(let why):
-            activity?.state = .unreachable
-            activity?.stateReason = why
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: activity, highPriorityAt: nil)
-            counters.failed()
-        }
-    }
-
-    func deliverWidgets(_ c: ClaimedJob, app: AppRecord, now: Date) async throws {
-        guard let id = c.job.installationID, var installation = try await store.installation(id: id), let hex = installation.widgetToken, let token = try? DeviceToken(hex: hex) else {
-            _ = try await store.finish(c, state: .failed, error: "the installation has no widget push token", delivery: nil, activity: nil, highPriorityAt: nil)
-            return
-        }
-        let outcome = await send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: UUID(uuidString: c.apnsID)), app: app)
-        let delivery = DeliveryRecord(jobID: c.job.id, activityID: nil, apnsID: c.apnsID, apnsUniqueID: outcome.response?.apnsUniqueID, status: outcome.response?.status ?? 0,
-                                      reason: outcome.reason, latencyMS: outcome.latencyMS, priority: 10, downgraded: false, at: now)
-        switch outcome.verdict {
-        case .sent:
-            _ = try await store.finish(c, state: .sent, error: nil, delivery: delivery, activity: nil, highPriorityAt: nil)
-            counters.sent(downgraded: false)
-        case .deadToken(let why):
-            installation.widgetToken = nil
-            try await store.upsertInstallation(installation)
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: nil, highPriorityAt: nil)
-            counters.failed()
-        case .retry(let why):
-            try await retryOrFail(c, error: why, delivery: delivery)
-        case .fail(let why):
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: nil, highPriorityAt: nil)
-            counters.failed()
-        }
-    }
-
-    func deliverBroadcast(_ c: ClaimedJob, app: AppRecord, now: Date) async throws {
-        guard let id = c.job.channelID, let channel = try await store.channel(id: id) else {
-            _ = try await store.finish(c, state: .dropped, error: "the channel no longer exists", delivery: nil, activity: nil, highPriorityAt: nil)
-            return
-        }
-        var aps = c.job.aps.objectValue ?? [:]
-        aps["timestamp"] = .int(c.timestamp)
-        let priority: PushPriority = c.job.requestedPriority == 10 || (c.job.requestedPriority == nil && c.job.hasAlert) ? .high : .low
-        let push = BroadcastPush(bundleID: app.bundleID, channelID: id, payload: JSONValue.object(["aps": .object(Self.ordered(aps))]).jsonBytes, priority: priority,
-                                 expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: channel.storagePolicy), requestID: UUID(uuidString: c.apnsID))
-        let start = ContinuousClock.now
-        var verdict: Verdict
-        var response: APNsResponse?
-        do {
-            response = try await clients.client(for: app).broadcast(push)
-            verdict = .sent
-        } catch let error as APNsError {
-            response = error.response
-            switch error.remedy {
-            case .retryLater, .newProviderToken, .openNewConnection: verdict = .retry(error.message)
-            default: verdict = .fail(error.message)
+            return JobCompletion(claim: c, result: .finished(.failed, reason: why), activity: job.kind == .start ? ActivityPatch(unreachable: .init(reason: why, ifToken: nil)) : nil)
+        case .wait(let until, let why):
+            return JobCompletion(claim: c, result: .retry(at: until, reason: why))
+        case .send(let push, let deadline):
+            let circuit = circuits.circuit(app.bundleID)
+            guard circuit.admits(clock.now) else {
+                return JobCompletion(claim: c, result: .retry(at: circuit.resumesAt(clock.now), reason: Self.heldReason(circuit)))
             }
-        } catch {
-            verdict = .fail("\(error)")
+            let (outcome, response, latency) = await send(push, c: c, app: app)
+            let sentAt = clock.now
+            if Task.isCancelled {
+                // The server is stopping under the send: no answer from APNs, nothing to learn. The
+                // job goes back due now (same timestamp and apns-id: the device drops a duplicate).
+                return JobCompletion(claim: c, result: .retry(at: now, reason: "the server stopped during the send"))
+            }
+            let resolution = random.withLock { r in
+                resolver.resolve(outcome, attempt: job.attempts, deadline: deadline, now: sentAt, environmentConfirmed: circuit.environmentConfirmed, random: &r)
+            }
+            let delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
+                                          reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
+            observe(app.bundleID, outcome: outcome, resolution: resolution, push: push, now: sentAt)
+            return completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
         }
-        let delivery = DeliveryRecord(jobID: c.job.id, activityID: nil, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
-                                      reason: response?.reason?.rawValue, latencyMS: Self.ms(ContinuousClock.now - start), priority: priority.rawValue, downgraded: false, at: now)
-        switch verdict {
+    }
+
+    /// Feeds the app's circuit and logs its transitions.
+    func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, now: Date) {
+        let signal: AppCircuit.Signal? = switch resolution {
+        case .sent: .accepted
+        case .pauseApp(let why): .configuration(why)
+        case .suspectToken:
+            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t) } else if case .widgets(let t) = push.target { .badDeviceToken(token: t) } else { nil }
+        case .retry:
+            switch outcome {
+            case .unreachable(let why, _): .unavailable(why)
+            case .rejected(let status, let reason, _) where status >= 500: .unavailable("\(status) \(reason ?? "")")
+            default: nil
+            }
+        case .deadToken, .fail: nil
+        }
+        guard let signal else { return }
+        switch circuits.record(bundleID, signal, now: now) {
+        case .none: break
+        case .paused(let until, let reason):
+            logger.error("app paused: its pushes wait until the cause is fixed", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "probe.at": "\(until)"])
+        case .backingOff(let until, let reason):
+            logger.warning("backing off from APNs for this app", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "until": "\(until)"])
+        case .resumed:
+            logger.notice("app resumed: APNs accepted a push again", metadata: ["app": "\(bundleID)"])
+        }
+    }
+
+    func completion(_ c: ClaimedJob, push: DeliveryPlanner.Push, resolution: OutcomeResolver.Resolution, delivery: DeliveryRecord, now: Date) -> JobCompletion {
+        let job = c.job
+        switch resolution {
         case .sent:
-            _ = try await store.finish(c, state: .sent, error: nil, delivery: delivery, activity: nil, highPriorityAt: nil)
-            counters.sent(downgraded: false)
-        case .retry(let why):
-            try await retryOrFail(c, error: why, delivery: delivery)
-        case .fail(let why), .deadToken(let why):
-            _ = try await store.finish(c, state: .failed, error: why, delivery: delivery, activity: nil, highPriorityAt: nil)
+            counters.sent(downgraded: push.downgraded)
+            return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == 10 && job.activityID != nil ? now : nil)
+        case .retry(let at, let why):
+            counters.retried()
+            return JobCompletion(claim: c, result: .retry(at: at, reason: why), delivery: delivery)
+        case .suspectToken(let why, let at):
+            counters.retried()
+            return JobCompletion(claim: c, result: .retry(at: at, reason: "\(why) (kept: no push of this app was accepted yet, so the environment may be wrong)"), delivery: delivery)
+        case .pauseApp(let why):
+            let circuit = circuits.circuit(job.bundleID)
+            return JobCompletion(claim: c, result: .retry(at: circuit.resumesAt(now), reason: "app paused: \(why)"), delivery: delivery)
+        case .deadToken(let why):
             counters.failed()
+            switch (job.kind, push.target) {
+            case (.start, .liveActivity(let token)):
+                let type = job.aps["attributes-type"]?.stringValue ?? ""
+                return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery, activity: ActivityPatch(unreachable: .init(reason: why, ifToken: nil)),
+                                     installation: job.installationID.map { InstallationPatch(installationID: $0, deadPushToStartToken: (type, token)) })
+            case (.widgets, .widgets(let token)):
+                return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
+                                     installation: job.installationID.map { InstallationPatch(installationID: $0, deadWidgetToken: token) })
+            case (_, .liveActivity(let token)):
+                return JobCompletion(claim: c, result: .deadToken(token: token, reason: why), delivery: delivery)
+            default:
+                return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery)
+            }
+        case .fail(let why):
+            counters.failed()
+            return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
+                                 activity: job.kind == .start ? ActivityPatch(unreachable: .init(reason: why, ifToken: nil)) : nil)
         }
     }
 
-    // MARK: Policy
-
-    /// Low priority by default; high when asked or for an alert; over the hourly budget, high is
-    /// downgraded to low and the delivery says so.
-    func choosePriority(_ c: ClaimedJob, app: AppRecord, installation: InstallationRecord?, now: Date) async throws -> (PushPriority, Bool) {
-        let wantsHigh = c.job.requestedPriority == 10 || (c.job.requestedPriority == nil && c.job.hasAlert)
-        guard wantsHigh, let activityID = c.job.activityID else { return (.low, false) }
-        let frequent = app.frequentUpdatesDeclared && (installation?.frequentPushesEnabled ?? false)
-        let budget = frequent ? configuration.frequentHourlyHighPriorityBudget : configuration.hourlyHighPriorityBudget
-        let used = try await store.highPrioritySends(activityID: activityID, since: now.addingTimeInterval(-3600))
-        return used >= budget ? (.low, true) : (.high, false)
+    static func heldReason(_ c: AppCircuit) -> String {
+        switch c.mode {
+        case .running: "waiting"
+        case .backingOff(_, let r): r
+        case .paused(_, let r, _): "app paused: \(r)"
+        }
     }
 
-    enum Verdict { case sent, deadToken(String), retry(String), fail(String) }
-    struct SendOutcome {
-        var verdict: Verdict
-        var response: APNsResponse?
-        var reason: String?
-        var latencyMS: Double
+    static func reason(_ o: OutcomeResolver.Outcome) -> String? {
+        switch o {
+        case .accepted: nil
+        case .rejected(_, let r, _): r
+        case .unreachable(let why, _): "transport: \(why)"
+        case .refused: "invalid"
+        }
     }
 
-    func send(_ push: APNsPush, app: AppRecord) async -> SendOutcome {
+    /// Performs the planned push; never throws.
+    func send(_ push: DeliveryPlanner.Push, c: ClaimedJob, app: AppRecord) async -> (OutcomeResolver.Outcome, APNsResponse?, Double) {
         let client: APNsClient
         do { client = try clients.client(for: app) } catch {
-            return SendOutcome(verdict: .fail("the app's APNs credentials are unusable: \(error)"), reason: nil, latencyMS: 0)
+            return (.unreachable("the app's APNs credentials are unusable: \(error)", configuration: true), nil, 0)
         }
         let start = ContinuousClock.now
         do {
-            let r = try await client.send(push)
-            return SendOutcome(verdict: .sent, response: r, reason: nil, latencyMS: Self.ms(ContinuousClock.now - start))
+            let response: APNsResponse
+            switch push.target {
+            case .liveActivity(let hex):
+                guard let token = try? DeviceToken(hex: hex) else { return (.refused("the stored token is not hex"), nil, 0) }
+                response = try await client.send(APNsPush(deviceToken: token, bundleID: app.bundleID, pushType: .liveactivity, payload: push.payload,
+                                                          priority: push.priority == 10 ? .high : .low, apnsID: UUID(uuidString: c.apnsID),
+                                                          schema: push.attributesType.flatMap(app.schema)))
+            case .widgets(let hex):
+                guard let token = try? DeviceToken(hex: hex) else { return (.refused("the stored token is not hex"), nil, 0) }
+                response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: UUID(uuidString: c.apnsID)))
+            case .broadcast(let channelID, let storagePolicy):
+                response = try await client.broadcast(BroadcastPush(bundleID: app.bundleID, channelID: channelID, payload: push.payload, priority: push.priority == 10 ? .high : .low,
+                                                                    expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: UUID(uuidString: c.apnsID)))
+            }
+            return (.accepted, response, Self.ms(ContinuousClock.now - start))
         } catch {
             let ms = Self.ms(ContinuousClock.now - start)
-            let reason = error.response?.reason?.rawValue ?? error.transport.map { "transport: \($0.kind.rawValue)" }
-            switch error.code {
-            case .invalidRequest:
-                return SendOutcome(verdict: .fail(error.message), response: nil, reason: "invalid", latencyMS: ms)
-            case .transport:
-                return SendOutcome(verdict: .retry(error.message), response: nil, reason: reason, latencyMS: ms)
-            case .rejected:
-                let why = error.response?.summary ?? error.message
-                switch error.remedy {
-                case .dropToken: return SendOutcome(verdict: .deadToken(why), response: error.response, reason: reason, latencyMS: ms)
-                case .retryLater, .newProviderToken, .openNewConnection: return SendOutcome(verdict: .retry(why), response: error.response, reason: reason, latencyMS: ms)
-                case .fixRequest, .fixConfiguration: return SendOutcome(verdict: .fail(why), response: error.response, reason: reason, latencyMS: ms)
-                }
+            let e = error as? APNsError
+            switch e?.code {
+            case .rejected?:
+                let r = e?.response
+                return (.rejected(status: r?.status ?? 0, reason: r?.reason?.rawValue, retryAfter: r?.retryAfter), r, ms)
+            case .invalidRequest?:
+                return (.refused(e?.message ?? "\(error)"), nil, ms)
+            case .transport?, nil:
+                return (.unreachable(e?.message ?? "\(error)", configuration: e?.transport?.kind == .tlsFailed), nil, ms)
             }
         }
-    }
-
-    func retryOrFail(_ c: ClaimedJob, error: String, delivery: DeliveryRecord?) async throws {
-        if c.job.attempts >= configuration.maximumAttempts {
-            _ = try await store.finish(c, state: .failed, error: "gave up after \(c.job.attempts) attempts: \(error)", delivery: delivery, activity: nil, highPriorityAt: nil)
-            counters.failed()
-            return
-        }
-        let exponent = Double(max(0, c.job.attempts - 1))
-        let base = min(configuration.retryMaximumDelay, configuration.retryBase * pow(2, exponent))
-        let delay = base * Double.random(in: 0.5...1.0)
-        _ = try await store.retry(c, runAt: clock.now.addingTimeInterval(delay), error: error, delivery: delivery)
-        counters.retried()
-    }
-
-    /// What a successful push changed, in the server's record of the activity.
-    static func apply(_ aps: JSONObject, kind: PushJobKind, to a: inout ActivityRecord, at now: Date) {
-        if let state = aps["content-state"] { a.content = state }
-        if let score = aps["relevance-score"]?.numberValue?.doubleValue { a.relevanceScore = score }
-        a.staleDate = aps["stale-date"]?.numberValue?.int64Value.map { Date(timeIntervalSince1970: Double($0)) }
-        if kind == .end {
-            a.state = .ended
-            a.endedAt = now
-            if let d = aps["dismissal-date"]?.numberValue?.int64Value { a.dismissedAt = Date(timeIntervalSince1970: Double(min(d, Int64(now.timeIntervalSince1970) + 4 * 3600))) }
-        }
-    }
-
-    /// `aps` keys in Isle's wire order.
-    static func ordered(_ aps: JSONObject) -> JSONObject {
-        let order = ["timestamp", "event", "content-state", "attributes-type", "attributes", "alert", "stale-date", "dismissal-date", "relevance-score", "input-push-token", "input-push-channel"]
-        var out = JSONObject()
-        for k in order { if let v = aps[k] { out[k] = v } }
-        for (k, v) in aps where out[k] == nil { out[k] = v }
-        return out
     }
 
     static func ms(_ d: Duration) -> Double { Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15 }
+}
+
+/// Apps read at most once a second per app by the engine (an `isle app add` is seen within a second).
+final class AppCache: Sendable {
+    private let entries = Mutex<[String: (app: AppRecord?, at: ContinuousClock.Instant)]>([:])
+    func app(_ bundleID: String, store: any IsleStore) async throws -> AppRecord? {
+        if let e = entries.withLock({ $0[bundleID] }), ContinuousClock.now - e.at < .seconds(1) { return e.app }
+        let app = try await store.app(bundleID)
+        entries.withLock { $0[bundleID] = (app, ContinuousClock.now) }
+        return app
+    }
 }
 
 /// One APNs client per app, made on first use and shared by every worker (one JWT per key).
@@ -405,11 +393,13 @@ public final class EngineCounters: Sendable {
     public var snapshot: [String: Int] { values.withLock { $0 } }
 }
 
+/// The jobs this process is working on (never taken back by its own sweep).
 final class InFlight: Sendable {
-    private let n = Mutex(0)
-    func add() { n.withLock { $0 += 1 } }
-    func remove() { n.withLock { $0 -= 1 } }
-    var count: Int { n.withLock { $0 } }
+    private let jobs = Mutex<Set<Int64>>([])
+    func add(_ id: Int64) { _ = jobs.withLock { $0.insert(id) } }
+    func remove(_ id: Int64) { _ = jobs.withLock { $0.remove(id) } }
+    var count: Int { jobs.withLock { $0.count } }
+    var ids: Set<Int64> { jobs.withLock { $0 } }
 }
 
 extension Optional {

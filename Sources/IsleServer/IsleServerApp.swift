@@ -39,6 +39,9 @@ public final class IsleServerApp: Service {
     public func port() async -> Int { await portBox.wait() }
 
     public func run() async throws {
+        // One serving process per SQLite file: a second one stops here with the reason.
+        let hold = try store.holdForServing()
+        defer { hold.release() }
         do {
             try await store.migrate()
             try await withThrowingDiscardingTaskGroup { group in

@@ -10,13 +10,22 @@ public struct ServerConfiguration: Sendable {
     public var apns: APNsEnvironment = .sandbox
     /// Concurrent deliveries in flight.
     public var concurrency = 64
-    /// How long a claimed job belongs to a worker before another may take it.
-    public var lease: TimeInterval = 60
-    /// Retries of transient failures (429, 5xx, connection): exponential backoff from
-    /// `retryBase`, capped at `retryMaximumDelay`, with jitter, at most `maximumAttempts` sends.
+    /// How long a claimed job belongs to a worker before the sweep may hand it to another. Longer
+    /// than the worst-case send: connect + JWT minting + the request timeout, with room to spare.
+    public var lease: TimeInterval = 120
+    /// How often the engine looks for claims whose lease ran out (and that it is not working on).
+    public var sweepInterval: Duration = .seconds(15)
+    /// Retries of transient failures (429, 5xx, no connection): exponential backoff from
+    /// `retryBase`, capped at `retryMaximumDelay`, with jitter, until the job can no longer matter
+    /// (the activity's 8-hour life, a plain update's stale date, or `jobDeadline`).
     public var retryBase: TimeInterval = 1
     public var retryMaximumDelay: TimeInterval = 15 * 60
-    public var maximumAttempts = 10
+    /// How long after it was accepted a push can still matter.
+    public var jobDeadline: TimeInterval = 8 * 3600
+    /// When an app's configuration is wrong or APNs keeps failing: how the app pauses and backs off.
+    public var circuit = AppCircuit.Settings()
+    /// Seeds the retry jitter (nil: random). Tests and soak runs set it to replay a run.
+    public var randomSeed: UInt64?
     /// Priority-10 pushes per activity per hour before Isle downgrades to 5 (the device's budget is
     /// not published; these are Isle's defaults), and with frequent updates on.
     public var hourlyHighPriorityBudget = 15

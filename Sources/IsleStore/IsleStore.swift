@@ -1,15 +1,20 @@
 public import Foundation
 public import IsleCore
 
-/// Everything the server keeps. Implementations: ``SQLiteStore`` (one file, the default);
-/// PostgreSQL comes next, behind the same protocol and the same contract tests.
+/// Everything the server keeps: the registry (apps, keys, installations, activities, channels) and
+/// the delivery queue. Implementations: ``SQLiteStore`` (one file, the default); PostgreSQL comes
+/// next, behind the same protocols and the same contract tests.
+public typealias IsleStore = IsleRegistry & IsleQueue
+
+/// Apps, keys, installations, activities and channels.
 ///
-/// The queue is durable by construction: ``enqueue(_:idempotency:)`` commits before the API
-/// answers; ``claim(limit:now:lease:worker:)`` hands each due job to one worker (a single-writer
-/// `UPDATE … RETURNING` here; `FOR UPDATE SKIP LOCKED` on PostgreSQL), one job per activity at a
-/// time and in order; a claim whose lease runs out (a crashed worker) is claimed again.
-public protocol IsleStore: Sendable {
+/// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
+/// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
+public protocol IsleRegistry: Sendable {
     func migrate() async throws
+    /// Claims the database for one serving process; a second `isle serve` on it fails with a
+    /// one-line reason. Release the hold when serving stops.
+    func holdForServing() throws -> any ServingHold
 
     // Apps and keys
     func upsertApp(_ app: AppRecord) async throws
@@ -21,40 +26,28 @@ public protocol IsleStore: Sendable {
 
     // Installations
     func upsertInstallation(_ installation: InstallationRecord) async throws
+    /// Reads the installation (or `create`s it when there is none), lets `change` edit it and
+    /// writes it back, in one transaction. `change` may throw to write nothing.
+    func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+                            _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord
     func installation(id: String) async throws -> InstallationRecord?
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord]
 
     // Activities
     func insertActivity(_ activity: ActivityRecord) async throws
-    func updateActivity(_ activity: ActivityRecord) async throws
+    /// Read, `change`, write, in one transaction; nil when there is no such activity.
+    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord?
+    /// A push-started activity reports its update token: the `starting` activity with this key,
+    /// type (and installation, when given) becomes active with the token, in one transaction.
+    func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord?
     func activity(id: String) async throws -> ActivityRecord?
     /// The newest activity with this backend key.
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord?
+    /// Every live activity with this backend key (one per device after a push-to-start to a user).
+    func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord]
     func activity(updateToken: String) async throws -> ActivityRecord?
     /// Live activities following a topic.
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
-
-    // Queue
-    /// Commits the jobs (and the idempotent answer, if any) in one transaction.
-    @discardableResult
-    func enqueue(_ jobs: [NewPushJob], idempotency: IdempotencyRecord?) async throws -> [Int64]
-    /// Claims due jobs for `lease` seconds, atomically (as `FOR UPDATE SKIP LOCKED` would): at most
-    /// one job per activity and per broadcast channel at a time, oldest first; a plain update
-    /// superseded by newer content already due is marked superseded instead; each job's push
-    /// timestamp (strictly increasing per activity and per channel) and apns-id are fixed at its
-    /// first claim and reused on retries.
-    func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob]
-    /// Finishes a claimed job: its new state, the attempt, and the activity's new record, atomically.
-    /// Returns false when the claim was lost (the lease ran out and another worker took it).
-    func finish(_ job: ClaimedJob, state: PushJobState, error: String?, delivery: DeliveryRecord?, activity: ActivityRecord?, highPriorityAt: Date?) async throws -> Bool
-    /// Puts a claimed job back for a retry at `runAt`.
-    func retry(_ job: ClaimedJob, runAt: Date, error: String, delivery: DeliveryRecord?) async throws -> Bool
-    /// Claims whose lease ended before `now` become queued again (a worker died). Returns how many.
-    func requeueExpiredClaims(now: Date) async throws -> Int
-    func job(id: Int64) async throws -> PushJob?
-    func jobCounts() async throws -> [PushJobState: Int]
-    /// Priority-10 sends to an activity since a time (the hourly budget).
-    func highPrioritySends(activityID: String, since: Date) async throws -> Int
 
     // Channels
     func insertChannel(_ channel: ChannelRecord) async throws
@@ -67,6 +60,48 @@ public protocol IsleStore: Sendable {
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
     func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws
+    /// Priority-10 sends to an activity since a time (the hourly budget).
+    func highPrioritySends(activityID: String, since: Date) async throws -> Int
+}
+
+/// The durable delivery queue: a narrow driver. Ordering and coalescing are ``LanePlanner``'s
+/// decisions; the driver stores jobs, keeps each lane's head, and applies completions.
+public protocol IsleQueue: Sendable {
+    /// Commits the jobs, the activities they start (push-to-start), and the idempotent answer in
+    /// one transaction. A job due after `now` waits as `scheduled` and takes its place in its lane
+    /// when it comes due.
+    @discardableResult
+    func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64]
+    /// Claims due lane heads (at most one job per lane in flight, oldest first, skipping the apps
+    /// in `excludingApps`) for `lease` seconds; coalesces superseded plain updates on the way. Each
+    /// job's push timestamp (strictly increasing per lane) and apns-id are fixed at its first claim
+    /// and reused on retries.
+    func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob]
+    /// Applies a worker's verdict on a claimed job, atomically. False when the claim was lost
+    /// (its lease ran out and it was claimed again).
+    func complete(_ completion: JobCompletion) async throws -> Bool
+    /// Claims whose lease ended before `now` become queued again, except the jobs in `keeping`
+    /// (still being worked on in this process). Returns how many.
+    func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int
+    /// The lane's waiting head may go now (e.g. the update token it waited for arrived).
+    func wakeLane(activityID: String, now: Date) async throws
+    func job(id: Int64) async throws -> PushJob?
+    func jobCounts() async throws -> [PushJobState: Int]
+}
+
+extension IsleQueue {
+    @discardableResult
+    public func enqueue(_ jobs: [NewPushJob], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
+        try await enqueue(jobs, creating: [], idempotency: idempotency, now: now)
+    }
+    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob] {
+        try await claim(limit: limit, now: now, lease: lease, worker: worker, excludingApps: [])
+    }
+}
+
+/// A store held by one serving process.
+public protocol ServingHold: Sendable {
+    func release()
 }
 
 /// A job handed to a worker, with the `timestamp` and `apns-id` fixed at its first claim (a retry
@@ -76,6 +111,110 @@ public struct ClaimedJob: Sendable, Hashable {
     public var timestamp: Int64
     public var apnsID: String
     public var worker: String
-    /// The activity as it was when claimed (nil for installation jobs).
+    /// The activity as it was when claimed (nil for installation and channel jobs). Only for
+    /// planning: completions patch what the push changed, never write this back.
     public var activity: ActivityRecord?
+    public init(job: PushJob, timestamp: Int64, apnsID: String, worker: String, activity: ActivityRecord?) {
+        self.job = job
+        self.timestamp = timestamp
+        self.apnsID = apnsID
+        self.worker = worker
+        self.activity = activity
+    }
+}
+
+/// What a delivered (or refused) push changes in the activity's record. Each part is a targeted,
+/// guarded write: content never reverts a state the device reported, an end never undoes a
+/// dismissal, and a dead token retires the activity only while it still holds that token.
+public struct ActivityPatch: Sendable, Hashable {
+    public var content: JSONValue?
+    public var relevanceScore: Double?
+    /// Sets `staleDate` (nil clears it) when `setsStaleDate`.
+    public var setsStaleDate = false
+    public var staleDate: Date?
+    public var end: End?
+    public var unreachable: Unreachable?
+
+    public struct End: Sendable, Hashable {
+        public var at: Date
+        public var dismissAt: Date?
+        public var reason: String?
+        public init(at: Date, dismissAt: Date? = nil, reason: String? = nil) {
+            self.at = at
+            self.dismissAt = dismissAt
+            self.reason = reason
+        }
+    }
+
+    public struct Unreachable: Sendable, Hashable {
+        public var reason: String
+        /// Only while the activity still holds this update token (nil: whatever it holds).
+        public var ifToken: String?
+        public init(reason: String, ifToken: String?) {
+            self.reason = reason
+            self.ifToken = ifToken
+        }
+    }
+
+    public init(content: JSONValue? = nil, relevanceScore: Double? = nil, setsStaleDate: Bool = false, staleDate: Date? = nil, end: End? = nil, unreachable: Unreachable? = nil) {
+        self.content = content
+        self.relevanceScore = relevanceScore
+        self.setsStaleDate = setsStaleDate
+        self.staleDate = staleDate
+        self.end = end
+        self.unreachable = unreachable
+    }
+}
+
+/// Tokens of an installation that APNs said are dead; each removed only if it is still the one held.
+public struct InstallationPatch: Sendable, Hashable {
+    public var installationID: String
+    public var deadPushToStartToken: (type: String, token: String)?
+    public var deadWidgetToken: String?
+    public init(installationID: String, deadPushToStartToken: (type: String, token: String)? = nil, deadWidgetToken: String? = nil) {
+        self.installationID = installationID
+        self.deadPushToStartToken = deadPushToStartToken
+        self.deadWidgetToken = deadWidgetToken
+    }
+    public static func == (a: Self, b: Self) -> Bool {
+        a.installationID == b.installationID && a.deadPushToStartToken?.type == b.deadPushToStartToken?.type
+            && a.deadPushToStartToken?.token == b.deadPushToStartToken?.token && a.deadWidgetToken == b.deadWidgetToken
+    }
+    public func hash(into h: inout Hasher) {
+        h.combine(installationID)
+        h.combine(deadPushToStartToken?.type)
+        h.combine(deadPushToStartToken?.token)
+        h.combine(deadWidgetToken)
+    }
+}
+
+/// A worker's verdict on a claimed job.
+public struct JobCompletion: Sendable, Hashable {
+    public enum Result: Sendable, Hashable {
+        /// Done for good: `sent`, `failed` or `dropped`, with why.
+        case finished(PushJobState, reason: String?)
+        /// Back in its lane (still its head) until `at`.
+        case retry(at: Date, reason: String)
+        /// APNs said the activity's update token `token` is dead. If the activity still holds it,
+        /// the activity becomes unreachable and the job fails; if the device handed over a new
+        /// token meanwhile, the job is sent again at once with the new one.
+        case deadToken(token: String, reason: String)
+    }
+
+    public var claim: ClaimedJob
+    public var result: Result
+    public var delivery: DeliveryRecord?
+    public var activity: ActivityPatch?
+    public var installation: InstallationPatch?
+    /// A priority-10 send to count against the activity's hourly budget.
+    public var highPriorityAt: Date?
+
+    public init(claim: ClaimedJob, result: Result, delivery: DeliveryRecord? = nil, activity: ActivityPatch? = nil, installation: InstallationPatch? = nil, highPriorityAt: Date? = nil) {
+        self.claim = claim
+        self.result = result
+        self.delivery = delivery
+        self.activity = activity
+        self.installation = installation
+        self.highPriorityAt = highPriorityAt
+    }
 }

@@ -155,8 +155,17 @@ public struct ChannelRecord: Sendable, Hashable {
     }
 }
 
-public enum PushJobState: String, Sendable, Hashable, Codable {
-    case queued, claimed, sent, failed, superseded, dropped
+public enum PushJobState: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Waiting for its `sendAt`; it takes its place in its activity's order when it comes due.
+    case scheduled
+    /// In its activity's (or channel's) line, waiting to be sent or retried.
+    case queued
+    /// Handed to a worker, being sent.
+    case claimed
+    case sent, failed, superseded, dropped
+
+    /// Nothing more will happen to the job.
+    public var isFinished: Bool { self == .sent || self == .failed || self == .superseded || self == .dropped }
 }
 
 /// One push Isle has accepted: durable from the moment the API answers 202.
@@ -179,6 +188,10 @@ public struct PushJob: Sendable, Hashable {
     public var claimedUntil: Date?
     public var lastError: String?
     public var createdAt: Date
+    /// Jobs with one lane (an activity's, a broadcast channel's) go out one at a time in `seq` order.
+    public var lane: String?
+    /// Its place in its lane (nil while scheduled).
+    public var seq: Int64?
 }
 
 /// A push to enqueue.

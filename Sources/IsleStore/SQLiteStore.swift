@@ -1,25 +1,61 @@
 public import Foundation
 import GRDB
-public import IsleCore
+import IsleCore
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
-/// The embedded store: one SQLite file (WAL), one writer, plain-SQL migrations.
+/// The embedded store: one SQLite file (WAL), readers beside one writer, plain-SQL migrations.
+///
+/// Writes go through ``GroupCommit``: requests that arrive together share one transaction (one
+/// fsync with `synchronous=FULL`), each in its own savepoint; every caller returns only once its
+/// transaction is committed. Reads run on the pool's readers, alongside the writer.
 public final class SQLiteStore: IsleStore {
-    let db: DatabaseQueue
+    let pool: DatabasePool
+    let writer: GroupCommit
     public let path: String
 
     /// Opens (creating if needed) the database file. Call ``migrate()`` before use.
     public init(path: String) throws {
+        guard !path.isEmpty else { throw StoreError(.unavailable, "the database path is empty: give a file, e.g. ./isle.sqlite") }
         var config = Configuration()
         config.busyMode = .timeout(10)
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = ON")
-        }
-        self.path = path
-        db = try DatabaseQueue(path: path, configuration: config)
-        try db.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA journal_mode = WAL")
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
+        self.path = path
+        pool = try DatabasePool(path: path, configuration: config)
+        writer = GroupCommit(pool: pool)
+    }
+
+    // MARK: One serving process per file
+
+    /// An exclusive `flock` on `<file>-lock`, held while serving (the kernel drops it when the
+    /// process dies, so a crash never leaves the file locked).
+    public func holdForServing() throws -> any ServingHold {
+        let lockPath = path + "-lock"
+        let fd = open(lockPath, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StoreError(.unavailable, "cannot open \(lockPath): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw StoreError(.conflict, "another isle serve is already using \(path); one process serves a SQLite file (several instances need PostgreSQL)")
+        }
+        return FileHold(fd: fd)
+    }
+
+    final class FileHold: ServingHold {
+        private let fd: Mutex<Int32?>
+        init(fd: Int32) { self.fd = Mutex(fd) }
+        func release() {
+            guard let fd = fd.withLock({ f -> Int32? in defer { f = nil }; return f }) else { return }
+            flock(fd, LOCK_UN)
+            close(fd)
+        }
+        deinit { release() }
     }
 
     // MARK: Migrations (append-only, numbered)
@@ -67,10 +103,35 @@ public final class SQLiteStore: IsleStore {
         ALTER TABLE channels ADD COLUMN last_timestamp INTEGER;
         CREATE INDEX jobs_channel ON jobs(channel_id, state);
         """,
+        // Lanes: each activity's (and channel's) jobs in `seq` order, the first unfinished one
+        // flagged as the lane's head; only heads are claimed. The flags are LanePlanner's rules,
+        // computed in Swift for new jobs (and here, once, for the rows of older versions).
+        """
+        ALTER TABLE jobs ADD COLUMN lane TEXT;
+        ALTER TABLE jobs ADD COLUMN seq INTEGER;
+        ALTER TABLE jobs ADD COLUMN is_head INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN supersedable INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN carries_content INTEGER NOT NULL DEFAULT 0;
+        UPDATE jobs SET lane = CASE WHEN activity_id IS NOT NULL THEN 'a:' || activity_id
+                                    WHEN kind = 'broadcast' AND channel_id IS NOT NULL THEN 'c:' || channel_id END,
+            supersedable = (has_alert = 0 AND (kind = 'update' OR (kind = 'broadcast' AND json_extract(aps, '$.event') = 'update'))),
+            carries_content = (kind = 'update' OR (kind IN ('end', 'broadcast') AND json_extract(aps, '$."content-state"') IS NOT NULL)),
+            seq = id;
+        UPDATE jobs SET is_head = 1 WHERE state IN ('queued', 'claimed')
+            AND (lane IS NULL OR id = (SELECT MIN(o.id) FROM jobs o WHERE o.lane = jobs.lane AND o.state IN ('queued', 'claimed')));
+        CREATE INDEX jobs_ready ON jobs(run_at, seq) WHERE is_head = 1 AND state = 'queued';
+        CREATE INDEX jobs_lane_open ON jobs(lane, seq) WHERE state IN ('queued', 'claimed');
+        CREATE INDEX jobs_scheduled ON jobs(run_at, id) WHERE state = 'scheduled';
+        CREATE INDEX jobs_claimed ON jobs(claimed_until) WHERE state = 'claimed';
+        CREATE INDEX jobs_seq ON jobs(seq);
+        DROP INDEX jobs_activity;
+        DROP INDEX jobs_channel;
+        CREATE INDEX activities_installation ON activities(installation_id);
+        """,
     ]
 
     public func migrate() async throws {
-        try await db.write { db in
+        try await pool.write { db in
             try db.execute(sql: "CREATE TABLE IF NOT EXISTS isle_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
             let done = try Int.fetchOne(db, sql: "SELECT COALESCE(MAX(version), 0) FROM isle_migrations") ?? 0
             for (i, sql) in Self.migrations.enumerated() where i + 1 > done {
@@ -84,7 +145,7 @@ public final class SQLiteStore: IsleStore {
 
     public func upsertApp(_ a: AppRecord) async throws {
         let schemas = JSONValue.array(a.schemas.map(\.jsonValue)).jsonString
-        try await db.write { db in
+        try await writer.write { db in
             try db.execute(sql: """
                 INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
@@ -94,11 +155,11 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func app(_ bundleID: String) async throws -> AppRecord? {
-        try await db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE bundle_id = ?", arguments: [bundleID]).map(Self.app) }
+        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE bundle_id = ?", arguments: [bundleID]).map(Self.app) }
     }
 
     public func apps() async throws -> [AppRecord] {
-        try await db.read { db in try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY bundle_id").map(Self.app) }
+        try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY bundle_id").map(Self.app) }
     }
 
     static func app(_ r: Row) -> AppRecord {
@@ -108,14 +169,14 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {
-        try await db.write { db in
+        try await writer.write { db in
             try db.execute(sql: "INSERT INTO api_keys (id, bundle_id, scope, secret_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)",
                            arguments: [k.id, k.bundleID, k.scope.rawValue, k.secretHash, k.createdAt.timeIntervalSince1970, k.revokedAt?.timeIntervalSince1970])
         }
     }
 
     public func apiKey(secretHash: String) async throws -> APIKeyRecord? {
-        try await db.read { db in
+        try await pool.read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM api_keys WHERE secret_hash = ?", arguments: [secretHash]).map { r in
                 APIKeyRecord(id: r["id"], bundleID: r["bundle_id"], scope: APIKeyScope(rawValue: r["scope"]) ?? .device, secretHash: r["secret_hash"],
                              createdAt: Date(timeIntervalSince1970: r["created_at"]), revokedAt: (r["revoked_at"] as Double?).map(Date.init(timeIntervalSince1970:)))
@@ -124,7 +185,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func revokeAPIKey(id: String, at: Date) async throws -> Bool {
-        try await db.write { db in
+        try await writer.write { db in
             try db.execute(sql: "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", arguments: [at.timeIntervalSince1970, id])
             return db.changesCount > 0
         }
@@ -133,8 +194,12 @@ public final class SQLiteStore: IsleStore {
     // MARK: Installations
 
     public func upsertInstallation(_ i: InstallationRecord) async throws {
+        try await writer.write { db in try Self.writeInstallation(db, i) }
+    }
+
+    static func writeInstallation(_ db: Database, _ i: InstallationRecord) throws {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
-        try await db.write { db in
+        do {
             try db.execute(sql: """
                 INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -145,12 +210,22 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
+        try await writer.write { db in
+            var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [id]).map(Self.installation) ?? create()
+            try change(&i)
+            try Self.writeInstallation(db, i)
+            return i
+        }
+    }
+
     public func installation(id: String) async throws -> InstallationRecord? {
-        try await db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [id]).map(Self.installation) }
+        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [id]).map(Self.installation) }
     }
 
     public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
-        try await db.read { db in
+        try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM installations WHERE bundle_id = ? AND user_id = ? ORDER BY id", arguments: [bundleID, userID]).map(Self.installation)
         }
     }
@@ -174,14 +249,47 @@ public final class SQLiteStore: IsleStore {
     static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason"
 
     public func insertActivity(_ a: ActivityRecord) async throws {
-        try await db.write { db in
+        try await writer.write { db in
             try db.execute(sql: "INSERT INTO activities (\(Self.activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: Self.activityArguments(a))
             try Self.writeTopics(db, a)
         }
     }
 
-    public func updateActivity(_ a: ActivityRecord) async throws {
-        try await db.write { db in try Self.update(db, a) }
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
+        try await writer.write { db in
+            guard var a = try Self.activity(db, where: "id = ?", [id]) else { return nil }
+            try change(&a)
+            try Self.update(db, a)
+            return a
+        }
+    }
+
+    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
+        try await writer.write { db in
+            var clause = "bundle_id = ? AND external_key = ? AND attributes_type = ? AND state = 'starting'"
+            var arguments: StatementArguments = [bundleID, externalKey, attributesType]
+            if let installationID {
+                clause += " AND installation_id = ?"
+                arguments += [installationID]
+            }
+            guard var a = try Self.activity(db, where: clause + " ORDER BY started_at, rowid", arguments) else { return nil }
+            a.updateToken = token
+            a.state = .active
+            a.topics = Array(Set(a.topics + topics)).sorted()
+            try Self.update(db, a)
+            return a
+        }
+    }
+
+    public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT * FROM activities WHERE bundle_id = ? AND external_key = ? AND state IN ('active', 'starting') ORDER BY started_at, rowid
+                """, arguments: [bundleID, externalKey])
+            return try rows.map { r in
+                Self.activity(r, topics: try String.fetchAll(db, sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic", arguments: [r["id"] as String]))
+            }
+        }
     }
 
     static func update(_ db: Database, _ a: ActivityRecord) throws {
@@ -204,15 +312,15 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func activity(id: String) async throws -> ActivityRecord? {
-        try await db.read { db in try Self.activity(db, where: "id = ?", [id]) }
+        try await pool.read { db in try Self.activity(db, where: "id = ?", [id]) }
     }
 
     public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
-        try await db.read { db in try Self.activity(db, where: "bundle_id = ? AND external_key = ? ORDER BY started_at DESC, rowid DESC", [bundleID, externalKey]) }
+        try await pool.read { db in try Self.activity(db, where: "bundle_id = ? AND external_key = ? ORDER BY started_at DESC, rowid DESC", [bundleID, externalKey]) }
     }
 
     public func activity(updateToken: String) async throws -> ActivityRecord? {
-        try await db.read { db in try Self.activity(db, where: "update_token = ?", [updateToken]) }
+        try await pool.read { db in try Self.activity(db, where: "update_token = ?", [updateToken]) }
     }
 
     static func activity(_ db: Database, where clause: String, _ arguments: StatementArguments) throws -> ActivityRecord? {
@@ -232,7 +340,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
-        try await db.read { db in
+        try await pool.read { db in
             let rows = try Row.fetchAll(db, sql: """
                 SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
                 WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN ('active', 'starting') ORDER BY a.started_at, a.id
@@ -241,21 +349,41 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    static func insertActivity(_ db: Database, _ a: ActivityRecord) throws {
+        try db.execute(sql: "INSERT INTO activities (\(activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: activityArguments(a))
+        try writeTopics(db, a)
+    }
+
     // MARK: Queue
 
-    public func enqueue(_ jobs: [NewPushJob], idempotency: IdempotencyRecord?) async throws -> [Int64] {
-        try await db.write { db in
+    public func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
+        try await writer.write { db in
+            for a in activities { try Self.insertActivity(db, a) }
             var ids: [Int64] = []
             ids.reserveCapacity(jobs.count)
-            let now = Date().timeIntervalSince1970
-            let statement = try db.makeStatement(sql: """
-                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?)
+            var seq = try Self.nextSeq(db)
+            let created = now.timeIntervalSince1970
+            let insert = try db.cachedStatement(sql: """
+                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
+                    lane, seq, is_head, supersedable, carries_content)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             for j in jobs {
-                try statement.execute(arguments: [j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority,
-                                                  j.runAt.timeIntervalSince1970, now])
+                let lane = LanePlanner.lane(kind: j.kind, activityID: j.activityID, channelID: j.channelID)
+                let supersedable = LanePlanner.isSupersedable(kind: j.kind, hasAlert: j.hasAlert, aps: j.aps)
+                let carries = LanePlanner.carriesContent(kind: j.kind, aps: j.aps)
+                let scheduled = j.runAt > now
+                var head: LaneHead?
+                if !scheduled, let lane { head = try Self.openHead(db, lane) }
+                try insert.execute(arguments: [
+                    j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority,
+                    j.runAt.timeIntervalSince1970, scheduled ? "scheduled" : "queued", created,
+                    lane, scheduled ? nil : seq, !scheduled && head == nil, supersedable, carries,
+                ])
+                if !scheduled { seq += 1 }
                 ids.append(db.lastInsertedRowID)
+                // A head waiting for a retry that this job makes pointless goes now, not later.
+                if carries, let lane, let head, !head.claimed, head.supersedable { try Self.coalesce(db, lane: lane, now: now) }
             }
             if let r = idempotency {
                 try db.execute(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -265,137 +393,254 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    static func nextSeq(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs")) ?? 1
+    }
+
+    struct LaneHead {
+        var id: Int64
+        var isHead: Bool
+        var claimed: Bool
+        var supersedable: Bool
+    }
+
+    /// The first unfinished job of a lane.
+    static func openHead(_ db: Database, _ lane: String) throws -> LaneHead? {
+        try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT id, is_head, state, supersedable FROM jobs WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1
+            """), arguments: [lane]).map { r in
+            LaneHead(id: r["id"], isHead: r["is_head"], claimed: (r["state"] as String) == "claimed", supersedable: r["supersedable"])
+        }
+    }
+
+    /// Makes the first unfinished job of the lane its head.
+    static func fixHead(_ db: Database, _ lane: String?) throws {
+        guard let lane, let head = try openHead(db, lane), !head.isHead else { return }
+        try db.execute(sql: "UPDATE jobs SET is_head = 1 WHERE id = ?", arguments: [head.id])
+    }
+
+    /// Lets ``LanePlanner`` decide over the lane's unfinished jobs; marks what it supersedes and
+    /// returns the job it would hand out now.
+    @discardableResult
+    static func coalesce(_ db: Database, lane: String, now: Date) throws -> Int64? {
+        let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT id, state, supersedable, carries_content, run_at FROM jobs WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 256
+            """), arguments: [lane])
+        let entries = rows.map { r in
+            LanePlanner.Entry(id: r["id"], supersedable: r["supersedable"], carriesContent: r["carries_content"], due: (r["run_at"] as Double) <= now.timeIntervalSince1970,
+                              claimed: (r["state"] as String) == "claimed")
+        }
+        let decision = LanePlanner.decide(entries)
+        guard !decision.superseded.isEmpty else { return decision.claim }
+        let supersede = try db.cachedStatement(sql: """
+            UPDATE jobs SET state = 'superseded', is_head = 0, last_error = 'superseded by newer content before it was sent' WHERE id = ? AND state = 'queued'
+            """)
+        for id in decision.superseded { try supersede.execute(arguments: [id]) }
+        try fixHead(db, lane)
+        return decision.claim
+    }
+
     static func job(_ r: Row) -> PushJob {
         PushJob(id: r["id"], bundleID: r["bundle_id"], kind: PushJobKind(rawValue: r["kind"]) ?? .update, activityID: r["activity_id"], installationID: r["installation_id"],
                 channelID: r["channel_id"],
                 aps: (try? JSONParser.parse(r["aps"] as String)) ?? [:], hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
                 runAt: Date(timeIntervalSince1970: r["run_at"]), state: PushJobState(rawValue: r["state"]) ?? .queued, attempts: r["attempts"],
                 claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
-                createdAt: Date(timeIntervalSince1970: r["created_at"]))
+                createdAt: Date(timeIntervalSince1970: r["created_at"]), lane: r["lane"], seq: r["seq"])
     }
 
-    /// One transaction: pick due jobs in (run_at, id) order, at most one per activity (or per
-    /// broadcast channel) and none for one that already has a job claimed; coalesce superseded
-    /// content; fix each job's timestamp (strictly increasing per activity and per channel) and
-    /// apns-id at its first claim.
-    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob] {
-        try await db.write { db in
-            var busy = Set(try String.fetchAll(db, sql: "SELECT DISTINCT 'a:' || activity_id FROM jobs WHERE state = 'claimed' AND activity_id IS NOT NULL"))
-            busy.formUnion(try String.fetchAll(db, sql: "SELECT DISTINCT 'c:' || channel_id FROM jobs WHERE state = 'claimed' AND kind = 'broadcast' AND channel_id IS NOT NULL"))
-            let due = try Row.fetchAll(db, sql: "SELECT * FROM jobs WHERE state = 'queued' AND run_at <= ? ORDER BY run_at, id LIMIT ?",
-                                       arguments: [now.timeIntervalSince1970, max(limit * 8, 512)]).map(Self.job)
-            var perKey: [String: [PushJob]] = [:]
-            var order: [String] = []
-            var picked: [PushJob] = []
-            for j in due {
-                guard let key = Self.orderingKey(j) else {
-                    if picked.count < limit { picked.append(j) }
-                    continue
-                }
-                if busy.contains(key) { continue }
-                if perKey[key] == nil { order.append(key) }
-                perKey[key, default: []].append(j)
+    /// One transaction: scheduled jobs that came due take their place in their lanes; then due
+    /// lane heads are claimed oldest first (a head whose plain update is superseded hands over to
+    /// the newer job), each with its timestamp (strictly increasing per lane) and apns-id fixed at
+    /// its first claim.
+    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob] {
+        guard limit > 0 else { return [] }
+        return try await writer.write { db in
+            let t = now.timeIntervalSince1970
+            try Self.promoteScheduled(db, now: now)
+            var sql = "SELECT * FROM jobs WHERE is_head = 1 AND state = 'queued' AND run_at <= ?"
+            var arguments: StatementArguments = [t]
+            if !excludingApps.isEmpty {
+                sql += " AND bundle_id NOT IN (\(Array(repeating: "?", count: excludingApps.count).joined(separator: ", ")))"
+                arguments += StatementArguments(excludingApps.sorted())
             }
-            for key in order where picked.count < limit {
-                var jobs = perKey[key]!
-                // Coalesce: a plain update is superseded by any later update or end already due.
-                while jobs.count > 1, Self.isPlainUpdate(jobs[0]), jobs.dropFirst().contains(where: Self.carriesContent) {
-                    try db.execute(sql: "UPDATE jobs SET state = 'superseded', last_error = 'superseded by newer content before it was sent' WHERE id = ?", arguments: [jobs[0].id])
-                    jobs.removeFirst()
-                }
-                picked.append(jobs[0])
-            }
+            sql += " ORDER BY run_at, seq LIMIT ?"
+            arguments += [limit]
+            let heads = try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.job)
             var claimed: [ClaimedJob] = []
-            for var j in picked {
-                let row = try Row.fetchOne(db, sql: "SELECT push_timestamp, apns_id FROM jobs WHERE id = ?", arguments: [j.id])!
-                var timestamp: Int64? = row["push_timestamp"]
-                var apnsID: String? = row["apns_id"]
-                var activity: ActivityRecord?
-                if let a = j.activityID { activity = try Self.activity(db, where: "id = ?", [a]) }
-                if timestamp == nil {
-                    var ts = Int64(now.timeIntervalSince1970.rounded(.down))
-                    if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
-                    if j.kind == .broadcast, let channel = j.channelID {
-                        if let last = try Int64?.fetchOne(db, sql: "SELECT last_timestamp FROM channels WHERE id = ?", arguments: [channel]) ?? nil, ts <= last { ts = last + 1 }
-                        try db.execute(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?", arguments: [ts, channel])
-                    }
-                    timestamp = ts
-                    if var act = activity {
-                        act.lastTimestamp = ts
-                        try db.execute(sql: "UPDATE activities SET last_timestamp = ? WHERE id = ?", arguments: [ts, act.id])
-                        activity = act
+            for head in heads {
+                var j = head
+                if let lane = head.lane, LanePlanner.isSupersedable(kind: head.kind, hasAlert: head.hasAlert, aps: head.aps) {
+                    guard let id = try Self.coalesce(db, lane: lane, now: now) else { continue }
+                    if id != head.id {
+                        guard let next = try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ?", arguments: [id]).map(Self.job) else { continue }
+                        j = next
                     }
                 }
-                if apnsID == nil { apnsID = UUID().uuidString.lowercased() }
-                try db.execute(sql: """
-                    UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = ?, apns_id = ? WHERE id = ?
-                    """, arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
-                j.state = .claimed
-                j.claimedBy = worker
-                j.attempts += 1
-                claimed.append(ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity))
+                claimed.append(try Self.claimOne(db, j, now: now, lease: lease, worker: worker))
             }
             return claimed
         }
     }
 
-    /// Jobs with the same key go out one at a time, in order: an activity's pushes, or a
-    /// broadcast channel's (the devices on it drop a push older than the last they applied).
-    static func orderingKey(_ j: PushJob) -> String? {
-        if let a = j.activityID { return "a:" + a }
-        if j.kind == .broadcast, let c = j.channelID { return "c:" + c }
-        return nil
+    static func promoteScheduled(_ db: Database, now: Date) throws {
+        let due = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, lane, carries_content FROM jobs WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT 10000"),
+                                   arguments: [now.timeIntervalSince1970])
+        guard !due.isEmpty else { return }
+        var seq = try nextSeq(db)
+        for r in due {
+            let lane: String? = r["lane"]
+            let head = try lane.map { try openHead(db, $0) } ?? nil
+            try db.execute(sql: "UPDATE jobs SET state = 'queued', seq = ?, is_head = ? WHERE id = ?", arguments: [seq, head == nil, r["id"] as Int64])
+            seq += 1
+            if (r["carries_content"] as Bool), let lane, let head, !head.claimed, head.supersedable { try coalesce(db, lane: lane, now: now) }
+        }
     }
 
-    static func isPlainUpdate(_ j: PushJob) -> Bool {
-        !j.hasAlert && (j.kind == .update || (j.kind == .broadcast && j.aps["event"]?.stringValue == "update"))
-    }
-
-    static func carriesContent(_ j: PushJob) -> Bool { j.kind == .update || j.kind == .end || j.kind == .broadcast }
-
-    public func finish(_ c: ClaimedJob, state: PushJobState, error: String?, delivery: DeliveryRecord?, activity: ActivityRecord?, highPriorityAt: Date?) async throws -> Bool {
-        try await db.write { db in
-            try db.execute(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-                           arguments: [state.rawValue, error, c.job.id, c.worker])
-            guard db.changesCount > 0 else { return false }
-            if let d = delivery { try Self.insert(db, d) }
-            if let a = activity { try Self.update(db, a) }
-            if let at = highPriorityAt, let id = c.job.activityID {
-                try db.execute(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)", arguments: [id, at.timeIntervalSince1970])
+    static func claimOne(_ db: Database, _ job: PushJob, now: Date, lease: TimeInterval, worker: String) throws -> ClaimedJob {
+        var j = job
+        let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT push_timestamp, apns_id FROM jobs WHERE id = ?"), arguments: [j.id])!
+        var timestamp: Int64? = row["push_timestamp"]
+        var apnsID: String? = row["apns_id"]
+        var activity: ActivityRecord?
+        if let a = j.activityID {
+            activity = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [a]).map { Self.activity($0, topics: []) }
+        }
+        if timestamp == nil {
+            var ts = Int64(now.timeIntervalSince1970.rounded(.down))
+            if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
+            if j.kind == .broadcast, let channel = j.channelID {
+                if let last = try Int64?.fetchOne(db, sql: "SELECT last_timestamp FROM channels WHERE id = ?", arguments: [channel]) ?? nil, ts <= last { ts = last + 1 }
+                try db.execute(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?", arguments: [ts, channel])
             }
-            return true
+            timestamp = ts
+            if var act = activity {
+                act.lastTimestamp = ts
+                try db.execute(sql: "UPDATE activities SET last_timestamp = ? WHERE id = ?", arguments: [ts, act.id])
+                activity = act
+            }
+        }
+        if apnsID == nil { apnsID = UUID().uuidString.lowercased() }
+        try db.execute(sql: """
+            UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = ?, apns_id = ? WHERE id = ?
+            """, arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
+        j.state = .claimed
+        j.claimedBy = worker
+        j.claimedUntil = now.addingTimeInterval(lease)
+        j.attempts += 1
+        return ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity)
+    }
+
+    public func complete(_ c: JobCompletion) async throws -> Bool {
+        try await writer.write { db in try Self.complete(db, c) }
+    }
+
+    static func complete(_ db: Database, _ c: JobCompletion) throws -> Bool {
+        let job = c.claim.job
+        // The claim must still be this worker's, this attempt's.
+        let guardClause = "WHERE id = ? AND state = 'claimed' AND claimed_by = ? AND attempts = ?"
+        let guardArguments: StatementArguments = [job.id, c.claim.worker, job.attempts]
+        var result = c.result
+        var activityPatch = c.activity
+        if case .deadToken(let token, let reason) = result {
+            let current = try String?.fetchOne(db, sql: "SELECT update_token FROM activities WHERE id = ?", arguments: [job.activityID]) ?? nil
+            if current == nil || current == token {
+                result = .finished(.failed, reason: reason)
+                activityPatch = ActivityPatch(unreachable: .init(reason: reason, ifToken: token))
+            } else {
+                result = .retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token")
+            }
+        }
+        switch result {
+        case .finished(let state, let reason):
+            try db.execute(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 " + guardClause,
+                           arguments: [state.rawValue, reason] + guardArguments)
+            guard db.changesCount > 0 else { return false }
+            try fixHead(db, job.lane)
+        case .retry(let at, let reason):
+            try db.execute(sql: "UPDATE jobs SET state = 'queued', run_at = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL " + guardClause,
+                           arguments: [at.timeIntervalSince1970, reason] + guardArguments)
+            guard db.changesCount > 0 else { return false }
+        case .deadToken:
+            return false
+        }
+        if let d = c.delivery { try insert(db, d) }
+        if let p = activityPatch, let id = job.activityID { try apply(db, p, to: id) }
+        if let p = c.installation { try apply(db, p) }
+        if let at = c.highPriorityAt, let id = job.activityID {
+            try db.execute(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)", arguments: [id, at.timeIntervalSince1970])
+        }
+        return true
+    }
+
+    /// Writes only what the push changed; never reverts what the device reported since.
+    static func apply(_ db: Database, _ p: ActivityPatch, to id: String) throws {
+        if p.content != nil || p.relevanceScore != nil || p.setsStaleDate {
+            // A push to an activity the person dismissed (or that ended) changes nothing on the phone.
+            try db.execute(sql: """
+                UPDATE activities SET content = COALESCE(?, content), relevance_score = COALESCE(?, relevance_score),
+                    stale_date = CASE WHEN ? THEN ? ELSE stale_date END
+                WHERE id = ? AND state IN ('active', 'starting')
+                """, arguments: [p.content?.jsonString, p.relevanceScore, p.setsStaleDate, p.staleDate?.timeIntervalSince1970, id])
+        }
+        if let e = p.end {
+            try db.execute(sql: """
+                UPDATE activities SET state = 'ended', ended_at = COALESCE(ended_at, ?), dismissed_at = COALESCE(?, dismissed_at), state_reason = COALESCE(?, state_reason)
+                WHERE id = ? AND state IN ('active', 'starting')
+                """, arguments: [e.at.timeIntervalSince1970, e.dismissAt?.timeIntervalSince1970, e.reason, id])
+        }
+        if let u = p.unreachable {
+            try db.execute(sql: """
+                UPDATE activities SET state = 'unreachable', state_reason = ? WHERE id = ? AND state IN ('active', 'starting') AND (? IS NULL OR update_token = ?)
+                """, arguments: [u.reason, id, u.ifToken, u.ifToken])
         }
     }
 
-    public func retry(_ c: ClaimedJob, runAt: Date, error: String, delivery: DeliveryRecord?) async throws -> Bool {
-        try await db.write { db in
-            try db.execute(sql: "UPDATE jobs SET state = 'queued', run_at = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-                           arguments: [runAt.timeIntervalSince1970, error, c.job.id, c.worker])
-            guard db.changesCount > 0 else { return false }
-            if let d = delivery { try Self.insert(db, d) }
-            return true
+    static func apply(_ db: Database, _ p: InstallationPatch) throws {
+        guard var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [p.installationID]).map(installation) else { return }
+        var changed = false
+        if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token {
+            i.pushToStartTokens[type] = nil
+            changed = true
         }
+        if let w = p.deadWidgetToken, i.widgetToken == w {
+            i.widgetToken = nil
+            changed = true
+        }
+        if changed { try writeInstallation(db, i) }
     }
 
     static func insert(_ db: Database, _ d: DeliveryRecord) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority, d.downgraded, d.at.timeIntervalSince1970])
+            """).execute(arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority, d.downgraded, d.at.timeIntervalSince1970])
     }
 
-    public func requeueExpiredClaims(now: Date) async throws -> Int {
-        try await db.write { db in
-            try db.execute(sql: "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL WHERE state = 'claimed' AND claimed_until < ?", arguments: [now.timeIntervalSince1970])
-            return db.changesCount
+    public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
+        try await writer.write { db in
+            let expired = try Int64.fetchAll(db, sql: "SELECT id FROM jobs WHERE state = 'claimed' AND claimed_until < ?", arguments: [now.timeIntervalSince1970])
+            var n = 0
+            for id in expired where !keeping.contains(id) {
+                try db.execute(sql: "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed'", arguments: [id])
+                n += db.changesCount
+            }
+            return n
+        }
+    }
+
+    public func wakeLane(activityID: String, now: Date) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE lane = ? AND is_head = 1 AND state = 'queued' AND run_at > ?",
+                           arguments: [now.timeIntervalSince1970, "a:" + activityID, now.timeIntervalSince1970])
         }
     }
 
     public func job(id: Int64) async throws -> PushJob? {
-        try await db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ?", arguments: [id]).map(Self.job) }
+        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ?", arguments: [id]).map(Self.job) }
     }
 
     public func jobCounts() async throws -> [PushJobState: Int] {
-        try await db.read { db in
+        try await pool.read { db in
             var out: [PushJobState: Int] = [:]
             for r in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM jobs GROUP BY state") {
                 if let s = PushJobState(rawValue: r["state"]) { out[s] = r["n"] }
@@ -405,7 +650,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func highPrioritySends(activityID: String, since: Date) async throws -> Int {
-        try await db.read { db in
+        try await pool.read { db in
             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM high_priority_sends WHERE activity_id = ? AND at >= ?", arguments: [activityID, since.timeIntervalSince1970]) ?? 0
         }
     }
@@ -413,7 +658,7 @@ public final class SQLiteStore: IsleStore {
     // MARK: Channels
 
     public func insertChannel(_ c: ChannelRecord) async throws {
-        try await db.write { db in
+        try await writer.write { db in
             try db.execute(sql: "INSERT INTO channels (id, bundle_id, storage_policy, created_at) VALUES (?, ?, ?, ?)",
                            arguments: [c.id, c.bundleID, c.storagePolicy, c.createdAt.timeIntervalSince1970])
         }
@@ -424,15 +669,15 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func channels(bundleID: String) async throws -> [ChannelRecord] {
-        try await db.read { db in try Row.fetchAll(db, sql: "SELECT * FROM channels WHERE bundle_id = ? ORDER BY created_at, id", arguments: [bundleID]).map(Self.channel) }
+        try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM channels WHERE bundle_id = ? ORDER BY created_at, id", arguments: [bundleID]).map(Self.channel) }
     }
 
     public func channel(id: String) async throws -> ChannelRecord? {
-        try await db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM channels WHERE id = ?", arguments: [id]).map(Self.channel) }
+        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM channels WHERE id = ?", arguments: [id]).map(Self.channel) }
     }
 
     public func deleteChannel(id: String) async throws {
-        try await db.write { db in try db.execute(sql: "DELETE FROM channels WHERE id = ?", arguments: [id]) }
+        try await writer.write { db in try db.execute(sql: "DELETE FROM channels WHERE id = ?", arguments: [id]) }
     }
 
     // MARK: Reads
@@ -443,15 +688,15 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func deliveries(activityID: String) async throws -> [DeliveryRecord] {
-        try await db.read { db in try Row.fetchAll(db, sql: "SELECT * FROM deliveries WHERE activity_id = ? ORDER BY id", arguments: [activityID]).map(Self.delivery) }
+        try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM deliveries WHERE activity_id = ? ORDER BY id", arguments: [activityID]).map(Self.delivery) }
     }
 
     public func delivery(apnsID: String) async throws -> DeliveryRecord? {
-        try await db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM deliveries WHERE apns_id = ? ORDER BY id DESC LIMIT 1", arguments: [apnsID]).map(Self.delivery) }
+        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM deliveries WHERE apns_id = ? ORDER BY id DESC LIMIT 1", arguments: [apnsID]).map(Self.delivery) }
     }
 
     public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? {
-        try await db.read { db in
+        try await pool.read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM idempotency WHERE bundle_id = ? AND key = ?", arguments: [bundleID, key]).map { r in
                 IdempotencyRecord(key: r["key"], bundleID: r["bundle_id"], requestHash: r["request_hash"], status: r["status"], body: r["body"],
                                   createdAt: Date(timeIntervalSince1970: r["created_at"]))
@@ -460,7 +705,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func saveIdempotencyRecord(_ r: IdempotencyRecord) async throws {
-        try await db.write { db in
+        try await writer.write { db in
             try db.execute(sql: "INSERT OR IGNORE INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                            arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
         }

@@ -156,8 +156,15 @@ struct EndToEndTests {
             #expect((counts[.claimed] ?? 0) + (counts[.queued] ?? 0) > 0, "the crash came after all the work: \(counts)")
             try await f.start()
             let expected = accepted.values.map(\.count).reduce(0, +)
-            try await f.waitForDevice("every accepted update applied", within: .seconds(60)) { d in
-                d.events.filter { $0.outcome?.code == .applied }.count >= expected
+            do {
+                try await f.waitForDevice("every accepted update applied", within: .seconds(60)) { d in
+                    d.events.filter { $0.outcome?.code == .applied }.count >= expected
+                }
+            } catch {
+                let store = try SQLiteStore(path: f.databasePath)
+                let events = try f.sim.world.device(f.device).events
+                Issue.record("jobs: \(try await store.jobCounts()); device outcomes: \(Dictionary(grouping: events, by: { $0.outcome?.code.rawValue ?? "-" }).mapValues(\.count))")
+                throw error
             }
             let events = try f.sim.world.device(f.device).events.filter { $0.outcome?.code == .applied }
             for (a, _) in activities {

@@ -36,6 +36,23 @@ struct StoreContractTests {
         NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": .string(text)]], hasAlert: alert, runAt: at ?? t0)
     }
 
+    func end(_ activity: String, content: String? = nil) -> NewPushJob {
+        var aps: JSONObject = ["event": "end"]
+        if let content { aps["content-state"] = ["x": .string(content)] }
+        return NewPushJob(bundleID: "com.example.pizza", kind: .end, activityID: activity, aps: .object(aps), hasAlert: false, runAt: t0)
+    }
+
+    @discardableResult
+    func finish(_ s: any IsleStore, _ c: ClaimedJob, _ state: PushJobState = .sent, activity: ActivityPatch? = nil, delivery: DeliveryRecord? = nil, highPriorityAt: Date? = nil) async throws -> Bool {
+        try await s.complete(JobCompletion(claim: c, result: .finished(state, reason: nil), delivery: delivery, activity: activity, highPriorityAt: highPriorityAt))
+    }
+
+    func retry(_ s: any IsleStore, _ c: ClaimedJob, at: Date, delivery: DeliveryRecord? = nil) async throws -> Bool {
+        try await s.complete(JobCompletion(claim: c, result: .retry(at: at, reason: "503"), delivery: delivery))
+    }
+
+    func text(_ c: ClaimedJob) -> String? { c.job.aps["content-state"]?["x"]?.stringValue }
+
     @Test("migrations are idempotent; apps, keys and installations round-trip", arguments: StoreKind.allCases)
     func basics(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
@@ -55,13 +72,13 @@ struct StoreContractTests {
     @Test("one job per activity at a time, in order; other activities are not blocked", arguments: StoreKind.allCases)
     func ordering(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
-        try await s.enqueue([update("a0", "1", alert: true), update("a0", "2", alert: true), update("a1", "x", alert: true)], idempotency: nil)
+        try await s.enqueue([update("a0", "1", alert: true), update("a0", "2", alert: true), update("a1", "x", alert: true)], idempotency: nil, now: t0)
         let first = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         #expect(first.map(\.job.activityID) == ["a0", "a1"])
         #expect(first[0].job.aps["content-state"]?["x"] == "1")
         // a0's second job waits for the first.
         #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").isEmpty)
-        #expect(try await s.finish(first[0], state: .sent, error: nil, delivery: nil, activity: nil, highPriorityAt: nil))
+        #expect(try await finish(s, first[0]))
         let next = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         #expect(next.first?.job.aps["content-state"]?["x"] == "2")
         // Timestamps strictly increase per activity, even within one second.
@@ -71,11 +88,11 @@ struct StoreContractTests {
     @Test("coalescing: superseded plain updates are not sent; alerts and ends always are", arguments: StoreKind.allCases)
     func coalescing(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
-        try await s.enqueue([update("a0", "1"), update("a0", "2"), update("a0", "alert", alert: true), update("a0", "3"), update("a0", "4")], idempotency: nil)
+        try await s.enqueue([update("a0", "1"), update("a0", "2"), update("a0", "alert", alert: true), update("a0", "3"), update("a0", "4")], idempotency: nil, now: t0)
         var sent: [String] = []
         while let c = try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first {
             sent.append(c.job.aps["content-state"]?["x"]?.stringValue ?? "")
-            _ = try await s.finish(c, state: .sent, error: nil, delivery: nil, activity: nil, highPriorityAt: nil)
+            try await finish(s, c)
         }
         #expect(sent == ["alert", "4"])
         let counts = try await s.jobCounts()
@@ -89,12 +106,12 @@ struct StoreContractTests {
         func broadcast(_ channel: String, _ text: String, event: String = "update", alert: Bool = false) -> NewPushJob {
             NewPushJob(bundleID: "com.example.pizza", kind: .broadcast, channelID: channel, aps: ["event": .string(event), "content-state": ["x": .string(text)]], hasAlert: alert, runAt: t0)
         }
-        try await s.enqueue([broadcast("ch1", "1", alert: true), broadcast("ch1", "2"), broadcast("ch1", "3"), broadcast("ch2", "x")], idempotency: nil)
+        try await s.enqueue([broadcast("ch1", "1", alert: true), broadcast("ch1", "2"), broadcast("ch1", "3"), broadcast("ch2", "x")], idempotency: nil, now: t0)
         let first = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         #expect(first.map { $0.job.aps["content-state"]?["x"] } == ["1", "x"])
         // ch1's next job waits for the first: devices drop a push older than the last applied.
         #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").isEmpty)
-        #expect(try await s.finish(first[0], state: .sent, error: nil, delivery: nil, activity: nil, highPriorityAt: nil))
+        #expect(try await finish(s, first[0]))
         let next = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         // "2" was superseded by "3" before it was sent.
         #expect(next.map { $0.job.aps["content-state"]?["x"] } == ["3"])
@@ -105,36 +122,36 @@ struct StoreContractTests {
     @Test("scheduled jobs wait for their time and do not block due ones", arguments: StoreKind.allCases)
     func scheduling(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
-        try await s.enqueue([update("a0", "later", alert: true, at: t0.addingTimeInterval(600)), update("a0", "now", alert: true)], idempotency: nil)
+        try await s.enqueue([update("a0", "later", alert: true, at: t0.addingTimeInterval(600)), update("a0", "now", alert: true)], idempotency: nil, now: t0)
         #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").map { $0.job.aps["content-state"]?["x"] } == ["now"])
     }
 
     @Test("a crashed worker's claims come back after the lease; its late finish is refused; the retry reuses timestamp and apns-id", arguments: StoreKind.allCases)
     func leases(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
-        try await s.enqueue([update("a0", "1")], idempotency: nil)
+        try await s.enqueue([update("a0", "1")], idempotency: nil, now: t0)
         let lost = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "dead").first)
-        #expect(try await s.requeueExpiredClaims(now: t0.addingTimeInterval(30)) == 0)
-        #expect(try await s.requeueExpiredClaims(now: t0.addingTimeInterval(61)) == 1)
+        #expect(try await s.requeueExpiredClaims(now: t0.addingTimeInterval(30), keeping: []) == 0)
+        // A job this process still works on is never taken back by its own sweep.
+        #expect(try await s.requeueExpiredClaims(now: t0.addingTimeInterval(61), keeping: [lost.job.id]) == 0)
+        #expect(try await s.requeueExpiredClaims(now: t0.addingTimeInterval(61), keeping: []) == 1)
         let again = try #require(try await s.claim(limit: 1, now: t0.addingTimeInterval(62), lease: 60, worker: "alive").first)
         #expect(again.timestamp == lost.timestamp && again.apnsID == lost.apnsID)
         #expect(again.job.attempts == 2)
-        #expect(try await !s.finish(lost, state: .sent, error: nil, delivery: nil, activity: nil, highPriorityAt: nil))
-        #expect(try await s.finish(again, state: .sent, error: nil, delivery: nil, activity: nil, highPriorityAt: nil))
+        #expect(try await !finish(s, lost))
+        #expect(try await finish(s, again))
     }
 
     @Test("retry puts a job back for later with its attempt recorded; deliveries and the budget are kept", arguments: StoreKind.allCases)
     func retries(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
-        try await s.enqueue([update("a0", "1")], idempotency: nil)
+        try await s.enqueue([update("a0", "1")], idempotency: nil, now: t0)
         let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
         let d = DeliveryRecord(jobID: c.job.id, activityID: "a0", apnsID: c.apnsID, apnsUniqueID: nil, status: 503, reason: "ServiceUnavailable", latencyMS: 1, priority: 10, downgraded: false, at: t0)
-        #expect(try await s.retry(c, runAt: t0.addingTimeInterval(10), error: "503", delivery: d))
+        #expect(try await retry(s, c, at: t0.addingTimeInterval(10), delivery: d))
         #expect(try await s.claim(limit: 1, now: t0.addingTimeInterval(5), lease: 60, worker: "w").isEmpty)
         let c2 = try #require(try await s.claim(limit: 1, now: t0.addingTimeInterval(10), lease: 60, worker: "w").first)
-        var a = try #require(try await s.activity(id: "a0"))
-        a.content = ["x": "1"]
-        #expect(try await s.finish(c2, state: .sent, error: nil, delivery: DeliveryRecord(jobID: c2.job.id, activityID: "a0", apnsID: c2.apnsID, apnsUniqueID: "u", status: 200, reason: nil, latencyMS: 1, priority: 10, downgraded: false, at: t0), activity: a, highPriorityAt: t0))
+        #expect(try await finish(s, c2, activity: ActivityPatch(content: ["x": "1"]), delivery: DeliveryRecord(jobID: c2.job.id, activityID: "a0", apnsID: c2.apnsID, apnsUniqueID: "u", status: 200, reason: nil, latencyMS: 1, priority: 10, downgraded: false, at: t0), highPriorityAt: t0))
         #expect(try await s.deliveries(activityID: "a0").map(\.status) == [503, 200])
         #expect(try await s.delivery(apnsID: c.apnsID)?.status == 200)
         #expect(try await s.highPrioritySends(activityID: "a0", since: t0.addingTimeInterval(-3600)) == 1)
@@ -145,11 +162,241 @@ struct StoreContractTests {
     func enqueueAtomic(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 1000)
         let record = IdempotencyRecord(key: "k", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0)
-        let ids = try await s.enqueue((0..<1000).map { update("a\($0)", "go") }, idempotency: record)
+        let ids = try await s.enqueue((0..<1000).map { update("a\($0)", "go") }, idempotency: record, now: t0)
         #expect(ids.count == 1000 && Set(ids).count == 1000)
         #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "k")?.status == 202)
         // A second enqueue with the same key fails and leaves nothing behind.
-        await #expect(throws: (any Error).self) { try await s.enqueue([update("a0", "dup")], idempotency: record) }
+        await #expect(throws: (any Error).self) { try await s.enqueue([update("a0", "dup")], idempotency: record, now: t0) }
         #expect(try await s.jobCounts()[.queued] == 1000)
     }
+
+    // MARK: Delivery core v2 (issue 9): each defect of the first queue, as a contract
+
+    @Test("a head waiting for its retry blocks the later jobs of its activity, and only of its activity", arguments: StoreKind.allCases)
+    func retryBlocksItsLane(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue([update("a0", "U1", alert: true)], idempotency: nil, now: t0)
+        let u1 = try #require(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").first)
+        #expect(try await retry(s, u1, at: t0.addingTimeInterval(30)))
+        // U2 arrives while U1 waits: it must not overtake (the phone would drop U1 as older).
+        try await s.enqueue([update("a0", "U2", alert: true), update("a1", "other", alert: true)], idempotency: nil, now: t0.addingTimeInterval(1))
+        let meanwhile = try await s.claim(limit: 10, now: t0.addingTimeInterval(2), lease: 60, worker: "w")
+        #expect(meanwhile.map(text) == ["other"])
+        let again = try await s.claim(limit: 10, now: t0.addingTimeInterval(30), lease: 60, worker: "w")
+        #expect(again.map(text) == ["U1"])
+        #expect(again[0].timestamp == u1.timestamp && again[0].apnsID == u1.apnsID)
+        #expect(try await finish(s, again[0]))
+        let last = try #require(try await s.claim(limit: 10, now: t0.addingTimeInterval(31), lease: 60, worker: "w").first)
+        #expect(text(last) == "U2")
+        #expect(last.timestamp > u1.timestamp)
+    }
+
+    @Test("a plain update waiting for its retry is superseded by newer content at once, not after the wait", arguments: StoreKind.allCases)
+    func waitingPlainUpdateSuperseded(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue([update("a0", "old")], idempotency: nil, now: t0)
+        let old = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
+        #expect(try await retry(s, old, at: t0.addingTimeInterval(600)))
+        try await s.enqueue([update("a0", "new")], idempotency: nil, now: t0.addingTimeInterval(1))
+        let next = try await s.claim(limit: 10, now: t0.addingTimeInterval(1), lease: 60, worker: "w")
+        #expect(next.map(text) == ["new"])
+        #expect(try await s.job(id: old.job.id)?.state == .superseded)
+    }
+
+    @Test("an end without content-state supersedes nothing: the plain update before it still goes out", arguments: StoreKind.allCases)
+    func endWithoutContentSupersedesNothing(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue([update("a0", "final"), end("a0")], idempotency: nil, now: t0)
+        var sent: [String] = []
+        while let c = try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first {
+            sent.append(c.job.kind == .end ? "end" : text(c) ?? "?")
+            try await finish(s, c)
+        }
+        #expect(sent == ["final", "end"])
+        // An end that carries content does replace it.
+        try await s.enqueue([update("a1", "x"), end("a1", content: "done")], idempotency: nil, now: t0)
+        let c = try #require(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w").first)
+        #expect(c.job.kind == .end && text(c) == "done")
+    }
+
+    @Test("hundreds of jobs behind a stuck activity do not hold back anyone else", arguments: StoreKind.allCases)
+    func stuckActivityDelaysOnlyItself(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 12)
+        try await s.enqueue((0..<600).map { update("a0", "\($0)", alert: true) }, idempotency: nil, now: t0)
+        _ = try #require(try await s.claim(limit: 1, now: t0, lease: 3600, worker: "w").first)  // a0 in flight, for long
+        try await s.enqueue((1..<12).map { update("a\($0)", "go", alert: true) }, idempotency: nil, now: t0)
+        let others = try await s.claim(limit: 20, now: t0, lease: 60, worker: "w")
+        #expect(Set(others.compactMap(\.job.activityID)) == Set((1..<12).map { "a\($0)" }))
+    }
+
+    @Test("a token rotated during the send wins: the 410 for the old token sends again with the new one", arguments: StoreKind.allCases)
+    func rotationDuringSend(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue([update("a0", "x", alert: true)], idempotency: nil, now: t0)
+        let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
+        #expect(c.activity?.updateToken == "tok0")
+        _ = try await s.modifyActivity(id: "a0") { $0.updateToken = "tok0-new" }
+        #expect(try await s.complete(JobCompletion(claim: c, result: .deadToken(token: "tok0", reason: "410 Unregistered"))))
+        let a = try #require(try await s.activity(id: "a0"))
+        #expect(a.state == .active && a.updateToken == "tok0-new")
+        let again = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
+        #expect(again.job.id == c.job.id && again.activity?.updateToken == "tok0-new" && again.timestamp == c.timestamp)
+        // With the token unchanged, the same answer retires the activity.
+        #expect(try await s.complete(JobCompletion(claim: again, result: .deadToken(token: "tok0-new", reason: "410 Unregistered"))))
+        #expect(try await s.activity(id: "a0")?.state == .unreachable)
+        #expect(try await s.job(id: c.job.id)?.state == .failed)
+    }
+
+    @Test("a dismissal or end reported during the send is never undone by the delivery's bookkeeping", arguments: StoreKind.allCases)
+    func deviceStateWins(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue([update("a0", "x"), end("a1", content: "bye")], idempotency: nil, now: t0)
+        let claimed = try await s.claim(limit: 2, now: t0, lease: 60, worker: "w")
+        let later = t0.addingTimeInterval(5)
+        _ = try await s.modifyActivity(id: "a0") { $0.state = .dismissed; $0.dismissedAt = later }
+        _ = try await s.modifyActivity(id: "a1") { $0.state = .dismissed; $0.dismissedAt = later }
+        for c in claimed {
+            let patch = ActivityPatch(content: c.job.aps["content-state"], end: c.job.kind == .end ? .init(at: t0) : nil)
+            #expect(try await finish(s, c, activity: patch))
+        }
+        for id in ["a0", "a1"] {
+            let a = try #require(try await s.activity(id: id))
+            #expect(a.state == .dismissed && a.dismissedAt == later && a.content == nil, "\(id)")
+        }
+    }
+
+    @Test("scheduled jobs take their place in the lane when they come due", arguments: StoreKind.allCases)
+    func scheduledJoinTheLaneWhenDue(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue([update("a0", "at+60", alert: true, at: t0.addingTimeInterval(60))], idempotency: nil, now: t0)
+        #expect(try await s.jobCounts()[.scheduled] == 1)
+        try await s.enqueue([update("a0", "now", alert: true)], idempotency: nil, now: t0)
+        let first = try #require(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w").first)
+        #expect(text(first) == "now")
+        // Due while "now" is in flight: it waits behind it, then goes.
+        #expect(try await s.claim(limit: 5, now: t0.addingTimeInterval(61), lease: 60, worker: "w").isEmpty)
+        #expect(try await finish(s, first))
+        #expect(try await s.claim(limit: 5, now: t0.addingTimeInterval(61), lease: 60, worker: "w").map(text) == ["at+60"])
+    }
+
+    @Test("claims skip the apps that are paused", arguments: StoreKind.allCases)
+    func pausedAppsSkipped(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.upsertApp(AppRecord(bundleID: "com.example.other", teamID: "TEAM000001", keyID: "KEY0000002", keyPEM: "-", createdAt: t0))
+        try await s.insertActivity(ActivityRecord(id: "o0", bundleID: "com.example.other", attributesType: "T", updateToken: "otok", startedAt: t0))
+        try await s.enqueue([update("a0", "x"), NewPushJob(bundleID: "com.example.other", kind: .update, activityID: "o0", aps: ["event": "update", "content-state": [:]], hasAlert: false, runAt: t0)],
+                            idempotency: nil, now: t0)
+        #expect(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w", excludingApps: ["com.example.pizza"]).map(\.job.activityID) == ["o0"])
+        #expect(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w").map(\.job.activityID) == ["a0"])
+    }
+
+    @Test("push-to-start: activities and jobs commit together; by key every live activity is found; linking picks the installation's", arguments: StoreKind.allCases)
+    func pushToStartLinks(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 0)
+        let started = (0..<3).map { ActivityRecord(id: "s\($0)", bundleID: "com.example.pizza", externalKey: "order-9", installationID: "i\($0)", attributesType: "T", state: .starting, startedAt: t0) }
+        let jobs = started.map { NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: $0.id, installationID: $0.installationID, aps: ["event": "start", "attributes-type": "T"], hasAlert: true, runAt: t0) }
+        try await s.enqueue(jobs, creating: started, idempotency: nil, now: t0)
+        #expect(try await s.liveActivities(bundleID: "com.example.pizza", externalKey: "order-9").count == 3)
+        let linked = try await s.linkStartedActivity(bundleID: "com.example.pizza", externalKey: "order-9", attributesType: "T", installationID: "i2", token: "t2", topics: ["x"])
+        #expect(linked?.id == "s2" && linked?.state == .active && linked?.updateToken == "t2" && linked?.topics == ["x"])
+        #expect(try await s.activity(id: "s0")?.state == .starting)
+        // If an enqueue fails, the activities it would have created are not there either.
+        let dup = IdempotencyRecord(key: "k", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0)
+        try await s.saveIdempotencyRecord(dup)
+        let extra = ActivityRecord(id: "s9", bundleID: "com.example.pizza", externalKey: "order-10", attributesType: "T", state: .starting, startedAt: t0)
+        await #expect(throws: (any Error).self) { try await s.enqueue([], creating: [extra], idempotency: dup, now: t0) }
+        #expect(try await s.activity(id: "s9") == nil)
+    }
+
+    @Test("read-modify-write is one transaction: 100 concurrent changes all land", arguments: StoreKind.allCases)
+    func concurrentModifications(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<100 {
+                group.addTask { _ = try await s.modifyActivity(id: "a0") { $0.topics.append("t\(i)") } }
+                group.addTask {
+                    _ = try await s.modifyInstallation(id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: Date(timeIntervalSince1970: 0)) }) {
+                        $0.pushToStartTokens["T\(i)"] = "ab"
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await s.activity(id: "a0")?.topics.count == 101)
+        #expect(try await s.installation(id: "i1")?.pushToStartTokens.count == 100)
+    }
+
+    @Test("group commit: concurrent writers share transactions, and one failing write fails alone", arguments: StoreKind.allCases)
+    func groupCommitIsolation(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 50)
+        let record = IdempotencyRecord(key: "taken", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0)
+        try await s.saveIdempotencyRecord(record)
+        let failures = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for i in 0..<300 {
+                group.addTask {
+                    do {
+                        try await s.enqueue([update("a\(i % 50)", "\(i)", alert: true)], idempotency: i == 150 ? record : nil, now: t0)
+                        return false
+                    } catch { return true }
+                }
+            }
+            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(failures == 1)
+        #expect(try await s.jobCounts()[.queued] == 299)
+    }
 }
+
+@Suite("Lane planner")
+struct LanePlannerTests {
+    typealias E = LanePlanner.Entry
+    static func plain(_ id: Int64, due: Bool = true) -> E { E(id: id, supersedable: true, carriesContent: true, due: due) }
+    static func alert(_ id: Int64, due: Bool = true) -> E { E(id: id, supersedable: false, carriesContent: true, due: due) }
+    static func bareEnd(_ id: Int64) -> E { E(id: id, supersedable: false, carriesContent: false, due: true) }
+
+    @Test("decisions", arguments: [
+        ([plain(1), plain(2), plain(3)], [1, 2], 3),
+        ([plain(1, due: false), plain(2)], [1], 2),
+        ([alert(1, due: false), plain(2)], [], nil),
+        ([alert(1), plain(2)], [], 1),
+        ([plain(1), bareEnd(2)], [], 1),
+        ([plain(1), alert(2), plain(3)], [1], 2),
+        ([E(id: 1, supersedable: true, carriesContent: true, due: true, claimed: true), plain(2)], [], nil),
+        ([plain(1, due: false)], [], nil),
+    ] as [([E], [Int64], Int64?)])
+    func decide(_ lane: [E], superseded: [Int64], claim: Int64?) {
+        let d = LanePlanner.decide(lane)
+        #expect(d.superseded == superseded)
+        #expect(d.claim == claim)
+    }
+
+    @Test("what carries content and what may be superseded")
+    func flags() {
+        #expect(LanePlanner.isSupersedable(kind: .update, hasAlert: false, aps: [:]))
+        #expect(!LanePlanner.isSupersedable(kind: .update, hasAlert: true, aps: [:]))
+        #expect(!LanePlanner.isSupersedable(kind: .end, hasAlert: false, aps: ["content-state": [:]]))
+        #expect(LanePlanner.isSupersedable(kind: .broadcast, hasAlert: false, aps: ["event": "update"]))
+        #expect(!LanePlanner.carriesContent(kind: .end, aps: ["event": "end"]))
+        #expect(LanePlanner.carriesContent(kind: .end, aps: ["event": "end", "content-state": [:]]))
+        #expect(LanePlanner.lane(kind: .widgets, activityID: nil, channelID: nil) == nil)
+    }
+}
+
+@Suite("SQLite: one serving process per file")
+struct ServingHoldTests {
+    @Test("a second hold on the same file is refused with the reason; released, it can be taken again")
+    func exclusive() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-hold-\(UUID().uuidString).sqlite").path
+        let a = try SQLiteStore(path: path)
+        let b = try SQLiteStore(path: path)
+        let hold = try a.holdForServing()
+        #expect {
+            _ = try b.holdForServing()
+        } throws: { error in
+            "\(error)".contains("another isle serve is already using")
+        }
+        hold.release()
+        try b.holdForServing().release()
+    }
+}
+

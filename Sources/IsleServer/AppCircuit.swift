@@ -1,0 +1,139 @@
+public import Foundation
+import Synchronization
+
+/// Per app: whether Isle sends for it now. A configuration error (a revoked key, the wrong
+/// environment, a topic the key may not use) pauses the app instead of failing its pushes and
+/// killing its tokens; APNs failing again and again (5xx, no connection) makes it back off rather
+/// than hammer APNs. Either way the app's jobs wait in their lanes, and a probe after the pause
+/// (doubling up to a cap) resumes the app on its first accepted push. Pure value type on an
+/// injected time.
+public struct AppCircuit: Sendable, Hashable {
+    public enum Mode: Sendable, Hashable {
+        case running
+        /// APNs keeps failing: nothing is sent for the app until `until`.
+        case backingOff(until: Date, reason: String)
+        /// A configuration error: nothing is sent for the app until `until` (then one probe).
+        case paused(until: Date, reason: String, since: Date)
+    }
+
+    public struct Settings: Sendable, Hashable {
+        /// Consecutive 5xx / connection failures that open the circuit.
+        public var unavailableThreshold = 5
+        /// Distinct tokens answered `BadDeviceToken` before any accepted push: the environment is wrong.
+        public var suspectTokenThreshold = 5
+        public var firstBackoff: TimeInterval = 1
+        public var maximumBackoff: TimeInterval = 60
+        public var firstPause: TimeInterval = 30
+        public var maximumPause: TimeInterval = 600
+        public init() {}
+    }
+
+    public enum Signal: Sendable, Hashable {
+        case accepted
+        case unavailable(String)
+        case configuration(String)
+        case badDeviceToken(token: String)
+    }
+
+    public enum Transition: Sendable, Hashable {
+        case none
+        case backingOff(until: Date, reason: String)
+        case paused(until: Date, reason: String)
+        case resumed
+    }
+
+    public private(set) var mode: Mode = .running
+    /// A push of this app was accepted since the process started: its environment is right, so
+    /// `BadDeviceToken` means a bad token.
+    public private(set) var environmentConfirmed = false
+    var consecutiveUnavailable = 0
+    var suspects: Set<String> = []
+    var backoffs = 0
+    var pauses = 0
+    public var settings: Settings
+
+    public init(settings: Settings = Settings()) { self.settings = settings }
+
+    /// Whether the app's jobs may be claimed at `now` (during a pause: once the probe time came).
+    public func admits(_ now: Date) -> Bool {
+        switch mode {
+        case .running: true
+        case .backingOff(let until, _), .paused(let until, _, _): now >= until
+        }
+    }
+
+    /// When a job held back by the circuit should look again.
+    public func resumesAt(_ now: Date) -> Date {
+        switch mode {
+        case .running: now
+        case .backingOff(let until, _), .paused(let until, _, _): max(until, now)
+        }
+    }
+
+    public mutating func record(_ signal: Signal, now: Date) -> Transition {
+        switch signal {
+        case .accepted:
+            environmentConfirmed = true
+            consecutiveUnavailable = 0
+            suspects.removeAll()
+            backoffs = 0
+            pauses = 0
+            guard mode != .running else { return .none }
+            mode = .running
+            return .resumed
+        case .unavailable(let why):
+            consecutiveUnavailable += 1
+            guard consecutiveUnavailable >= settings.unavailableThreshold else { return .none }
+            if case .backingOff(let until, _) = mode, now < until { return .none }
+            backoffs += 1
+            // A failed probe opens again at once, for twice as long.
+            consecutiveUnavailable = settings.unavailableThreshold - 1
+            let until = now.addingTimeInterval(min(settings.maximumBackoff, settings.firstBackoff * pow(2, Double(min(backoffs - 1, 30)))))
+            let reason = "APNs failed \(settings.unavailableThreshold) times in a row (last: \(why)); backing off"
+            mode = .backingOff(until: until, reason: reason)
+            return .backingOff(until: until, reason: reason)
+        case .configuration(let why):
+            return pause("APNs refused the app's configuration: \(why)", now: now)
+        case .badDeviceToken(let token):
+            guard !environmentConfirmed else { return .none }
+            suspects.insert(token)
+            guard suspects.count >= settings.suspectTokenThreshold else { return .none }
+            return pause("BadDeviceToken for \(suspects.count) different tokens and no push accepted yet: the tokens are probably for the other APNs environment (sandbox vs production)", now: now)
+        }
+    }
+
+    mutating func pause(_ reason: String, now: Date) -> Transition {
+        if case .paused(let until, _, _) = mode, now < until { return .none }
+        pauses += 1
+        let since: Date = if case .paused(_, _, let s) = mode { s } else { now }
+        let until = now.addingTimeInterval(min(settings.maximumPause, settings.firstPause * pow(2, Double(min(pauses - 1, 30)))))
+        mode = .paused(until: until, reason: reason, since: since)
+        return .paused(until: until, reason: reason)
+    }
+
+    /// An operator fixed the cause: probe now.
+    public mutating func resume(now: Date) {
+        switch mode {
+        case .running: break
+        case .backingOff(_, let r): mode = .backingOff(until: now, reason: r)
+        case .paused(_, let r, let s): mode = .paused(until: now, reason: r, since: s)
+        }
+    }
+}
+
+/// The circuits of every app, shared by the engine's workers and read by the API.
+public final class AppCircuits: Sendable {
+    private let circuits = Mutex<[String: AppCircuit]>([:])
+    let settings: AppCircuit.Settings
+
+    public init(settings: AppCircuit.Settings = .init()) { self.settings = settings }
+
+    public func record(_ bundleID: String, _ signal: AppCircuit.Signal, now: Date) -> AppCircuit.Transition {
+        circuits.withLock { c in c[bundleID, default: AppCircuit(settings: settings)].record(signal, now: now) }
+    }
+    public func circuit(_ bundleID: String) -> AppCircuit { circuits.withLock { $0[bundleID] ?? AppCircuit(settings: settings) } }
+    /// Apps whose jobs must not be claimed at `now`.
+    public func held(at now: Date) -> Set<String> { circuits.withLock { c in Set(c.filter { !$0.value.admits(now) }.keys) } }
+    public var all: [String: AppCircuit] { circuits.withLock { $0 } }
+    public func resume(_ bundleID: String, now: Date) { circuits.withLock { $0[bundleID]?.resume(now: now) } }
+}

@@ -1,0 +1,191 @@
+public import Foundation
+public import IsleCore
+public import IsleStore
+
+/// Decides, for a claimed job and the records as they are now, what to send (payload, priority,
+/// timestamp), what to drop and why, or that the job must wait (for a token). Pure: tested on a
+/// manual clock in milliseconds; the engine fetches the records and performs the plan.
+public struct DeliveryPlanner: Sendable {
+    public var hourlyHighPriorityBudget: Int
+    public var frequentHourlyHighPriorityBudget: Int
+    /// How long after it was accepted a job can still matter (its retries stop then).
+    public var jobDeadline: TimeInterval
+    /// How long a job waits for a push-started activity's update token before looking again
+    /// (registering the token wakes it at once).
+    public var tokenWait: TimeInterval
+
+    public init(hourlyHighPriorityBudget: Int = 15, frequentHourlyHighPriorityBudget: Int = 120, jobDeadline: TimeInterval = 8 * 3600, tokenWait: TimeInterval = 30) {
+        self.hourlyHighPriorityBudget = hourlyHighPriorityBudget
+        self.frequentHourlyHighPriorityBudget = frequentHourlyHighPriorityBudget
+        self.jobDeadline = jobDeadline
+        self.tokenWait = tokenWait
+    }
+
+    /// The system ends a Live Activity 8 hours after it started (apple-push.md §10.4).
+    public static let activityLifetime: TimeInterval = 8 * 3600
+
+    public enum Target: Sendable, Hashable {
+        /// A `liveactivity` push to an activity's update token or a push-to-start token.
+        case liveActivity(token: String)
+        case widgets(token: String)
+        case broadcast(channelID: String, storagePolicy: Int)
+    }
+
+    public struct Push: Sendable, Hashable {
+        public var target: Target
+        /// The exact bytes to send (empty for `widgets`, which has its own fixed body).
+        public var payload: [UInt8]
+        public var priority: Int
+        /// Priority 10 was asked for and the activity's hourly budget is spent.
+        public var downgraded: Bool
+        public var attributesType: String?
+        /// What the activity's record becomes once APNs accepts the push.
+        public var patch: ActivityPatch?
+    }
+
+    /// When a job can no longer matter, and why.
+    public struct Deadline: Sendable, Hashable {
+        public var at: Date
+        public var why: String
+    }
+
+    public enum Plan: Sendable, Hashable {
+        case send(Push, Deadline)
+        /// Finished as `dropped`: sending is pointless (the activity ended, the channel is gone).
+        case drop(String, ActivityPatch?)
+        /// Finished as `failed`: it cannot be sent.
+        case fail(String)
+        /// Not now: look again at `until`.
+        case wait(until: Date, String)
+    }
+
+    /// Everything the planner looks at.
+    public struct Context: Sendable {
+        public var job: ClaimedJob
+        public var app: AppRecord
+        /// The activity's current record (update, end, start).
+        public var activity: ActivityRecord?
+        /// The installation (start, widgets; and an activity's, for frequent updates).
+        public var installation: InstallationRecord?
+        public var channel: ChannelRecord?
+        /// Priority-10 pushes sent to the activity in the last hour.
+        public var highPriorityUsed: Int
+        public var now: Date
+        public init(job: ClaimedJob, app: AppRecord, activity: ActivityRecord? = nil, installation: InstallationRecord? = nil, channel: ChannelRecord? = nil, highPriorityUsed: Int = 0, now: Date) {
+            self.job = job
+            self.app = app
+            self.activity = activity
+            self.installation = installation
+            self.channel = channel
+            self.highPriorityUsed = highPriorityUsed
+            self.now = now
+        }
+    }
+
+    /// The caller asked for priority 10, or asked nothing and the push has an alert.
+    public static func wantsHighPriority(_ job: PushJob) -> Bool {
+        job.requestedPriority == 10 || (job.requestedPriority == nil && job.hasAlert)
+    }
+
+    public func deadline(_ job: PushJob, activity: ActivityRecord?) -> Deadline {
+        var d = Deadline(at: job.createdAt.addingTimeInterval(jobDeadline), why: "the job's deadline (\(Self.hours(jobDeadline)) after it was accepted)")
+        if let a = activity, job.kind != .widgets {
+            let end = a.startedAt.addingTimeInterval(Self.activityLifetime)
+            if end < d.at { d = Deadline(at: end, why: "the activity's 8-hour life") }
+        }
+        if LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps), let stale = job.aps["stale-date"]?.numberValue?.doubleValue {
+            let at = Date(timeIntervalSince1970: stale)
+            if at < d.at { d = Deadline(at: at, why: "the update's stale date") }
+        }
+        return d
+    }
+
+    public func plan(_ c: Context) -> Plan {
+        let job = c.job.job
+        switch job.kind {
+        case .update, .end: return planActivityPush(c)
+        case .start: return planStart(c)
+        case .widgets:
+            guard let i = c.installation, let token = i.widgetToken else { return .fail("the installation has no widget push token") }
+            let d = deadline(job, activity: nil)
+            guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
+            return .send(Push(target: .widgets(token: token), payload: [], priority: 10, downgraded: false), d)
+        case .broadcast:
+            guard let channel = c.channel, channel.bundleID == job.bundleID else { return .drop("the channel no longer exists", nil) }
+            let d = deadline(job, activity: nil)
+            guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
+            let priority = Self.wantsHighPriority(job) ? 10 : 5
+            return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job.aps, timestamp: c.job.timestamp),
+                              priority: priority, downgraded: false), d)
+        }
+    }
+
+    func planActivityPush(_ c: Context) -> Plan {
+        let job = c.job.job
+        guard let a = c.activity else { return .drop("the activity no longer exists", nil) }
+        // The server's record follows the device's rules: nothing after the end or past 8 hours.
+        let lifeEnds = a.startedAt.addingTimeInterval(Self.activityLifetime)
+        if a.state.acceptsPushes, c.now >= lifeEnds {
+            return .drop("the activity passed its 8-hour life", ActivityPatch(end: .init(at: lifeEnds, reason: "the system ends a Live Activity after 8 hours")))
+        }
+        guard a.state.acceptsPushes else { return .drop("the activity is \(a.state.rawValue)", nil) }
+        let d = deadline(job, activity: a)
+        guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
+        guard let token = a.updateToken else {
+            return .wait(until: min(c.now.addingTimeInterval(tokenWait), d.at), "waiting for the device to hand over the activity's update token")
+        }
+        var priority = 5
+        var downgraded = false
+        if Self.wantsHighPriority(job) {
+            let frequent = c.app.frequentUpdatesDeclared && (c.installation?.frequentPushesEnabled ?? false)
+            let budget = frequent ? frequentHourlyHighPriorityBudget : hourlyHighPriorityBudget
+            if c.highPriorityUsed >= budget { downgraded = true } else { priority = 10 }
+        }
+        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
+                          attributesType: a.attributesType, patch: Self.patch(job.aps, kind: job.kind, now: c.now)), d)
+    }
+
+    func planStart(_ c: Context) -> Plan {
+        let job = c.job.job
+        guard let i = c.installation, let type = job.aps["attributes-type"]?.stringValue else { return .drop("the installation no longer exists", nil) }
+        if let a = c.activity, a.state != .starting { return .drop("the activity is \(a.state.rawValue)", nil) }
+        guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
+        let d = deadline(job, activity: c.activity)
+        guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
+        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: 10, downgraded: false, attributesType: type), d)
+    }
+
+    /// What a delivered update or end changes in the server's record of the activity.
+    public static func patch(_ aps: JSONValue, kind: PushJobKind, now: Date) -> ActivityPatch {
+        var p = ActivityPatch()
+        p.content = aps["content-state"]
+        p.relevanceScore = aps["relevance-score"]?.numberValue?.doubleValue
+        // An update without a stale date clears it on the device too (isle-decisions.md, ActivityKit).
+        if kind == .update || aps["content-state"] != nil {
+            p.setsStaleDate = true
+            p.staleDate = (aps["stale-date"]?.numberValue?.doubleValue).map { Date(timeIntervalSince1970: $0) }
+        }
+        if kind == .end {
+            // The system caps a custom dismissal at 4 hours after the end (apple-push.md §5.4).
+            let dismiss = (aps["dismissal-date"]?.numberValue?.doubleValue).map { Date(timeIntervalSince1970: min($0, now.timeIntervalSince1970 + 4 * 3600)) }
+            p.end = .init(at: now, dismissAt: dismiss)
+        }
+        return p
+    }
+
+    /// `{"aps": {…}}` with the push's timestamp, keys in Isle's wire order: the one place a
+    /// stored job becomes bytes.
+    public static func payload(_ aps: JSONValue, timestamp: Int64) -> [UInt8] {
+        var o = aps.objectValue ?? [:]
+        o["timestamp"] = .int(timestamp)
+        let order = ["timestamp", "event", "content-state", "attributes-type", "attributes", "alert", "stale-date", "dismissal-date", "relevance-score", "input-push-token", "input-push-channel"]
+        var out = JSONObject()
+        for k in order { if let v = o[k] { out[k] = v } }
+        for (k, v) in o where out[k] == nil { out[k] = v }
+        return JSONValue.object(["aps": .object(out)]).jsonBytes
+    }
+
+    static func hours(_ t: TimeInterval) -> String {
+        t.truncatingRemainder(dividingBy: 3600) == 0 ? "\(Int(t / 3600)) h" : "\(Int(t / 60)) min"
+    }
+}

@@ -1,0 +1,91 @@
+public import Foundation
+public import IsleCore
+
+/// Maps what APNs (or the network) answered to what happens to the job: sent; retried at a time
+/// (backoff with jitter, capped, honouring `retry-after`, until the job can no longer matter); the
+/// token is dead; the app's configuration is wrong (pause the app, keep the job); or failed for
+/// good. Pure: the jitter comes from the caller's random source. (apple-push.md §3.4, §3.5)
+public struct OutcomeResolver: Sendable {
+    public var retryBase: TimeInterval
+    public var retryMaximumDelay: TimeInterval
+
+    public init(retryBase: TimeInterval = 1, retryMaximumDelay: TimeInterval = 15 * 60) {
+        self.retryBase = retryBase
+        self.retryMaximumDelay = retryMaximumDelay
+    }
+
+    public enum Outcome: Sendable, Hashable {
+        case accepted
+        /// An HTTP answer other than 2xx.
+        case rejected(status: Int, reason: String?, retryAfter: TimeInterval?)
+        /// No answer: connect, TLS, timeout, connection lost. `configuration` when it cannot
+        /// work until someone fixes something (a TLS trust failure).
+        case unreachable(String, configuration: Bool)
+        /// Isle itself refused to send it (the request would be rejected).
+        case refused(String)
+    }
+
+    public enum Resolution: Sendable, Hashable {
+        case sent
+        case retry(at: Date, why: String)
+        case deadToken(why: String)
+        /// The app's credentials, topic or environment are wrong: every push of the app would fail
+        /// the same way. Pause the app; the job keeps its place.
+        case pauseApp(why: String)
+        /// `BadDeviceToken` while no push of the app has been accepted yet: the token may be fine
+        /// and the environment wrong. Retry later; the app's circuit counts these.
+        case suspectToken(why: String, retryAt: Date)
+        case fail(why: String)
+    }
+
+    /// Reasons that say the app's set-up is wrong, not the push or the token.
+    public static let configurationReasons: Set<String> = [
+        "InvalidProviderToken", "BadEnvironmentKeyIdInToken", "TopicDisallowed", "BadCertificate", "BadCertificateEnvironment",
+        "MissingProviderToken", "UnrelatedKeyIdInToken", "Forbidden", "BadTopic", "FeatureNotEnabled",
+    ]
+    /// Reasons that say the token is dead for good.
+    public static let deadTokenReasons: Set<String> = ["Unregistered", "ExpiredToken", "DeviceTokenNotForTopic"]
+
+    /// The delay before attempt `attempt + 1`: `retryBase · 2^(attempt−1)`, capped, times a jitter
+    /// in [0.5, 1).
+    public func backoff(attempt: Int, random: inout some RandomNumberGenerator) -> TimeInterval {
+        let exponent = Double(min(max(0, attempt - 1), 40))
+        let base = min(retryMaximumDelay, retryBase * pow(2, exponent))
+        return base * Double.random(in: 0.5..<1.0, using: &random)
+    }
+
+    /// `attempt` is how many times the job has been sent, this one included.
+    public func resolve(_ outcome: Outcome, attempt: Int, deadline: DeliveryPlanner.Deadline, now: Date, environmentConfirmed: Bool,
+                        random: inout some RandomNumberGenerator) -> Resolution {
+        func retry(_ why: String, after minimum: TimeInterval? = nil) -> Resolution {
+            var delay = backoff(attempt: attempt, random: &random)
+            if let minimum { delay = max(delay, minimum) }
+            let at = now.addingTimeInterval(delay)
+            guard at < deadline.at else { return .fail(why: "gave up: \(deadline.why) comes before the next try; last answer: \(why)") }
+            return .retry(at: at, why: why)
+        }
+        switch outcome {
+        case .accepted:
+            return .sent
+        case .refused(let why):
+            return .fail(why: why)
+        case .unreachable(let why, let configuration):
+            return configuration ? .pauseApp(why: why) : retry(why)
+        case .rejected(let status, let reason, let retryAfter):
+            let r = reason ?? ""
+            let why = reason.map { "\(status) \($0)" } ?? "\(status)"
+            if Self.configurationReasons.contains(r) { return .pauseApp(why: why) }
+            if Self.deadTokenReasons.contains(r) || status == 410 { return .deadToken(why: why) }
+            if r == "BadDeviceToken" {
+                if environmentConfirmed { return .deadToken(why: why) }
+                let at = now.addingTimeInterval(backoff(attempt: attempt, random: &random))
+                guard at < deadline.at else { return .fail(why: "gave up: \(deadline.why) comes before the next try; last answer: \(why)") }
+                return .suspectToken(why: why, retryAt: at)
+            }
+            if status == 429 || status >= 500 || r == "ExpiredProviderToken" || r == "IdleTimeout" || r == "Shutdown" {
+                return retry(why, after: retryAfter)
+            }
+            return .fail(why: why)
+        }
+    }
+}

@@ -1,0 +1,80 @@
+public import IsleCore
+
+/// Ordering and coalescing, as pure rules every store applies the same way.
+///
+/// Jobs of one *lane* — an activity's pushes, or a broadcast channel's — go out one at a time, in
+/// the order they took their place (`seq`): a job is sent only when every earlier job of its lane
+/// is finished (sent, superseded, dropped, or failed for good). The first unfinished job of a lane
+/// is its *head*; only a head is ever claimed, so a head waiting for a retry holds its lane back —
+/// and only its lane. Coalescing: a plain update (no alert) that was not sent yet is superseded by a
+/// later job of its lane that carries content; alerts are never dropped; an end without
+/// `content-state` carries no content and supersedes nothing. (docs/server.md, "Delivery semantics")
+public enum LanePlanner {
+    /// The lane a job belongs to: `a:<activity>` or `c:<channel>`; nil = no ordering (widgets).
+    public static func lane(kind: PushJobKind, activityID: String?, channelID: String?) -> String? {
+        if let activityID { return "a:" + activityID }
+        if kind == .broadcast, let channelID { return "c:" + channelID }
+        return nil
+    }
+
+    /// An update without an alert: a later job with content makes it pointless.
+    public static func isSupersedable(kind: PushJobKind, hasAlert: Bool, aps: JSONValue) -> Bool {
+        guard !hasAlert else { return false }
+        switch kind {
+        case .update: return true
+        case .broadcast: return aps["event"]?.stringValue == "update"
+        case .start, .end, .widgets: return false
+        }
+    }
+
+    /// The job sets the activity's content when it arrives: an update, or an end with `content-state`.
+    public static func carriesContent(kind: PushJobKind, aps: JSONValue) -> Bool {
+        switch kind {
+        case .update: return true
+        case .end, .broadcast: return aps["content-state"] != nil
+        case .start, .widgets: return false
+        }
+    }
+
+    /// One unfinished job of a lane, as the planner needs to see it.
+    public struct Entry: Sendable, Hashable {
+        public var id: Int64
+        public var supersedable: Bool
+        public var carriesContent: Bool
+        /// Its time has come (not waiting for a retry).
+        public var due: Bool
+        public var claimed: Bool
+        public init(id: Int64, supersedable: Bool, carriesContent: Bool, due: Bool, claimed: Bool = false) {
+            self.id = id
+            self.supersedable = supersedable
+            self.carriesContent = carriesContent
+            self.due = due
+            self.claimed = claimed
+        }
+    }
+
+    public struct Decision: Sendable, Hashable {
+        /// Jobs to mark superseded, oldest first.
+        public var superseded: [Int64] = []
+        /// The job to hand to a worker now, if any (the lane's head once `superseded` are gone).
+        public var claim: Int64?
+    }
+
+    /// Decides over a lane's unfinished jobs, in lane order (the first is the head).
+    ///
+    /// The newest due job that carries content and stands behind nothing but unsent plain updates
+    /// replaces them all: they are superseded and it is claimed. Otherwise the head is claimed if
+    /// it is due, and the lane waits if it is not (a retry later, or a job already in flight).
+    public static func decide(_ lane: [Entry]) -> Decision {
+        guard let head = lane.first, !head.claimed else { return Decision() }
+        // Entries 0..<plain are unsent plain updates; `plain` is the first that is not.
+        let plain = lane.firstIndex { !$0.supersedable || $0.claimed } ?? lane.count
+        var target: Int?
+        for i in stride(from: min(plain, lane.count - 1), through: 1, by: -1) where lane[i].due && lane[i].carriesContent && !lane[i].claimed {
+            target = i
+            break
+        }
+        if let t = target { return Decision(superseded: lane[0..<t].map(\.id), claim: lane[t].id) }
+        return Decision(superseded: [], claim: head.due ? head.id : nil)
+    }
+}
