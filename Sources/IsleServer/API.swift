@@ -89,6 +89,7 @@ struct API: Sendable {
         router.post("v1/app/resume") { request, _ in
             let caller = try await authorize(request, .backend)
             engine.circuits.resume(caller.bundleID, now: clock.now)
+            try await store.wakeApp(bundleID: caller.bundleID, now: clock.now)
             engine.wake()
             return API.json(API.json(bundleID: caller.bundleID, engine.circuits.circuit(caller.bundleID)))
         }

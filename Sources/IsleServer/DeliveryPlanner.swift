@@ -47,6 +47,10 @@ public struct DeliveryPlanner: Sendable {
     public struct Deadline: Sendable, Hashable {
         public var at: Date
         public var why: String
+        public init(at: Date, why: String) {
+            self.at = at
+            self.why = why
+        }
     }
 
     public enum Plan: Sendable, Hashable {

@@ -85,6 +85,8 @@ public protocol IsleQueue: Sendable {
     func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int
     /// The lane's waiting head may go now (e.g. the update token it waited for arrived).
     func wakeLane(activityID: String, now: Date) async throws
+    /// Every waiting head of the app may go now (an operator resumed the app after a fix).
+    func wakeApp(bundleID: String, now: Date) async throws
     func job(id: Int64) async throws -> PushJob?
     func jobCounts() async throws -> [PushJobState: Int]
 }

@@ -192,6 +192,29 @@ public struct PushJob: Sendable, Hashable {
     public var lane: String?
     /// Its place in its lane (nil while scheduled).
     public var seq: Int64?
+
+    public init(id: Int64, bundleID: String, kind: PushJobKind, activityID: String?, installationID: String?, channelID: String?, aps: JSONValue, hasAlert: Bool,
+                requestedPriority: Int?, runAt: Date, state: PushJobState, attempts: Int, claimedBy: String?, claimedUntil: Date?, lastError: String?, createdAt: Date,
+                lane: String?, seq: Int64?) {
+        self.id = id
+        self.bundleID = bundleID
+        self.kind = kind
+        self.activityID = activityID
+        self.installationID = installationID
+        self.channelID = channelID
+        self.aps = aps
+        self.hasAlert = hasAlert
+        self.requestedPriority = requestedPriority
+        self.runAt = runAt
+        self.state = state
+        self.attempts = attempts
+        self.claimedBy = claimedBy
+        self.claimedUntil = claimedUntil
+        self.lastError = lastError
+        self.createdAt = createdAt
+        self.lane = lane
+        self.seq = seq
+    }
 }
 
 /// A push to enqueue.

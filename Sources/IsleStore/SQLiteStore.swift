@@ -635,6 +635,13 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func wakeApp(bundleID: String, now: Date) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE bundle_id = ? AND is_head = 1 AND state = 'queued' AND run_at > ?",
+                           arguments: [now.timeIntervalSince1970, bundleID, now.timeIntervalSince1970])
+        }
+    }
+
     public func job(id: Int64) async throws -> PushJob? {
         try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ?", arguments: [id]).map(Self.job) }
     }

@@ -32,6 +32,7 @@ final class ServerFixture: Sendable {
     let backendKey: String
     let deviceKey: String
     let server: Server
+    let tune: @Sendable (inout ServerConfiguration) -> Void
 
     /// The running server, which tests can stop abruptly and start again on the same file.
     final class Server: Sendable {
@@ -40,7 +41,8 @@ final class ServerFixture: Sendable {
         var port: Int { get async { await app.port() } }
     }
 
-    init(sim: IsleSim, clock: ManualWallClock, databasePath: String, device: String, backendKey: String, deviceKey: String) {
+    init(sim: IsleSim, clock: ManualWallClock, databasePath: String, device: String, backendKey: String, deviceKey: String, tune: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) {
+        self.tune = tune
         self.sim = sim
         self.clock = clock
         self.databasePath = databasePath
@@ -58,6 +60,8 @@ final class ServerFixture: Sendable {
         c.databasePath = databasePath
         c.pollInterval = .milliseconds(20)
         c.concurrency = 64
+        c.randomSeed = 9
+        tune(&c)
         return c
     }
 
@@ -78,7 +82,8 @@ final class ServerFixture: Sendable {
         _ = try? await task.value
     }
 
-    static func with(configure: (inout IsleSim.Configuration) -> Void = { _ in }, _ body: (ServerFixture) async throws -> Void) async throws {
+    static func with(configure: (inout IsleSim.Configuration) -> Void = { _ in }, server tune: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
+                     _ body: (ServerFixture) async throws -> Void) async throws {
         var simConfiguration = IsleSim.Configuration()
         configure(&simConfiguration)
         let clock = ManualWallClock(Pizza.t0)
@@ -97,7 +102,7 @@ final class ServerFixture: Sendable {
             try await store.upsertApp(AppRecord(bundleID: Pizza.bundleID, teamID: key.teamID, keyID: key.keyID, keyPEM: key.privateKeyPEM, schemas: [Pizza.schema], createdAt: Pizza.t0))
             let backend = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .backend).secret
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .device).secret
-            let f = ServerFixture(sim: sim, clock: clock, databasePath: path, device: device, backendKey: backend, deviceKey: deviceKey)
+            let f = ServerFixture(sim: sim, clock: clock, databasePath: path, device: device, backendKey: backend, deviceKey: deviceKey, tune: tune)
             try await f.start()
             do {
                 try await body(f)

@@ -1,0 +1,227 @@
+import Foundation
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Logging
+import Testing
+
+/// One test per defect of the first delivery core (issue 9), each against the simulator over
+/// HTTP/2 + TLS, with the server on a real SQLite file. (docs/server.md, "Delivery semantics")
+@Suite("Delivery core v2: the defects of v1 stay fixed", .serialized)
+struct DeliveryCoreRegressionTests {
+    static func plain(_ driver: String) -> JSONValue { ["contentState": Pizza.state(driver)] }
+    static func alerted(_ driver: String) -> JSONValue { ["contentState": Pizza.state(driver), "alert": ["title": "Update", "body": .string(driver)]] }
+
+    func view(_ f: ServerFixture, _ id: String) async throws -> JSONValue { try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json }
+
+    /// Nothing on the device was dropped as older; the server's record shows what the phone shows.
+    func expectInStep(_ f: ServerFixture, _ id: String, _ deviceActivity: String) async throws {
+        let events = try f.sim.world.device(f.device).events
+        #expect(!events.contains { $0.outcome?.code == .olderTimestamp }, "the phone dropped a push as older")
+        let shown = try #require(try f.deviceActivity(deviceActivity))
+        #expect(try await view(f, id)["contentState"] == shown.contentState)
+    }
+
+    @Test("1. one 503 does not let a later push overtake the retry: the alert is shown and the record matches the phone")
+    func retryIsNotOvertaken() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-503")
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1))
+            let u1 = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("U1 with alert"))
+            #expect(u1.status == 202)
+            try await eventually("U1 answered 503 and waits for its retry") { try await view(f, id)["deliveries"]?.arrayValue?.first?["status"] == 503 }
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("U2 plain")).status == 202)
+            try await eventually(within: .seconds(30), "U2 on the phone") {
+                if try f.deviceActivity(a.id)?.contentState["driverName"] == "U2 plain" { return true }
+                f.clock.advance(by: 1)
+                return false
+            }
+            let deliveries = try await view(f, id)["deliveries"]?.arrayValue ?? []
+            #expect(deliveries.map { $0["status"] } == [503, 200, 200])
+            // U1's alert reached the phone (its apns-id was applied there), before U2.
+            let u1ID = try #require(deliveries[1]["apnsID"]?.stringValue)
+            let applied = try f.sim.world.device(f.device).events.filter { $0.outcome?.code == .applied }.compactMap(\.apnsID)
+            #expect(applied.suffix(2) == [u1ID, deliveries[2]["apnsID"]?.stringValue])
+            try await expectInStep(f, id, a.id)
+        }
+    }
+
+    @Test("2. a claim whose lease ran out while the server runs is taken back by the sweep and delivered")
+    func leaseSweptAtRunTime() async throws {
+        try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(50) }) { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-lease")
+            // A worker that died (or whose bookkeeping failed) holds the job: claimed, lease 10 s.
+            let other = try SQLiteStore(path: f.databasePath)
+            let due = f.clock.now.addingTimeInterval(100)
+            try await other.enqueue([NewPushJob(bundleID: Pizza.bundleID, kind: .update, activityID: id, aps: ["event": "update", "content-state": Pizza.state("Swept")], hasAlert: false, runAt: due)],
+                                    idempotency: nil, now: f.clock.now)
+            let lost = try await other.claim(limit: 1, now: due, lease: 10, worker: "dead-worker")
+            #expect(lost.count == 1)
+            f.clock.advance(by: 200)
+            try await f.waitForDevice("the swept job delivered") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Swept" }
+            try await eventually("recorded as sent") { try await other.job(id: lost[0].job.id)?.state == .sent }
+        }
+    }
+
+    @Test("3a. a token rotated while a push is in flight is kept: later pushes use it and the activity stays reachable")
+    func rotationDuringSendWins() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-rotate")
+            f.sim.apns.addFailure(FailureRule(status: nil, remaining: 1, latencyMilliseconds: 300))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("during")).status == 202)
+            try await eventually("the push is in flight") { !f.sim.apns.requestLog.isEmpty }
+            let newToken = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
+            #expect(try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(newToken)]).status == 200)
+            try await eventually("the in-flight push recorded") { try await view(f, id)["deliveries"]?.arrayValue?.contains { $0["status"] == 200 } == true }
+            #expect(try await SQLiteStore(path: f.databasePath).activity(id: id)?.updateToken == newToken)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("after")).status == 202)
+            try await f.waitForDevice("the next push reaches the new token") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "after" }
+            #expect(try await view(f, id)["state"] == "active")
+        }
+    }
+
+    @Test("3b. a dismissal reported while a push is in flight is not undone by its bookkeeping")
+    func dismissalDuringSendWins() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-dismiss")
+            f.sim.apns.addFailure(FailureRule(status: nil, remaining: 1, latencyMilliseconds: 300))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("late news")).status == 202)
+            try await eventually("the push is in flight") { !f.sim.apns.requestLog.isEmpty }
+            try f.sim.world.userDismiss(activityID: a.id, on: f.device)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey).status == 200)
+            try await eventually("the in-flight push recorded") { try await view(f, id)["deliveries"]?.arrayValue?.isEmpty == false }
+            let v = try await view(f, id)
+            #expect(v["state"] == "dismissed")
+        }
+    }
+
+    @Test("4a. an APNs outage of ten minutes loses nothing: the end goes out when APNs is back")
+    func outageRetriedByTime() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-outage")
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: nil))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/end", key: f.backendKey, body: ["contentState": Pizza.state("Delivered")]).status == 202)
+            let outageEnds = f.clock.now.addingTimeInterval(600)
+            try await eventually(within: .seconds(60), "the end delivered after the outage") {
+                if try f.deviceActivity(a.id)?.state == .ended { return true }
+                if f.clock.now >= outageEnds { f.sim.apns.clearFailures() }
+                f.clock.advance(by: 15)
+                return false
+            }
+            let statuses = (try await view(f, id)["deliveries"]?.arrayValue ?? []).map { $0["status"]?.numberValue?.int64Value ?? 0 }
+            #expect(statuses.last == 200 && statuses.dropLast().allSatisfy { $0 == 503 })
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] == "Delivered")
+            try await eventually("the server records the end") { try await view(f, id)["state"] == "ended" }
+        }
+    }
+
+    @Test("4b. a revoked key pauses the app (status on /ready and /v1/app); nothing is killed; a fix and a resume deliver")
+    func configurationErrorPausesTheApp() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-key")
+            f.sim.apns.addFailure(FailureRule(status: 403, reason: "InvalidProviderToken", remaining: nil))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("after the fix")).status == 202)
+            try await eventually("the app is paused") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "paused" }
+            let app = try await f.call("GET", "/v1/app", key: f.backendKey).json
+            #expect(app["delivery"]?["reason"]?.stringValue?.contains("InvalidProviderToken") == true)
+            let ready = try await f.call("GET", "/ready").json
+            #expect(ready["status"] == "degraded" && ready["apps"]?.arrayValue?.first?["bundleID"] == .string(Pizza.bundleID))
+            #expect(try await view(f, id)["state"] == "active")
+            #expect(try await SQLiteStore(path: f.databasePath).jobCounts()[.failed] == nil)
+            f.sim.apns.clearFailures()
+            #expect(try await f.call("POST", "/v1/app/resume", key: f.backendKey).status == 200)
+            try await f.waitForDevice("delivered after the fix") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "after the fix" }
+            try await eventually("running again") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "running" }
+        }
+    }
+
+    @Test("4c. BadDeviceToken for every token before any success smells of the wrong environment: the app pauses, no token dies")
+    func wrongEnvironmentPauses() async throws {
+        try await ServerFixture.with(configure: { $0.device.maximumActivitiesPerApp = 20; $0.device.maximumActivitiesPerDevice = 20 }) { f in
+            var ids: [String] = []
+            for i in 0..<6 { ids.append(try await f.appStartsActivity(key: "env-\(i)").isleID) }
+            f.sim.apns.addFailure(FailureRule(status: 400, reason: "BadDeviceToken", remaining: nil))
+            for id in ids { #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("x")).status == 202) }
+            try await eventually("the app is paused") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "paused" }
+            #expect(try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["reason"]?.stringValue?.contains("environment") == true)
+            for id in ids { #expect(try await view(f, id)["state"] == "active") }
+        }
+    }
+
+    @Test("5a. an end without content-state does not supersede the update before it: the phone shows that update's content")
+    func endWithoutContentKeepsUpdate() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-end")
+            f.sim.apns.addFailure(FailureRule(status: nil, remaining: 1, latencyMilliseconds: 200))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("first")).status == 202)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("final state")).status == 202)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/end", key: f.backendKey, body: [:]).status == 202)
+            try await f.waitForDevice("ended") { d in d.activities.first { $0.id == a.id }?.state == .ended }
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] == "final state")
+            try await eventually("the server records the end") { try await view(f, id)["state"] == "ended" }
+            try await expectInStep(f, id, a.id)
+        }
+    }
+
+    @Test("5b. push-to-start to a user's two devices: each links its own activity; a by-key update reaches both")
+    func pushToStartToSeveralDevices() async throws {
+        try await ServerFixture.with { f in
+            let second = f.sim.world.createDevice(name: "iPad")
+            _ = try f.sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: second)
+            for (n, device) in [f.device, second].enumerated() {
+                let token = try #require(try f.sim.world.app(Pizza.bundleID, on: device).pushToStartTokens["PizzaDeliveryAttributes"])
+                #expect(try await f.call("PUT", "/v1/installations/inst-\(n)", key: f.deviceKey, body: ["userID": "u-7", "pushToStartTokens": ["PizzaDeliveryAttributes": .string(token)]]).status == 200)
+            }
+            let start = try await f.call("POST", "/v1/users/u-7/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Oven"),
+                "alert": ["title": "Order 7", "body": "In the oven"], "externalKey": "order-7",
+            ])
+            #expect(start.status == 202 && start.json["accepted"] == 2)
+            var deviceActivities: [(device: String, id: String)] = []
+            for (n, device) in [f.device, second].enumerated() {
+                let world = f.sim.world
+                try await withDeadline(.seconds(20), "the activity started on device \(n)") {
+                    let changes = world.changes.subscribe()
+                    if try world.device(device).activities.contains(where: { $0.startedBy == .push }) { return }
+                    for await _ in changes where try world.device(device).activities.contains(where: { $0.startedBy == .push }) { return }
+                }
+                let started = try #require(try f.sim.world.device(device).activities.first { $0.startedBy == .push })
+                let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                    "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-7", "installationID": .string("inst-\(n)"),
+                ])
+                #expect(link.status == 200 && link.json["installationID"] == .string("inst-\(n)"))
+                deviceActivities.append((device, started.id))
+            }
+            f.clock.advance(by: 5)
+            let update = try await f.call("POST", "/v1/activities/by-key/order-7/update", key: f.backendKey, body: Self.plain("On the way"))
+            #expect(update.status == 202 && update.json["accepted"] == 2)
+            for (device, activityID) in deviceActivities {
+                let world = f.sim.world
+                try await withDeadline(.seconds(20), "the update on \(device)") {
+                    let changes = world.changes.subscribe()
+                    func done() throws -> Bool { try world.device(device).activities.first { $0.id == activityID }?.contentState["driverName"] == "On the way" }
+                    if try done() { return }
+                    for await _ in changes where try done() { return }
+                }
+            }
+        }
+    }
+
+    @Test("6. a second server on the same SQLite file stops at once with the reason")
+    func oneProcessPerFile() async throws {
+        try await ServerFixture.with { f in
+            var quiet = Logger(label: "second")
+            quiet.logLevel = .critical
+            let second = IsleServerApp(configuration: f.configuration(), store: try SQLiteStore(path: f.databasePath), clock: f.clock, logger: quiet)
+            await #expect {
+                try await second.run()
+            } throws: { error in
+                "\(error)".contains("another isle serve is already using")
+            }
+            // The first one still serves.
+            #expect(try await f.call("GET", "/ready").status == 200)
+        }
+    }
+}

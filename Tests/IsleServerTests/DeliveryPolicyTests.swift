@@ -1,0 +1,145 @@
+import Foundation
+import IsleCore
+import IsleServer
+import IsleStore
+import Testing
+
+/// The delivery policy as pure values: no sockets, no database, a fixed clock and a seeded random
+/// source. (docs/server.md, "Delivery semantics")
+@Suite("Delivery policy: planner, resolver, app circuit")
+struct DeliveryPolicyTests {
+    static let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+    static let app = AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", frequentUpdatesDeclared: true, createdAt: t0)
+
+    static func claimed(_ kind: PushJobKind = .update, aps: JSONValue = ["event": "update", "content-state": ["x": 1]], alert: Bool = false, priority: Int? = nil,
+                        activity: ActivityRecord? = activity(), created: Date = t0) -> ClaimedJob {
+        let job = PushJob(id: 1, bundleID: app.bundleID, kind: kind, activityID: activity?.id, installationID: "i1", channelID: nil, aps: aps, hasAlert: alert,
+                          requestedPriority: priority, runAt: created, state: .claimed, attempts: 1, claimedBy: "w", claimedUntil: nil, lastError: nil, createdAt: created,
+                          lane: activity.map { "a:" + $0.id }, seq: 1)
+        return ClaimedJob(job: job, timestamp: 1_767_225_601, apnsID: "id", worker: "w", activity: activity)
+    }
+
+    static func activity(state: ActivityRecordState = .active, token: String? = "aabb", started: Date = t0) -> ActivityRecord {
+        ActivityRecord(id: "a1", bundleID: app.bundleID, installationID: "i1", attributesType: "T", state: state, updateToken: token, startedAt: started)
+    }
+
+    let planner = DeliveryPlanner()
+
+    @Test("an update is sent with its timestamp, keys in wire order, and the patch it makes")
+    func sendsUpdate() throws {
+        let c = Self.claimed(aps: ["content-state": ["x": 1], "event": "update", "stale-date": 1_767_229_200])
+        guard case .send(let push, let deadline) = planner.plan(.init(job: c, app: Self.app, activity: c.activity, now: Self.t0)) else { Issue.record("not sent"); return }
+        #expect(String(decoding: push.payload, as: UTF8.self) == #"{"aps":{"timestamp":1767225601,"event":"update","content-state":{"x":1},"stale-date":1767229200}}"#)
+        #expect(push.priority == 5 && !push.downgraded)
+        #expect(push.patch?.content == ["x": 1] && push.patch?.setsStaleDate == true && push.patch?.staleDate == Date(timeIntervalSince1970: 1_767_229_200))
+        // A plain update stops mattering at its stale date.
+        #expect(deadline.at == Date(timeIntervalSince1970: 1_767_229_200) && deadline.why.contains("stale"))
+    }
+
+    @Test("priority: 10 for an alert or when asked; over the hourly budget it is downgraded; frequent updates raise the budget")
+    func priority() {
+        let c = Self.claimed(alert: true)
+        func plan(used: Int, frequent: Bool) -> (Int, Bool)? {
+            let inst = InstallationRecord(id: "i1", bundleID: Self.app.bundleID, frequentPushesEnabled: frequent, updatedAt: Self.t0)
+            guard case .send(let p, _) = planner.plan(.init(job: c, app: Self.app, activity: c.activity, installation: inst, highPriorityUsed: used, now: Self.t0)) else { return nil }
+            return (p.priority, p.downgraded)
+        }
+        #expect(plan(used: 0, frequent: false)! == (10, false))
+        #expect(plan(used: 15, frequent: false)! == (5, true))
+        #expect(plan(used: 15, frequent: true)! == (10, false))
+        #expect(plan(used: 120, frequent: true)! == (5, true))
+    }
+
+    @Test("drop, fail, wait: ended, past 8 hours, deadline passed, no token yet")
+    func notSent() {
+        let ended = Self.activity(state: .dismissed)
+        #expect(planner.plan(.init(job: Self.claimed(activity: ended), app: Self.app, activity: ended, now: Self.t0)) == .drop("the activity is dismissed", nil))
+        let old = Self.activity(started: Self.t0.addingTimeInterval(-8 * 3600))
+        guard case .drop(let why, let patch) = planner.plan(.init(job: Self.claimed(activity: old), app: Self.app, activity: old, now: Self.t0)) else { Issue.record("not dropped"); return }
+        #expect(why.contains("8-hour") && patch?.end?.at == Self.t0)
+        // Accepted 9 hours ago with a fresh activity: the job's own deadline (8 h) passed.
+        let late = Self.claimed(alert: true, created: Self.t0.addingTimeInterval(-9 * 3600))
+        guard case .fail(let reason) = planner.plan(.init(job: late, app: Self.app, activity: late.activity, now: Self.t0)) else { Issue.record("not failed"); return }
+        #expect(reason.contains("deadline"))
+        let starting = Self.activity(state: .starting, token: nil)
+        #expect(planner.plan(.init(job: Self.claimed(activity: starting), app: Self.app, activity: starting, now: Self.t0))
+            == .wait(until: Self.t0.addingTimeInterval(30), "waiting for the device to hand over the activity's update token"))
+    }
+
+    @Test("outcomes: sent, retried with backoff until the deadline, dead token, paused app, suspect token, failed")
+    func resolver() {
+        let r = OutcomeResolver(retryBase: 1, retryMaximumDelay: 900)
+        let d = DeliveryPlanner.Deadline(at: Self.t0.addingTimeInterval(3600), why: "the activity's 8-hour life")
+        var random = SeededRandom(seed: 42)
+        func resolve(_ o: OutcomeResolver.Outcome, attempt: Int = 1, confirmed: Bool = true) -> OutcomeResolver.Resolution {
+            r.resolve(o, attempt: attempt, deadline: d, now: Self.t0, environmentConfirmed: confirmed, random: &random)
+        }
+        #expect(resolve(.accepted) == .sent)
+        guard case .retry(let at, _) = resolve(.rejected(status: 503, reason: "ServiceUnavailable", retryAfter: nil)) else { Issue.record("no retry"); return }
+        #expect(at > Self.t0 && at <= Self.t0.addingTimeInterval(1))
+        // The cap: never more than 15 minutes between tries, however many there were.
+        guard case .retry(let capped, _) = resolve(.unreachable("timedOut", configuration: false), attempt: 30) else { Issue.record("no retry"); return }
+        #expect(capped <= Self.t0.addingTimeInterval(900) && capped >= Self.t0.addingTimeInterval(450))
+        // Retry-After is honoured.
+        guard case .retry(let after, _) = resolve(.rejected(status: 429, reason: "TooManyRequests", retryAfter: 120)) else { Issue.record("no retry"); return }
+        #expect(after >= Self.t0.addingTimeInterval(120))
+        // Past the deadline, the next try cannot matter: failed with the reason.
+        let tight = DeliveryPlanner.Deadline(at: Self.t0.addingTimeInterval(0.1), why: "the update's stale date")
+        guard case .fail(let why) = r.resolve(.rejected(status: 500, reason: "InternalServerError", retryAfter: nil), attempt: 3, deadline: tight, now: Self.t0,
+                                               environmentConfirmed: true, random: &random) else { Issue.record("not failed"); return }
+        #expect(why.contains("stale date") && why.contains("InternalServerError"))
+        #expect(resolve(.rejected(status: 410, reason: "Unregistered", retryAfter: nil)) == .deadToken(why: "410 Unregistered"))
+        #expect(resolve(.rejected(status: 403, reason: "InvalidProviderToken", retryAfter: nil)) == .pauseApp(why: "403 InvalidProviderToken"))
+        #expect(resolve(.rejected(status: 400, reason: "TopicDisallowed", retryAfter: nil)) == .pauseApp(why: "400 TopicDisallowed"))
+        #expect(resolve(.rejected(status: 400, reason: "BadDeviceToken", retryAfter: nil)) == .deadToken(why: "400 BadDeviceToken"))
+        guard case .suspectToken = resolve(.rejected(status: 400, reason: "BadDeviceToken", retryAfter: nil), confirmed: false) else { Issue.record("not suspect"); return }
+        #expect(resolve(.rejected(status: 413, reason: "PayloadTooLarge", retryAfter: nil)) == .fail(why: "413 PayloadTooLarge"))
+        #expect(resolve(.unreachable("tlsFailed: unknown CA", configuration: true)) == .pauseApp(why: "tlsFailed: unknown CA"))
+    }
+
+    @Test("the jitter is reproducible from the seed and stays in [½, 1) of the step")
+    func jitter() {
+        let r = OutcomeResolver(retryBase: 2, retryMaximumDelay: 900)
+        var a = SeededRandom(seed: 7), b = SeededRandom(seed: 7)
+        let xs = (1...12).map { r.backoff(attempt: $0, random: &a) }
+        #expect(xs == (1...12).map { r.backoff(attempt: $0, random: &b) })
+        for (i, x) in xs.enumerated() {
+            let step = min(900, 2 * pow(2, Double(i)))
+            #expect(x >= step / 2 && x < step)
+        }
+    }
+
+    @Test("circuit: a configuration error pauses the app; probes double; an accepted push resumes it")
+    func pause() {
+        var c = AppCircuit()
+        #expect(c.admits(Self.t0))
+        #expect(c.record(.configuration("403 InvalidProviderToken"), now: Self.t0) == .paused(until: Self.t0.addingTimeInterval(30), reason: "APNs refused the app's configuration: 403 InvalidProviderToken"))
+        #expect(!c.admits(Self.t0.addingTimeInterval(29)) && c.admits(Self.t0.addingTimeInterval(30)))
+        // The probe fails again: twice as long.
+        guard case .paused(let until, _) = c.record(.configuration("403 InvalidProviderToken"), now: Self.t0.addingTimeInterval(30)) else { Issue.record("not paused"); return }
+        #expect(until == Self.t0.addingTimeInterval(90))
+        #expect(c.record(.accepted, now: Self.t0.addingTimeInterval(91)) == .resumed)
+        #expect(c.mode == .running)
+    }
+
+    @Test("circuit: APNs failing again and again backs off; BadDeviceToken for many tokens before any success pauses")
+    func backoffAndEnvironment() {
+        var c = AppCircuit()
+        for _ in 0..<4 { #expect(c.record(.unavailable("503"), now: Self.t0) == .none) }
+        guard case .backingOff(let until, _) = c.record(.unavailable("503"), now: Self.t0) else { Issue.record("no backoff"); return }
+        #expect(until == Self.t0.addingTimeInterval(1))
+        guard case .backingOff(let again, _) = c.record(.unavailable("503"), now: Self.t0.addingTimeInterval(1)) else { Issue.record("no backoff"); return }
+        #expect(again == Self.t0.addingTimeInterval(3))
+
+        var env = AppCircuit()
+        for i in 0..<4 { #expect(env.record(.badDeviceToken(token: "t\(i)"), now: Self.t0) == .none) }
+        #expect(env.record(.badDeviceToken(token: "t0"), now: Self.t0) == .none)  // the same token again is not more evidence
+        guard case .paused(_, let why) = env.record(.badDeviceToken(token: "t4"), now: Self.t0) else { Issue.record("not paused"); return }
+        #expect(why.contains("environment"))
+        // Once a push was accepted, BadDeviceToken is about the token, not the app.
+        var ok = AppCircuit()
+        _ = ok.record(.accepted, now: Self.t0)
+        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "t\(i)"), now: Self.t0) == .none) }
+        #expect(ok.environmentConfirmed)
+    }
+}
