@@ -198,9 +198,16 @@ struct API: Sendable {
                 let bundleID = caller.bundleID
                 guard let a = try await store.modifyActivity(id: id, { a in
                     guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
-                    guard a.state.acceptsPushes else { throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used") }
+                    // A token rotated on the device may reach us after APNs answered 410 for the old
+                    // one: a new token brings an unreachable activity back.
+                    guard a.state.acceptsPushes || a.state == .unreachable else {
+                        throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used")
+                    }
                     a.updateToken = token
-                    if a.state == .starting { a.state = .active }
+                    if a.state == .starting || a.state == .unreachable {
+                        a.state = .active
+                        a.stateReason = nil
+                    }
                 }) else { throw APIError.notFound("activity \(id)") }
                 // A job waiting for this token goes now.
                 try await store.wakeLane(activityID: id, now: clock.now)

@@ -261,7 +261,7 @@ public final class DeliveryEngine: Service {
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
                                      installation: job.installationID.map { InstallationPatch(installationID: $0, deadWidgetToken: token) })
             case (_, .liveActivity(let token)):
-                return JobCompletion(claim: c, result: .deadToken(token: token, reason: why), delivery: delivery)
+                return JobCompletion(claim: c, result: .deadToken(token: token, reason: why, graceUntil: now.addingTimeInterval(planner.tokenWait)), delivery: delivery)
             default:
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery)
             }

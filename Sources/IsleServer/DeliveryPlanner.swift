@@ -132,6 +132,7 @@ public struct DeliveryPlanner: Sendable {
         if a.state.acceptsPushes, c.now >= lifeEnds {
             return .drop("the activity passed its 8-hour life", ActivityPatch(end: .init(at: lifeEnds, reason: "the system ends a Live Activity after 8 hours")))
         }
+        if a.state == .unreachable { return .fail("the activity is unreachable: \(a.stateReason ?? "its token is dead")") }
         guard a.state.acceptsPushes else { return .drop("the activity is \(a.state.rawValue)", nil) }
         let d = deadline(job, activity: a)
         guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }

@@ -197,10 +197,11 @@ public struct JobCompletion: Sendable, Hashable {
         case finished(PushJobState, reason: String?)
         /// Back in its lane (still its head) until `at`.
         case retry(at: Date, reason: String)
-        /// APNs said the activity's update token `token` is dead. If the activity still holds it,
-        /// the activity becomes unreachable and the job fails; if the device handed over a new
-        /// token meanwhile, the job is sent again at once with the new one.
-        case deadToken(token: String, reason: String)
+        /// APNs said the activity's update token `token` is dead. If the device handed over a new
+        /// token meanwhile, the job is sent again at once with the new one. If the activity still
+        /// holds it, the activity becomes unreachable and the job waits until `graceUntil` for a
+        /// rotated token that may still be on its way (registering one revives the activity).
+        case deadToken(token: String, reason: String, graceUntil: Date)
     }
 
     public var claim: ClaimedJob

@@ -542,10 +542,12 @@ public final class SQLiteStore: IsleStore {
         let guardArguments: StatementArguments = [job.id, c.claim.worker, job.attempts]
         var result = c.result
         var activityPatch = c.activity
-        if case .deadToken(let token, let reason) = result {
+        if case .deadToken(let token, let reason, let grace) = result {
             let current = try String?.fetchOne(db, sql: "SELECT update_token FROM activities WHERE id = ?", arguments: [job.activityID]) ?? nil
-            if current == nil || current == token {
+            if current == nil {
                 result = .finished(.failed, reason: reason)
+            } else if current == token {
+                result = .retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up")
                 activityPatch = ActivityPatch(unreachable: .init(reason: reason, ifToken: token))
             } else {
                 result = .retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token")

@@ -82,6 +82,20 @@ struct DeliveryCoreRegressionTests {
         }
     }
 
+    @Test("3c. a rotated token reported just after APNs answered 410 for the old one revives the activity; the push goes out")
+    func lateRotationRevives() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-late-token")
+            let newToken = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("still here")).status == 202)
+            try await eventually("the 410 for the old token") { try await view(f, id)["state"] == "unreachable" }
+            let put = try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(newToken)])
+            #expect(put.status == 200 && put.json["state"] == "active")
+            try await f.waitForDevice("delivered to the new token") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "still here" }
+            #expect((try await view(f, id)["deliveries"]?.arrayValue ?? []).map { $0["status"] } == [410, 200])
+        }
+    }
+
     @Test("3b. a dismissal reported while a push is in flight is not undone by its bookkeeping")
     func dismissalDuringSendWins() async throws {
         try await ServerFixture.with { f in

@@ -236,15 +236,18 @@ struct StoreContractTests {
         let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
         #expect(c.activity?.updateToken == "tok0")
         _ = try await s.modifyActivity(id: "a0") { $0.updateToken = "tok0-new" }
-        #expect(try await s.complete(JobCompletion(claim: c, result: .deadToken(token: "tok0", reason: "410 Unregistered"))))
+        #expect(try await s.complete(JobCompletion(claim: c, result: .deadToken(token: "tok0", reason: "410 Unregistered", graceUntil: t0.addingTimeInterval(30)))))
         let a = try #require(try await s.activity(id: "a0"))
         #expect(a.state == .active && a.updateToken == "tok0-new")
         let again = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
         #expect(again.job.id == c.job.id && again.activity?.updateToken == "tok0-new" && again.timestamp == c.timestamp)
-        // With the token unchanged, the same answer retires the activity.
-        #expect(try await s.complete(JobCompletion(claim: again, result: .deadToken(token: "tok0-new", reason: "410 Unregistered"))))
+        // With the token unchanged, the same answer retires the activity; the job waits out the
+        // grace period for a rotated token still on its way.
+        #expect(try await s.complete(JobCompletion(claim: again, result: .deadToken(token: "tok0-new", reason: "410 Unregistered", graceUntil: t0.addingTimeInterval(30)))))
         #expect(try await s.activity(id: "a0")?.state == .unreachable)
-        #expect(try await s.job(id: c.job.id)?.state == .failed)
+        #expect(try await s.job(id: c.job.id)?.state == .queued)
+        #expect(try await s.claim(limit: 1, now: t0.addingTimeInterval(29), lease: 60, worker: "w").isEmpty)
+        #expect(try await s.claim(limit: 1, now: t0.addingTimeInterval(30), lease: 60, worker: "w").first?.job.id == c.job.id)
     }
 
     @Test("a dismissal or end reported during the send is never undone by the delivery's bookkeeping", arguments: StoreKind.allCases)
