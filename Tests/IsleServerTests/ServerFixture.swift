@@ -138,6 +138,7 @@ final class ServerFixture: Sendable {
         let a = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("Bill James"))
         let r = try await call("POST", "/v1/activities", key: deviceKey, body: [
             "attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": .string(key), "topics": .array(topics.map(JSONValue.string)),
+            "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James"),
         ])
         guard r.status == 201, let id = r.json["id"]?.stringValue else { throw DeadlineExceeded(what: "registration (\(r.status) \(r.json.jsonString))", after: .zero) }
         return (a, id)
