@@ -168,6 +168,22 @@ public struct LiveActivityPayload: Sendable, Hashable {
 
     // MARK: Wire form
 
+    /// Isle's wire order for `aps` keys: the one place it is defined (``jsonValue`` and the
+    /// server's stored jobs both follow it). Keys not listed go last, in their own order.
+    public static let apsKeyOrder = ["timestamp", "event", "content-state", "attributes-type", "attributes", "alert", "stale-date", "dismissal-date",
+                                     "relevance-score", "input-push-token", "input-push-channel"]
+
+    /// `{"aps": …}` from a stored `aps` object (without its timestamp) and the push's timestamp,
+    /// keys in ``apsKeyOrder``.
+    public static func wireBytes(aps: JSONObject, timestamp: Int64) -> [UInt8] {
+        var all = aps
+        all["timestamp"] = .int(timestamp)
+        var ordered = JSONObject()
+        for k in apsKeyOrder { if let v = all[k] { ordered[k] = v } }
+        for (k, v) in all where ordered[k] == nil { ordered[k] = v }
+        return JSONValue.object(["aps": .object(ordered)]).jsonBytes
+    }
+
     /// The payload as JSON, `aps` keys in a fixed order: timestamp, event, content-state,
     /// attributes-type, attributes, alert, stale-date, dismissal-date, relevance-score,
     /// input-push-token, input-push-channel.

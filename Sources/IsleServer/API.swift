@@ -13,6 +13,10 @@ struct API: Sendable {
     let engine: DeliveryEngine
     let clock: any WallClock
     let logger: Logger
+    let keys = ExpiringCache<APIKeyRecord?>()
+
+    /// The app, as the engine sees it (read at most once a second).
+    func app(_ bundleID: String) async throws -> AppRecord? { try await engine.apps.app(bundleID, store: store) }
 
     // MARK: Plumbing
 
@@ -21,7 +25,9 @@ struct API: Sendable {
             throw APIError(.unauthorized, "unauthenticated", "send the API key as Authorization: Bearer isle_…")
         }
         let secret = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        guard let key = try await store.apiKey(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else {
+        let hash = APIKeys.hash(secret)
+        // Read at most once a second per key: a revocation takes effect within a second.
+        guard let key = try await keys.value(hash, load: { try await store.apiKey(secretHash: hash) }), key.revokedAt == nil else {
             throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
         }
         guard key.scope == scope else {
@@ -157,7 +163,7 @@ struct API: Sendable {
                 }
                 let tokenOrNil = try b.token("token", required: channelID == nil)
                 let key = try b.string("externalKey")
-                guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+                guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
                 guard app.schema(type) != nil || app.schemas.isEmpty else {
                     throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
                 }
@@ -250,9 +256,11 @@ struct API: Sendable {
             let caller = try await authorize(request, .backend)
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
-                let policy = Int(try b.number("storagePolicy") ?? 0)
-                guard policy == 0 || policy == 1 else { throw APIError.invalid("storagePolicy", "storagePolicy must be 0 (no message stored) or 1 (most recent stored)") }
-                guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+                // Compared as a number first: converting an out-of-range Double to Int would trap.
+                let requested = try b.number("storagePolicy") ?? 0
+                guard requested == 0 || requested == 1 else { throw APIError.invalid("storagePolicy", "storagePolicy must be 0 (no message stored) or 1 (most recent stored)") }
+                let policy = requested == 1 ? 1 : 0
+                guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
                 let channel: BroadcastChannel
                 do {
                     channel = try await engine.clients.client(for: app).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: policy)!)
@@ -273,7 +281,7 @@ struct API: Sendable {
         router.delete("v1/channels/:channel") { request, context in
             let caller = try await authorize(request, .backend)
             let id = try context.parameters.decoded("channel")
-            guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID, let app = try await store.app(caller.bundleID) else { throw APIError.notFound("channel \(id)") }
+            guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID, let app = try await app(caller.bundleID) else { throw APIError.notFound("channel \(id)") }
             do { try await engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
                 throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)")
             }
@@ -287,16 +295,7 @@ struct API: Sendable {
                 let (b, bytes) = try await Body.read(request)
                 return try await idempotent(request, caller, bytes) { pending in
                     guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
-                    var aps: JSONObject = ["event": .string(event)]
-                    if let s = try b.object("contentState", required: event == "update") { aps["content-state"] = s }
-                    if let alert = try b.alert() { aps["alert"] = alert }
-                    if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
-                    if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
-                    if event == "end", let d = try b.date("dismissalDate") { aps["dismissal-date"] = .int(Int64(d.timeIntervalSince1970)) }
-                    let priority = try b.priority()
-                    for k in b.object.keys where !["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"].contains(k) {
-                        throw APIError.invalid(k, "unknown field \(k)")
-                    }
+                    let (aps, priority) = try Self.updateOrEnd(b, event: event)
                     var withTimestamp = aps
                     withTimestamp["timestamp"] = .int(Int64(clock.now.timeIntervalSince1970))
                     let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: true, priority: priority.flatMap(PushPriority.init(rawValue:)), now: clock.now))
@@ -408,19 +407,9 @@ struct API: Sendable {
     func enqueueForActivities(_ request: Request, _ caller: Caller, event: String, fanOut: Bool = false, _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
         let (b, bytes) = try await Body.read(request)
         return try await idempotent(request, caller, bytes) { pending in
-            guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
-            var aps: JSONObject = ["event": .string(event)]
-            if let s = try b.object("contentState", required: event == "update") { aps["content-state"] = s }
-            if let alert = try b.alert() { aps["alert"] = alert }
-            if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
-            if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
-            if event == "end", let d = try b.date("dismissalDate") { aps["dismissal-date"] = .int(Int64(d.timeIntervalSince1970)) }
-            if event == "update", b.object["dismissalDate"] != nil { throw APIError.invalid("dismissalDate", "dismissalDate applies to end only") }
-            let priority = try b.priority()
+            guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+            let (aps, priority) = try Self.updateOrEnd(b, event: event)
             let runAt = max(try b.date("sendAt") ?? clock.now, clock.now)
-            for k in b.object.keys where !["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"].contains(k) {
-                throw APIError.invalid(k, "unknown field \(k); expected contentState, alert, staleDate, relevanceScore, dismissalDate (end), priority, sendAt")
-            }
             let activities = try await targets()
             var warnings: [JSONValue] = []
             var checked: Set<String> = []
@@ -447,11 +436,29 @@ struct API: Sendable {
         }
     }
 
+    /// The `aps` of an update or end (without its timestamp, added at send time) from a request
+    /// body — for activities and channels alike — and the priority asked for.
+    static func updateOrEnd(_ b: Body, event: String) throws -> (JSONObject, Int?) {
+        var aps: JSONObject = ["event": .string(event)]
+        if let s = try b.object("contentState", required: event == "update") { aps["content-state"] = s }
+        if let alert = try b.alert() { aps["alert"] = alert }
+        if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
+        if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
+        if event == "end", let d = try b.date("dismissalDate") { aps["dismissal-date"] = .int(Int64(d.timeIntervalSince1970)) }
+        if event == "update", b.object["dismissalDate"] != nil { throw APIError.invalid("dismissalDate", "dismissalDate applies to end only") }
+        let priority = try b.priority()
+        _ = try b.date("sendAt")
+        for k in b.object.keys where !["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"].contains(k) {
+            throw APIError.invalid(k, "unknown field \(k); expected contentState, alert, staleDate, relevanceScore, dismissalDate (end), priority, sendAt")
+        }
+        return (aps, priority)
+    }
+
     /// Push-to-start to installations: records a `starting` activity for each and queues the start.
     func startActivities(_ request: Request, _ caller: Caller, _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
         let (b, bytes) = try await Body.read(request)
         return try await idempotent(request, caller, bytes) { pending in
-            guard let app = try await store.app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
+            guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
             let type = try b.string("attributesType", required: true)!
             guard let schema = app.schema(type) else {
                 throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")

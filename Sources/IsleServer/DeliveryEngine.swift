@@ -313,16 +313,16 @@ public final class DeliveryEngine: Service {
             }
             return (.accepted, response, Self.ms(ContinuousClock.now - start))
         } catch {
+            // The client throws only APNsError.
             let ms = Self.ms(ContinuousClock.now - start)
-            let e = error as? APNsError
-            switch e?.code {
-            case .rejected?:
-                let r = e?.response
+            switch error.code {
+            case .rejected:
+                let r = error.response
                 return (.rejected(status: r?.status ?? 0, reason: r?.reason?.rawValue, retryAfter: r?.retryAfter), r, ms)
-            case .invalidRequest?:
-                return (.refused(e?.message ?? "\(error)"), nil, ms)
-            case .transport?, nil:
-                return (.unreachable(e?.message ?? "\(error)", configuration: e?.transport?.kind == .tlsFailed), nil, ms)
+            case .invalidRequest:
+                return (.refused(error.message), nil, ms)
+            case .transport:
+                return (.unreachable(error.message, configuration: error.transport?.kind == .tlsFailed), nil, ms)
             }
         }
     }
@@ -330,14 +330,33 @@ public final class DeliveryEngine: Service {
     static func ms(_ d: Duration) -> Double { Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15 }
 }
 
-/// Apps read at most once a second per app by the engine (an `isle app add` is seen within a second).
+/// Values read from the store, kept for a short time: API keys and apps are read on every request
+/// and every delivery, and an app's row is parsed (schemas) each time. A change (`isle app add`,
+/// `isle key revoke`) is seen within `ttl`.
+final class ExpiringCache<Value: Sendable>: Sendable {
+    private let entries = Mutex<[String: (value: Value, at: ContinuousClock.Instant)]>([:])
+    let ttl: Duration
+    let capacity: Int
+    init(ttl: Duration = .seconds(1), capacity: Int = 10_000) {
+        self.ttl = ttl
+        self.capacity = capacity
+    }
+    func value(_ key: String, load: () async throws -> Value) async throws -> Value {
+        let now = ContinuousClock.now
+        if let e = entries.withLock({ $0[key] }), now - e.at < ttl { return e.value }
+        let value = try await load()
+        entries.withLock { e in
+            if e.count >= capacity { e.removeAll(keepingCapacity: true) }
+            e[key] = (value, now)
+        }
+        return value
+    }
+}
+
 final class AppCache: Sendable {
-    private let entries = Mutex<[String: (app: AppRecord?, at: ContinuousClock.Instant)]>([:])
+    private let cache = ExpiringCache<AppRecord?>()
     func app(_ bundleID: String, store: any IsleStore) async throws -> AppRecord? {
-        if let e = entries.withLock({ $0[bundleID] }), ContinuousClock.now - e.at < .seconds(1) { return e.app }
-        let app = try await store.app(bundleID)
-        entries.withLock { $0[bundleID] = (app, ContinuousClock.now) }
-        return app
+        try await cache.value(bundleID) { try await store.app(bundleID) }
     }
 }
 

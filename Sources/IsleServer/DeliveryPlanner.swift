@@ -181,13 +181,7 @@ public struct DeliveryPlanner: Sendable {
     /// `{"aps": {…}}` with the push's timestamp, keys in Isle's wire order: the one place a
     /// stored job becomes bytes.
     public static func payload(_ aps: JSONValue, timestamp: Int64) -> [UInt8] {
-        var o = aps.objectValue ?? [:]
-        o["timestamp"] = .int(timestamp)
-        let order = ["timestamp", "event", "content-state", "attributes-type", "attributes", "alert", "stale-date", "dismissal-date", "relevance-score", "input-push-token", "input-push-channel"]
-        var out = JSONObject()
-        for k in order { if let v = o[k] { out[k] = v } }
-        for (k, v) in o where out[k] == nil { out[k] = v }
-        return JSONValue.object(["aps": .object(out)]).jsonBytes
+        LiveActivityPayload.wireBytes(aps: aps.objectValue ?? [:], timestamp: timestamp)
     }
 
     static func hours(_ t: TimeInterval) -> String {

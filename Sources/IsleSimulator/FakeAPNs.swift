@@ -79,6 +79,15 @@ public final class FakeAPNs: Sendable {
 
     public static let maximumLoggedRequests = 10_000
 
+    struct DecodedJWT: Sendable {
+        var kid: String
+        var iss: String
+        var iat: Int64
+        var signature: [UInt8]
+    }
+    /// Tokens already decoded (well-formed ones only; the signature is checked per key in `State`).
+    let decodedJWTs = Mutex<[String: DecodedJWT]>([:])
+
     public init(world: SimulatorWorld, logger: Logger) {
         self.world = world
         self.logger = logger
@@ -203,11 +212,23 @@ public final class FakeAPNs: Sendable {
         guard auth.lowercased().hasPrefix("bearer ") else { return (403, "InvalidProviderToken") }
         let jwt = String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let claimBytes = Self.base64URL(parts[1]), let signature = Self.base64URL(parts[2]),
-              let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes)
-        else { return (403, "InvalidProviderToken") }
-        guard header["alg"] == "ES256", let kid = header["kid"]?.stringValue, let iss = claims["iss"]?.stringValue else { return (403, "InvalidProviderToken") }
-        guard let iat = claims["iat"]?.numberValue?.int64Value else { return (403, "InvalidProviderToken") }
+        // The same token comes with every request of a connection: decode it once.
+        let decoded: DecodedJWT
+        if let d = decodedJWTs.withLock({ $0[jwt] }) {
+            decoded = d
+        } else {
+            guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let claimBytes = Self.base64URL(parts[1]), let signature = Self.base64URL(parts[2]),
+                  let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes)
+            else { return (403, "InvalidProviderToken") }
+            guard header["alg"] == "ES256", let kid = header["kid"]?.stringValue, let iss = claims["iss"]?.stringValue else { return (403, "InvalidProviderToken") }
+            guard let iat = claims["iat"]?.numberValue?.int64Value else { return (403, "InvalidProviderToken") }
+            decoded = DecodedJWT(kid: kid, iss: iss, iat: iat, signature: signature)
+            decodedJWTs.withLock { c in
+                if c.count > 10_000 { c.removeAll() }
+                c[jwt] = decoded
+            }
+        }
+        let (kid, iss, iat, signature) = (decoded.kid, decoded.iss, decoded.iat, decoded.signature)
         let now = world.clock.now
         return state.withLock { s -> (Int, String)? in
             guard let key = s.keys[kid], key.teamID == iss else { return (403, "InvalidProviderToken") }

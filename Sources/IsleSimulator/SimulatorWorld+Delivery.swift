@@ -46,7 +46,9 @@ extension SimulatorWorld {
                     return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: a.dismissedAt), nil)
                 }
                 let app = s.devices[owner.deviceID]!.apps[owner.bundleID]!
+                // Moved out and back, not copied: the log grows in place.
                 var events = s.devices[owner.deviceID]!.events
+                s.devices[owner.deviceID]!.events = []
                 let outcome = engine.receive(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events)
                 s.devices[owner.deviceID]!.activities[i] = a
                 s.devices[owner.deviceID]!.events = events

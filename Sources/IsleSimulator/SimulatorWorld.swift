@@ -354,7 +354,10 @@ public final class SimulatorWorld: Sendable {
     // MARK: Helpers (lock held)
 
     func advanceLocked(_ s: inout State, deviceID: String, to now: Date) throws(SimulatorError) {
-        guard var d = s.devices[deviceID] else { throw SimulatorError(.notFound, "no device \(deviceID)") }
+        // Taken out of the dictionary while it changes, so its arrays stay uniquely referenced and
+        // are mutated in place (not copied whole on every push).
+        guard var d = s.devices.removeValue(forKey: deviceID) else { throw SimulatorError(.notFound, "no device \(deviceID)") }
+        defer { s.devices[deviceID] = d }
         let logged = d.events.count
         for i in d.activities.indices {
             guard let app = d.apps[d.activities[i].bundleID] else { continue }
@@ -364,7 +367,6 @@ public final class SimulatorWorld: Sendable {
         }
         // Time-based transitions are logged at the moment they happened: keep the log in time order.
         if d.events.count > logged { d.events.sort { $0.time < $1.time } }
-        s.devices[deviceID] = d
     }
 
     func checkStart(_ s: State, deviceID: String, app: SimulatedApp, attributesType: String, attributes: JSONValue, contentState: JSONValue) -> Result<Void, PushOutcome> {

@@ -386,8 +386,8 @@ public final class SQLiteStore: IsleStore {
                 if carries, let lane, let head, !head.claimed, head.supersedable { try Self.coalesce(db, lane: lane, now: now) }
             }
             if let r = idempotency {
-                try db.execute(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                               arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
+                try db.cachedStatement(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+                    .execute(arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
             }
             return ids
         }
@@ -416,7 +416,7 @@ public final class SQLiteStore: IsleStore {
     /// Makes the first unfinished job of the lane its head.
     static func fixHead(_ db: Database, _ lane: String?) throws {
         guard let lane, let head = try openHead(db, lane), !head.isHead else { return }
-        try db.execute(sql: "UPDATE jobs SET is_head = 1 WHERE id = ?", arguments: [head.id])
+        try db.cachedStatement(sql: "UPDATE jobs SET is_head = 1 WHERE id = ?").execute(arguments: [head.id])
     }
 
     /// Lets ``LanePlanner`` decide over the lane's unfinished jobs; marks what it supersedes and
@@ -466,14 +466,14 @@ public final class SQLiteStore: IsleStore {
             }
             sql += " ORDER BY run_at, seq LIMIT ?"
             arguments += [limit]
-            let heads = try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.job)
+            let heads = try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments).map(Self.job)
             var claimed: [ClaimedJob] = []
             for head in heads {
                 var j = head
                 if let lane = head.lane, LanePlanner.isSupersedable(kind: head.kind, hasAlert: head.hasAlert, aps: head.aps) {
                     guard let id = try Self.coalesce(db, lane: lane, now: now) else { continue }
                     if id != head.id {
-                        guard let next = try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ?", arguments: [id]).map(Self.job) else { continue }
+                        guard let next = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) else { continue }
                         j = next
                     }
                 }
@@ -491,7 +491,7 @@ public final class SQLiteStore: IsleStore {
         for r in due {
             let lane: String? = r["lane"]
             let head = try lane.map { try openHead(db, $0) } ?? nil
-            try db.execute(sql: "UPDATE jobs SET state = 'queued', seq = ?, is_head = ? WHERE id = ?", arguments: [seq, head == nil, r["id"] as Int64])
+            try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', seq = ?, is_head = ? WHERE id = ?").execute(arguments: [seq, head == nil, r["id"] as Int64])
             seq += 1
             if (r["carries_content"] as Bool), let lane, let head, !head.claimed, head.supersedable { try coalesce(db, lane: lane, now: now) }
         }
@@ -510,20 +510,20 @@ public final class SQLiteStore: IsleStore {
             var ts = Int64(now.timeIntervalSince1970.rounded(.down))
             if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
             if j.kind == .broadcast, let channel = j.channelID {
-                if let last = try Int64?.fetchOne(db, sql: "SELECT last_timestamp FROM channels WHERE id = ?", arguments: [channel]) ?? nil, ts <= last { ts = last + 1 }
-                try db.execute(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?", arguments: [ts, channel])
+                if let last = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT last_timestamp FROM channels WHERE id = ?"), arguments: [channel]) ?? nil, ts <= last { ts = last + 1 }
+                try db.cachedStatement(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?").execute(arguments: [ts, channel])
             }
             timestamp = ts
             if var act = activity {
                 act.lastTimestamp = ts
-                try db.execute(sql: "UPDATE activities SET last_timestamp = ? WHERE id = ?", arguments: [ts, act.id])
+                try db.cachedStatement(sql: "UPDATE activities SET last_timestamp = ? WHERE id = ?").execute(arguments: [ts, act.id])
                 activity = act
             }
         }
         if apnsID == nil { apnsID = UUID().uuidString.lowercased() }
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = ?, apns_id = ? WHERE id = ?
-            """, arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
+            """).execute(arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
         j.state = .claimed
         j.claimedBy = worker
         j.claimedUntil = now.addingTimeInterval(lease)
@@ -543,7 +543,7 @@ public final class SQLiteStore: IsleStore {
         var result = c.result
         var activityPatch = c.activity
         if case .deadToken(let token, let reason, let grace) = result {
-            let current = try String?.fetchOne(db, sql: "SELECT update_token FROM activities WHERE id = ?", arguments: [job.activityID]) ?? nil
+            let current = try String?.fetchOne(db.cachedStatement(sql: "SELECT update_token FROM activities WHERE id = ?"), arguments: [job.activityID]) ?? nil
             if current == nil {
                 result = .finished(.failed, reason: reason)
             } else if current == token {
@@ -555,13 +555,13 @@ public final class SQLiteStore: IsleStore {
         }
         switch result {
         case .finished(let state, let reason):
-            try db.execute(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 " + guardClause,
-                           arguments: [state.rawValue, reason] + guardArguments)
+            try db.cachedStatement(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 " + guardClause)
+                .execute(arguments: [state.rawValue, reason] + guardArguments)
             guard db.changesCount > 0 else { return false }
             try fixHead(db, job.lane)
         case .retry(let at, let reason):
-            try db.execute(sql: "UPDATE jobs SET state = 'queued', run_at = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL " + guardClause,
-                           arguments: [at.timeIntervalSince1970, reason] + guardArguments)
+            try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', run_at = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL " + guardClause)
+                .execute(arguments: [at.timeIntervalSince1970, reason] + guardArguments)
             guard db.changesCount > 0 else { return false }
         case .deadToken:
             return false
@@ -570,7 +570,7 @@ public final class SQLiteStore: IsleStore {
         if let p = activityPatch, let id = job.activityID { try apply(db, p, to: id) }
         if let p = c.installation { try apply(db, p) }
         if let at = c.highPriorityAt, let id = job.activityID {
-            try db.execute(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)", arguments: [id, at.timeIntervalSince1970])
+            try db.cachedStatement(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)").execute(arguments: [id, at.timeIntervalSince1970])
         }
         return true
     }
@@ -579,22 +579,22 @@ public final class SQLiteStore: IsleStore {
     static func apply(_ db: Database, _ p: ActivityPatch, to id: String) throws {
         if p.content != nil || p.relevanceScore != nil || p.setsStaleDate {
             // A push to an activity the person dismissed (or that ended) changes nothing on the phone.
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE activities SET content = COALESCE(?, content), relevance_score = COALESCE(?, relevance_score),
                     stale_date = CASE WHEN ? THEN ? ELSE stale_date END
                 WHERE id = ? AND state IN ('active', 'starting')
-                """, arguments: [p.content?.jsonString, p.relevanceScore, p.setsStaleDate, p.staleDate?.timeIntervalSince1970, id])
+                """).execute(arguments: [p.content?.jsonString, p.relevanceScore, p.setsStaleDate, p.staleDate?.timeIntervalSince1970, id])
         }
         if let e = p.end {
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE activities SET state = 'ended', ended_at = COALESCE(ended_at, ?), dismissed_at = COALESCE(?, dismissed_at), state_reason = COALESCE(?, state_reason)
                 WHERE id = ? AND state IN ('active', 'starting')
-                """, arguments: [e.at.timeIntervalSince1970, e.dismissAt?.timeIntervalSince1970, e.reason, id])
+                """).execute(arguments: [e.at.timeIntervalSince1970, e.dismissAt?.timeIntervalSince1970, e.reason, id])
         }
         if let u = p.unreachable {
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE activities SET state = 'unreachable', state_reason = ? WHERE id = ? AND state IN ('active', 'starting') AND (? IS NULL OR update_token = ?)
-                """, arguments: [u.reason, id, u.ifToken, u.ifToken])
+                """).execute(arguments: [u.reason, id, u.ifToken, u.ifToken])
         }
     }
 
@@ -623,7 +623,7 @@ public final class SQLiteStore: IsleStore {
             let expired = try Int64.fetchAll(db, sql: "SELECT id FROM jobs WHERE state = 'claimed' AND claimed_until < ?", arguments: [now.timeIntervalSince1970])
             var n = 0
             for id in expired where !keeping.contains(id) {
-                try db.execute(sql: "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed'", arguments: [id])
+                try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed'").execute(arguments: [id])
                 n += db.changesCount
             }
             return n
@@ -645,7 +645,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func job(id: Int64) async throws -> PushJob? {
-        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ?", arguments: [id]).map(Self.job) }
+        try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
     }
 
     public func jobCounts() async throws -> [PushJobState: Int] {

@@ -14,7 +14,7 @@ import NIOCore
 struct ServerBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "server", abstract: "Accepted updates/s, deliveries/s, and fan-out time of the Isle server against the simulator.")
 
-    @Option(help: "Update requests for the throughput run.") var updates = 5_000
+    @Option(help: "Update requests for the throughput run.") var updates = 20_000
     @Option(help: "Activities the updates are spread over.") var activities = 200
     @Option(help: "HTTP requests in flight against the API.") var clients = 32
     @Option(help: "Fan-out sizes, comma-separated.") var fanOut = "10000,100000"
@@ -71,7 +71,9 @@ struct ServerBench: AsyncParsableCommand {
                 records.append(ActivityRecord(id: id, bundleID: "com.example.scores", attributesType: "ScoreAttributes", state: .active, updateToken: a.updateToken, startedAt: Date(), topics: ["match-7"]))
                 pairs.append((a.id, id))
             }
-            for r in records { try await store.insertActivity(r) }
+            for start in stride(from: 0, to: records.count, by: 10_000) {
+                try await store.enqueue([], creating: Array(records[start..<min(records.count, start + 10_000)]), idempotency: nil, now: Date())
+            }
             var c = ServerConfiguration()
             c.port = 0
             c.apns = .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM)
@@ -93,6 +95,12 @@ struct ServerBench: AsyncParsableCommand {
             task.cancel()
             _ = try? await task.value
         }
+    }
+
+    /// Sorted latencies → the value at quantile q.
+    static func quantile(_ sorted: [Double], _ q: Double) -> Double {
+        guard !sorted.isEmpty else { return 0 }
+        return sorted[min(sorted.count - 1, Int((Double(sorted.count) * q).rounded(.up)) - 1)]
     }
 
     func post(_ rig: Rig, _ path: String, _ body: String) async throws -> Int {
@@ -119,26 +127,34 @@ struct ServerBench: AsyncParsableCommand {
         try await withRig(activityCount: activities) { rig, pairs in
             let next = Counter()
             let start = ContinuousClock.now
-            try await withThrowingTaskGroup(of: Void.self) { group in
+            // Each client keeps its own latencies (milliseconds), merged at the end.
+            let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
                 for _ in 0..<clients {
                     group.addTask {
+                        var mine: [Double] = []
                         while true {
                             let i = next.take()
-                            guard i < updates else { return }
+                            guard i < updates else { return mine }
                             let id = pairs[i % pairs.count].isleID
                             // Alerts are never coalesced, so every accepted update is delivered.
+                            let sent = ContinuousClock.now
                             let status = try await post(rig, "/v1/activities/\(id)/update", #"{"contentState":{"home":\#(i),"away":0},"alert":{"title":"Goal","body":"\#(i)"},"priority":5}"#)
+                            mine.append(Self.s(ContinuousClock.now - sent) * 1000)
                             guard status == 202 else { throw ValidationError("update answered \(status)") }
                         }
                     }
                 }
-                try await group.waitForAll()
+                var all: [Double] = []
+                for try await l in group { all += l }
+                return all.sorted()
             }
             let accepted = ContinuousClock.now - start
             let ok = try await waitSent(rig, updates)
             let delivered = ContinuousClock.now - start
             let counts = try await rig.store.jobCounts()
-            print(String(format: "accepted updates: %d in %.2f s = %.0f/s (%d HTTP clients, %d activities)", updates, Self.s(accepted), Double(updates) / Self.s(accepted), clients, activities))
+            print(String(format: "accepted updates: %d in %.2f s = %.0f/s (%d HTTP clients, %d activities); accept latency p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+                         updates, Self.s(accepted), Double(updates) / Self.s(accepted), clients, activities,
+                         Self.quantile(latencies, 0.5), Self.quantile(latencies, 0.99), latencies.last ?? 0))
             print(String(format: "end-to-end deliveries to the fake APNs: %d sent in %.2f s = %.0f/s%@", counts[.sent] ?? 0, Self.s(delivered), Double(counts[.sent] ?? 0) / Self.s(delivered), ok ? "" : " (timed out)"))
         }
     }

@@ -225,6 +225,9 @@ struct APIErrorTests {
         Case(method: "POST", path: "/v1/users/nobody/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":"3","totalAmount":"x","orderNumber":"1"},"contentState":{"driverName":"A","deliveryTimer":[1,2]},"alert":{"title":"a","body":"b"}}"#, status: 422, field: "attributes.numberOfPizzas"),
         Case(method: "POST", path: "/v1/installations/nope/widgets/reload", key: "backend", body: nil, status: 404, field: nil),
         Case(method: "GET", path: "/v1/nothing-here", key: "backend", body: nil, status: 404, field: nil),
+        Case(method: "POST", path: "/v1/channels", key: "backend", body: #"{"storagePolicy":1e19}"#, status: 400, field: "storagePolicy"),
+        Case(method: "POST", path: "/v1/channels", key: "backend", body: #"{"storagePolicy":-1e300}"#, status: 400, field: "storagePolicy"),
+        Case(method: "GET", path: "/v1/app", key: "device", body: nil, status: 403, field: nil),
     ]
 
     @Test("each error path", arguments: cases)

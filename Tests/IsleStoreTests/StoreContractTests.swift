@@ -7,9 +7,12 @@ import Testing
 /// store made by `makeStore`.
 enum StoreKind: String, CaseIterable, Sendable {
     case sqlite
+    case memory
 
     func make() async throws -> any IsleStore {
         switch self {
+        case .memory:
+            return MemoryStore()
         case .sqlite:
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-store-\(UUID().uuidString).sqlite").path
             let store = try SQLiteStore(path: path)

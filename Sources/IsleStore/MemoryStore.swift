@@ -1,0 +1,395 @@
+public import Foundation
+public import IsleCore
+import Synchronization
+
+/// Everything in memory, behind one lock: for unit tests and for checking that the contract suite
+/// describes the queue, not SQLite. Same rules as ``SQLiteStore`` (lanes and coalescing are
+/// ``LanePlanner``'s), nothing durable.
+public final class MemoryStore: IsleStore {
+    struct Job {
+        var job: PushJob
+        var isHead: Bool
+        var supersedable: Bool
+        var carriesContent: Bool
+        var timestamp: Int64?
+        var apnsID: String?
+    }
+
+    struct State {
+        var apps: [String: AppRecord] = [:]
+        var keys: [String: APIKeyRecord] = [:]
+        var installations: [String: InstallationRecord] = [:]
+        var activities: [String: ActivityRecord] = [:]
+        var activityOrder: [String] = []
+        var channels: [String: ChannelRecord] = [:]
+        var channelOrder: [String] = []
+        var channelTimestamps: [String: Int64] = [:]
+        var jobs: [Int64: Job] = [:]
+        var nextJobID: Int64 = 1
+        var nextSeq: Int64 = 1
+        var deliveries: [DeliveryRecord] = []
+        var idempotency: [String: IdempotencyRecord] = [:]
+        var highPriority: [(String, Date)] = []
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func migrate() async throws {}
+
+    public func holdForServing() throws -> any ServingHold { NoHold() }
+    struct NoHold: ServingHold { func release() {} }
+
+    /// Runs `body` on a copy of the state and keeps the copy only if it did not throw: a
+    /// transaction.
+    private func transaction<T>(_ body: (inout State) throws -> T) throws -> T {
+        try state.withLock { s in
+            var copy = s
+            let result = try body(&copy)
+            s = copy
+            return result
+        }
+    }
+
+    // MARK: Apps and keys
+
+    public func upsertApp(_ app: AppRecord) async throws {
+        state.withLock { s in
+            var a = app
+            if let old = s.apps[app.bundleID] { a.createdAt = old.createdAt }
+            s.apps[app.bundleID] = a
+        }
+    }
+    public func app(_ bundleID: String) async throws -> AppRecord? { state.withLock { $0.apps[bundleID] } }
+    public func apps() async throws -> [AppRecord] { state.withLock { $0.apps.values.sorted { $0.bundleID < $1.bundleID } } }
+    public func insertAPIKey(_ key: APIKeyRecord) async throws {
+        try transaction { s in
+            guard s.keys[key.secretHash] == nil, !s.keys.values.contains(where: { $0.id == key.id }) else { throw StoreError(.conflict, "the API key exists") }
+            s.keys[key.secretHash] = key
+        }
+    }
+    public func apiKey(secretHash: String) async throws -> APIKeyRecord? { state.withLock { $0.keys[secretHash] } }
+    public func revokeAPIKey(id: String, at: Date) async throws -> Bool {
+        state.withLock { s in
+            guard let (hash, key) = s.keys.first(where: { $0.value.id == id }), key.revokedAt == nil else { return false }
+            s.keys[hash]?.revokedAt = at
+            return true
+        }
+    }
+
+    // MARK: Installations
+
+    public func upsertInstallation(_ installation: InstallationRecord) async throws { state.withLock { $0.installations[installation.id] = installation } }
+    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
+        try transaction { s in
+            var i = s.installations[id] ?? create()
+            try change(&i)
+            s.installations[id] = i
+            return i
+        }
+    }
+    public func installation(id: String) async throws -> InstallationRecord? { state.withLock { $0.installations[id] } }
+    public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
+        state.withLock { s in s.installations.values.filter { $0.bundleID == bundleID && $0.userID == userID }.sorted { $0.id < $1.id } }
+    }
+
+    // MARK: Activities
+
+    public func insertActivity(_ activity: ActivityRecord) async throws { try transaction { s in try Self.insert(&s, activity) } }
+
+    static func insert(_ s: inout State, _ a: ActivityRecord) throws {
+        guard s.activities[a.id] == nil else { throw StoreError(.conflict, "activity \(a.id) exists") }
+        var a = a
+        a.topics = Array(Set(a.topics)).sorted()
+        s.activities[a.id] = a
+        s.activityOrder.append(a.id)
+    }
+
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
+        try transaction { s in
+            guard var a = s.activities[id] else { return nil }
+            try change(&a)
+            a.topics = Array(Set(a.topics)).sorted()
+            s.activities[id] = a
+            return a
+        }
+    }
+
+    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
+        state.withLock { s in
+            let match = s.activityOrder.compactMap { s.activities[$0] }.first {
+                $0.bundleID == bundleID && $0.externalKey == externalKey && $0.attributesType == attributesType && $0.state == .starting
+                    && (installationID == nil || $0.installationID == installationID)
+            }
+            guard var a = match else { return nil }
+            a.updateToken = token
+            a.state = .active
+            a.topics = Array(Set(a.topics + topics)).sorted()
+            s.activities[a.id] = a
+            return a
+        }
+    }
+
+    public func activity(id: String) async throws -> ActivityRecord? { state.withLock { $0.activities[id] } }
+    public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
+        state.withLock { s in
+            s.activityOrder.reversed().compactMap { s.activities[$0] }
+                .filter { $0.bundleID == bundleID && $0.externalKey == externalKey }
+                .max { $0.startedAt < $1.startedAt }
+        }
+    }
+    public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
+        state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && $0.externalKey == externalKey && $0.state.acceptsPushes } }
+    }
+    public func activity(updateToken: String) async throws -> ActivityRecord? {
+        state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.first { $0.updateToken == updateToken } }
+    }
+    public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
+        state.withLock { s in
+            s.activityOrder.compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && $0.state.acceptsPushes && $0.topics.contains(topic) }
+                .sorted { ($0.startedAt, $0.id) < ($1.startedAt, $1.id) }
+        }
+    }
+
+    // MARK: Channels
+
+    public func insertChannel(_ channel: ChannelRecord) async throws {
+        try transaction { s in
+            guard s.channels[channel.id] == nil else { throw StoreError(.conflict, "channel \(channel.id) exists") }
+            s.channels[channel.id] = channel
+            s.channelOrder.append(channel.id)
+        }
+    }
+    public func channels(bundleID: String) async throws -> [ChannelRecord] {
+        state.withLock { s in s.channelOrder.compactMap { s.channels[$0] }.filter { $0.bundleID == bundleID } }
+    }
+    public func channel(id: String) async throws -> ChannelRecord? { state.withLock { $0.channels[id] } }
+    public func deleteChannel(id: String) async throws {
+        state.withLock { s in
+            s.channels[id] = nil
+            s.channelOrder.removeAll { $0 == id }
+        }
+    }
+
+    // MARK: Reads
+
+    public func deliveries(activityID: String) async throws -> [DeliveryRecord] { state.withLock { $0.deliveries.filter { $0.activityID == activityID } } }
+    public func delivery(apnsID: String) async throws -> DeliveryRecord? { state.withLock { $0.deliveries.last { $0.apnsID == apnsID } } }
+    public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { state.withLock { $0.idempotency[bundleID + "\n" + key] } }
+    public func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws {
+        state.withLock { s in
+            let k = record.bundleID + "\n" + record.key
+            if s.idempotency[k] == nil { s.idempotency[k] = record }
+        }
+    }
+    public func highPrioritySends(activityID: String, since: Date) async throws -> Int {
+        state.withLock { s in s.highPriority.filter { $0.0 == activityID && $0.1 >= since }.count }
+    }
+
+    // MARK: Queue
+
+    public func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
+        try transaction { s in
+            for a in activities { try Self.insert(&s, a) }
+            var ids: [Int64] = []
+            for j in jobs {
+                let lane = LanePlanner.lane(kind: j.kind, activityID: j.activityID, channelID: j.channelID)
+                let scheduled = j.runAt > now
+                let head = !scheduled ? lane.flatMap { Self.openHead(s, $0) } : nil
+                let id = s.nextJobID
+                s.nextJobID += 1
+                var seq: Int64?
+                if !scheduled {
+                    seq = s.nextSeq
+                    s.nextSeq += 1
+                }
+                let carries = LanePlanner.carriesContent(kind: j.kind, aps: j.aps)
+                s.jobs[id] = Job(
+                    job: PushJob(id: id, bundleID: j.bundleID, kind: j.kind, activityID: j.activityID, installationID: j.installationID, channelID: j.channelID, aps: j.aps,
+                                 hasAlert: j.hasAlert, requestedPriority: j.requestedPriority, runAt: j.runAt, state: scheduled ? .scheduled : .queued, attempts: 0, claimedBy: nil,
+                                 claimedUntil: nil, lastError: nil, createdAt: now, lane: lane, seq: seq),
+                    isHead: !scheduled && head == nil, supersedable: LanePlanner.isSupersedable(kind: j.kind, hasAlert: j.hasAlert, aps: j.aps), carriesContent: carries)
+                ids.append(id)
+                if carries, let lane, let head, let h = s.jobs[head], h.job.state == .queued, h.supersedable { _ = Self.coalesce(&s, lane: lane, now: now) }
+            }
+            if let r = idempotency {
+                let k = r.bundleID + "\n" + r.key
+                guard s.idempotency[k] == nil else { throw StoreError(.conflict, "the Idempotency-Key \(r.key) was used") }
+                s.idempotency[k] = r
+            }
+            return ids
+        }
+    }
+
+    /// The unfinished jobs of a lane, in lane order.
+    static func open(_ s: State, _ lane: String) -> [Job] {
+        s.jobs.values.filter { $0.job.lane == lane && ($0.job.state == .queued || $0.job.state == .claimed) }.sorted { ($0.job.seq ?? 0) < ($1.job.seq ?? 0) }
+    }
+    static func openHead(_ s: State, _ lane: String) -> Int64? { open(s, lane).first?.job.id }
+    static func fixHead(_ s: inout State, _ lane: String?) {
+        guard let lane, let id = openHead(s, lane) else { return }
+        s.jobs[id]?.isHead = true
+    }
+
+    static func coalesce(_ s: inout State, lane: String, now: Date) -> Int64? {
+        let entries = open(s, lane).map {
+            LanePlanner.Entry(id: $0.job.id, supersedable: $0.supersedable, carriesContent: $0.carriesContent, due: $0.job.runAt <= now, claimed: $0.job.state == .claimed)
+        }
+        let d = LanePlanner.decide(entries)
+        for id in d.superseded where s.jobs[id]?.job.state == .queued {
+            s.jobs[id]?.job.state = .superseded
+            s.jobs[id]?.isHead = false
+            s.jobs[id]?.job.lastError = "superseded by newer content before it was sent"
+        }
+        if !d.superseded.isEmpty { fixHead(&s, lane) }
+        return d.claim
+    }
+
+    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob] {
+        guard limit > 0 else { return [] }
+        return try transaction { s in
+            // Scheduled jobs that came due take their place in their lanes.
+            for var j in s.jobs.values.filter({ $0.job.state == .scheduled && $0.job.runAt <= now }).sorted(by: { ($0.job.runAt, $0.job.id) < ($1.job.runAt, $1.job.id) }) {
+                let head = j.job.lane.flatMap { Self.openHead(s, $0) }
+                j.job.state = .queued
+                j.job.seq = s.nextSeq
+                s.nextSeq += 1
+                j.isHead = head == nil
+                s.jobs[j.job.id] = j
+                if j.carriesContent, let lane = j.job.lane, let head, let h = s.jobs[head], h.job.state == .queued, h.supersedable { _ = Self.coalesce(&s, lane: lane, now: now) }
+            }
+            let heads = s.jobs.values.filter { $0.isHead && $0.job.state == .queued && $0.job.runAt <= now && !excludingApps.contains($0.job.bundleID) }
+                .sorted { ($0.job.runAt, $0.job.seq ?? 0) < ($1.job.runAt, $1.job.seq ?? 0) }
+                .prefix(limit)
+            var claimed: [ClaimedJob] = []
+            for head in heads {
+                var id = head.job.id
+                if let lane = head.job.lane, head.supersedable {
+                    guard let pick = Self.coalesce(&s, lane: lane, now: now) else { continue }
+                    id = pick
+                }
+                guard var j = s.jobs[id] else { continue }
+                var activity = j.job.activityID.flatMap { s.activities[$0] }
+                if j.timestamp == nil {
+                    var ts = Int64(now.timeIntervalSince1970.rounded(.down))
+                    if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
+                    if j.job.kind == .broadcast, let c = j.job.channelID {
+                        if let last = s.channelTimestamps[c], ts <= last { ts = last + 1 }
+                        s.channelTimestamps[c] = ts
+                    }
+                    j.timestamp = ts
+                    if let a = activity?.id {
+                        s.activities[a]?.lastTimestamp = ts
+                        activity?.lastTimestamp = ts
+                    }
+                }
+                if j.apnsID == nil { j.apnsID = UUID().uuidString.lowercased() }
+                j.job.state = .claimed
+                j.job.claimedBy = worker
+                j.job.claimedUntil = now.addingTimeInterval(lease)
+                j.job.attempts += 1
+                s.jobs[id] = j
+                claimed.append(ClaimedJob(job: j.job, timestamp: j.timestamp!, apnsID: j.apnsID!, worker: worker, activity: activity))
+            }
+            return claimed
+        }
+    }
+
+    public func complete(_ c: JobCompletion) async throws -> Bool {
+        try transaction { s in
+            let id = c.claim.job.id
+            guard var j = s.jobs[id], j.job.state == .claimed, j.job.claimedBy == c.claim.worker, j.job.attempts == c.claim.job.attempts else { return false }
+            var result = c.result
+            var patch = c.activity
+            if case .deadToken(let token, let reason, let grace) = result {
+                let current = j.job.activityID.flatMap { s.activities[$0]?.updateToken }
+                if current == nil {
+                    result = .finished(.failed, reason: reason)
+                } else if current == token {
+                    result = .retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up")
+                    patch = ActivityPatch(unreachable: .init(reason: reason, ifToken: token))
+                } else {
+                    result = .retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token")
+                }
+            }
+            j.job.claimedBy = nil
+            j.job.claimedUntil = nil
+            switch result {
+            case .finished(let state, let reason):
+                j.job.state = state
+                j.job.lastError = reason
+                j.isHead = false
+                s.jobs[id] = j
+                Self.fixHead(&s, j.job.lane)
+            case .retry(let at, let reason):
+                j.job.state = .queued
+                j.job.runAt = at
+                j.job.lastError = reason
+                s.jobs[id] = j
+            case .deadToken:
+                return false
+            }
+            if let d = c.delivery { s.deliveries.append(d) }
+            if let p = patch, let a = j.job.activityID { Self.apply(&s, p, to: a) }
+            if let p = c.installation, var i = s.installations[p.installationID] {
+                if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token { i.pushToStartTokens[type] = nil }
+                if let w = p.deadWidgetToken, i.widgetToken == w { i.widgetToken = nil }
+                s.installations[p.installationID] = i
+            }
+            if let at = c.highPriorityAt, let a = j.job.activityID { s.highPriority.append((a, at)) }
+            return true
+        }
+    }
+
+    static func apply(_ s: inout State, _ p: ActivityPatch, to id: String) {
+        guard var a = s.activities[id] else { return }
+        if a.state.acceptsPushes {
+            if let content = p.content { a.content = content }
+            if let score = p.relevanceScore { a.relevanceScore = score }
+            if p.setsStaleDate { a.staleDate = p.staleDate }
+        }
+        if let e = p.end, a.state.acceptsPushes {
+            a.state = .ended
+            if a.endedAt == nil { a.endedAt = e.at }
+            if let d = e.dismissAt { a.dismissedAt = d }
+            if let r = e.reason { a.stateReason = r }
+        }
+        if let u = p.unreachable, a.state.acceptsPushes, u.ifToken == nil || a.updateToken == u.ifToken {
+            a.state = .unreachable
+            a.stateReason = u.reason
+        }
+        s.activities[id] = a
+    }
+
+    public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
+        state.withLock { s in
+            var n = 0
+            for (id, j) in s.jobs where j.job.state == .claimed && (j.job.claimedUntil ?? .distantFuture) < now && !keeping.contains(id) {
+                s.jobs[id]?.job.state = .queued
+                s.jobs[id]?.job.claimedBy = nil
+                s.jobs[id]?.job.claimedUntil = nil
+                n += 1
+            }
+            return n
+        }
+    }
+
+    public func wakeLane(activityID: String, now: Date) async throws {
+        state.withLock { s in
+            for (id, j) in s.jobs where j.job.lane == "a:" + activityID && j.isHead && j.job.state == .queued && j.job.runAt > now { s.jobs[id]?.job.runAt = now }
+        }
+    }
+
+    public func wakeApp(bundleID: String, now: Date) async throws {
+        state.withLock { s in
+            for (id, j) in s.jobs where j.job.bundleID == bundleID && j.isHead && j.job.state == .queued && j.job.runAt > now { s.jobs[id]?.job.runAt = now }
+        }
+    }
+
+    public func job(id: Int64) async throws -> PushJob? { state.withLock { $0.jobs[id]?.job } }
+    public func jobCounts() async throws -> [PushJobState: Int] {
+        state.withLock { s in s.jobs.values.reduce(into: [:]) { $0[$1.job.state, default: 0] += 1 } }
+    }
+}
