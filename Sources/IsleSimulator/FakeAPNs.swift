@@ -74,6 +74,8 @@ public final class FakeAPNs: Sendable {
         var connections: [Int: Connection] = [:]
         var failures: [FailureRule] = []
         var log: [LoggedRequest] = []
+        /// Entries before this index are past the cap (dropped in batches).
+        var logStart = 0
         var verifiedJWTs: [String: Bool] = [:]
     }
 
@@ -104,8 +106,13 @@ public final class FakeAPNs: Sendable {
 
     public func addFailure(_ rule: FailureRule) { state.withLock { $0.failures.append(rule) } }
     public func clearFailures() { state.withLock { $0.failures.removeAll() } }
-    public var requestLog: [LoggedRequest] { state.withLock { $0.log } }
-    public func clearRequestLog() { state.withLock { $0.log.removeAll() } }
+    public var requestLog: [LoggedRequest] { state.withLock { Array($0.log[$0.logStart...]) } }
+    public func clearRequestLog() {
+        state.withLock { s in
+            s.log.removeAll()
+            s.logStart = 0
+        }
+    }
 
     // MARK: Serving
 
@@ -148,8 +155,14 @@ public final class FakeAPNs: Sendable {
             headers: request.headers.map { [$0.name, $0.name == "authorization" ? Self.redactJWT($0.value) : $0.value] },
             body: String(decoding: request.body.prefix(8192), as: UTF8.self), status: response.status, reason: reason, apnsID: isDevice ? apnsID : requestID, outcome: outcome)
         state.withLock { s in
+            // The newest `maximumLoggedRequests` are kept; older ones are cut in one go once as many
+            // again have piled up, so a long run does not shift the whole log on every request.
             s.log.append(entry)
-            if s.log.count > Self.maximumLoggedRequests { s.log.removeFirst(s.log.count - Self.maximumLoggedRequests) }
+            if s.log.count - s.logStart > Self.maximumLoggedRequests { s.logStart += 1 }
+            if s.logStart >= Self.maximumLoggedRequests {
+                s.log.removeFirst(s.logStart)
+                s.logStart = 0
+            }
         }
         return response
     }

@@ -155,7 +155,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func app(_ bundleID: String) async throws -> AppRecord? {
-        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE bundle_id = ?", arguments: [bundleID]).map(Self.app) }
+        try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM apps WHERE bundle_id = ?"), arguments: [bundleID]).map(Self.app) }
     }
 
     public func apps() async throws -> [AppRecord] {
@@ -177,7 +177,7 @@ public final class SQLiteStore: IsleStore {
 
     public func apiKey(secretHash: String) async throws -> APIKeyRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM api_keys WHERE secret_hash = ?", arguments: [secretHash]).map { r in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM api_keys WHERE secret_hash = ?"), arguments: [secretHash]).map { r in
                 APIKeyRecord(id: r["id"], bundleID: r["bundle_id"], scope: APIKeyScope(rawValue: r["scope"]) ?? .device, secretHash: r["secret_hash"],
                              createdAt: Date(timeIntervalSince1970: r["created_at"]), revokedAt: (r["revoked_at"] as Double?).map(Date.init(timeIntervalSince1970:)))
             }
@@ -213,7 +213,7 @@ public final class SQLiteStore: IsleStore {
     public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
         try await writer.write { db in
-            var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [id]).map(Self.installation) ?? create()
+            var i = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE id = ?"), arguments: [id]).map(Self.installation) ?? create()
             try change(&i)
             try Self.writeInstallation(db, i)
             return i
@@ -221,12 +221,12 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func installation(id: String) async throws -> InstallationRecord? {
-        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [id]).map(Self.installation) }
+        try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE id = ?"), arguments: [id]).map(Self.installation) }
     }
 
     public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM installations WHERE bundle_id = ? AND user_id = ? ORDER BY id", arguments: [bundleID, userID]).map(Self.installation)
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND user_id = ? ORDER BY id"), arguments: [bundleID, userID]).map(Self.installation)
         }
     }
 
@@ -283,11 +283,11 @@ public final class SQLiteStore: IsleStore {
 
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db, sql: """
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT * FROM activities WHERE bundle_id = ? AND external_key = ? AND state IN ('active', 'starting') ORDER BY started_at, rowid
-                """, arguments: [bundleID, externalKey])
+                """), arguments: [bundleID, externalKey])
             return try rows.map { r in
-                Self.activity(r, topics: try String.fetchAll(db, sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic", arguments: [r["id"] as String]))
+                Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
             }
         }
     }
@@ -324,8 +324,8 @@ public final class SQLiteStore: IsleStore {
     }
 
     static func activity(_ db: Database, where clause: String, _ arguments: StatementArguments) throws -> ActivityRecord? {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM activities WHERE \(clause) LIMIT 1", arguments: arguments) else { return nil }
-        let topics = try String.fetchAll(db, sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic", arguments: [row["id"] as String])
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE \(clause) LIMIT 1"), arguments: arguments) else { return nil }
+        let topics = try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [row["id"] as String])
         return activity(row, topics: topics)
     }
 
@@ -341,10 +341,10 @@ public final class SQLiteStore: IsleStore {
 
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db, sql: """
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
                 WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN ('active', 'starting') ORDER BY a.started_at, a.id
-                """, arguments: [bundleID, topic])
+                """), arguments: [bundleID, topic])
             return rows.map { Self.activity($0, topics: [topic]) }
         }
     }
