@@ -185,7 +185,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo"],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore"],
             swiftSettings: swiftSettings
         ),
     ],

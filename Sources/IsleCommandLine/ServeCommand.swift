@@ -85,6 +85,12 @@ struct ServeCommand: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             let p = await app.port()
+            guard p != 0 else {
+                // It stopped before listening (another server holds the database, the port is
+                // taken, …): the service group's error says why.
+                try await tasks.next()
+                throw CLIError("the server stopped before it could listen")
+            }
             let apps = try await store.apps()
             say("Isle server on http://\(c.host):\(p)  database \(c.databasePath)  APNs \(c.apns.name)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
             try await tasks.next()

@@ -35,10 +35,14 @@ public final class IsleServerApp: Service {
                                   onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
     }
 
-    /// The port the API listens on, once it does.
+    /// The port the API listens on, once it does; 0 if the server stopped before listening
+    /// (`run()` throws the reason).
     public func port() async -> Int { await portBox.wait() }
 
     public func run() async throws {
+        // Whoever waits for the port must not wait forever when the server cannot start: they get
+        // 0, and this method's error says why.
+        defer { portBox.set(0, ifUnset: true) }
         // One serving process per SQLite file: a second one stops here with the reason.
         let hold = try store.holdForServing()
         defer { hold.release() }
@@ -77,8 +81,9 @@ struct ErrorMiddleware: RouterMiddleware {
 
 final class PortBox: Sendable {
     private let state = Mutex<(Int?, [CheckedContinuation<Int, Never>])>((nil, []))
-    func set(_ p: Int) {
+    func set(_ p: Int, ifUnset: Bool = false) {
         let waiters = state.withLock { s -> [CheckedContinuation<Int, Never>] in
+            if ifUnset, s.0 != nil { return [] }
             s.0 = p
             defer { s.1.removeAll() }
             return s.1

@@ -2,6 +2,7 @@ import Foundation
 import IsleCommandLine
 import IsleCore
 import IsleHTTP2Server
+import IsleStore
 import IsleTesting
 import Testing
 
@@ -207,5 +208,26 @@ struct CLITests {
         #expect(json["issues"]?.arrayValue?.isEmpty == true)
         let bad = await IsleCLI.capture(["validate", path, "--json", "--broadcast", "--push-type", "widgets"])
         #expect(bad.status != 0)
+    }
+}
+
+@Suite("isle serve: one process per SQLite file")
+struct ServeExclusiveTests {
+    @Test("a second isle serve on a held database exits at once with one line saying why")
+    func secondServeExits() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-serve-\(UUID().uuidString).sqlite").path
+        let hold = try SQLiteStore(path: path).holdForServing()  // as a running `isle serve` does
+        defer { hold.release() }
+        let r = await IsleCLI.capture(["serve", "--database", path, "--port", "0"])
+        #expect(r.status != 0)
+        let lines = r.err.split(separator: "\n")
+        #expect(lines.count == 1 && lines.first?.contains("another isle serve is already using \(path)") == true, "\(r.err)")
+    }
+
+    @Test("an empty ISLE_DATABASE is refused, not a temporary database")
+    func emptyDatabase() async {
+        let r = await IsleCLI.capture(["serve", "--port", "0"], environment: ["ISLE_DATABASE": ""])
+        #expect(r.status != 0)
+        #expect(r.err.contains("the database path is empty"), "\(r.err)")
     }
 }
