@@ -212,6 +212,17 @@ public struct JobCompletion: Sendable, Hashable {
     /// A priority-10 send to count against the activity's hourly budget.
     public var highPriorityAt: Date?
 
+    /// A `deadToken` verdict, decided against the activity's update token as it is now (read in
+    /// the store's transaction): the one rule every store applies. Other verdicts pass unchanged.
+    public func resolvingDeadToken(currentToken: String?) -> (Result, ActivityPatch?) {
+        guard case .deadToken(let token, let reason, let grace) = result else { return (result, activity) }
+        guard let current = currentToken else { return (.finished(.failed, reason: reason), activity) }
+        if current == token {
+            return (.retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up"), ActivityPatch(unreachable: .init(reason: reason, ifToken: token)))
+        }
+        return (.retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token"), activity)
+    }
+
     public init(claim: ClaimedJob, result: Result, delivery: DeliveryRecord? = nil, activity: ActivityPatch? = nil, installation: InstallationPatch? = nil, highPriorityAt: Date? = nil) {
         self.claim = claim
         self.result = result

@@ -301,19 +301,7 @@ public final class MemoryStore: IsleStore {
         try transaction { s in
             let id = c.claim.job.id
             guard var j = s.jobs[id], j.job.state == .claimed, j.job.claimedBy == c.claim.worker, j.job.attempts == c.claim.job.attempts else { return false }
-            var result = c.result
-            var patch = c.activity
-            if case .deadToken(let token, let reason, let grace) = result {
-                let current = j.job.activityID.flatMap { s.activities[$0]?.updateToken }
-                if current == nil {
-                    result = .finished(.failed, reason: reason)
-                } else if current == token {
-                    result = .retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up")
-                    patch = ActivityPatch(unreachable: .init(reason: reason, ifToken: token))
-                } else {
-                    result = .retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token")
-                }
-            }
+            let (result, patch) = c.resolvingDeadToken(currentToken: j.job.activityID.flatMap { s.activities[$0]?.updateToken })
             j.job.claimedBy = nil
             j.job.claimedUntil = nil
             switch result {

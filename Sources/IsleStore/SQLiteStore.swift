@@ -540,19 +540,11 @@ public final class SQLiteStore: IsleStore {
         // The claim must still be this worker's, this attempt's.
         let guardClause = "WHERE id = ? AND state = 'claimed' AND claimed_by = ? AND attempts = ?"
         let guardArguments: StatementArguments = [job.id, c.claim.worker, job.attempts]
-        var result = c.result
-        var activityPatch = c.activity
-        if case .deadToken(let token, let reason, let grace) = result {
-            let current = try String?.fetchOne(db.cachedStatement(sql: "SELECT update_token FROM activities WHERE id = ?"), arguments: [job.activityID]) ?? nil
-            if current == nil {
-                result = .finished(.failed, reason: reason)
-            } else if current == token {
-                result = .retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up")
-                activityPatch = ActivityPatch(unreachable: .init(reason: reason, ifToken: token))
-            } else {
-                result = .retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token")
-            }
+        var current: String?
+        if case .deadToken = c.result {
+            current = try String?.fetchOne(db.cachedStatement(sql: "SELECT update_token FROM activities WHERE id = ?"), arguments: [job.activityID]) ?? nil
         }
+        let (result, activityPatch) = c.resolvingDeadToken(currentToken: current)
         switch result {
         case .finished(let state, let reason):
             try db.cachedStatement(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 " + guardClause)
