@@ -119,8 +119,9 @@ public struct DeliveryPlanner: Sendable {
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
             let priority = Self.wantsHighPriority(job) ? 10 : 5
+            let kind: PushJobKind = job.aps["event"]?.stringValue == "end" ? .end : .update
             return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job.aps, timestamp: c.job.timestamp),
-                              priority: priority, downgraded: false), d)
+                              priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now)), d)
         }
     }
 

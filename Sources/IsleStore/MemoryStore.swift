@@ -320,7 +320,13 @@ public final class MemoryStore: IsleStore {
                 return false
             }
             if let d = c.delivery { s.deliveries.append(d) }
-            if let p = patch, let a = j.job.activityID { Self.apply(&s, p, to: a) }
+            if let p = patch {
+                if let a = j.job.activityID {
+                    Self.apply(&s, p, to: a)
+                } else if j.job.kind == .broadcast, let channel = j.job.channelID {
+                    for (id, a) in s.activities where a.channelID == channel { Self.apply(&s, p, to: id) }
+                }
+            }
             if let p = c.installation, var i = s.installations[p.installationID] {
                 if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token { i.pushToStartTokens[type] = nil }
                 if let w = p.deadWidgetToken, i.widgetToken == w { i.widgetToken = nil }

@@ -559,7 +559,14 @@ public final class SQLiteStore: IsleStore {
             return false
         }
         if let d = c.delivery { try insert(db, d) }
-        if let p = activityPatch, let id = job.activityID { try apply(db, p, to: id) }
+        if let p = activityPatch {
+            if let id = job.activityID {
+                try apply(db, p, column: "id", id)
+            } else if job.kind == .broadcast, let channel = job.channelID {
+                // A broadcast changes every activity subscribed to its channel.
+                try apply(db, p, column: "channel_id", channel)
+            }
+        }
         if let p = c.installation { try apply(db, p) }
         if let at = c.highPriorityAt, let id = job.activityID {
             try db.cachedStatement(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)").execute(arguments: [id, at.timeIntervalSince1970])
@@ -568,24 +575,24 @@ public final class SQLiteStore: IsleStore {
     }
 
     /// Writes only what the push changed; never reverts what the device reported since.
-    static func apply(_ db: Database, _ p: ActivityPatch, to id: String) throws {
+    static func apply(_ db: Database, _ p: ActivityPatch, column: String, _ id: String) throws {
         if p.content != nil || p.relevanceScore != nil || p.setsStaleDate {
             // A push to an activity the person dismissed (or that ended) changes nothing on the phone.
             try db.cachedStatement(sql: """
                 UPDATE activities SET content = COALESCE(?, content), relevance_score = COALESCE(?, relevance_score),
                     stale_date = CASE WHEN ? THEN ? ELSE stale_date END
-                WHERE id = ? AND state IN ('active', 'starting')
+                WHERE \(column) = ? AND state IN ('active', 'starting')
                 """).execute(arguments: [p.content?.jsonString, p.relevanceScore, p.setsStaleDate, p.staleDate?.timeIntervalSince1970, id])
         }
         if let e = p.end {
             try db.cachedStatement(sql: """
                 UPDATE activities SET state = 'ended', ended_at = COALESCE(ended_at, ?), dismissed_at = COALESCE(?, dismissed_at), state_reason = COALESCE(?, state_reason)
-                WHERE id = ? AND state IN ('active', 'starting')
+                WHERE \(column) = ? AND state IN ('active', 'starting')
                 """).execute(arguments: [e.at.timeIntervalSince1970, e.dismissAt?.timeIntervalSince1970, e.reason, id])
         }
         if let u = p.unreachable {
             try db.cachedStatement(sql: """
-                UPDATE activities SET state = 'unreachable', state_reason = ? WHERE id = ? AND state IN ('active', 'starting') AND (? IS NULL OR update_token = ?)
+                UPDATE activities SET state = 'unreachable', state_reason = ? WHERE \(column) = ? AND state IN ('active', 'starting') AND (? IS NULL OR update_token = ?)
                 """).execute(arguments: [u.reason, id, u.ifToken, u.ifToken])
         }
     }

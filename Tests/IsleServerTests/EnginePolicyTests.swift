@@ -72,6 +72,11 @@ struct ServerChannelTests {
             let sent = try await f.call("POST", "/v1/channels/\(inPath)/update", key: f.backendKey, body: ["contentState": Pizza.state("Everyone"), "priority": 10])
             #expect(sent.status == 202, "\(sent.json.jsonString)")
             try await f.waitForDevice("the broadcast applied") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Everyone" }
+            // The server's record of the subscribed activity follows the broadcast, as the phone does.
+            let isleID = try #require(reg.json["id"]?.stringValue)
+            try await eventually("the record follows the broadcast") {
+                try await f.call("GET", "/v1/activities/\(isleID)", key: f.backendKey).json["contentState"]?["driverName"] == "Everyone"
+            }
             #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.count == 1)
             #expect(try await f.call("DELETE", "/v1/channels/\(inPath)", key: f.backendKey).status == 204)
             #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.isEmpty == true)
