@@ -407,7 +407,7 @@ public final class SQLiteStore: IsleStore {
     /// The first unfinished job of a lane.
     static func openHead(_ db: Database, _ lane: String) throws -> LaneHead? {
         try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT id, is_head, state, supersedable FROM jobs WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1
+            SELECT id, is_head, state, supersedable FROM jobs INDEXED BY jobs_lane_open WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1
             """), arguments: [lane]).map { r in
             LaneHead(id: r["id"], isHead: r["is_head"], claimed: (r["state"] as String) == "claimed", supersedable: r["supersedable"])
         }
@@ -424,7 +424,7 @@ public final class SQLiteStore: IsleStore {
     @discardableResult
     static func coalesce(_ db: Database, lane: String, now: Date) throws -> Int64? {
         let rows = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT id, state, supersedable, carries_content, run_at FROM jobs WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 256
+            SELECT id, state, supersedable, carries_content, run_at FROM jobs INDEXED BY jobs_lane_open WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 256
             """), arguments: [lane])
         let entries = rows.map { r in
             LanePlanner.Entry(id: r["id"], supersedable: r["supersedable"], carriesContent: r["carries_content"], due: (r["run_at"] as Double) <= now.timeIntervalSince1970,
@@ -458,7 +458,9 @@ public final class SQLiteStore: IsleStore {
         return try await writer.write { db in
             let t = now.timeIntervalSince1970
             try Self.promoteScheduled(db, now: now)
-            var sql = "SELECT * FROM jobs WHERE is_head = 1 AND state = 'queued' AND run_at <= ?"
+            // INDEXED BY: without statistics SQLite prefers jobs_due and scans every queued row;
+            // the partial index holds only lane heads, already in claim order.
+            var sql = "SELECT * FROM jobs INDEXED BY jobs_ready WHERE is_head = 1 AND state = 'queued' AND run_at <= ?"
             var arguments: StatementArguments = [t]
             if !excludingApps.isEmpty {
                 sql += " AND bundle_id NOT IN (\(Array(repeating: "?", count: excludingApps.count).joined(separator: ", ")))"
@@ -484,7 +486,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     static func promoteScheduled(_ db: Database, now: Date) throws {
-        let due = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, lane, carries_content FROM jobs WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT 10000"),
+        let due = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, lane, carries_content FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT 10000"),
                                    arguments: [now.timeIntervalSince1970])
         guard !due.isEmpty else { return }
         var seq = try nextSeq(db)
@@ -619,7 +621,7 @@ public final class SQLiteStore: IsleStore {
 
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
         try await writer.write { db in
-            let expired = try Int64.fetchAll(db, sql: "SELECT id FROM jobs WHERE state = 'claimed' AND claimed_until < ?", arguments: [now.timeIntervalSince1970])
+            let expired = try Int64.fetchAll(db, sql: "SELECT id FROM jobs INDEXED BY jobs_claimed WHERE state = 'claimed' AND claimed_until < ?", arguments: [now.timeIntervalSince1970])
             var n = 0
             for id in expired where !keeping.contains(id) {
                 try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed'").execute(arguments: [id])

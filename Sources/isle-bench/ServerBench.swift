@@ -19,6 +19,7 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "HTTP requests in flight against the API.") var clients = 32
     @Option(help: "Fan-out sizes, comma-separated.") var fanOut = "10000,100000"
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 600
+    @Flag(help: "Measure accepting alone: the app's deliveries are held (paused) during the run, so nothing else uses the CPU.") var acceptOnly = false
 
     func run() async throws {
         let sizes = fanOut.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -129,6 +130,7 @@ struct ServerBench: AsyncParsableCommand {
 
     func throughput() async throws {
         try await withRig(activityCount: activities) { rig, pairs in
+            if acceptOnly { _ = rig.app.engine.circuits.record("com.example.scores", .configuration("isle-bench --accept-only"), now: Date()) }
             let next = Counter()
             let start = ContinuousClock.now
             // Each client keeps its own latencies (milliseconds), merged at the end.
@@ -153,6 +155,12 @@ struct ServerBench: AsyncParsableCommand {
                 return all.sorted()
             }
             let accepted = ContinuousClock.now - start
+            if acceptOnly {
+                print(String(format: "accepted updates, deliveries held: %d in %.2f s = %.0f/s (%d HTTP clients, %d activities); accept latency p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+                             updates, Self.s(accepted), Double(updates) / Self.s(accepted), clients, activities,
+                             Self.quantile(latencies, 0.5), Self.quantile(latencies, 0.99), latencies.last ?? 0))
+                return
+            }
             let ok = try await waitSent(rig, updates)
             let delivered = ContinuousClock.now - start
             let counts = try await rig.store.jobCounts()
