@@ -12,12 +12,15 @@ struct APIError: HTTPResponseError {
     var code: String
     var message: String
     var field: String?
+    /// Seconds, sent as `Retry-After` (503s).
+    var retryAfter: Int?
 
-    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil) {
+    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.retryAfter = retryAfter
     }
 
     static func invalid(_ field: String, _ message: String) -> APIError { APIError(.badRequest, "invalidField", message, field: field) }
@@ -26,7 +29,9 @@ struct APIError: HTTPResponseError {
     func response(from request: Request, context: some RequestContext) throws -> Response {
         var e: JSONObject = ["code": .string(code), "message": .string(message)]
         if let field { e["field"] = .string(field) }
-        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .object(e)]).jsonBytes)))
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let retryAfter { headers[.retryAfter] = "\(retryAfter)" }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .object(e)]).jsonBytes)))
     }
 }
 

@@ -62,6 +62,11 @@ final class GroupCommit: Sendable {
         return box.withLock { $0! }
     }
 
+    static func describe(_ error: any Error) -> String {
+        if let e = error as? DatabaseError { return "SQLite error \(e.resultCode.rawValue)\(e.message.map { ": \($0)" } ?? "")" }
+        return "\(type(of: error))"
+    }
+
     /// Commits one batch: the queued writes (this caller's first among them: a new leader's write
     /// is always at the head of the queue), then hands over.
     private func lead(own: Int) async -> Result<Void, any Error> {
@@ -93,8 +98,9 @@ final class GroupCommit: Sendable {
             }.value
             outcome = .success(())
         } catch {
-            // The commit itself failed: every write of the batch failed with it.
-            outcome = .failure(error)
+            // The commit itself failed (disk full, locked past the busy timeout, I/O error): every
+            // write of the batch failed with it. Said without the SQL.
+            outcome = .failure(StoreError(.unavailable, "the database could not commit: \(Self.describe(error))"))
         }
         var mine: Result<Void, any Error> = .success(())
         let done = results.withLock { $0 }
