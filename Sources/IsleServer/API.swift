@@ -48,7 +48,7 @@ struct API: Sendable {
             return Self.json(value, status)
         }
         guard !key.isEmpty, key.count <= 255 else { throw APIError.invalid("Idempotency-Key", "Idempotency-Key must be 1 to 255 characters") }
-        let hash = SHA256.hash(data: Array("\(request.method.rawValue) \(request.uri.path)\n".utf8) + bytes).map { String(format: "%02x", $0) }.joined()
+        let hash = Hex.encode(SHA256.hash(data: Array("\(request.method.rawValue) \(request.uri.path)\n".utf8) + bytes))
         if let done = try await store.idempotencyRecord(bundleID: caller.bundleID, key: key) {
             guard done.requestHash == hash else {
                 throw APIError(.unprocessableContent, "idempotencyKeyReused", "this Idempotency-Key was used for a different request")

@@ -45,11 +45,11 @@ struct Caller: Sendable {
 enum APIKeys {
     /// A new secret: `isle_<scope>_<40 hex>`; only its hash is stored.
     static func newSecret(scope: APIKeyScope) -> String {
-        "isle_\(scope.rawValue)_" + (0..<20).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        "isle_\(scope.rawValue)_" + Hex.encode((0..<20).map { _ in UInt8.random(in: 0...255) })
     }
 
     static func hash(_ secret: String) -> String {
-        SHA256.hash(data: Array(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+        Hex.encode(SHA256.hash(data: Array(secret.utf8)))
     }
 }
 

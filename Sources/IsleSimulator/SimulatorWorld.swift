@@ -438,7 +438,7 @@ public final class SimulatorWorld: Sendable {
     }
 
     static func newToken(bytes: Int) -> String {
-        (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        Hex.encode((0..<bytes).map { _ in UInt8.random(in: 0...255) })
     }
 }
 
