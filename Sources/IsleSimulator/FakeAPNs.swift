@@ -395,7 +395,20 @@ public final class FakeAPNs: Sendable {
     }
 
     /// `bearer <redacted kid=… iss=… iat=…>`: enough to debug, nothing to replay.
+    /// The same token comes with every request of a connection: redact it once.
+    static let redactedJWTs = Mutex<[String: String]>([:])
+
     static func redactJWT(_ value: String) -> String {
+        if let done = redactedJWTs.withLock({ $0[value] }) { return done }
+        let redacted = redactJWTUncached(value)
+        redactedJWTs.withLock { c in
+            if c.count > 1_000 { c.removeAll() }
+            c[value] = redacted
+        }
+        return redacted
+    }
+
+    static func redactJWTUncached(_ value: String) -> String {
         let jwt = value.dropFirst(7)
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let h = base64URL(parts[0]).flatMap({ try? JSONParser.parse($0) }), let c = base64URL(parts[1]).flatMap({ try? JSONParser.parse($0) }) else {

@@ -359,8 +359,11 @@ public final class SimulatorWorld: Sendable {
         guard var d = s.devices.removeValue(forKey: deviceID) else { throw SimulatorError(.notFound, "no device \(deviceID)") }
         defer { s.devices[deviceID] = d }
         let logged = d.events.count
+        // One copy of the app per run of activities of the same app (not one per activity).
+        var current: SimulatedApp?
         for i in d.activities.indices {
-            guard let app = d.apps[d.activities[i].bundleID] else { continue }
+            if current?.bundleID != d.activities[i].bundleID { current = d.apps[d.activities[i].bundleID] }
+            guard let app = current, app.bundleID == d.activities[i].bundleID else { continue }
             let before = d.activities[i].state
             engine.advance(&d.activities[i], app: app, to: now, events: &d.events)
             if before != .dismissed, d.activities[i].state == .dismissed, let t = d.activities[i].updateToken { _ = t }
