@@ -5,6 +5,7 @@ import IsleSimulator
 import IsleStore
 import IsleTesting
 import Logging
+import Synchronization
 import Testing
 
 /// One test per defect of the first delivery core (issue 9), each against the simulator over
@@ -109,6 +110,47 @@ struct DeliveryCoreRegressionTests {
             try await eventually("the in-flight push recorded") { try await view(f, id)["deliveries"]?.arrayValue?.isEmpty == false }
             let v = try await view(f, id)
             #expect(v["state"] == "dismissed")
+        }
+    }
+
+    @Test("2b. a delivery whose bookkeeping write fails is retried in process: recorded once, never left claimed, never sent twice")
+    func bookkeepingRetriedInProcess() async throws {
+        try await ServerFixture.with { f in
+            // Restart the server on a store whose writes can fail.
+            await f.kill()
+            let faulty = Mutex<FaultyStore?>(nil)
+            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
+            try await f.start()
+            let store = try #require(faulty.withLock { $0 })
+            let (a, id) = try await f.appStartsActivity(key: "order-disk-full")
+            store.fail("complete", times: 3)  // the disk is full for the next three result writes
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("written at last")).status == 202)
+            try await f.waitForDevice("delivered") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "written at last" }
+            try await eventually("the result written once the disk has room") { try await view(f, id)["deliveries"]?.arrayValue?.count == 1 }
+            #expect(store.injected.withLock { $0 } == 3)
+            let counts = try await store.jobCounts()
+            #expect(counts[.sent] == 1 && counts[.claimed] == nil && counts[.queued] == nil, "\(counts)")
+            #expect(f.sim.apns.requestLog.count == 1, "sent once")
+            try await expectInStep(f, id, a.id)
+        }
+    }
+
+    @Test("2c. a write the database cannot commit answers 503 with Retry-After in the error shape, and queues nothing")
+    func unavailableDatabaseAnswers503() async throws {
+        try await ServerFixture.with { f in
+            await f.kill()
+            let faulty = Mutex<FaultyStore?>(nil)
+            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
+            try await f.start()
+            let store = try #require(faulty.withLock { $0 })
+            let (_, id) = try await f.appStartsActivity(key: "order-503")
+            store.fail("enqueue", times: 1)
+            let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("x"))
+            #expect(r.status == 503 && r.json["error"]?["code"] == "databaseUnavailable" && r.retryAfter == "1", "\(r.json.jsonString)")
+            #expect(r.json["error"]?["message"]?.stringValue?.contains("SELECT") == false)
+            #expect(try await store.jobCounts().isEmpty)
+            // The next one goes through.
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("y")).status == 202)
         }
     }
 

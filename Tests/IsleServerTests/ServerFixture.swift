@@ -33,6 +33,8 @@ final class ServerFixture: Sendable {
     let deviceKey: String
     let server: Server
     let tune: @Sendable (inout ServerConfiguration) -> Void
+    /// Wraps the real store the server runs on (fault injection).
+    let wrapStore = Mutex<(@Sendable (SQLiteStore) -> any IsleStore)?>(nil)
 
     /// The running server, which tests can stop abruptly and start again on the same file.
     final class Server: Sendable {
@@ -69,7 +71,9 @@ final class ServerFixture: Sendable {
     func start() async throws {
         var logger = Logger(label: "isle.test.server")
         logger.logLevel = .critical
-        let app = IsleServerApp(configuration: configuration(), store: try SQLiteStore(path: databasePath), clock: clock, logger: logger)
+        let sqlite = try SQLiteStore(path: databasePath)
+        let store: any IsleStore = wrapStore.withLock { $0 }.map { $0(sqlite) } ?? sqlite
+        let app = IsleServerApp(configuration: configuration(), store: store, clock: clock, logger: logger)
         let task = Task { try await app.run() }
         server.state.withLock { $0 = (app, task) }
         _ = await app.port()
@@ -119,6 +123,7 @@ final class ServerFixture: Sendable {
     struct Answer {
         var status: Int
         var json: JSONValue
+        var retryAfter: String? = nil
     }
 
     func call(_ method: String, _ path: String, key: String? = nil, body: JSONValue? = nil, raw: String? = nil, headers: [(String, String)] = []) async throws -> Answer {
@@ -130,7 +135,7 @@ final class ServerFixture: Sendable {
         let response = try await http.execute(r, timeout: .seconds(20))
         let bytes = try await response.body.collect(upTo: 4 << 20)
         let json = bytes.readableBytes == 0 ? JSONValue.null : ((try? JSONParser.parse(Array(buffer: bytes))) ?? .string(String(buffer: bytes)))
-        return Answer(status: Int(response.status.code), json: json)
+        return Answer(status: Int(response.status.code), json: json, retryAfter: response.headers.first(name: "retry-after"))
     }
 
     // Device-side helpers: the simulated app starts an activity and registers its token with Isle.

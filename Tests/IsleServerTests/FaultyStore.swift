@@ -1,0 +1,85 @@
+import Foundation
+import IsleCore
+import IsleStore
+import Synchronization
+
+/// A real store with scriptable write failures, for the paths that only show when the database
+/// does not cooperate: the engine's bookkeeping retried in process, the API's 503.
+final class FaultyStore: IsleStore {
+    let base: any IsleStore
+    /// Failures still to inject, by operation.
+    let failures = Mutex<[String: Int]>([:])
+    let injected = Mutex(0)
+
+    init(_ base: any IsleStore) { self.base = base }
+
+    func fail(_ operation: String, times: Int) { failures.withLock { $0[operation, default: 0] += times } }
+
+    private func check(_ operation: String) throws {
+        let fail = failures.withLock { f -> Bool in
+            guard let n = f[operation], n > 0 else { return false }
+            f[operation] = n - 1
+            return true
+        }
+        if fail {
+            injected.withLock { $0 += 1 }
+            throw StoreError(.unavailable, "injected: the disk is full")
+        }
+    }
+
+    // The faults
+    func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
+        try check("enqueue")
+        return try await base.enqueue(jobs, creating: activities, idempotency: idempotency, now: now)
+    }
+    func complete(_ completion: JobCompletion) async throws -> Bool {
+        try check("complete")
+        return try await base.complete(completion)
+    }
+
+    // Everything else as the real store does it
+    func migrate() async throws { try await base.migrate() }
+    func holdForServing() throws -> any ServingHold { try base.holdForServing() }
+    func upsertApp(_ app: AppRecord) async throws { try await base.upsertApp(app) }
+    func app(_ bundleID: String) async throws -> AppRecord? { try await base.app(bundleID) }
+    func apps() async throws -> [AppRecord] { try await base.apps() }
+    func insertAPIKey(_ key: APIKeyRecord) async throws { try await base.insertAPIKey(key) }
+    func apiKey(secretHash: String) async throws -> APIKeyRecord? { try await base.apiKey(secretHash: secretHash) }
+    func revokeAPIKey(id: String, at: Date) async throws -> Bool { try await base.revokeAPIKey(id: id, at: at) }
+    func upsertInstallation(_ installation: InstallationRecord) async throws { try await base.upsertInstallation(installation) }
+    func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+                            _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
+        try await base.modifyInstallation(id: id, create: create, change)
+    }
+    func installation(id: String) async throws -> InstallationRecord? { try await base.installation(id: id) }
+    func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] { try await base.installations(bundleID: bundleID, userID: userID) }
+    func insertActivity(_ activity: ActivityRecord) async throws { try await base.insertActivity(activity) }
+    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
+        try await base.modifyActivity(id: id, change)
+    }
+    func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
+        try await base.linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics)
+    }
+    func activity(id: String) async throws -> ActivityRecord? { try await base.activity(id: id) }
+    func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, externalKey: externalKey) }
+    func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, externalKey: externalKey) }
+    func activity(updateToken: String) async throws -> ActivityRecord? { try await base.activity(updateToken: updateToken) }
+    func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] { try await base.activities(bundleID: bundleID, topic: topic) }
+    func insertChannel(_ channel: ChannelRecord) async throws { try await base.insertChannel(channel) }
+    func channels(bundleID: String) async throws -> [ChannelRecord] { try await base.channels(bundleID: bundleID) }
+    func channel(id: String) async throws -> ChannelRecord? { try await base.channel(id: id) }
+    func deleteChannel(id: String) async throws { try await base.deleteChannel(id: id) }
+    func deliveries(activityID: String) async throws -> [DeliveryRecord] { try await base.deliveries(activityID: activityID) }
+    func delivery(apnsID: String) async throws -> DeliveryRecord? { try await base.delivery(apnsID: apnsID) }
+    func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(bundleID: bundleID, key: key) }
+    func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws { try await base.saveIdempotencyRecord(record) }
+    func highPrioritySends(activityID: String, since: Date) async throws -> Int { try await base.highPrioritySends(activityID: activityID, since: since) }
+    func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob] {
+        try await base.claim(limit: limit, now: now, lease: lease, worker: worker, excludingApps: excludingApps)
+    }
+    func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int { try await base.requeueExpiredClaims(now: now, keeping: keeping) }
+    func wakeLane(activityID: String, now: Date) async throws { try await base.wakeLane(activityID: activityID, now: now) }
+    func wakeApp(bundleID: String, now: Date) async throws { try await base.wakeApp(bundleID: bundleID, now: now) }
+    func job(id: Int64) async throws -> PushJob? { try await base.job(id: id) }
+    func jobCounts() async throws -> [PushJobState: Int] { try await base.jobCounts() }
+}
