@@ -98,10 +98,14 @@ public final class DeliveryEngine: Service {
         await withDiscardingTaskGroup { group in
             var iterator = wakeups.makeAsyncIterator()
             while true {
-                let room = configuration.concurrency - inFlight.count
+                let busy = inFlight.count
+                let room = configuration.concurrency - busy
                 var claimed: [ClaimedJob] = []
                 let batch = min(room, 256)
-                if batch > 0 {
+                // Claim in batches: once a few slots are free (or nothing is in flight), not on
+                // every completion — each claim is a transaction.
+                let worthIt = busy == 0 || room >= max(1, min(16, configuration.concurrency / 8))
+                if batch > 0, worthIt {
                     let now = clock.now
                     do {
                         claimed = try await store.claim(limit: batch, now: now, lease: configuration.lease, worker: worker, excludingApps: circuits.held(at: now))
@@ -117,7 +121,7 @@ public final class DeliveryEngine: Service {
                         self.wake()
                     }
                 }
-                if claimed.count == batch, batch > 0 { continue }
+                if claimed.count == batch, batch > 0, worthIt { continue }
                 guard await iterator.next() != nil else { break }
             }
         }
