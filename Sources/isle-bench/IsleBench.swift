@@ -115,10 +115,7 @@ struct ClientBench: AsyncParsableCommand {
         var seconds: Double
         var cpu: Double
         var latenciesMS: [Double]
-        func p(_ q: Double) -> Double {
-            guard !latenciesMS.isEmpty else { return 0 }
-            return latenciesMS[min(latenciesMS.count - 1, Int(Double(latenciesMS.count - 1) * q))]
-        }
+        func p(_ q: Double) -> Double { quantile(latenciesMS, q) }
     }
 
     func runLevel(client: APNsClient, push: APNsPush, concurrency: Int, count: Int, maxSeconds: Double) async throws -> LevelResult {
@@ -151,4 +148,12 @@ struct ClientBench: AsyncParsableCommand {
 final class Counter: Sendable {
     private let value = Atomic<Int>(0)
     func take() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
+}
+
+/// The value at quantile `q` of sorted samples (nearest rank); `q` is clamped to [0, 1], so no
+/// input can make the index conversion trap. The one helper every benchmark uses.
+func quantile(_ sorted: [Double], _ q: Double) -> Double {
+    guard !sorted.isEmpty else { return 0 }
+    let q = q.isFinite ? min(max(q, 0), 1) : 1
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * q))]
 }

@@ -98,12 +98,6 @@ struct ServerBench: AsyncParsableCommand {
         }
     }
 
-    /// Sorted latencies → the value at quantile q.
-    static func quantile(_ sorted: [Double], _ q: Double) -> Double {
-        guard !sorted.isEmpty else { return 0 }
-        return sorted[min(sorted.count - 1, Int((Double(sorted.count) * q).rounded(.up)) - 1)]
-    }
-
     func post(_ rig: Rig, _ path: String, _ body: String) async throws -> Int {
         var r = HTTPClientRequest(url: rig.base + path)
         r.method = .POST
@@ -158,7 +152,7 @@ struct ServerBench: AsyncParsableCommand {
             if acceptOnly {
                 print(String(format: "accepted updates, deliveries held: %d in %.2f s = %.0f/s (%d HTTP clients, %d activities); accept latency p50 %.2f ms, p99 %.2f ms, max %.2f ms",
                              updates, Self.s(accepted), Double(updates) / Self.s(accepted), clients, activities,
-                             Self.quantile(latencies, 0.5), Self.quantile(latencies, 0.99), latencies.last ?? 0))
+                             quantile(latencies, 0.5), quantile(latencies, 0.99), latencies.last ?? 0))
                 return
             }
             let ok = try await waitSent(rig, updates)
@@ -166,7 +160,7 @@ struct ServerBench: AsyncParsableCommand {
             let counts = try await rig.store.jobCounts()
             print(String(format: "accepted updates: %d in %.2f s = %.0f/s (%d HTTP clients, %d activities); accept latency p50 %.2f ms, p99 %.2f ms, max %.2f ms",
                          updates, Self.s(accepted), Double(updates) / Self.s(accepted), clients, activities,
-                         Self.quantile(latencies, 0.5), Self.quantile(latencies, 0.99), latencies.last ?? 0))
+                         quantile(latencies, 0.5), quantile(latencies, 0.99), latencies.last ?? 0))
             print(String(format: "end-to-end deliveries to the fake APNs: %d sent in %.2f s = %.0f/s%@", counts[.sent] ?? 0, Self.s(delivered), Double(counts[.sent] ?? 0) / Self.s(delivered), ok ? "" : " (timed out)"))
         }
     }

@@ -117,11 +117,7 @@ struct DeliveryCoreRegressionTests {
     func bookkeepingRetriedInProcess() async throws {
         try await ServerFixture.with { f in
             // Restart the server on a store whose writes can fail.
-            await f.kill()
-            let faulty = Mutex<FaultyStore?>(nil)
-            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
-            try await f.start()
-            let store = try #require(faulty.withLock { $0 })
+            let store = try await f.restartOnFaultyStore()
             let (a, id) = try await f.appStartsActivity(key: "order-disk-full")
             store.fail("complete", times: 3)  // the disk is full for the next three result writes
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("written at last")).status == 202)
@@ -138,11 +134,7 @@ struct DeliveryCoreRegressionTests {
     @Test("2c. a write the database cannot commit answers 503 with Retry-After in the error shape, and queues nothing")
     func unavailableDatabaseAnswers503() async throws {
         try await ServerFixture.with { f in
-            await f.kill()
-            let faulty = Mutex<FaultyStore?>(nil)
-            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
-            try await f.start()
-            let store = try #require(faulty.withLock { $0 })
+            let store = try await f.restartOnFaultyStore()
             let (_, id) = try await f.appStartsActivity(key: "order-503")
             store.fail("enqueue", times: 1)
             let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("x"))

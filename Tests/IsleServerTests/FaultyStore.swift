@@ -83,3 +83,15 @@ final class FaultyStore: IsleStore {
     func job(id: Int64) async throws -> PushJob? { try await base.job(id: id) }
     func jobCounts() async throws -> [PushJobState: Int] { try await base.jobCounts() }
 }
+
+extension ServerFixture {
+    /// Restarts the fixture's server on a ``FaultyStore`` over its SQLite file and returns it.
+    func restartOnFaultyStore() async throws -> FaultyStore {
+        await kill()
+        let made = Mutex<FaultyStore?>(nil)
+        wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); made.withLock { $0 = s }; return s } }
+        try await start()
+        guard let store = made.withLock({ $0 }) else { throw StoreError(.unavailable, "the server did not open its store") }
+        return store
+    }
+}
