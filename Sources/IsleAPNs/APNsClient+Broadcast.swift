@@ -79,12 +79,12 @@ extension APNsClient {
     /// The request ``broadcast(_:)`` would make.
     public func request(for push: BroadcastPush) throws(APNsError) -> APNsTransportRequest {
         try check(push)
-        return makeRequest(push, jwt: tokens.currentToken().jwt)
+        return makeRequest(push, authorization: tokens.currentToken().authorization)
     }
 
-    func makeRequest(_ push: BroadcastPush, jwt: String) -> APNsTransportRequest {
+    func makeRequest(_ push: BroadcastPush, authorization: String) -> APNsTransportRequest {
         var headers: [(name: String, value: String)] = [
-            ("authorization", "bearer \(jwt)"),
+            ("authorization", authorization),
             ("apns-channel-id", push.channelID),
             ("apns-push-type", PushType.liveactivity.rawValue),
             ("apns-priority", String(push.priority.rawValue)),
@@ -102,16 +102,16 @@ extension APNsClient {
         var push = push
         if push.requestID == nil { push.requestID = UUID() }
         let p = push
-        return try await perform(kind: "broadcast") { jwt in self.makeRequest(p, jwt: jwt) }
+        return try await perform(kind: "broadcast") { authorization in self.makeRequest(p, authorization: authorization) }
     }
 
     /// Creates a channel; APNs answers 201 with its id in `apns-channel-id`.
     public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy, requestID: UUID = UUID()) async throws(APNsError) -> BroadcastChannel {
         try Self.checkBundleID(bundleID)
         let body: JSONValue = ["message-storage-policy": .int(storagePolicy.rawValue), "push-type": "LiveActivity"]
-        let response = try await perform(kind: "channel creation") { jwt in
+        let response = try await perform(kind: "channel creation") { authorization in
             APNsTransportRequest(method: "POST", url: self.managementURL(bundleID, "channels"), headers: [
-                ("authorization", "bearer \(jwt)"), ("apns-request-id", requestID.uuidString.lowercased()), ("content-type", "application/json"),
+                ("authorization", authorization), ("apns-request-id", requestID.uuidString.lowercased()), ("content-type", "application/json"),
             ], body: body.jsonBytes)
         }
         guard let id = response.channelID, !id.isEmpty else {
@@ -124,9 +124,9 @@ extension APNsClient {
     public func readChannel(bundleID: String, channelID: String, requestID: UUID = UUID()) async throws(APNsError) -> BroadcastChannel {
         try Self.checkBundleID(bundleID)
         try Self.checkChannelID(channelID)
-        let (response, body) = try await performReturningBody(kind: "channel read") { jwt in
+        let (response, body) = try await performReturningBody(kind: "channel read") { authorization in
             APNsTransportRequest(method: "GET", url: self.managementURL(bundleID, "channels"), headers: [
-                ("authorization", "bearer \(jwt)"), ("apns-channel-id", channelID), ("apns-request-id", requestID.uuidString.lowercased()),
+                ("authorization", authorization), ("apns-channel-id", channelID), ("apns-request-id", requestID.uuidString.lowercased()),
             ], body: [])
         }
         guard let raw = body?["message-storage-policy"]?.numberValue?.int64Value, let policy = MessageStoragePolicy(rawValue: Int(raw)) else {
@@ -139,9 +139,9 @@ extension APNsClient {
     public func deleteChannel(bundleID: String, channelID: String, requestID: UUID = UUID()) async throws(APNsError) {
         try Self.checkBundleID(bundleID)
         try Self.checkChannelID(channelID)
-        _ = try await perform(kind: "channel deletion") { jwt in
+        _ = try await perform(kind: "channel deletion") { authorization in
             APNsTransportRequest(method: "DELETE", url: self.managementURL(bundleID, "channels"), headers: [
-                ("authorization", "bearer \(jwt)"), ("apns-channel-id", channelID), ("apns-request-id", requestID.uuidString.lowercased()),
+                ("authorization", authorization), ("apns-channel-id", channelID), ("apns-request-id", requestID.uuidString.lowercased()),
             ], body: [])
         }
     }
@@ -149,9 +149,9 @@ extension APNsClient {
     /// Lists the ids of all channels of an app in this environment.
     public func listChannels(bundleID: String, requestID: UUID = UUID()) async throws(APNsError) -> [String] {
         try Self.checkBundleID(bundleID)
-        let (response, body) = try await performReturningBody(kind: "channel list") { jwt in
+        let (response, body) = try await performReturningBody(kind: "channel list") { authorization in
             APNsTransportRequest(method: "GET", url: self.managementURL(bundleID, "all-channels"), headers: [
-                ("authorization", "bearer \(jwt)"), ("apns-request-id", requestID.uuidString.lowercased()),
+                ("authorization", authorization), ("apns-request-id", requestID.uuidString.lowercased()),
             ], body: [])
         }
         // Apple's page also says the body may be empty: treat that as no channels.

@@ -139,14 +139,17 @@ public final class APNsClient: Sendable {
         public var connectTimeout: Duration
         /// Check every payload with ``PayloadValidator`` and refuse to send one with errors.
         public var validatesPayloads: Bool
+        /// Which HTTP/2 client carries the requests.
+        public var transport: APNsTransportKind
 
-        public init(environment: APNsEnvironment, credentials: APNsCredentials, endpoints: APNsEndpoints? = nil, requestTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10), validatesPayloads: Bool = true) {
+        public init(environment: APNsEnvironment, credentials: APNsCredentials, endpoints: APNsEndpoints? = nil, requestTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(10), validatesPayloads: Bool = true, transport: APNsTransportKind = .default) {
             self.environment = environment
             self.credentials = credentials
             self.endpoints = endpoints ?? environment.endpoints
             self.requestTimeout = requestTimeout
             self.connectTimeout = connectTimeout
             self.validatesPayloads = validatesPayloads
+            self.transport = transport
         }
     }
 
@@ -164,9 +167,15 @@ public final class APNsClient: Sendable {
         tokens = ProviderTokenProvider(credentials: configuration.credentials, clock: clock)
     }
 
-    /// A client on AsyncHTTPClient, trusting the custom environment's roots when given.
+    /// A client on the configured transport, trusting the custom environment's roots when given.
     public convenience init(configuration: Configuration, clock: any WallClock = SystemWallClock(), logger: Logger) throws(APNsTransportError) {
-        let transport = try AsyncHTTPClientTransport(trustRootsPEM: configuration.environment.trustRootsPEM, connectTimeout: configuration.connectTimeout)
+        let transport: any APNsTransport
+        switch configuration.transport {
+        case .http2:
+            transport = try NIOHTTP2Transport(configuration: .init(trustRootsPEM: configuration.environment.trustRootsPEM, connectTimeout: configuration.connectTimeout), logger: logger)
+        case .asyncHTTPClient:
+            transport = try AsyncHTTPClientTransport(trustRootsPEM: configuration.environment.trustRootsPEM, connectTimeout: configuration.connectTimeout)
+        }
         self.init(configuration: configuration, transport: transport, clock: clock, logger: logger)
     }
 
@@ -192,12 +201,12 @@ public final class APNsClient: Sendable {
     public func request(for push: APNsPush) throws(APNsError) -> APNsTransportRequest {
         try check(push)
         let token = tokens.currentToken()
-        return makeRequest(push, jwt: token.jwt)
+        return makeRequest(push, authorization: token.authorization)
     }
 
-    func makeRequest(_ push: APNsPush, jwt: String) -> APNsTransportRequest {
+    func makeRequest(_ push: APNsPush, authorization: String) -> APNsTransportRequest {
         var headers: [(name: String, value: String)] = [
-            ("authorization", "bearer \(jwt)"),
+            ("authorization", authorization),
             ("apns-push-type", push.pushType.rawValue),
             ("apns-topic", push.topic),
             ("apns-priority", String(push.priority.rawValue)),
@@ -250,16 +259,16 @@ public final class APNsClient: Sendable {
         var push = push
         if push.apnsID == nil { push.apnsID = UUID() }
         let pushToSend = push
-        return try await perform(kind: "device push") { jwt in self.makeRequest(pushToSend, jwt: jwt) }
+        return try await perform(kind: "device push") { authorization in self.makeRequest(pushToSend, authorization: authorization) }
     }
 
-    /// Executes a request built with the current JWT; on `ExpiredProviderToken`, retries once
+    /// Executes a request built with the current `authorization` header; on `ExpiredProviderToken`, retries once
     /// with a new JWT if one may be minted.
     func perform(kind: String, _ build: (String) -> APNsTransportRequest) async throws(APNsError) -> APNsResponse {
         var token = tokens.currentToken()
         var retried = false
         while true {
-            let response = try await execute(build(token.jwt), kind: kind)
+            let response = try await execute(build(token.authorization), kind: kind)
             if response.isSuccess { return response }
             if response.reason == .expiredProviderToken, !retried, tokens.reportExpired(token) {
                 retried = true

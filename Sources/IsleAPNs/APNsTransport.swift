@@ -36,7 +36,8 @@ public struct APNsTransportResponse: Sendable {
 
 /// Failures below HTTP: no connection, TLS refused, timed out, connection lost mid-request.
 public struct APNsTransportError: Error, Sendable, CustomStringConvertible {
-    public enum Kind: String, Sendable { case timedOut, connectionFailed, tlsFailed, cancelled, other }
+    /// `overloaded`: more requests are waiting for a stream than the transport allows; nothing was sent.
+    public enum Kind: String, Sendable { case timedOut, connectionFailed, tlsFailed, cancelled, overloaded, other }
     public let kind: Kind
     public let reason: String
     public init(kind: Kind, reason: String) {
@@ -53,6 +54,16 @@ public protocol APNsTransport: Sendable {
     func execute(_ request: APNsTransportRequest, timeout: Duration) async throws(APNsTransportError) -> APNsTransportResponse
     /// Closes connections. Called once.
     func shutdown() async throws
+}
+
+/// The HTTP/2 clients Isle ships.
+public enum APNsTransportKind: String, Sendable, Hashable, CaseIterable {
+    /// ``NIOHTTP2Transport``: swift-nio-http2 directly, made for APNs (the default).
+    case http2
+    /// ``AsyncHTTPClientTransport``: AsyncHTTPClient, the general-purpose client.
+    case asyncHTTPClient = "async-http-client"
+
+    public static let `default` = APNsTransportKind.http2
 }
 
 /// Where APNs lives (apple-push.md §1.1, §7; isle-decisions.md, Wire).

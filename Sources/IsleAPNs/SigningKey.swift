@@ -117,6 +117,16 @@ public struct ProviderToken: Sendable, Hashable, CustomStringConvertible {
     public let issuedAt: Date
     public let keyID: String
     public let teamID: String
+    /// The `authorization` header value, `bearer <jwt>`: made once per token, shared by every request.
+    public let authorization: String
+
+    public init(jwt: String, issuedAt: Date, keyID: String, teamID: String) {
+        self.jwt = jwt
+        self.issuedAt = issuedAt
+        self.keyID = keyID
+        self.teamID = teamID
+        authorization = "bearer " + jwt
+    }
 
     public var description: String { "ProviderToken(kid: \(keyID), iss: \(teamID), iat: \(Int64(issuedAt.timeIntervalSince1970)), jwt: <redacted>)" }
 }

@@ -32,6 +32,8 @@ struct ConnectionOptions: ParsableArguments {
 
     @Option(help: "Seconds to wait for APNs' answer.")
     var timeout: Int = 30
+    @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client: http2 (default) or async-http-client.")
+    var apnsTransport: String = APNsTransportKind.default.rawValue
 
     func env(_ name: String) -> String? {
         let v = CLIContext.current.environment[name]
@@ -80,7 +82,11 @@ struct ConnectionOptions: ParsableArguments {
 
     func withClient<R: Sendable>(_ body: (APNsClient) async throws -> R) async throws -> R {
         guard timeout > 0 else { throw CLIError("--timeout must be a positive number of seconds") }
-        let configuration = APNsClient.Configuration(environment: try environment(), credentials: try credentials(), requestTimeout: .seconds(timeout), connectTimeout: .seconds(min(timeout, 10)))
+        guard let transport = APNsTransportKind(rawValue: apnsTransport) else {
+            throw CLIError("--apns-transport: \"\(apnsTransport)\" is not one of \(APNsTransportKind.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let configuration = APNsClient.Configuration(environment: try environment(), credentials: try credentials(), requestTimeout: .seconds(timeout),
+                                                     connectTimeout: .seconds(min(timeout, 10)), transport: transport)
         let client: APNsClient
         do { client = try APNsClient(configuration: configuration, clock: ContextClock(now: CLIContext.current.now), logger: Logger(label: "isle")) } catch {
             throw CLIError("cannot set up the connection: \(error.reason)")

@@ -38,6 +38,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("apns-url"), help: "Send to this APNs-compatible server, e.g. isle sim (env ISLE_APNS_URL).") var apnsURL: String?
     @Option(name: .customLong("apns-ca-cert"), help: "PEM CA to trust for --apns-url (env ISLE_APNS_CA_CERT).") var apnsCACert: String?
     @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 64).") var concurrency: Int?
+    @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env ISLE_LOG_LEVEL; default info).") var logLevel: String?
 
     func run() async throws {
@@ -46,7 +47,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let config {
             let value = try Inputs.json("@" + config, flag: "--config")
             guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
-            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsCACert", "concurrency", "logLevel"]
+            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel"]
             if let unknown = o.keys.first(where: { !known.contains($0) }) { throw CLIError("--config: unknown setting \"\(unknown)\"; known: \(known.sorted().joined(separator: ", "))") }
             file = o
         }
@@ -63,6 +64,12 @@ struct ServeCommand: AsyncParsableCommand {
         if let n = pick(concurrency.map(String.init), "ISLE_CONCURRENCY", "concurrency") {
             guard let v = Int(n), (1...10_000).contains(v) else { throw CLIError("concurrency: \(n) must be 1…10000") }
             c.concurrency = v
+        }
+        if let t = pick(apnsTransport, "ISLE_APNS_TRANSPORT", "apnsTransport") {
+            guard let kind = APNsTransportKind(rawValue: t) else {
+                throw CLIError("apns-transport: \"\(t)\" is not one of \(APNsTransportKind.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            c.apnsTransport = kind
         }
         if sandbox && production { throw CLIError("--sandbox and --production exclude each other") }
         if let url = pick(apnsURL, "ISLE_APNS_URL", "apnsURL") {

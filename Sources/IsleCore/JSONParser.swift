@@ -34,7 +34,7 @@ public struct JSONParser {
         var parser = Parser(bytes: bytes)
         parser.skipWhitespace()
         if parser.index == bytes.count { throw parser.error("the text is empty; expected a JSON value") }
-        let value = try parser.parseValue(path: "$", depth: 0)
+        let value = try parser.parseValue(depth: 0)
         parser.skipWhitespace()
         if parser.index != bytes.count { throw parser.error("unexpected text after the JSON value") }
         return Result(value: value, duplicateKeys: parser.duplicates)
@@ -44,6 +44,25 @@ public struct JSONParser {
         let bytes: [UInt8]
         var index = 0
         var duplicates: [String] = []
+        /// Where the parser is, as keys and indexes from the root; turned into a path string only
+        /// when a duplicate key must be reported.
+        var location: [PathStep] = []
+
+        enum PathStep {
+            case key(String)
+            case index(Int)
+        }
+
+        func path(adding key: String) -> String {
+            var path = "$"
+            for step in location {
+                switch step {
+                case .key(let k): path = JSONPath.appending(k, to: path)
+                case .index(let i): path = JSONPath.appending(index: i, to: path)
+                }
+            }
+            return JSONPath.appending(key, to: path)
+        }
 
         init(bytes: [UInt8]) { self.bytes = bytes }
 
@@ -76,13 +95,13 @@ public struct JSONParser {
             return String(format: "byte 0x%02X", b)
         }
 
-        mutating func parseValue(path: String, depth: Int) throws(JSONParseError) -> JSONValue {
+        mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
             guard depth < JSONParser.maximumDepth else { throw error("nesting deeper than \(JSONParser.maximumDepth) levels") }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of text; expected a value") }
             switch bytes[index] {
-            case UInt8(ascii: "{"): return try parseObject(path: path, depth: depth)
-            case UInt8(ascii: "["): return try parseArray(path: path, depth: depth)
+            case UInt8(ascii: "{"): return try parseObject(depth: depth)
+            case UInt8(ascii: "["): return try parseArray(depth: depth)
             case UInt8(ascii: "\""): return .string(try parseString())
             case UInt8(ascii: "t"): try literal("true"); return .bool(true)
             case UInt8(ascii: "f"): try literal("false"); return .bool(false)
@@ -102,7 +121,7 @@ public struct JSONParser {
             index += w.count
         }
 
-        mutating func parseObject(path: String, depth: Int) throws(JSONParseError) -> JSONValue {
+        mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
             index += 1
             var object = JSONObject()
             var reportedDuplicate = false
@@ -121,9 +140,11 @@ public struct JSONParser {
                     throw error("expected ':' after the object key \"\(key)\"")
                 }
                 index += 1
-                let value = try parseValue(path: JSONPath.appending(key, to: path), depth: depth + 1)
+                location.append(.key(key))
+                let value = try parseValue(depth: depth + 1)
+                location.removeLast()
                 if object[key] != nil, !reportedDuplicate {
-                    duplicates.append(JSONPath.appending(key, to: path))
+                    duplicates.append(path(adding: key))
                     reportedDuplicate = true
                 }
                 object[key] = value
@@ -135,13 +156,15 @@ public struct JSONParser {
             }
         }
 
-        mutating func parseArray(path: String, depth: Int) throws(JSONParseError) -> JSONValue {
+        mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
             index += 1
             var items: [JSONValue] = []
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(items) }
             while true {
-                items.append(try parseValue(path: "\(path)[\(items.count)]", depth: depth + 1))
+                location.append(.index(items.count))
+                items.append(try parseValue(depth: depth + 1))
+                location.removeLast()
                 skipWhitespace()
                 guard index < bytes.count else { throw error("unexpected end of text inside an array; expected ',' or ']'") }
                 if bytes[index] == UInt8(ascii: ",") { index += 1; continue }

@@ -18,6 +18,11 @@ public struct HTTP2ServerRequest: Sendable {
     public var body: [UInt8]
     /// The connection it came on: ids are unique for the server's lifetime.
     public var connectionID: Int
+    /// The HTTP/2 stream id.
+    public var streamID: Int = 0
+    /// Requests being handled on this connection when this one started, itself included: how many
+    /// streams the client had open at once.
+    public var concurrentStreams: Int = 1
 
     /// All values of a header.
     public func values(_ name: String) -> [String] { headers.filter { $0.name == name }.map(\.value) }
@@ -31,17 +36,28 @@ public struct HTTP2ServerResponse: Sendable {
     public var status: Int
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
-    /// After answering, send GOAWAY with this JSON reason and close the connection.
+    /// After answering, send GOAWAY with this JSON reason and close the connection gracefully:
+    /// `lastStreamID` is the highest stream the server has started on, those streams are still
+    /// answered, later ones are refused (never processed), then the connection closes.
     public var goAwayReason: String?
     /// Wait this long before answering (simulated latency).
     public var delay: Duration?
+    /// Instead of answering, close the TCP connection at once (a connection reset): every open
+    /// stream on it is left without an answer.
+    public var dropConnection: Bool
+    /// After answering, send a SETTINGS frame with this SETTINGS_MAX_CONCURRENT_STREAMS (as APNs
+    /// raises the limit once it has seen a valid provider token).
+    public var maxConcurrentStreams: Int?
 
-    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [], goAwayReason: String? = nil, delay: Duration? = nil) {
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [], goAwayReason: String? = nil, delay: Duration? = nil,
+                dropConnection: Bool = false, maxConcurrentStreams: Int? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
         self.goAwayReason = goAwayReason
         self.delay = delay
+        self.dropConnection = dropConnection
+        self.maxConcurrentStreams = maxConcurrentStreams
     }
 }
 
@@ -74,6 +90,16 @@ public final class HTTP2TLSServer: Service {
     public typealias Handler = @Sendable (HTTP2ServerRequest) async -> HTTP2ServerResponse
     typealias StreamChannel = NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
     typealias Connection = (id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<StreamChannel>)
+
+    /// Streams in progress on one connection, for a graceful GOAWAY.
+    final class ConnectionStreams: Sendable {
+        struct State {
+            var inFlight = 0
+            var highestStarted = 0
+            var goAwayLast: Int?
+        }
+        let state = Mutex(State())
+    }
 
     public let port: Int
     public let host: String
@@ -153,10 +179,11 @@ public final class HTTP2TLSServer: Service {
     }
 
     private func serve(_ connection: Connection) async {
+        let streams = ConnectionStreams()
         do {
             try await withThrowingDiscardingTaskGroup { group in
                 for try await stream in connection.multiplexer.inbound {
-                    group.addTask { await self.serve(stream: stream, connection: connection) }
+                    group.addTask { await self.serve(stream: stream, connection: connection, streams: streams) }
                 }
             }
         } catch {
@@ -164,10 +191,23 @@ public final class HTTP2TLSServer: Service {
         }
     }
 
-    private func serve(stream: StreamChannel, connection: Connection) async {
+    private func serve(stream: StreamChannel, connection: Connection, streams: ConnectionStreams) async {
+        let streamID = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()).map { Int(Int32($0)) } ?? 0
+        // After a GOAWAY, streams above its lastStreamID are refused unprocessed.
+        let concurrent: Int? = streams.state.withLock { s in
+            if let last = s.goAwayLast, streamID > last { return nil }
+            s.inFlight += 1
+            s.highestStarted = max(s.highestStarted, streamID)
+            return s.inFlight
+        }
+        guard let concurrent else {
+            try? await stream.executeThenClose { _, outbound in try await outbound.write(.rstStream(.refusedStream)) }
+            return
+        }
+        var sendGoAway: (last: Int, reason: String)?
+        var drop = false
         do {
-            let lastStream = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()) ?? .rootStream
-            let goAway: String? = try await stream.executeThenClose { inbound, outbound -> String? in
+            let action: (goAway: String?, drop: Bool, settings: Int?) = try await stream.executeThenClose { inbound, outbound in
                 var head: HPACKHeaders?
                 var body = ByteBuffer()
                 var complete = false
@@ -180,7 +220,7 @@ public final class HTTP2TLSServer: Service {
                         if case .byteBuffer(var b) = d.data {
                             guard body.readableBytes + b.readableBytes <= maxBodySize else {
                                 try await outbound.write(.rstStream(.refusedStream))
-                                return nil
+                                return (nil, false, nil)
                             }
                             body.writeBuffer(&b)
                         }
@@ -189,8 +229,9 @@ public final class HTTP2TLSServer: Service {
                         continue
                     }
                 }
-                guard complete, let head else { return nil }
-                var request = HTTP2ServerRequest(method: "", path: "", authority: nil, headers: [], body: Array(buffer: body), connectionID: connection.id)
+                guard complete, let head else { return (nil, false, nil) }
+                var request = HTTP2ServerRequest(method: "", path: "", authority: nil, headers: [], body: Array(buffer: body), connectionID: connection.id,
+                                                 streamID: streamID, concurrentStreams: concurrent)
                 for (name, value, _) in head {
                     switch name {
                     case ":method": request.method = value
@@ -202,6 +243,11 @@ public final class HTTP2TLSServer: Service {
                 }
                 let response = await handler(request)
                 if let delay = response.delay { try? await Task.sleep(for: delay) }
+                if response.dropConnection {
+                    // Close the connection before this stream ends, so no RST_STREAM goes out first.
+                    try? await connection.channel.close()
+                    return (nil, true, nil)
+                }
                 var headers = HPACKHeaders([(":status", String(response.status))])
                 for (name, value) in response.headers { headers.add(name: name.lowercased(), value: value) }
                 if response.body.isEmpty {
@@ -210,18 +256,40 @@ public final class HTTP2TLSServer: Service {
                     try await outbound.write(.headers(.init(headers: headers, endStream: false)))
                     try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: response.body)), endStream: true)))
                 }
-                return response.goAwayReason
+                return (response.goAwayReason, false, response.maxConcurrentStreams)
             }
-            // Only once this stream's frames are out: GOAWAY naming it as the last stream, then close.
-            if let reason = goAway {
-                let opaque = ByteBuffer(string: "{\"reason\":\"\(reason)\"}")
-                let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: opaque))
+            drop = action.drop
+            if let limit = action.settings {
+                let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)])))
                 try? await connection.channel.writeAndFlush(frame)
-                try? await connection.channel.close()
+            }
+            if let reason = action.goAway {
+                streams.state.withLock { s in
+                    if s.goAwayLast == nil {
+                        s.goAwayLast = s.highestStarted
+                        sendGoAway = (s.highestStarted, reason)
+                    }
+                }
             }
         } catch {
             logger.trace("stream ended", metadata: ["http2.connection": "\(connection.id)", "error": "\(error)"])
         }
+        if drop {
+            try? await connection.channel.close()
+            return
+        }
+        // Only once this stream's frames are out: GOAWAY naming the last stream started, then the
+        // connection closes when the streams up to it are answered.
+        if let (last, reason) = sendGoAway {
+            let opaque = ByteBuffer(string: "{\"reason\":\"\(reason)\"}")
+            let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: HTTP2StreamID(Int32(last)), errorCode: .noError, opaqueData: opaque))
+            try? await connection.channel.writeAndFlush(frame)
+        }
+        let closeNow = streams.state.withLock { s in
+            s.inFlight -= 1
+            return s.goAwayLast != nil && s.inFlight == 0
+        }
+        if closeNow { try? await connection.channel.close() }
     }
 }
 

@@ -33,6 +33,8 @@ public struct ServerConfiguration: Sendable {
     /// How long an idle worker waits before looking for due work again (scheduled pushes, retries).
     public var pollInterval: Duration = .milliseconds(200)
     public var requestTimeout: Duration = .seconds(30)
+    /// The HTTP/2 client that carries pushes to APNs.
+    public var apnsTransport: APNsTransportKind = .default
 
     public init() {}
 }

@@ -10,6 +10,11 @@ public struct RecordedRequest: Sendable {
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
     public var connectionID: Int
+    public var authority: String? = nil
+    /// The HTTP/2 stream id it came on.
+    public var streamID: Int = 0
+    /// Streams the client had open on that connection when this one started, itself included.
+    public var concurrentStreams: Int = 1
 
     public func values(_ name: String) -> [String] { headers.filter { $0.name == name }.map(\.value) }
     public func value(_ name: String) -> String? { values(name).first }
@@ -47,12 +52,12 @@ public final class RecordingAPNsServer: Sendable {
     }
 
     /// Binds on 127.0.0.1, port 0. Call ``run()`` (or use ``withServer(recordsRequests:logger:_:)``).
-    public static func bind(recordsRequests: Bool = true, logger: Logger = Logger(label: "isle.test.sink")) async throws -> RecordingAPNsServer {
+    public static func bind(recordsRequests: Bool = true, maxConcurrentStreams: Int = 1000, logger: Logger = Logger(label: "isle.test.sink")) async throws -> RecordingAPNsServer {
         let ca = try CertificateAuthority(commonName: "Isle Test CA")
         let leaf = try ca.issueServerCertificate()
         let box = Box()
         let server = try await HTTP2TLSServer.bind(
-            configuration: .init(certificateChainPEM: leaf.certificatePEM, privateKeyPEM: leaf.privateKeyPEM),
+            configuration: .init(certificateChainPEM: leaf.certificatePEM, privateKeyPEM: leaf.privateKeyPEM, maxConcurrentStreams: maxConcurrentStreams),
             logger: logger
         ) { request in
             box.sink.get()!.handle(request)
@@ -63,8 +68,9 @@ public final class RecordingAPNsServer: Sendable {
     }
 
     /// Runs a sink for the duration of `body`, then stops it.
-    public static func withServer<R: Sendable>(recordsRequests: Bool = true, logger: Logger = Logger(label: "isle.test.sink"), _ body: (RecordingAPNsServer) async throws -> R) async throws -> R {
-        let sink = try await bind(recordsRequests: recordsRequests, logger: logger)
+    public static func withServer<R: Sendable>(recordsRequests: Bool = true, maxConcurrentStreams: Int = 1000, logger: Logger = Logger(label: "isle.test.sink"),
+                                               _ body: (RecordingAPNsServer) async throws -> R) async throws -> R {
+        let sink = try await bind(recordsRequests: recordsRequests, maxConcurrentStreams: maxConcurrentStreams, logger: logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await sink.server.run() }
             do {
@@ -103,7 +109,8 @@ public final class RecordingAPNsServer: Sendable {
     }
 
     func handle(_ request: HTTP2ServerRequest) -> HTTP2ServerResponse {
-        let recorded = RecordedRequest(method: request.method, path: request.path, headers: request.headers, body: request.body, connectionID: request.connectionID)
+        let recorded = RecordedRequest(method: request.method, path: request.path, headers: request.headers, body: request.body, connectionID: request.connectionID,
+                                       authority: request.authority, streamID: request.streamID, concurrentStreams: request.concurrentStreams)
         var response = state.withLock { s -> HTTP2ServerResponse? in
             s.count += 1
             if recordsRequests { s.requests.append(recorded) }

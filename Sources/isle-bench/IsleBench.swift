@@ -49,7 +49,9 @@ struct Sink: AsyncParsableCommand {
 }
 
 struct ClientBench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "client", abstract: "Pushes/s, latency and CPU of the IsleAPNs client against a local HTTP/2 + TLS sink.")
+    static let configuration = CommandConfiguration(
+        commandName: "client",
+        abstract: "Pushes/s, latency and CPU of the IsleAPNs client's transports against a local HTTP/2 + TLS sink, next to h2load.")
 
     @Option(help: "Requests in flight, comma-separated.")
     var levels: String = "1,10,100,1000"
@@ -57,11 +59,22 @@ struct ClientBench: AsyncParsableCommand {
     var requests: Int = 10_000
     @Option(help: "Stop a level after this many seconds.")
     var maxSeconds: Double = 60
+    @Option(help: "Transports to measure, comma-separated: http2, async-http-client.")
+    var transports: String = "http2,async-http-client"
+    @Flag(help: "Do not run h2load even when it is installed.")
+    var noH2load = false
 
     func run() async throws {
         let levelList = levels.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         guard !levelList.isEmpty, levelList.allSatisfy({ $0 > 0 && $0 <= 5000 }) else { throw ValidationError("--levels: give numbers from 1 to 5000") }
         guard requests > 0, requests <= 1_000_000 else { throw ValidationError("--requests: 1 to 1,000,000") }
+        var kinds: [APNsTransportKind] = []
+        for name in transports.split(separator: ",") {
+            guard let kind = APNsTransportKind(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
+                throw ValidationError("--transports: \"\(name)\" is not one of \(APNsTransportKind.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            kinds.append(kind)
+        }
 
         // Start the sink as a child process.
         let child = Process()
@@ -91,23 +104,50 @@ struct ClientBench: AsyncParsableCommand {
         let ca = try String(contentsOfFile: caPath, encoding: .utf8)
         var logger = Logger(label: "isle.bench")
         logger.logLevel = .warning
-        let client = try APNsClient(configuration: .init(environment: .custom(url: url, trustRootsPEM: ca), credentials: credentials), logger: logger)
         let token = try DeviceToken(hex: String(repeating: "ab", count: 32))
         let push = APNsPush.liveActivity(
             LiveActivityPayload(event: .update, timestamp: Date(), contentState: ["driverName": "Anne Johnson", "deliveryTimer": [788_918_400, 788_919_900]]),
             token: token, bundleID: "com.example.pizza")
 
         print("IsleAPNs client → HTTP/2 + TLS sink on loopback (separate process); \(ProcessInfo.processInfo.activeProcessorCount) cores")
-        print("in flight | requests | pushes/s | p50 ms | p90 ms | p99 ms | max ms | client CPU s / 10k pushes")
-        // Warm up: connections, TLS, JIT-free but caches and pools.
-        _ = try await runLevel(client: client, push: push, concurrency: 50, count: 500, maxSeconds: 30)
-        for level in levelList {
-            let count = level == 1 ? max(1, requests / 5) : requests
-            let r = try await runLevel(client: client, push: push, concurrency: level, count: count, maxSeconds: maxSeconds)
-            print(String(format: "%9d | %8d | %8.0f | %6.2f | %6.2f | %6.2f | %6.2f | %.2f",
-                         level, r.done, Double(r.done) / r.seconds, r.p(0.5), r.p(0.9), r.p(0.99), r.p(1.0), r.cpu / Double(r.done) * 10_000))
+        var rows: [(name: String, level: Int, result: LevelResult)] = []
+        for kind in kinds {
+            let client = try APNsClient(configuration: .init(environment: .custom(url: url, trustRootsPEM: ca), credentials: credentials, transport: kind), logger: logger)
+            // Warm up: connections, TLS, caches and pools.
+            _ = try await runLevel(client: client, push: push, concurrency: 50, count: 2_000, maxSeconds: 30)
+            for level in levelList {
+                let count = level == 1 ? max(1, requests / 5) : requests
+                rows.append((kind.rawValue, level, try await runLevel(client: client, push: push, concurrency: level, count: count, maxSeconds: maxSeconds)))
+            }
+            try await client.shutdown()
         }
-        try await client.shutdown()
+        var h2loadRate: [Int: Double] = [:]
+        if !noH2load {
+            if let h2load = H2Load.find() {
+                let request = try APNsClient(configuration: .init(environment: .custom(url: url, trustRootsPEM: ca), credentials: credentials), logger: logger).request(for: push)
+                for level in levelList {
+                    let count = level == 1 ? max(1, requests / 5) : requests
+                    if let rate = try H2Load.run(path: h2load, request: request, requests: count, inFlight: level) {
+                        h2loadRate[level] = rate
+                        rows.append(("h2load", level, LevelResult(done: count, seconds: Double(count) / rate, cpu: .nan, latenciesMS: [])))
+                    }
+                }
+            } else {
+                print("h2load is not installed (Debian: apt-get install nghttp2-client); rates are not compared with it")
+            }
+        }
+        print("transport         | in flight | requests | pushes/s | of h2load | p50 ms | p90 ms | p99 ms | max ms | client CPU s / 10k pushes")
+        for row in rows.sorted(by: { ($0.level, $0.name == "h2load" ? 1 : 0) < ($1.level, $1.name == "h2load" ? 1 : 0) }) {
+            let r = row.result
+            let rate = Double(r.done) / r.seconds
+            let share = h2loadRate[row.level].map { String(format: "%8.0f%%", rate / $0 * 100) } ?? "        -"
+            if row.name == "h2load" {
+                print(String(format: "%@ | %9d | %8d | %8.0f | %@ |      - |      - |      - |      - | -", row.name.padding(toLength: 17, withPad: " ", startingAt: 0), row.level, r.done, rate, share))
+            } else {
+                print(String(format: "%@ | %9d | %8d | %8.0f | %@ | %6.2f | %6.2f | %6.2f | %6.2f | %.2f",
+                             row.name.padding(toLength: 17, withPad: " ", startingAt: 0), row.level, r.done, rate, share, r.p(0.5), r.p(0.9), r.p(0.99), r.p(1.0), r.cpu / Double(r.done) * 10_000))
+            }
+        }
     }
 
     struct LevelResult {
@@ -141,6 +181,44 @@ struct ClientBench: AsyncParsableCommand {
         let elapsed = ContinuousClock.now - start
         return LevelResult(done: latencies.count, seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
                            cpu: cpuSeconds() - cpu0, latenciesMS: latencies.sorted())
+    }
+}
+
+/// nghttp2's h2load against the same sink with the same request (headers, JWT, body): what one
+/// HTTP/2 connection can carry here, as the yardstick for the Swift transports.
+enum H2Load {
+    static func find() -> String? {
+        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+            let path = "\(dir)/h2load"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        return nil
+    }
+
+    /// Requests per second h2load reports, or nil when it fails.
+    static func run(path: String, request: APNsTransportRequest, requests: Int, inFlight: Int) throws -> Double? {
+        let body = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-body-\(getpid()).json")
+        try Data(request.body).write(to: body)
+        defer { try? FileManager.default.removeItem(at: body) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        var arguments = ["-n", "\(requests)", "-c", "1", "-m", "\(inFlight)", "-d", body.path]
+        for (name, value) in request.headers where name != "content-length" { arguments += ["-H", "\(name): \(value)"] }
+        arguments.append(request.url)
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        // "finished in 2.61s, 19157.09 req/s, 1.44MB/s"
+        guard let line = text.split(separator: "\n").first(where: { $0.contains("req/s") }),
+              let field = line.split(separator: ",").first(where: { $0.contains("req/s") }),
+              let rate = Double(field.replacingOccurrences(of: "req/s", with: "").trimmingCharacters(in: .whitespaces)),
+              text.contains("\(requests) succeeded") else { return nil }
+        return rate
     }
 }
 

@@ -1,0 +1,344 @@
+import Foundation
+import IsleAPNs
+import IsleCore
+import IsleHTTP2Server
+import IsleTesting
+import Logging
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The swift-nio-http2 transport against the recording sink (real HTTP/2 over TLS on loopback),
+/// with faults injected while other requests are queued and in flight.
+@Suite("NIOHTTP2Transport: pool, GOAWAY, resets, limits, timeouts")
+struct HTTP2TransportTests {
+    static let key = TestProviderKey()
+
+    /// A device push with a unique `apns-id`, built by the client so every header is real.
+    static func request(_ sink: RecordingAPNsServer, id: UUID = UUID(), slow: Bool = false) throws -> APNsTransportRequest {
+        let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
+        let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: sink.caCertificatePEM), credentials: credentials),
+                                    transport: UnusedTransport(), logger: Logger(label: "isle.test"))
+        var r = try client.request(for: .liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID, apnsID: id))
+        if slow { r.headers.append(("x-test-slow", "1")) }
+        return r
+    }
+
+    static func transport(_ sink: RecordingAPNsServer, _ tune: (inout NIOHTTP2Transport.Configuration) -> Void = { _ in }) throws -> NIOHTTP2Transport {
+        var configuration = NIOHTTP2Transport.Configuration(trustRootsPEM: sink.caCertificatePEM, connectTimeout: .seconds(10))
+        tune(&configuration)
+        return try NIOHTTP2Transport(configuration: configuration, logger: Logger(label: "isle.test.transport"))
+    }
+
+    /// Sends `count` pushes, `inFlight` at a time; returns each one's id and outcome.
+    static func burst(_ transport: NIOHTTP2Transport, _ sink: RecordingAPNsServer, count: Int, inFlight: Int, timeout: Duration = .seconds(20))
+        async throws -> [(id: String, result: Result<APNsTransportResponse, APNsTransportError>)] {
+        let requests = try (0..<count).map { _ in try request(sink) }
+        let next = Ticket()
+        return try await withThrowingTaskGroup(of: [(String, Result<APNsTransportResponse, APNsTransportError>)].self) { group in
+            for _ in 0..<inFlight {
+                group.addTask {
+                    var mine: [(String, Result<APNsTransportResponse, APNsTransportError>)] = []
+                    while true {
+                        let i = next.take()
+                        guard i < count else { break }
+                        let r = requests[i]
+                        do throws(APNsTransportError) { mine.append((r.value("apns-id")!, .success(try await transport.execute(r, timeout: timeout)))) } catch {
+                            mine.append((r.value("apns-id")!, .failure(error)))
+                        }
+                    }
+                    return mine
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+    }
+
+    /// How many times the sink saw each apns-id.
+    static func seen(_ sink: RecordingAPNsServer) -> [String: Int] {
+        sink.requests.reduce(into: [:]) { $0[$1.value("apns-id") ?? "-", default: 0] += 1 }
+    }
+
+    @Test("GOAWAY mid-burst, twice: streams above lastStreamID move to a new connection; nothing lost, nothing sent twice")
+    func goAwayMidBurst() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            let n = Ticket()
+            sink.setResponder { _ in
+                let i = n.take() + 1
+                return HTTP2ServerResponse(status: 200, goAwayReason: i == 150 || i == 420 ? "Shutdown" : nil, delay: .milliseconds(1))
+            }
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
+            let outcomes = try await Self.burst(transport, sink, count: 600, inFlight: 100)
+            try await transport.shutdown()
+            #expect(outcomes.count == 600)
+            let failures = outcomes.filter { if case .failure = $0.result { true } else { false } }
+            #expect(failures.isEmpty, "\(failures.prefix(3).map { "\($0.result)" })")
+            let seen = Self.seen(sink)
+            #expect(seen.count == 600)
+            #expect(seen.values.allSatisfy { $0 == 1 }, "a push was sent twice")
+            #expect(Set(sink.requests.map(\.connectionID)).count == 3)
+            #expect(transport.connectionsOpened == 3)
+        }
+    }
+
+    @Test("a connection reset mid-burst: open streams are reported, waiting requests move; every call returns, none is sent twice")
+    func connectionReset() async throws {
+        try await RecordingAPNsServer.withServer(maxConcurrentStreams: 40) { sink in
+            let n = Ticket()
+            sink.setResponder { _ in
+                let i = n.take() + 1
+                return HTTP2ServerResponse(status: 200, delay: .milliseconds(2), dropConnection: i == 200)
+            }
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
+            let outcomes = try await Self.burst(transport, sink, count: 500, inFlight: 100)
+            try await transport.shutdown()
+            #expect(outcomes.count == 500)
+            var failed = 0
+            for o in outcomes {
+                switch o.result {
+                case .success(let r): #expect(r.status == 200)
+                case .failure(let e):
+                    failed += 1
+                    #expect(e.kind == .connectionFailed, "\(e)")
+                    #expect(e.reason.contains("may have been delivered"), "\(e)")
+                }
+            }
+            // Only the streams open at the reset (at most the server's 40) can be in doubt.
+            #expect(failed >= 1 && failed <= 40, "\(failed) failed; most streams at once \(sink.requests.map(\.concurrentStreams).max() ?? 0); \(Set(outcomes.compactMap { if case .failure(let e) = $0.result { "\(e)" } else { nil } }))")
+            let seen = Self.seen(sink)
+            #expect(seen.values.allSatisfy { $0 == 1 }, "a push was sent twice")
+            for o in outcomes { if case .success = o.result { #expect(seen[o.id] == 1) } }
+            #expect(transport.connectionsOpened == 2)
+        }
+    }
+
+    @Test("SETTINGS_MAX_CONCURRENT_STREAMS of 1, then raised to 50: the client never exceeds the limit and uses the new one")
+    func maxConcurrentStreamsRaised() async throws {
+        try await RecordingAPNsServer.withServer(maxConcurrentStreams: 1) { sink in
+            let n = Ticket()
+            sink.setResponder { _ in
+                let i = n.take() + 1
+                return HTTP2ServerResponse(status: 200, delay: .milliseconds(3), maxConcurrentStreams: i == 3 ? 50 : nil)
+            }
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
+            let outcomes = try await Self.burst(transport, sink, count: 300, inFlight: 100)
+            try await transport.shutdown()
+            #expect(outcomes.allSatisfy { if case .success(let r) = $0.result { r.status == 200 } else { false } })
+            let requests = sink.requests.sorted { $0.streamID < $1.streamID }
+            #expect(requests.count == 300)
+            #expect(requests.prefix(3).allSatisfy { $0.concurrentStreams == 1 }, "\(requests.prefix(3).map(\.concurrentStreams))")
+            let most = requests.map(\.concurrentStreams).max() ?? 0
+            #expect(most > 1 && most <= 50, "at most \(most) streams at once")
+            #expect(Set(requests.map(\.connectionID)).count == 1)
+        }
+    }
+
+    @Test("streams run out on every connection: the pool opens more, up to its limit, each within the server's limit")
+    func poolGrowsWhenStreamsRunOut() async throws {
+        try await RecordingAPNsServer.withServer(maxConcurrentStreams: 1) { sink in
+            sink.setResponder { _ in HTTP2ServerResponse(status: 200, delay: .milliseconds(2)) }
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 3 }
+            // One request first, so the connection knows the server's limit before the burst.
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
+            let outcomes = try await Self.burst(transport, sink, count: 120, inFlight: 30)
+            try await transport.shutdown()
+            #expect(outcomes.allSatisfy { if case .success = $0.result { true } else { false } })
+            #expect(Set(sink.requests.map(\.connectionID)).count == 3)
+            #expect(sink.requests.allSatisfy { $0.concurrentStreams == 1 })
+        }
+    }
+
+    @Test("10,000 pushes over a pool of several connections: every one answered, each sent once")
+    func tenThousandOverAPool() async throws {
+        try await RecordingAPNsServer.withServer(maxConcurrentStreams: 16) { sink in
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 4 }
+            let outcomes = try await Self.burst(transport, sink, count: 10_000, inFlight: 64, timeout: .seconds(60))
+            try await transport.shutdown()
+            #expect(outcomes.count == 10_000)
+            #expect(outcomes.allSatisfy { if case .success(let r) = $0.result { r.status == 200 && r.value("apns-id") == $0.id } else { false } })
+            let seen = Self.seen(sink)
+            #expect(seen.count == 10_000)
+            #expect(seen.values.allSatisfy { $0 == 1 })
+            #expect(Set(sink.requests.map(\.connectionID)).count == 4)
+        }
+    }
+
+    @Test("a server that stops answering: each request times out at its deadline, the connection stays usable")
+    func serverStopsAnswering() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            sink.setResponder { r in HTTP2ServerResponse(status: 200, delay: r.value("x-test-slow") != nil ? .seconds(30) : nil) }
+            let transport = try Self.transport(sink)
+            let started = ContinuousClock.now
+            let results = try await withThrowingTaskGroup(of: APNsTransportError?.self) { group in
+                for _ in 0..<20 {
+                    let r = try Self.request(sink, slow: true)
+                    group.addTask {
+                        do throws(APNsTransportError) { _ = try await transport.execute(r, timeout: .milliseconds(300)); return nil } catch { return error }
+                    }
+                }
+                return try await group.reduce(into: [APNsTransportError?]()) { $0.append($1) }
+            }
+            #expect(ContinuousClock.now - started < .seconds(10))
+            #expect(results.allSatisfy { $0?.kind == .timedOut }, "\(results)")
+            // Fast requests after the timeouts, on the same connection.
+            for _ in 0..<5 {
+                let response = try await transport.execute(try Self.request(sink), timeout: .seconds(10))
+                #expect(response.status == 200)
+            }
+            #expect(transport.connectionsOpened == 1)
+            try await transport.shutdown()
+        }
+    }
+
+    @Test("a listener that never completes TLS: the connect timeout, as timedOut")
+    func connectTimeout() async throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        let transport = try NIOHTTP2Transport(configuration: .init(connectTimeout: .milliseconds(300)))
+        let request = APNsTransportRequest(method: "POST", url: "https://127.0.0.1:\(listener.port)/3/device/\(Samples.token.hex)", headers: [("apns-push-type", "alert")], body: Array("{}".utf8))
+        let started = ContinuousClock.now
+        do throws(APNsTransportError) {
+            _ = try await transport.execute(request, timeout: .seconds(20))
+            Issue.record("expected a timeout")
+        } catch {
+            #expect(error.kind == .timedOut, "\(error)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(5))
+        try await transport.shutdown()
+    }
+
+    @Test("back-pressure: past the queue limit, requests fail at once as overloaded; the rest are answered")
+    func backPressure() async throws {
+        try await RecordingAPNsServer.withServer(maxConcurrentStreams: 2) { sink in
+            sink.setResponder { _ in HTTP2ServerResponse(status: 200, delay: .milliseconds(50)) }
+            let transport = try Self.transport(sink) {
+                $0.maximumConnectionsPerHost = 1
+                $0.maximumStreamsPerConnection = 2
+                $0.maximumQueuedRequests = 10
+            }
+            let outcomes = try await Self.burst(transport, sink, count: 40, inFlight: 40)
+            try await transport.shutdown()
+            let overloaded = outcomes.filter { if case .failure(let e) = $0.result { e.kind == .overloaded } else { false } }
+            let answered = outcomes.filter { if case .success = $0.result { true } else { false } }
+            #expect(overloaded.count + answered.count == 40)
+            #expect(overloaded.count >= 20, "\(overloaded.count) overloaded")
+            #expect(answered.count >= 10)
+            #expect(Self.seen(sink).count == answered.count, "an overloaded request reached the server")
+        }
+    }
+
+    @Test("cancelling the caller cancels its request at once")
+    func cancellation() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            sink.setResponder { _ in HTTP2ServerResponse(status: 200, delay: .seconds(30)) }
+            let transport = try Self.transport(sink)
+            let request = try Self.request(sink)
+            let task = Task { () -> APNsTransportError? in
+                do throws(APNsTransportError) { _ = try await transport.execute(request, timeout: .seconds(60)); return nil } catch { return error }
+            }
+            try await eventually(within: .seconds(10), "the request reached the sink") { sink.requestCount == 1 }
+            let started = ContinuousClock.now
+            task.cancel()
+            let error = await task.value
+            #expect(error?.kind == .cancelled)
+            #expect(ContinuousClock.now - started < .seconds(5))
+            try await transport.shutdown()
+        }
+    }
+
+    @Test("idle connections close after the idle timeout; the next request opens a new one")
+    func idleClose() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            let transport = try Self.transport(sink) { $0.idleTimeout = .milliseconds(200) }
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
+            #expect(transport.connectionsOpened == 1)
+            try await eventually(within: .seconds(10), "the idle connection closed") { transport.connectionCount == 0 }
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
+            #expect(transport.connectionsOpened == 2)
+            try await transport.shutdown()
+        }
+    }
+
+    @Test("error bodies over many requests: the connection's flow-control window is replenished")
+    func manyErrorBodies() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            let padding = String(repeating: "x", count: 200)
+            sink.setResponder { _ in RecordingAPNsServer.errorResponse(status: 400, reason: "BadDeviceToken\(padding)") }
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
+            // 600 × ~230 bytes is twice the initial 65,535-byte connection window.
+            let outcomes = try await Self.burst(transport, sink, count: 600, inFlight: 50)
+            try await transport.shutdown()
+            let bad = outcomes.filter {
+                if case .success(let r) = $0.result { !(r.status == 400 && String(decoding: r.body, as: UTF8.self).contains("BadDeviceToken")) } else { true }
+            }
+            #expect(bad.isEmpty, "\(bad.count) bad: \(bad.prefix(2).map { "\($0.result)".prefix(300) })")
+            #expect(transport.connectionsOpened == 1)
+        }
+    }
+
+    @Test("both transports send the same request and read the same answer", arguments: APNsTransportKind.allCases)
+    func bothTransports(_ kind: APNsTransportKind) async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            sink.enqueueError(status: 410, reason: "Unregistered", timestamp: Samples.now)
+            let credentials = try APNsCredentials(keyID: Self.key.keyID, teamID: Self.key.teamID, pem: Self.key.privateKeyPEM)
+            let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: sink.caCertificatePEM), credentials: credentials, transport: kind),
+                                        logger: Logger(label: "isle.test"))
+            let id = UUID()
+            do throws(APNsError) {
+                try await client.send(.liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID, apnsID: id))
+                Issue.record("expected 410")
+            } catch {
+                #expect(error.response?.status == 410)
+                #expect(error.response?.reason == .unregistered)
+                #expect(error.response?.invalidSince == Samples.now)
+                #expect(error.response?.apnsID == id)
+            }
+            let ok = try await client.send(.liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID, apnsID: id))
+            #expect(ok.status == 200 && ok.apnsID == id)
+            try await client.shutdown()
+            let r = try #require(sink.requests.last)
+            #expect(r.path == "/3/device/\(Samples.token.hex)")
+            #expect(r.authority == "127.0.0.1:\(sink.server.port)")
+            #expect(r.body == Samples.update().encoded)
+        }
+    }
+}
+
+/// Hands out 0, 1, 2, … to concurrent callers.
+final class Ticket: Sendable {
+    private let value = Atomic<Int>(0)
+    func take() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
+}
+
+/// A transport that must never be used (for building requests only).
+struct UnusedTransport: APNsTransport {
+    func execute(_ request: APNsTransportRequest, timeout: Duration) async throws(APNsTransportError) -> APNsTransportResponse {
+        throw APNsTransportError(kind: .other, reason: "unused")
+    }
+    func shutdown() async throws {}
+}
+
+/// A TCP listener on 127.0.0.1 that never accepts: the kernel completes the handshake, nobody speaks TLS.
+final class SilentListener: Sendable {
+    let fd: Int32
+    let port: Int
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.fd = fd
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0, listen(fd, 16) == 0 else { throw DeadlineExceeded(what: "binding a silent listener", after: .zero) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}
