@@ -15,12 +15,7 @@ final class APNsConnection: Sendable {
     let key: APNsHostKey
     let loop: any EventLoop
     let pool: APNsConnectionPool
-    /// Requests assigned here and not yet finished (waiting or on a stream).
-    let load = Atomic<Int>(0)
-    /// How many streams may be open at once: the server's SETTINGS_MAX_CONCURRENT_STREAMS, capped.
-    let limit: Atomic<Int>
-    /// False once the connection takes no new requests (GOAWAY, idle, lost, shut down).
-    let usable = Atomic<Bool>(true)
+    let counters: APNsConnectionCounters
     private let box: NIOLoopBoundBox<APNsStreamHandler>
 
     init(id: Int, key: APNsHostKey, loop: any EventLoop, pool: APNsConnectionPool) {
@@ -28,11 +23,16 @@ final class APNsConnection: Sendable {
         self.key = key
         self.loop = loop
         self.pool = pool
-        limit = Atomic(min(100, pool.configuration.maximumStreamsPerConnection))
-        box = NIOLoopBoundBox.makeBoxSendingValue(APNsStreamHandler(configuration: pool.configuration, logger: pool.logger), eventLoop: loop)
+        let counters = APNsConnectionCounters(limit: min(100, pool.configuration.maximumStreamsPerConnection))
+        self.counters = counters
+        // Everything the handler needs is given here, so a request that reaches it before the
+        // connection has started (another caller picked this connection first) is accounted for.
+        box = NIOLoopBoundBox.makeBoxSendingValue(
+            APNsStreamHandler(configuration: pool.configuration, logger: pool.logger, pool: pool, counters: counters, loop: loop, hostDescription: key.description),
+            eventLoop: loop)
     }
 
-    var isUsable: Bool { usable.load(ordering: .relaxed) }
+    var isUsable: Bool { counters.usable.load(ordering: .relaxed) }
 
     /// Starts TCP + TLS + HTTP/2; requests submitted meanwhile wait on the handler.
     func connect() {
@@ -41,8 +41,7 @@ final class APNsConnection: Sendable {
         let ssl = pool.sslContext
         let host = key.host
         let serverHostname: String? = Self.isIPAddress(host) ? nil : host
-        let description = key.description
-        loop.execute { box.value.connecting(self, description: description) }
+        loop.execute { box.value.connecting() }
         let bootstrap = ClientBootstrap(group: loop)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -88,6 +87,18 @@ final class APNsConnection: Sendable {
     }
 }
 
+/// What the pool reads of a connection without a hop to its event loop.
+final class APNsConnectionCounters: Sendable {
+    /// Requests assigned here and not yet finished (waiting or on a stream).
+    let load = Atomic<Int>(0)
+    /// How many streams may be open at once: the server's SETTINGS_MAX_CONCURRENT_STREAMS, capped.
+    let limit: Atomic<Int>
+    /// False once the connection takes no new requests (GOAWAY, idle, lost, shut down).
+    let usable = Atomic<Bool>(true)
+
+    init(limit: Int) { self.limit = Atomic(limit) }
+}
+
 /// The stream bookkeeping of one connection; runs only on its event loop. Frames are written
 /// directly on the connection (NIOHTTP2Handler without a multiplexer), so a push costs no
 /// channel, and all requests queued within one event-loop tick share one flush.
@@ -106,9 +117,10 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let configuration: NIOHTTP2Transport.Configuration
     private let logger: Logger
-    private var connection: APNsConnection?
-    private var pool: APNsConnectionPool?
-    private var hostDescription = ""
+    private let pool: APNsConnectionPool
+    private let counters: APNsConnectionCounters
+    private let loop: any EventLoop
+    private let hostDescription: String
     private var phase = Phase.idle
     private var everReady = false
     private var context: ChannelHandlerContext?
@@ -133,23 +145,25 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var peerResets: [HTTP2StreamID: HTTP2ErrorCode] = [:]
     private var closePromises: [EventLoopPromise<Void>] = []
 
-    init(configuration: NIOHTTP2Transport.Configuration, logger: Logger) {
+    init(configuration: NIOHTTP2Transport.Configuration, logger: Logger, pool: APNsConnectionPool, counters: APNsConnectionCounters, loop: any EventLoop, hostDescription: String) {
         self.configuration = configuration
         self.logger = logger
+        self.pool = pool
+        self.counters = counters
+        self.loop = loop
+        self.hostDescription = hostDescription
     }
 
     private var streamCap: Int { min(remoteLimit, configuration.maximumStreamsPerConnection) }
 
     // MARK: Connecting
 
-    func connecting(_ connection: APNsConnection, description: String) {
-        self.connection = connection
-        pool = connection.pool
-        hostDescription = description
+    func connecting() {
         guard phase == .idle else { return }
         phase = .connecting
         let timeout = configuration.connectTimeout
-        connectDeadline = connection.loop.assumeIsolated().scheduleTask(in: TimeAmount(timeout)) {
+        let description = hostDescription
+        connectDeadline = loop.assumeIsolated().scheduleTask(in: TimeAmount(timeout)) {
             guard self.phase == .connecting || self.phase == .idle else { return }
             self.fail(APNsTransportError(kind: .timedOut, reason: "could not connect to \(description) (TCP, TLS and HTTP/2 settings) within \(timeout)"))
         }
@@ -284,13 +298,13 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// A request is no longer this connection's (answered, failed or moved).
     private func leave() {
-        connection?.load.wrappingAdd(-1, ordering: .relaxed)
-        pool?.outstanding.wrappingAdd(-1, ordering: .relaxed)
+        counters.load.wrappingAdd(-1, ordering: .relaxed)
+        pool.outstanding.wrappingAdd(-1, ordering: .relaxed)
     }
 
     private func leave(moving request: PendingRequest, reason: String) {
         leave()
-        if let pool { pool.move(request, reason: reason) } else { request.resume(.failure(closedError)) }
+        pool.move(request, reason: reason)
     }
 
     // MARK: Frames
@@ -335,7 +349,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .settings(.settings(let settings)):
             for setting in settings where setting.parameter == .maxConcurrentStreams {
                 remoteLimit = setting.value
-                connection?.limit.store(streamCap, ordering: .relaxed)
+                counters.limit.store(streamCap, ordering: .relaxed)
             }
             if phase == .connecting {
                 phase = .ready
@@ -409,7 +423,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func startDraining(reason: String) {
         guard phase == .ready || phase == .connecting || phase == .idle else { return }
         phase = .draining
-        if let connection { connection.pool.retire(connection) }
+        pool.retire(counters)
         while let request = queue.popFirst() { leave(moving: request, reason: reason) }
         closeIfDrained()
     }
@@ -438,7 +452,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         timeoutTask = nil
         maintenance = nil
         pingTimeoutTask = nil
-        if let connection { connection.pool.retire(connection) }
+        pool.retire(counters)
         let open = streams
         streams = [:]
         for (id, s) in open.sorted(by: { $0.key < $1.key }) {
@@ -460,13 +474,10 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         for promise in closePromises { promise.succeed() }
         closePromises = []
-        connection = nil
     }
 
     /// Closes now; every waiting and open request fails as cancelled.
     func shutdown() -> EventLoopFuture<Void> {
-        let loop = connection?.loop ?? context?.eventLoop
-        guard let loop else { return MultiThreadedEventLoopGroup.singleton.next().makeSucceededVoidFuture() }
         if phase == .closed { return loop.makeSucceededVoidFuture() }
         let error = APNsTransportError(kind: .cancelled, reason: "the transport was shut down")
         failure = error
@@ -485,7 +496,6 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func armTimeout(_ deadline: NIODeadline) {
         if let at = timeoutAt, at <= deadline { return }
-        guard let loop = connection?.loop else { return }
         timeoutTask?.cancel()
         timeoutAt = deadline
         timeoutTask = loop.assumeIsolated().scheduleTask(deadline: deadline) { self.expire() }
@@ -537,7 +547,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         guard phase == .ready, let context else { return }
         let now = NIODeadline.now()
         if streams.isEmpty, queue.isEmpty, now - lastActivity >= TimeAmount(configuration.idleTimeout) {
-            if let connection, connection.pool.retireIfIdle(connection) {
+            if pool.retireIfIdle(counters) {
                 logger.debug("closing an idle APNs connection", metadata: ["apns.host": "\(hostDescription)"])
                 phase = .draining
                 closeIfDrained()

@@ -238,12 +238,12 @@ final class APNsConnectionPool: Sendable {
             var leastLoaded: APNsConnection?
             var leastLoad = Int.max
             for c in list where c.isUsable {
-                let load = c.load.load(ordering: .relaxed)
+                let load = c.counters.load.load(ordering: .relaxed)
                 if load < leastLoad { leastLoad = load; leastLoaded = c }
-                if load < c.limit.load(ordering: .relaxed), load < bestLoad { bestLoad = load; best = c }
+                if load < c.counters.limit.load(ordering: .relaxed), load < bestLoad { bestLoad = load; best = c }
             }
             if let best {
-                best.load.wrappingAdd(1, ordering: .relaxed)
+                best.counters.load.wrappingAdd(1, ordering: .relaxed)
                 outstanding.wrappingAdd(1, ordering: .relaxed)
                 return .use(best)
             }
@@ -251,11 +251,11 @@ final class APNsConnectionPool: Sendable {
                 s.nextConnectionID += 1
                 let c = APNsConnection(id: s.nextConnectionID, key: request.request.key, loop: group.next(), pool: self)
                 s.connections[request.request.key, default: []].append(c)
-                c.load.wrappingAdd(1, ordering: .relaxed)
+                c.counters.load.wrappingAdd(1, ordering: .relaxed)
                 outstanding.wrappingAdd(1, ordering: .relaxed)
                 return .open(c)
             }
-            leastLoaded!.load.wrappingAdd(1, ordering: .relaxed)
+            leastLoaded!.counters.load.wrappingAdd(1, ordering: .relaxed)
             outstanding.wrappingAdd(1, ordering: .relaxed)
             return .use(leastLoaded!)
         }
@@ -289,32 +289,33 @@ final class APNsConnectionPool: Sendable {
         dispatch(request)
     }
 
-    /// Called by a connection (on its loop) for each request that leaves it, answered or not.
-    func requestLeft(_ connection: APNsConnection) {
-        connection.load.wrappingAdd(-1, ordering: .relaxed)
-        outstanding.wrappingAdd(-1, ordering: .relaxed)
-    }
-
-    /// Takes a connection out of rotation; true when it was still listed.
-    @discardableResult
-    func retire(_ connection: APNsConnection) -> Bool {
+    /// Takes a connection out of rotation.
+    func retire(_ counters: APNsConnectionCounters) {
         state.withLock { s in
-            connection.usable.store(false, ordering: .relaxed)
-            guard var list = s.connections[connection.key], let index = list.firstIndex(where: { $0 === connection }) else { return false }
-            list.remove(at: index)
-            s.connections[connection.key] = list.isEmpty ? nil : list
-            return true
+            counters.usable.store(false, ordering: .relaxed)
+            for (key, list) in s.connections {
+                guard let index = list.firstIndex(where: { $0.counters === counters }) else { continue }
+                var list = list
+                list.remove(at: index)
+                s.connections[key] = list.isEmpty ? nil : list
+                return
+            }
         }
     }
 
     /// Retires the connection only if nothing is assigned to it (checked under the lock that assigns).
-    func retireIfIdle(_ connection: APNsConnection) -> Bool {
+    func retireIfIdle(_ counters: APNsConnectionCounters) -> Bool {
+        // Assignments happen under this lock, so no request can be assigned between the check and
+        // the connection leaving the list.
         state.withLock { s in
-            guard connection.load.load(ordering: .relaxed) == 0 else { return false }
-            connection.usable.store(false, ordering: .relaxed)
-            if var list = s.connections[connection.key], let index = list.firstIndex(where: { $0 === connection }) {
+            guard counters.load.load(ordering: .relaxed) == 0 else { return false }
+            counters.usable.store(false, ordering: .relaxed)
+            for (key, list) in s.connections {
+                guard let index = list.firstIndex(where: { $0.counters === counters }) else { continue }
+                var list = list
                 list.remove(at: index)
-                s.connections[connection.key] = list.isEmpty ? nil : list
+                s.connections[key] = list.isEmpty ? nil : list
+                break
             }
             return true
         }
@@ -332,7 +333,7 @@ final class APNsConnectionPool: Sendable {
             s.connections = [:]
             return all
         }
-        for c in all { c.usable.store(false, ordering: .relaxed) }
+        for c in all { c.counters.usable.store(false, ordering: .relaxed) }
         await withTaskGroup(of: Void.self) { group in
             for c in all { group.addTask { await c.close() } }
         }

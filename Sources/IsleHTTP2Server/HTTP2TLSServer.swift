@@ -180,14 +180,25 @@ public final class HTTP2TLSServer: Service {
 
     private func serve(_ connection: Connection) async {
         let streams = ConnectionStreams()
-        do {
-            try await withThrowingDiscardingTaskGroup { group in
-                for try await stream in connection.multiplexer.inbound {
-                    group.addTask { await self.serve(stream: stream, connection: connection, streams: streams) }
+        // The stream loop runs in a task of its own that is never cancelled: cancelling the
+        // iteration would drop streams already accepted, and every stream channel must be closed
+        // by executeThenClose. Stopping the server closes the connection instead, which ends the
+        // loop after each accepted stream has been handled.
+        let loop = Task {
+            do {
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await stream in connection.multiplexer.inbound {
+                        group.addTask { await self.serve(stream: stream, connection: connection, streams: streams) }
+                    }
                 }
+            } catch {
+                logger.trace("connection ended", metadata: ["http2.connection": "\(connection.id)", "error": "\(error)"])
             }
-        } catch {
-            logger.trace("connection ended", metadata: ["http2.connection": "\(connection.id)", "error": "\(error)"])
+        }
+        await withTaskCancellationHandler {
+            await loop.value
+        } onCancel: {
+            connection.channel.close(promise: nil)
         }
     }
 
@@ -242,7 +253,12 @@ public final class HTTP2TLSServer: Service {
                     }
                 }
                 let response = await handler(request)
-                if let delay = response.delay { try? await Task.sleep(for: delay) }
+                if let delay = response.delay {
+                    // Simulated latency ends early when the connection closes.
+                    let sleeper = Task { try? await Task.sleep(for: delay) }
+                    connection.channel.closeFuture.whenComplete { _ in sleeper.cancel() }
+                    await sleeper.value
+                }
                 if response.dropConnection {
                     // Close the connection before this stream ends, so no RST_STREAM goes out first.
                     try? await connection.channel.close()

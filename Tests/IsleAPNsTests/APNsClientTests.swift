@@ -251,7 +251,7 @@ struct APNsClientTests {
     @Test("per-request deadline")
     func deadline() async throws {
         try await withSinkAndClient(requestTimeout: .milliseconds(300)) { sink, client in
-            sink.enqueue(HTTP2ServerResponse(status: 200, delay: .seconds(3)))
+            sink.enqueue(HTTP2ServerResponse(status: 200, delay: .seconds(30)))
             let start = ContinuousClock.now
             do throws(APNsError) {
                 try await client.send(.liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID))
@@ -261,7 +261,8 @@ struct APNsClientTests {
                 #expect(error.transport?.kind == .timedOut)
                 #expect(error.remedy == .retryLater)
             }
-            #expect(ContinuousClock.now - start < .seconds(3))
+            // At the 300 ms deadline, not when the server answers (30 s); generous for a loaded machine.
+            #expect(ContinuousClock.now - start < .seconds(10))
         }
     }
 
