@@ -22,6 +22,7 @@ public struct APNsTransportRequest: Sendable {
 /// What came back.
 public struct APNsTransportResponse: Sendable {
     public var status: Int
+    /// Names lowercase.
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
 
@@ -31,7 +32,8 @@ public struct APNsTransportResponse: Sendable {
         self.body = body
     }
 
-    public func value(_ name: String) -> String? { headers.first { $0.name.lowercased() == name }?.value }
+    /// The first value of a header; `name` lowercase (transports hand header names over lowercased, as HTTP/2 sends them).
+    public func value(_ name: String) -> String? { headers.first { $0.name == name }?.value }
 }
 
 /// Failures below HTTP: no connection, TLS refused, timed out, connection lost mid-request.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import IsleAPNs
 import IsleCore
 import IsleServer
 import IsleSimulator
@@ -19,6 +20,7 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "HTTP requests in flight against the API.") var clients = 32
     @Option(help: "Fan-out sizes, comma-separated.") var fanOut = "10000,100000"
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 600
+    @Option(help: "The server's APNs transport: http2 or async-http-client.") var apnsTransport = APNsTransportKind.default.rawValue
     @Flag(help: "Measure accepting alone: the app's deliveries are held (paused) during the run, so nothing else uses the CPU.") var acceptOnly = false
 
     func run() async throws {
@@ -80,6 +82,8 @@ struct ServerBench: AsyncParsableCommand {
             c.apns = .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM)
             c.concurrency = 256
             c.pollInterval = .milliseconds(20)
+            guard let transport = APNsTransportKind(rawValue: apnsTransport) else { throw ValidationError("--apns-transport: http2 or async-http-client") }
+            c.apnsTransport = transport
             let app = IsleServerApp(configuration: c, store: store, logger: quiet)
             let task = Task { try await app.run() }
             let port = await app.port()
@@ -116,7 +120,17 @@ struct ServerBench: AsyncParsableCommand {
         let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
         while ContinuousClock.now < deadline {
             let c = rig.app.engine.counters.snapshot
-            if (c["sent"] ?? 0) + (c["failed"] ?? 0) + (c["dropped"] ?? 0) >= n { return true }
+            if (c["sent"] ?? 0) + (c["failed"] ?? 0) + (c["dropped"] ?? 0) >= n {
+                // The counters move as each send is answered; wait for the bookkeeping to commit
+                // too, so the database's figures printed next are final.
+                while ContinuousClock.now < deadline {
+                    let counts = try await rig.store.jobCounts()
+                    let open: [PushJobState] = [.scheduled, .queued, .claimed]
+                    if open.allSatisfy({ (counts[$0] ?? 0) == 0 }) { return true }
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                return false
+            }
             try await Task.sleep(for: .milliseconds(5))
         }
         return false
