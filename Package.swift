@@ -86,7 +86,7 @@ let package = Package(
         // Durable storage: apps, keys, installations, activities, the delivery queue.
         .target(
             name: "IsleStore",
-            dependencies: ["IsleCore", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["IsleCore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         // The Isle server: HTTP API and the delivery engine.
@@ -174,7 +174,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleStoreTests",
-            dependencies: ["IsleStore", "IsleCore"],
+            dependencies: ["IsleStore", "IsleCore", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -20,6 +20,8 @@ PIDS+=($!)
 wait_for http://127.0.0.1:18080/health
 
 # --- README: first setup --------------------------------------------------------------------------
+isle master-key > /tmp/isle-master.key && chmod 600 /tmp/isle-master.key
+export ISLE_MASTER_KEY_FILE=/tmp/isle-master.key
 isle app add --database /tmp/isle.sqlite --bundle-id com.example.pizza \
   --key /tmp/isle-sim/AuthKey_SIMKEY0001.p8 --key-id SIMKEY0001 --team-id SIMTEAM001 \
   --schema Examples/PizzaDeliveryAttributes.schema.json

@@ -11,8 +11,24 @@ import ServiceLifecycle
 struct DatabaseOption: ParsableArguments {
     @Option(help: ArgumentHelp("The SQLite database file (env ISLE_DATABASE; default ./isle.sqlite).", valueName: "path"))
     var database: String?
+    @Option(name: .customLong("master-key-file"), help: ArgumentHelp("The master key that seals the apps' .p8 keys (env ISLE_MASTER_KEY_FILE, or the key itself in ISLE_MASTER_KEY). Create one with: isle master-key.", valueName: "file"))
+    var masterKeyFile: String?
 
     var path: String { database ?? CLIContext.current.environment["ISLE_DATABASE"] ?? "./isle.sqlite" }
+
+    /// The master key from --master-key-file, ISLE_MASTER_KEY_FILE or ISLE_MASTER_KEY; nil when none is given.
+    func masterKey() throws -> MasterKey? {
+        let env = CLIContext.current.environment
+        do {
+            if let file = masterKeyFile ?? env["ISLE_MASTER_KEY_FILE"].flatMap({ $0.isEmpty ? nil : $0 }) { return try MasterKey(file: file) }
+            if let text = env["ISLE_MASTER_KEY"], !text.isEmpty { return try MasterKey(base64: text) }
+        } catch {
+            throw CLIError("master key: \(error.message)")
+        }
+        return nil
+    }
+
+    static let masterKeyHelp = "Create a master key once with `isle master-key > isle-master.key && chmod 600 isle-master.key`, keep it apart from the database (and its backups), and pass --master-key-file isle-master.key (or ISLE_MASTER_KEY_FILE, or the key itself in ISLE_MASTER_KEY) to isle app add and isle serve."
 
     func open() async throws -> SQLiteStore {
         let store: SQLiteStore
@@ -85,8 +101,11 @@ struct ServeCommand: AsyncParsableCommand {
         guard let l = Logger.Level(rawValue: level) else { throw CLIError("log-level: \(level) is not one of trace, debug, info, notice, warning, error, critical") }
         logger.logLevel = l
 
+        if let problem = FilePermissions.problem(withDatabase: c.databasePath) { throw CLIError("database: \(problem)") }
         let store: SQLiteStore
         do { store = try SQLiteStore(path: c.databasePath) } catch { throw CLIError("database: cannot open \(c.databasePath): \(error)") }
+        c.masterKey = try database.masterKey()
+        try await Self.checkKeys(store: store, masterKey: c.masterKey, path: c.databasePath)
         let app = IsleServerApp(configuration: c, store: store, logger: logger)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -103,6 +122,43 @@ struct ServeCommand: AsyncParsableCommand {
             try await tasks.next()
         }
     }
+}
+
+extension ServeCommand {
+    /// Every app key must open with the master key given; keys from before sealing are sealed now.
+    static func checkKeys(store: SQLiteStore, masterKey: MasterKey?, path: String) async throws {
+        try await store.migrate()
+        let apps = try await store.apps()
+        let clear = apps.filter { !MasterKey.isSealed($0.keyPEM) }
+        if !clear.isEmpty {
+            guard let masterKey else {
+                throw CLIError("database: \(path) holds the .p8 key of \(clear.map(\.bundleID).joined(separator: ", ")) in clear; give a master key and isle serve seals it. \(DatabaseOption.masterKeyHelp)")
+            }
+            let sealed = try await store.sealPlaintextKeys(with: masterKey)
+            warn("sealed the .p8 key of \(sealed.joined(separator: ", ")) with the master key (it was stored in clear)")
+        }
+        let sealedApps = apps.filter { MasterKey.isSealed($0.keyPEM) }
+        if !sealedApps.isEmpty {
+            guard let masterKey else {
+                throw CLIError("database: the apps' .p8 keys are encrypted at rest and no master key was given. \(DatabaseOption.masterKeyHelp)")
+            }
+            for app in sealedApps {
+                do { _ = try masterKey.open(app.keyPEM, bundleID: app.bundleID) } catch {
+                    throw CLIError("master key: \(error.message); give the master key these apps were added with")
+                }
+            }
+        }
+    }
+}
+
+/// `isle master-key`: a new random master key, printed once.
+struct MasterKeyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "master-key",
+        abstract: "Print a new master key (32 random bytes, base64) to seal the apps' .p8 keys at rest.",
+        discussion: "isle master-key > isle-master.key && chmod 600 isle-master.key, then pass --master-key-file isle-master.key to isle app add and isle serve. Without it the server cannot open its apps' keys: keep a copy somewhere safe, apart from the database."
+    )
+    func run() throws { say(MasterKey.generate().base64) }
 }
 
 struct AppCommand: AsyncParsableCommand {
@@ -126,8 +182,13 @@ struct AppCommand: AsyncParsableCommand {
             var schemas: [ActivitySchema] = []
             for path in schema { schemas.append(try Inputs.schema(path)!) }
             let pem = String(decoding: try Inputs.read(key, flag: "--key"), as: UTF8.self)
+            guard let masterKey = try database.masterKey() else {
+                throw CLIError("app add: the .p8 key is stored encrypted and needs a master key. \(DatabaseOption.masterKeyHelp)")
+            }
             let store = try await database.open()
-            try await store.upsertApp(AppRecord(bundleID: bundleID, teamID: teamID, keyID: keyID, keyPEM: pem, frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date()))
+            try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: database.path)
+            try await store.upsertApp(AppRecord(bundleID: bundleID, teamID: teamID, keyID: keyID, keyPEM: masterKey.seal(pem, bundleID: bundleID),
+                                                frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date()))
             say("app \(bundleID) saved in \(database.path) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")
         }
     }

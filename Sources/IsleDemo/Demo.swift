@@ -80,8 +80,10 @@ public struct Demo: Sendable {
             let key = P256.Signing.PrivateKey()
             let store = try SQLiteStore(path: dir.appendingPathComponent("isle.sqlite").path)
             try await store.migrate()
-            // First setup, as `isle app add` and `isle key create` do it.
-            try await store.upsertApp(AppRecord(bundleID: Self.bundleID, teamID: Self.teamID, keyID: Self.keyID, keyPEM: key.pemRepresentation,
+            // First setup, as `isle app add` and `isle key create` do it: the key sealed with a
+            // master key (one for this run; the database is deleted at the end).
+            let masterKey = MasterKey.generate()
+            try await store.upsertApp(AppRecord(bundleID: Self.bundleID, teamID: Self.teamID, keyID: Self.keyID, keyPEM: masterKey.seal(key.pemRepresentation, bundleID: Self.bundleID),
                                                 schemas: [try ActivitySchema(jsonText: Self.schemaText)], createdAt: start))
             let backendKey = try await ServerSetup.createKey(store: store, bundleID: Self.bundleID, scope: .backend).secret
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Self.bundleID, scope: .device).secret
@@ -90,6 +92,7 @@ public struct Demo: Sendable {
             c.databasePath = dir.appendingPathComponent("isle.sqlite").path
             c.apns = .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM)
             c.pollInterval = .milliseconds(20)
+            c.masterKey = masterKey
             let server = IsleServerApp(configuration: c, store: store, clock: clock, logger: quiet)
 
             // The pizza shop's widget data: the "favorite pizza" timeline the widget fetches.

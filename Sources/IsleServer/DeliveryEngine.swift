@@ -369,16 +369,19 @@ public final class APNsClients: Sendable {
     let environment: APNsEnvironment
     let requestTimeout: Duration
     let transport: APNsTransportKind
+    let masterKey: MasterKey?
     let clock: any WallClock
     let logger: Logger
     private let clients = Mutex<[String: (keyID: String, client: APNsClient)]>([:])
     /// Clients replaced after a key change, closed at shutdown.
     private let retired = Mutex<[APNsClient]>([])
 
-    public init(environment: APNsEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default, clock: any WallClock = SystemWallClock(), logger: Logger) {
+    public init(environment: APNsEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default, masterKey: MasterKey? = nil,
+                clock: any WallClock = SystemWallClock(), logger: Logger) {
         self.environment = environment
         self.requestTimeout = requestTimeout
         self.transport = transport
+        self.masterKey = masterKey
         self.clock = clock
         self.logger = logger
     }
@@ -388,7 +391,7 @@ public final class APNsClients: Sendable {
         let client = try clients.withLock { c throws -> APNsClient in
             if let existing = c[app.bundleID], existing.keyID == app.keyID { return existing.client }
             // Made under the lock: two workers must not each make one and drop the other unclosed.
-            let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: app.keyPEM)
+            let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: try MasterKey.openKey(of: app, with: masterKey))
             let client = try APNsClient(configuration: .init(environment: environment, credentials: credentials, requestTimeout: requestTimeout, transport: transport), clock: clock, logger: logger)
             replaced = c[app.bundleID]?.client
             c[app.bundleID] = (app.keyID, client)

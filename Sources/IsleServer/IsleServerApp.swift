@@ -24,7 +24,8 @@ public final class IsleServerApp: Service {
         self.store = store
         self.clock = clock
         self.logger = logger
-        clients = APNsClients(environment: configuration.apns, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport, clock: clock, logger: logger)
+        clients = APNsClients(environment: configuration.apns, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
+                              masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
         let router = Router()
         let box = portBox

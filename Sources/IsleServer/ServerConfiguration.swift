@@ -1,5 +1,6 @@
 public import Foundation
 public import IsleAPNs
+public import IsleStore
 
 /// How `isle serve` runs. Built in one place from flags > environment > file > defaults.
 public struct ServerConfiguration: Sendable {
@@ -33,6 +34,8 @@ public struct ServerConfiguration: Sendable {
     /// How long an idle worker waits before looking for due work again (scheduled pushes, retries).
     public var pollInterval: Duration = .milliseconds(200)
     public var requestTimeout: Duration = .seconds(30)
+    /// Opens the apps' sealed `.p8` keys (see ``MasterKey``).
+    public var masterKey: MasterKey?
     /// The HTTP/2 client that carries pushes to APNs.
     public var apnsTransport: APNsTransportKind = .default
 

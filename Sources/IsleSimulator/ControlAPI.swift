@@ -9,6 +9,8 @@ import NIOCore
 struct ControlAPI {
     let world: SimulatorWorld
     let apns: FakeAPNs
+    /// Widget timeline URLs may name other hosts than loopback (`--allow-non-loopback`).
+    var allowsNonLoopbackURLs = false
 
     struct APIError: HTTPResponseError {
         var status: HTTPResponse.Status
@@ -150,7 +152,7 @@ struct ControlAPI {
         router.post("devices/:device/apps") { request, context in
             let id = try context.parameters.require("device")
             let o = try await ControlAPI.body(request)
-            let install = try ControlAPI.appInstall(o)
+            let install = try ControlAPI.appInstall(o, allowsNonLoopbackURLs: allowsNonLoopbackURLs)
             let app = try run { () throws(SimulatorError) in try world.install(install, on: id) }
             return try ControlAPI.json(app, status: .created)
         }
@@ -254,7 +256,7 @@ struct ControlAPI {
         }
     }
 
-    static func appInstall(_ o: JSONObject) throws -> SimulatorWorld.AppInstall {
+    static func appInstall(_ o: JSONObject, allowsNonLoopbackURLs: Bool = false) throws -> SimulatorWorld.AppInstall {
         let bundle = try string(o, "bundleID")!
         let env = try string(o, "environment", required: false).map { e -> SimulatedEnvironment in
             guard let v = SimulatedEnvironment(rawValue: e) else { throw APIError(.badRequest, "invalidArgument", "environment must be sandbox or production", field: "environment") }
@@ -276,6 +278,12 @@ struct ControlAPI {
             guard let kind = w["kind"]?.stringValue else { throw APIError(.badRequest, "invalidArgument", "widgets[\(i)].kind is required", field: "widgets[\(i)].kind") }
             let family = w["family"]?.stringValue ?? "systemSmall"
             if let url = w["url"]?.stringValue {
+                guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), scheme == "http" || scheme == "https", let host = parsed.host, !host.isEmpty else {
+                    throw APIError(.badRequest, "invalidArgument", "widgets[\(i)].url must be an http(s) URL", field: "widgets[\(i)].url")
+                }
+                guard allowsNonLoopbackURLs || IsleSim.isLoopback(host) else {
+                    throw APIError(.badRequest, "invalidArgument", "widgets[\(i)].url: the simulator fetches timelines from loopback only (\(host) is not); start it with --allow-non-loopback to allow other hosts", field: "widgets[\(i)].url")
+                }
                 widgets.append(.init(kind: kind, family: family, source: .url(url)))
             } else if let t = w["timeline"] {
                 do { widgets.append(.init(kind: kind, family: family, source: .fixed(try WidgetTimeline(json: t)))) } catch {
@@ -287,5 +295,25 @@ struct ControlAPI {
         }
         return SimulatorWorld.AppInstall(bundleID: bundle, environment: env, schemas: schemas, declaresFrequentUpdates: try bool(o, "frequentUpdates") ?? false,
                                          localization: localization, widgets: widgets)
+    }
+}
+
+/// The control API has no authentication, so it answers only what comes from this machine and
+/// not from a web page: the `Host` header must name loopback (a DNS-rebinding page sends its own
+/// name), and a request that carries an `Origin` (every browser request does; curl and test
+/// clients do not) must come from a loopback origin. Both answer 403 in the error shape.
+struct LoopbackOnlyMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        // HTTP/1.1's Host header arrives as the request's authority.
+        guard let host = request.head.authority, IsleSim.isLoopback(IsleSim.hostPart(host)) else {
+            throw ControlAPI.APIError(.forbidden, "forbiddenHost", "the simulator's control API answers requests addressed to a loopback host only (Host: \(request.head.authority ?? "none"))", field: "Host")
+        }
+        if let origin = request.headers[.origin] {
+            let authority = origin.split(separator: "://", maxSplits: 1).last.map(String.init) ?? ""
+            guard origin != "null", IsleSim.isLoopback(IsleSim.hostPart(authority)) else {
+                throw ControlAPI.APIError(.forbidden, "forbiddenOrigin", "the simulator's control API does not answer web pages from other origins (Origin: \(origin))", field: "Origin")
+            }
+        }
+        return try await next(request, context)
     }
 }

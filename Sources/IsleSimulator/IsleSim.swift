@@ -37,8 +37,33 @@ public final class IsleSim: Service {
 
     public var apnsURL: String { apnsServer.baseURL }
 
+    /// Whether `host` (a name or an address, IPv6 with or without brackets) is this machine's
+    /// loopback: `localhost`, 127.0.0.0/8, `::1` or `::ffff:127.x.y.z`. Parsed as an address, so
+    /// `127.evil.example` is not loopback.
     public static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        var h = host
+        if h.hasPrefix("["), h.hasSuffix("]") { h = String(h.dropFirst().dropLast()) }
+        if h.lowercased() == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, h, &v4) == 1 {
+            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, h, &v6) == 1 {
+            let bytes = withUnsafeBytes(of: v6) { Array($0) }
+            if bytes[0..<15].allSatisfy({ $0 == 0 }), bytes[15] == 1 { return true }
+            if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF { return bytes[12] == 127 }
+        }
+        return false
+    }
+
+    /// The host part of a `Host` header or URL authority: `[::1]:80` → `::1`, `127.0.0.1:8080` → `127.0.0.1`.
+    static func hostPart(_ authority: String) -> String {
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            return String(authority[authority.index(after: authority.startIndex)..<close])
+        }
+        if authority.filter({ $0 == ":" }).count == 1, let colon = authority.firstIndex(of: ":") { return String(authority[..<colon]) }
+        return authority
     }
 
     /// Binds the fake APNs now. The control API binds when ``run()`` starts; await ``controlURL()``.
@@ -68,7 +93,8 @@ public final class IsleSim: Service {
             logger: logger
         ) { request in await fake.handle(request) }
         let router = Router()
-        ControlAPI(world: world, apns: apns).addRoutes(to: router)
+        if !configuration.allowNonLoopback { router.add(middleware: LoopbackOnlyMiddleware()) }
+        ControlAPI(world: world, apns: apns, allowsNonLoopbackURLs: configuration.allowNonLoopback).addRoutes(to: router)
         let box = controlPortBox
         application = Application(
             router: router,

@@ -7,6 +7,8 @@ public struct AppRecord: Sendable, Hashable {
     public var teamID: String
     public var keyID: String
     /// The .p8 key (PEM). Never logged.
+    /// The `.p8` key as the store holds it: sealed by a ``MasterKey`` in a SQLite store
+    /// (`isle-sealed:v1:…`); ``MasterKey/openKey(of:with:)`` gives the PEM.
     public var keyPEM: String
     /// The app declares NSSupportsLiveActivitiesFrequentUpdates.
     public var frequentUpdatesDeclared: Bool

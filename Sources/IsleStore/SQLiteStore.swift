@@ -19,8 +19,17 @@ public final class SQLiteStore: IsleStore {
     public let path: String
 
     /// Opens (creating if needed) the database file. Call ``migrate()`` before use.
+    ///
+    /// A new file is created readable by its owner only (0600); SQLite gives its `-wal` and `-shm`
+    /// files the same mode. ``FilePermissions/problem(withDatabase:)`` says when an existing file
+    /// is more open than that.
     public init(path: String) throws {
         guard !path.isEmpty else { throw StoreError(.unavailable, "the database path is empty: give a file, e.g. ./isle.sqlite") }
+        if !FileManager.default.fileExists(atPath: path) {
+            let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw StoreError(.unavailable, "cannot create \(path): \(String(cString: strerror(errno)))") }
+            close(fd)
+        }
         var config = Configuration()
         config.busyMode = .timeout(10)
         config.prepareDatabase { db in
@@ -143,7 +152,28 @@ public final class SQLiteStore: IsleStore {
 
     // MARK: Apps and keys
 
+    /// Stores an app. Its key must be sealed (``MasterKey/seal(_:bundleID:)``): this store never
+    /// writes a `.p8` key in clear.
+    /// Seals every app key still stored in clear (a database from before keys were sealed).
+    /// Returns the bundle ids it sealed.
+    public func sealPlaintextKeys(with masterKey: MasterKey) async throws -> [String] {
+        try await writer.write { db in
+            var sealed: [String] = []
+            for row in try Row.fetchAll(db, sql: "SELECT bundle_id, key_pem FROM apps") {
+                let bundleID: String = row["bundle_id"]
+                let pem: String = row["key_pem"]
+                guard !MasterKey.isSealed(pem) else { continue }
+                try db.execute(sql: "UPDATE apps SET key_pem = ? WHERE bundle_id = ?", arguments: [masterKey.seal(pem, bundleID: bundleID), bundleID])
+                sealed.append(bundleID)
+            }
+            return sealed
+        }
+    }
+
     public func upsertApp(_ a: AppRecord) async throws {
+        guard MasterKey.isSealed(a.keyPEM) || !a.keyPEM.contains("PRIVATE KEY") else {
+            throw StoreError(.unavailable, "refusing to store the .p8 key of \(a.bundleID) in clear: seal it with the master key first")
+        }
         let schemas = JSONValue.array(a.schemas.map(\.jsonValue)).jsonString
         try await writer.write { db in
             try db.execute(sql: """

@@ -58,7 +58,9 @@ struct ServerBench: AsyncParsableCommand {
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-\(UUID().uuidString).sqlite").path
             let store = try SQLiteStore(path: path)
             try await store.migrate()
-            try await store.upsertApp(AppRecord(bundleID: "com.example.scores", teamID: key.teamID, keyID: key.keyID, keyPEM: key.privateKeyPEM, schemas: [schema], createdAt: Date()))
+            let masterKey = MasterKey.generate()
+            try await store.upsertApp(AppRecord(bundleID: "com.example.scores", teamID: key.teamID, keyID: key.keyID, keyPEM: masterKey.seal(key.privateKeyPEM, bundleID: "com.example.scores"),
+                                                schemas: [schema], createdAt: Date()))
             let backend = try await ServerSetup.createKey(store: store, bundleID: "com.example.scores", scope: .backend).secret
             var devices: [String] = []
             var pairs: [(String, String)] = []
@@ -82,6 +84,7 @@ struct ServerBench: AsyncParsableCommand {
             c.apns = .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM)
             c.concurrency = 256
             c.pollInterval = .milliseconds(20)
+            c.masterKey = masterKey
             guard let transport = APNsTransportKind(rawValue: apnsTransport) else { throw ValidationError("--apns-transport: http2 or async-http-client") }
             c.apnsTransport = transport
             let app = IsleServerApp(configuration: c, store: store, logger: quiet)

@@ -231,3 +231,83 @@ struct ServeExclusiveTests {
         #expect(r.err.contains("the database path is empty"), "\(r.err)")
     }
 }
+
+/// Secrets at rest: the database is private to its owner and never holds a `.p8` key in clear.
+@Suite("isle app add / serve: secrets at rest")
+struct SecretsAtRestCLITests {
+    static func tempPath(_ name: String) -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-secrets-\(UUID().uuidString)")
+        try! FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir.appendingPathComponent(name).path
+    }
+
+    static func mode(_ path: String) -> Int? { FilePermissions.mode(of: path).map { $0 & 0o777 } }
+
+    /// The test key's PEM written to a file, as an operator's AuthKey_….p8.
+    static func keyFile(_ key: TestProviderKey) throws -> String {
+        let path = tempPath("AuthKey_\(key.keyID).p8")
+        try key.privateKeyPEM.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test("app add without a master key refuses and says how to make one; with one, the file is 0600 and holds no key in clear")
+    func appAddSealsTheKey() async throws {
+        let key = TestProviderKey()
+        let p8 = try Self.keyFile(key)
+        let db = Self.tempPath("isle.sqlite")
+        let args = ["app", "add", "--database", db, "--bundle-id", "com.example.pizza", "--key", p8, "--key-id", key.keyID, "--team-id", key.teamID]
+        let refused = await IsleCLI.capture(args)
+        #expect(refused.status != 0)
+        #expect(refused.err.contains("needs a master key") && refused.err.contains("isle master-key"), "\(refused.err)")
+
+        let created = await IsleCLI.capture(["master-key"])
+        let masterKey = created.out.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(created.status == 0 && masterKey.count == 44 && Data(base64Encoded: masterKey)?.count == 32)
+        let added = await IsleCLI.capture(args, environment: ["ISLE_MASTER_KEY": masterKey])
+        #expect(added.status == 0, "\(added.err)")
+
+        for file in [db, db + "-wal", db + "-shm"] where FileManager.default.fileExists(atPath: file) {
+            #expect(Self.mode(file) == 0o600, "\(file) is \(String(Self.mode(file) ?? 0, radix: 8))")
+        }
+        // Neither the PEM nor its base64 body is anywhere in the database files.
+        let body = key.privateKeyPEM.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+        for file in [db, db + "-wal"] where FileManager.default.fileExists(atPath: file) {
+            let bytes = String(decoding: try Data(contentsOf: URL(fileURLWithPath: file)), as: UTF8.self)
+            #expect(!bytes.contains("PRIVATE KEY") && !bytes.contains(body.prefix(40)), "\(file) holds the key in clear")
+        }
+        let store = try SQLiteStore(path: db)
+        let app = try #require(try await store.app("com.example.pizza"))
+        #expect(app.keyPEM.hasPrefix(MasterKey.sealedPrefix))
+        #expect(try MasterKey.openKey(of: app, with: try MasterKey(base64: masterKey)) == key.privateKeyPEM)
+    }
+
+    @Test("serve refuses a database others can read, naming the chmod; and apps whose keys its master key does not open")
+    func serveRefuses() async throws {
+        let key = TestProviderKey()
+        let p8 = try Self.keyFile(key)
+        let db = Self.tempPath("isle.sqlite")
+        let masterKey = MasterKey.generate().base64
+        let added = await IsleCLI.capture(["app", "add", "--database", db, "--bundle-id", "com.example.pizza", "--key", p8, "--key-id", key.keyID, "--team-id", key.teamID],
+                                          environment: ["ISLE_MASTER_KEY": masterKey])
+        #expect(added.status == 0, "\(added.err)")
+
+        let noKey = await IsleCLI.capture(["serve", "--database", db, "--port", "0"])
+        #expect(noKey.status != 0 && noKey.err.contains("encrypted at rest and no master key"), "\(noKey.err)")
+        let wrongKey = await IsleCLI.capture(["serve", "--database", db, "--port", "0"], environment: ["ISLE_MASTER_KEY": MasterKey.generate().base64])
+        #expect(wrongKey.status != 0 && wrongKey.err.contains("does not open"), "\(wrongKey.err)")
+        let badKey = await IsleCLI.capture(["serve", "--database", db, "--port", "0"], environment: ["ISLE_MASTER_KEY": "short"])
+        #expect(badKey.status != 0 && badKey.err.contains("32 bytes"), "\(badKey.err)")
+
+        chmod(db, 0o644)
+        let open = await IsleCLI.capture(["serve", "--database", db, "--port", "0"], environment: ["ISLE_MASTER_KEY": masterKey])
+        #expect(open.status != 0 && open.err.contains("chmod 600 \(db)"), "\(open.err)")
+
+        // A master key file others can read is refused too.
+        let file = Self.tempPath("master.key")
+        try masterKey.write(toFile: file, atomically: true, encoding: .utf8)
+        chmod(file, 0o644)
+        chmod(db, 0o600)
+        let openKeyFile = await IsleCLI.capture(["serve", "--database", db, "--port", "0", "--master-key-file", file])
+        #expect(openKeyFile.status != 0 && openKeyFile.err.contains("chmod 600 \(file)"), "\(openKeyFile.err)")
+    }
+}

@@ -24,6 +24,8 @@ enum Pizza {
 /// A simulator and an Isle server on one virtual clock, the server on a real SQLite file, talking
 /// HTTP/2 + TLS to the simulator's fake APNs; and an HTTP client for the server's API.
 final class ServerFixture: Sendable {
+    /// Seals the fixture's app key, as `isle app add` does with the operator's master key.
+    static let masterKey = MasterKey.generate()
     let sim: IsleSim
     let clock: ManualWallClock
     let http: HTTPClient
@@ -63,6 +65,7 @@ final class ServerFixture: Sendable {
         c.pollInterval = .milliseconds(20)
         c.concurrency = 64
         c.randomSeed = 9
+        c.masterKey = Self.masterKey
         tune(&c)
         return c
     }
@@ -103,7 +106,8 @@ final class ServerFixture: Sendable {
             let path = dir.appendingPathComponent("isle.sqlite").path
             let store = try SQLiteStore(path: path)
             try await store.migrate()
-            try await store.upsertApp(AppRecord(bundleID: Pizza.bundleID, teamID: key.teamID, keyID: key.keyID, keyPEM: key.privateKeyPEM, schemas: [Pizza.schema], createdAt: Pizza.t0))
+            try await store.upsertApp(AppRecord(bundleID: Pizza.bundleID, teamID: key.teamID, keyID: key.keyID, keyPEM: Self.masterKey.seal(key.privateKeyPEM, bundleID: Pizza.bundleID),
+                                                schemas: [Pizza.schema], createdAt: Pizza.t0))
             let backend = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .backend).secret
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .device).secret
             let f = ServerFixture(sim: sim, clock: clock, databasePath: path, device: device, backendKey: backend, deviceKey: deviceKey, tune: tune)

@@ -1,5 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import IsleCore
 import IsleSimulator
 import IsleTesting
@@ -142,6 +145,94 @@ struct ControlAPITests {
             #expect(r.status == b.status, "\(r.json.jsonString)")
             #expect(r.json["error"]?["message"]?.stringValue?.isEmpty == false, "\(r.json.jsonString)")
             if let field = b.field { #expect(r.json["error"]?["field"]?.stringValue == field, "\(r.json.jsonString)") }
+        }
+    }
+}
+
+/// The control API answers this machine, not web pages or other hosts (issue: trust and hostile input).
+@Suite("Simulator control API: loopback only")
+struct ControlAPILoopbackTests {
+    @Test("loopback is parsed as an address, not matched as a prefix", arguments: [
+        ("127.0.0.1", true), ("127.1.2.3", true), ("localhost", true), ("LOCALHOST", true), ("::1", true), ("[::1]", true),
+        ("::ffff:127.0.0.1", true), ("127.evil.example", false), ("127.0.0.1.nip.io", false), ("10.0.0.1", false),
+        ("0.0.0.0", false), ("::", false), ("::ffff:10.0.0.1", false), ("", false), ("evil.example", false),
+    ])
+    func loopbackParsing(_ host: String, _ expected: Bool) {
+        #expect(IsleSim.isLoopback(host) == expected, "\(host)")
+    }
+
+    /// One HTTP/1.1 request over a raw socket, so the Host and Origin headers are exactly these.
+    /// The blocking socket calls run on a thread of their own, never on the cooperative pool the
+    /// server's handlers need.
+    static func raw(port: Int, _ method: String, _ path: String, headers: [String], body: String = "") async throws -> (status: Int, body: String) {
+        let result: Result<(status: Int, body: String), any Error> = await withCheckedContinuation { continuation in
+            Thread {
+                continuation.resume(returning: Result { try rawBlocking(port: port, method, path, headers: headers, body: body) })
+            }.start()
+        }
+        return try result.get()
+    }
+
+    static func rawBlocking(port: Int, _ method: String, _ path: String, headers: [String], body: String) throws -> (status: Int, body: String) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard connected == 0 else { throw DeadlineExceeded(what: "connecting to the control API", after: .zero) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var text = "\(method) \(path) HTTP/1.1\r\n"
+        for h in headers { text += h + "\r\n" }
+        text += "content-length: \(body.utf8.count)\r\nconnection: close\r\n\r\n" + body
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            response += buffer[0..<n]
+        }
+        let s = String(decoding: response, as: UTF8.self)
+        let status = s.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        return (status, s)
+    }
+
+    @Test("a Host that is not loopback (DNS rebinding) and an Origin from another site get 403 in the error shape; curl-like and same-origin requests pass")
+    func hostAndOrigin() async throws {
+        try await Control.with { c, _, _ in
+            let port = try #require(URL(string: c.base)?.port)
+            let ok = try await Self.raw(port: port, "GET", "/health", headers: ["Host: 127.0.0.1:\(port)"])
+            #expect(ok.status == 200)
+            let rebound = try await Self.raw(port: port, "POST", "/devices", headers: ["Host: attacker.example:\(port)"], body: #"{"name":"x"}"#)
+            #expect(rebound.status == 403 && rebound.body.contains("forbiddenHost"), "\(rebound.body)")
+            let prefix = try await Self.raw(port: port, "GET", "/devices", headers: ["Host: 127.attacker.example"])
+            #expect(prefix.status == 403)
+            let page = try await Self.raw(port: port, "POST", "/devices", headers: ["Host: 127.0.0.1:\(port)", "Origin: https://attacker.example", "Content-Type: text/plain"], body: #"{"name":"x"}"#)
+            #expect(page.status == 403 && page.body.contains("forbiddenOrigin"), "\(page.body)")
+            let sandboxed = try await Self.raw(port: port, "POST", "/devices", headers: ["Host: 127.0.0.1:\(port)", "Origin: null"], body: #"{"name":"x"}"#)
+            #expect(sandboxed.status == 403)
+            let sameOrigin = try await Self.raw(port: port, "POST", "/devices", headers: ["Host: 127.0.0.1:\(port)", "Origin: http://127.0.0.1:\(port)"], body: #"{"name":"x"}"#)
+            #expect(sameOrigin.status == 201, "\(sameOrigin.body)")
+            // Nothing the refused requests asked for happened.
+            let devices = try await c.call("GET", "/devices")
+            #expect(devices.json.arrayValue?.count == 1)
+        }
+    }
+
+    @Test("widget timeline URLs must be http(s) on loopback")
+    func timelineURLs() async throws {
+        try await Control.with { c, _, _ in
+            let d = try #require(try await c.call("POST", "/devices", "{}").json["id"]?.stringValue)
+            for (url, field) in [("http://attacker.example/t.json", "widgets[0].url"), ("file:///etc/passwd", "widgets[0].url"), ("http://127.evil.example/t", "widgets[0].url")] {
+                let r = try await c.call("POST", "/devices/\(d)/apps", #"{"bundleID":"com.example.w","widgets":[{"kind":"k","url":"\#(url)"}]}"#)
+                #expect(r.status == 400 && r.json["error"]?["field"]?.stringValue == field, "\(url): \(r.json.jsonString)")
+            }
+            let local = try await c.call("POST", "/devices/\(d)/apps", #"{"bundleID":"com.example.w","widgets":[{"kind":"k","url":"http://127.0.0.1:9/t.json"}]}"#)
+            #expect(local.status == 201)
         }
     }
 }
