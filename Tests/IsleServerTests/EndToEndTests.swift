@@ -278,3 +278,93 @@ struct APIErrorTests {
         }
     }
 }
+
+/// Hostile input on every write route, with both keys: every answer is a 2xx (a mutation that
+/// happens to be valid) or a 4xx in the error shape, never a 5xx, and the server stays up and
+/// keeps working (issue: trust and hostile input). Seeded: ISLE_HOSTILE_SEED replays a run.
+@Suite("Isle server: hostile input on every write route")
+struct HostileInputTests {
+    static let hostileValues: [String] = [
+        "1e400", "-1e400", "1e19", "-1e19", "9223372036854775808", "-9223372036854775809", "18446744073709551616",
+        "1.5", "-0.0", "0.000001", "-1", "2147483648", "1e-400",
+        "\"\"", "\"\\ud800\"", "\"\\udc00x\"", "\"\\u0000\"", "\"\(String(repeating: "x", count: 70_000))\"",
+        "null", "true", "[]", "{}", "[[[[[[[[[[]]]]]]]]]]", "{\"a\":{\"b\":{\"c\":[1e999]}}}",
+    ]
+
+    static let longID = String(repeating: "a", count: 5_000)
+
+    @Test("every write route, both keys, hostile values in every field")
+    func hostile() async throws {
+        let seed = UInt64(ProcessInfo.processInfo.environment["ISLE_HOSTILE_SEED"] ?? "") ?? 20_261_123
+        var random = SeededRandom(seed: seed)
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "hostile-1")
+            let token = String(repeating: "ab", count: 40)
+            let attributes = Pizza.attributes.jsonString
+            let state = Pizza.state("A").jsonString
+            // (method, path, a valid body) for every write route.
+            let routes: [(String, String, String)] = [
+                ("PUT", "/v1/installations/inst-1", #"{"userID":"u1","pushToStartTokens":{"PizzaDeliveryAttributes":"\#(token)"},"widgetToken":"\#(token)","liveActivitiesEnabled":true,"frequentPushesEnabled":false}"#),
+                ("POST", "/v1/activities", #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(token)","externalKey":"o-1","installationID":"inst-1","topics":["t"],"relevanceScore":10}"#),
+                ("PUT", "/v1/activities/\(id)/token", #"{"token":"\#(token)"}"#),
+                ("POST", "/v1/activities/\(id)/dismissed", "{}"),
+                ("POST", "/v1/activities/\(id)/ended", "{}"),
+                ("POST", "/v1/activities/\(id)/update", #"{"contentState":\#(state),"alert":{"title":"T","body":"B","sound":"default"},"priority":10,"staleDate":1767229200,"relevanceScore":50,"sendAt":1767225600}"#),
+                ("POST", "/v1/activities/\(id)/end", #"{"contentState":\#(state),"dismissalDate":1767229200,"priority":5}"#),
+                ("POST", "/v1/activities/by-key/hostile-1/update", #"{"contentState":\#(state),"priority":5}"#),
+                ("POST", "/v1/activities/by-key/hostile-1/end", #"{"contentState":\#(state)}"#),
+                ("POST", "/v1/topics/t/update", #"{"contentState":\#(state)}"#),
+                ("POST", "/v1/topics/t/end", #"{"contentState":\#(state)}"#),
+                ("POST", "/v1/installations/inst-1/start", #"{"attributesType":"PizzaDeliveryAttributes","attributes":\#(attributes),"contentState":\#(state),"alert":{"title":"a","body":"b"},"externalKey":"o-2"}"#),
+                ("POST", "/v1/users/u1/start", #"{"attributesType":"PizzaDeliveryAttributes","attributes":\#(attributes),"contentState":\#(state),"alert":{"title":"a","body":"b"}}"#),
+                ("POST", "/v1/installations/inst-1/widgets/reload", "{}"),
+                ("POST", "/v1/channels", #"{"storagePolicy":0}"#),
+                ("POST", "/v1/channels/ch-1/update", #"{"contentState":\#(state),"expiration":0}"#),
+                ("DELETE", "/v1/channels/ch-1", ""),
+                ("POST", "/v1/app/resume", "{}"),
+            ]
+            var requests: [(String, String, String)] = []
+            for (method, path, body) in routes {
+                requests.append((method, path, body))
+                // Each top-level field, replaced by hostile values.
+                if let object = try? JSONParser.parse(Array(body.utf8)).objectValue {
+                    for field in object.keys.sorted() {
+                        for _ in 0..<4 {
+                            let value = Self.hostileValues[Int(random.next() % UInt64(Self.hostileValues.count))]
+                            var fields = object.map { ($0.key, $0.value.jsonString) }
+                            fields = fields.map { $0.0 == field ? ($0.0, value) : $0 }
+                            requests.append((method, path, "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"))
+                        }
+                    }
+                }
+                // Whole bodies that are not what any route takes.
+                for body in ["", "{", "[1]", "\"s\"", "1e400", String(repeating: "[", count: 100_000), "{\"a\":\"\\ud800\"}",
+                             "{\"x\":\"" + String(repeating: "y", count: 3_000_000) + "\"}", "{\"a\":1,\"a\":2}"] {
+                    requests.append((method, path, body))
+                }
+                // Very long ids in the path.
+                requests.append((method, path.replacingOccurrences(of: id, with: Self.longID).replacingOccurrences(of: "inst-1", with: Self.longID), body))
+            }
+            var fiveHundreds: [String] = []
+            for (i, (method, path, body)) in requests.enumerated() {
+                for key in [f.backendKey, f.deviceKey] {
+                    let r = try await f.call(method, path, key: key, raw: body.isEmpty && method == "DELETE" ? nil : body)
+                    if r.status >= 500 { fiveHundreds.append("#\(i) \(method) \(path.prefix(60)) \(body.prefix(80)) → \(r.status) \(r.json.jsonString.prefix(200))") }
+                    if (400..<500).contains(r.status) {
+                        #expect(r.json["error"]?["code"]?.stringValue?.isEmpty == false && r.json["error"]?["message"]?.stringValue?.isEmpty == false,
+                                "#\(i) \(method) \(path.prefix(60)) \(body.prefix(80)) → \(r.status) \(r.json.jsonString.prefix(200))")
+                    }
+                }
+            }
+            #expect(fiveHundreds.isEmpty, "seed \(seed): \(fiveHundreds.prefix(5))")
+            // Still up, and still doing its job.
+            #expect(try await f.call("GET", "/health").status == 200)
+            let (fresh, freshID) = try await f.appStartsActivity(key: "after-the-storm")
+            let ok = try await f.call("POST", "/v1/activities/\(freshID)/update", key: f.backendKey, body: ["contentState": Pizza.state("Still here")])
+            #expect(ok.status == 202, "\(ok.json.jsonString)")
+            try await eventually("the update reached the phone") { try f.deviceActivity(fresh.id)?.contentState["driverName"] == "Still here" }
+            #expect(requests.count > 300, "\(requests.count) requests")
+            _ = a
+        }
+    }
+}
