@@ -49,24 +49,37 @@ struct API: Sendable {
         }
         guard !key.isEmpty, key.count <= 255 else { throw APIError.invalid("Idempotency-Key", "Idempotency-Key must be 1 to 255 characters") }
         let hash = Hex.encode(SHA256.hash(data: Array("\(request.method.rawValue) \(request.uri.path)\n".utf8) + bytes))
-        if let done = try await store.idempotencyRecord(bundleID: caller.bundleID, key: key) {
+        // Keys live per app and per key scope: a device cannot take a key the backend will use.
+        let scopedKey = "\(caller.scope.rawValue):\(key)"
+        func replay() async throws -> Response? {
+            guard let done = try await store.idempotencyRecord(bundleID: caller.bundleID, key: scopedKey), !done.isExpired(now: clock.now) else { return nil }
             guard done.requestHash == hash else {
-                throw APIError(.unprocessableContent, "idempotencyKeyReused", "this Idempotency-Key was used for a different request")
+                throw APIError(.unprocessableContent, "idempotencyKeyReused", "this Idempotency-Key was used for a different request in the last 24 hours", field: "Idempotency-Key")
             }
             var r = Response(status: .init(code: done.status), headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: done.body)))
             r.headers[HTTPField.Name("Idempotent-Replay")!] = "true"
             return r
         }
+        if let answer = try await replay() { return answer }
         // The record is written with the work (atomically with the jobs when there are jobs).
-        let pending = IdempotencyRecord(key: key, bundleID: caller.bundleID, requestHash: hash, status: 0, body: "", createdAt: clock.now)
-        let (status, value) = try await body(pending)
-        return Self.json(value, status)
+        let pending = IdempotencyRecord(key: scopedKey, bundleID: caller.bundleID, requestHash: hash, status: 0, body: "", createdAt: clock.now)
+        do {
+            let (status, value) = try await body(pending)
+            return Self.json(value, status)
+        } catch let error as StoreError where error.code == .conflict {
+            // A concurrent request with the same key committed first: its answer is this one's.
+            if let answer = try await replay() { return answer }
+            throw APIError(.conflict, "idempotencyKeyInUse", "a request with this Idempotency-Key is being processed; retry it shortly", field: "Idempotency-Key")
+        }
     }
 
-    func finishIdempotency(_ pending: IdempotencyRecord?, _ status: HTTPResponse.Status, _ value: JSONValue) -> IdempotencyRecord? {
+    /// The record to commit with the work: the answer, and (`jobs`) the ids of the jobs queued
+    /// with it, added by the store inside the transaction so a replay is the whole first answer.
+    func finishIdempotency(_ pending: IdempotencyRecord?, _ status: HTTPResponse.Status, _ value: JSONValue, jobs: Bool = false) -> IdempotencyRecord? {
         guard var p = pending else { return nil }
         p.status = status.code
         p.body = value.jsonString
+        p.jobsField = jobs ? "jobs" : nil
         return p
     }
 
@@ -304,7 +317,7 @@ struct API: Sendable {
                     let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, aps: .object(aps), hasAlert: aps["alert"] != nil, requestedPriority: priority,
                                          runAt: max(try b.date("sendAt") ?? clock.now, clock.now))
                     let value: JSONValue = ["accepted": 1]
-                    let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value), now: clock.now)
+                    let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value, jobs: true), now: clock.now)
                     engine.wake()
                     return (.accepted, ["accepted": 1, "jobs": .array(ids.map { .int($0) })])
                 }
@@ -364,7 +377,7 @@ struct API: Sendable {
                 guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
                 let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: 10, runAt: clock.now)
                 let value: JSONValue = ["accepted": 1]
-                let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value), now: clock.now)
+                let ids = try await store.enqueue([job], idempotency: finishIdempotency(pending, .accepted, value, jobs: true), now: clock.now)
                 engine.wake()
                 return (.accepted, ["accepted": 1, "jobs": .array(ids.map { .int($0) })])
             }
@@ -429,7 +442,7 @@ struct API: Sendable {
             if !warnings.isEmpty { value["warnings"] = .array(warnings) }
             if !fanOut, live.count == 1 { value["activityID"] = .string(live[0].id) }
             if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0.id) }) }
-            let ids = try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value)), now: clock.now)
+            let ids = try await store.enqueue(jobs, idempotency: finishIdempotency(pending, .accepted, .object(value), jobs: !fanOut), now: clock.now)
             engine.wake()
             if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
             return (.accepted, .object(value))

@@ -92,6 +92,12 @@ public final class DeliveryEngine: Service {
         } catch {
             logger.error("the lease sweep failed; it runs again shortly", metadata: ["error": "\(error)"])
         }
+        do {
+            let pruned = try await store.prune(now: clock.now, retention: configuration.retention, limit: 5_000)
+            if pruned > 0 { logger.debug("pruned finished work past its retention", metadata: ["rows": "\(pruned)"]) }
+        } catch {
+            logger.error("pruning failed; it runs again at the next sweep", metadata: ["error": "\(error)"])
+        }
     }
 
     private func loop(_ wakeups: AsyncStream<Void>) async {

@@ -16,6 +16,9 @@ public struct ServerConfiguration: Sendable {
     public var lease: TimeInterval = 120
     /// How often the engine looks for claims whose lease ran out (and that it is not working on).
     public var sweepInterval: Duration = .seconds(15)
+    /// How long finished jobs, deliveries and budget records are kept (pruned at each sweep);
+    /// idempotency records live 24 hours.
+    public var retention = Retention()
     /// Retries of transient failures (429, 5xx, no connection): exponential backoff from
     /// `retryBase`, capped at `retryMaximumDelay`, with jitter, until the job can no longer matter
     /// (the activity's 8-hour life, a plain update's stale date, or `jobDeadline`).

@@ -60,6 +60,10 @@ public protocol IsleRegistry: Sendable {
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
     func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws
+    /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends and
+    /// idempotency records past their lifetime — at most `limit` rows of each. Returns the rows deleted.
+    @discardableResult
+    func prune(now: Date, retention: Retention, limit: Int) async throws -> Int
     /// Priority-10 sends to an activity since a time (the hourly budget).
     func highPrioritySends(activityID: String, since: Date) async throws -> Int
 }

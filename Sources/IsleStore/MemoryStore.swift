@@ -181,9 +181,29 @@ public final class MemoryStore: IsleStore {
     public func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws {
         state.withLock { s in
             let k = record.bundleID + "\n" + record.key
-            if s.idempotency[k] == nil { s.idempotency[k] = record }
+            if s.idempotency[k].map({ $0.createdAt < record.createdAt.addingTimeInterval(-IdempotencyRecord.lifetime) }) ?? true { s.idempotency[k] = record }
         }
     }
+    public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
+        state.withLock { s in
+            let finished: Set<PushJobState> = [.sent, .failed, .superseded, .dropped]
+            let oldJobs = s.jobs.values.filter { finished.contains($0.job.state) && $0.job.createdAt < now.addingTimeInterval(-retention.finishedJobs) }.prefix(limit).map(\.job.id)
+            for id in oldJobs { s.jobs[id] = nil }
+            let deliveriesBefore = s.deliveries.count
+            var dropped = 0
+            s.deliveries.removeAll { d in
+                guard dropped < limit, d.at < now.addingTimeInterval(-retention.deliveries) else { return false }
+                dropped += 1
+                return true
+            }
+            let sendsBefore = s.highPriority.count
+            s.highPriority.removeAll { $0.1 < now.addingTimeInterval(-retention.highPrioritySends) }
+            let keys = s.idempotency.filter { $0.value.isExpired(now: now) }.keys.prefix(limit)
+            for k in keys { s.idempotency[k] = nil }
+            return oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count
+        }
+    }
+
     public func highPrioritySends(activityID: String, since: Date) async throws -> Int {
         state.withLock { s in s.highPriority.filter { $0.0 == activityID && $0.1 >= since }.count }
     }
@@ -214,9 +234,12 @@ public final class MemoryStore: IsleStore {
                 ids.append(id)
                 if carries, let lane, let head, let h = s.jobs[head], h.job.state == .queued, h.supersedable { _ = Self.coalesce(&s, lane: lane, now: now) }
             }
-            if let r = idempotency {
+            if var r = idempotency {
                 let k = r.bundleID + "\n" + r.key
-                guard s.idempotency[k] == nil else { throw StoreError(.conflict, "the Idempotency-Key \(r.key) was used") }
+                if let old = s.idempotency[k], old.createdAt >= r.createdAt.addingTimeInterval(-IdempotencyRecord.lifetime) {
+                    throw StoreError(.conflict, "another request with this Idempotency-Key was accepted first")
+                }
+                r.body = r.body(withJobs: ids)
                 s.idempotency[k] = r
             }
             return ids

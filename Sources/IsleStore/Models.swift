@@ -275,6 +275,12 @@ public struct DeliveryRecord: Sendable, Hashable, Codable {
 
 /// A stored answer to a request made with an `Idempotency-Key`.
 public struct IdempotencyRecord: Sendable, Hashable {
+    /// How long a key is remembered: a repeat within this gets the first answer; after it the key
+    /// may be used for a new request.
+    public static let lifetime: TimeInterval = 86_400
+
+    /// The client's `Idempotency-Key`, prefixed with the caller's key scope (`backend:` or
+    /// `device:`): a device cannot take a key the backend will use.
     public var key: String
     public var bundleID: String
     /// SHA-256 of method + path + body: the same key with another request is a conflict.
@@ -282,14 +288,38 @@ public struct IdempotencyRecord: Sendable, Hashable {
     public var status: Int
     public var body: String
     public var createdAt: Date
-    public init(key: String, bundleID: String, requestHash: String, status: Int, body: String, createdAt: Date) {
+    /// When set, the store adds the ids of the jobs it queues with this record to `body` under
+    /// this name, so a replay gives the whole first answer.
+    public var jobsField: String?
+    public init(key: String, bundleID: String, requestHash: String, status: Int, body: String, createdAt: Date, jobsField: String? = nil) {
         self.key = key
         self.bundleID = bundleID
         self.requestHash = requestHash
         self.status = status
         self.body = body
         self.createdAt = createdAt
+        self.jobsField = jobsField
     }
+
+    /// The body with the job ids added, when ``jobsField`` asks for them.
+    public func body(withJobs ids: [Int64]) -> String {
+        guard let field = jobsField, case .object(var o)? = try? JSONParser.parse(Array(body.utf8)) else { return body }
+        o[field] = .array(ids.map { .int($0) })
+        return JSONValue.object(o).jsonString
+    }
+
+    public func isExpired(now: Date) -> Bool { createdAt < now.addingTimeInterval(-Self.lifetime) }
+}
+
+/// How long finished work is kept before the engine's sweep prunes it.
+public struct Retention: Sendable, Hashable {
+    /// Sent, failed, superseded and dropped jobs.
+    public var finishedJobs: TimeInterval = 7 * 86_400
+    /// The delivery history (every APNs answer).
+    public var deliveries: TimeInterval = 30 * 86_400
+    /// Priority-10 sends older than this no longer count against any budget.
+    public var highPrioritySends: TimeInterval = 2 * 3600
+    public init() {}
 }
 
 public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {

@@ -137,6 +137,13 @@ public final class SQLiteStore: IsleStore {
         DROP INDEX jobs_channel;
         CREATE INDEX activities_installation ON activities(installation_id);
         """,
+        // Retention: the sweep prunes by age without scanning the tables.
+        """
+        CREATE INDEX jobs_finished ON jobs(created_at) WHERE state IN ('sent', 'failed', 'superseded', 'dropped');
+        CREATE INDEX deliveries_at ON deliveries(at);
+        CREATE INDEX high_priority_sends_at ON high_priority_sends(at);
+        CREATE INDEX idempotency_created ON idempotency(created_at);
+        """,
     ]
 
     public func migrate() async throws {
@@ -416,8 +423,16 @@ public final class SQLiteStore: IsleStore {
                 if carries, let lane, let head, !head.claimed, head.supersedable { try Self.coalesce(db, lane: lane, now: now) }
             }
             if let r = idempotency {
-                try db.cachedStatement(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)")
-                    .execute(arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
+                // A record past its lifetime frees its key; a live one means another request
+                // with this key committed first: this one queues nothing.
+                try db.cachedStatement(sql: "DELETE FROM idempotency WHERE bundle_id = ? AND key = ? AND created_at < ?")
+                    .execute(arguments: [r.bundleID, r.key, r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime])
+                do {
+                    try db.cachedStatement(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+                        .execute(arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body(withJobs: ids), r.createdAt.timeIntervalSince1970])
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    throw StoreError(.conflict, "another request with this Idempotency-Key was accepted first")
+                }
             }
             return ids
         }
@@ -744,8 +759,30 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
+        let t = now.timeIntervalSince1970
+        return try await writer.write { db in
+            try db.execute(sql: """
+                DELETE FROM jobs WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_finished
+                    WHERE state IN ('sent', 'failed', 'superseded', 'dropped') AND created_at < ? LIMIT ?)
+                """, arguments: [t - retention.finishedJobs, limit])
+            var n = db.changesCount
+            try db.execute(sql: "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < ? LIMIT ?)", arguments: [t - retention.deliveries, limit])
+            n += db.changesCount
+            try db.execute(sql: "DELETE FROM high_priority_sends WHERE rowid IN (SELECT rowid FROM high_priority_sends WHERE at < ? LIMIT ?)",
+                           arguments: [t - retention.highPrioritySends, limit])
+            n += db.changesCount
+            try db.execute(sql: "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE created_at < ? LIMIT ?)",
+                           arguments: [t - IdempotencyRecord.lifetime, limit])
+            n += db.changesCount
+            return n
+        }
+    }
+
     public func saveIdempotencyRecord(_ r: IdempotencyRecord) async throws {
         try await writer.write { db in
+            try db.execute(sql: "DELETE FROM idempotency WHERE bundle_id = ? AND key = ? AND created_at < ?",
+                           arguments: [r.bundleID, r.key, r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime])
             try db.execute(sql: "INSERT OR IGNORE INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                            arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
         }

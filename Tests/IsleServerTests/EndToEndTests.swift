@@ -262,6 +262,38 @@ struct APIErrorTests {
             #expect(try await store.jobCounts().values.reduce(0, +) == 1)
             let other = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Twice")], headers: [("Idempotency-Key", "abc")])
             #expect(other.status == 422 && other.json["error"]?["code"] == "idempotencyKeyReused")
+            // The replay is the whole first answer, job ids included.
+            #expect(first.json["jobs"] != nil && first.json["jobs"] == second.json["jobs"], "\(first.json.jsonString) / \(second.json.jsonString)")
+            // After 24 hours the key is free again.
+            f.clock.advance(by: IdempotencyRecord.lifetime + 60)
+            let dayLater = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Next day")], headers: [("Idempotency-Key", "abc")])
+            #expect(dayLater.status == 202 && dayLater.json["jobs"] != first.json["jobs"], "\(dayLater.json.jsonString)")
+        }
+    }
+
+    @Test("Idempotency-Key: concurrent requests with one key queue once and all get that answer; device and backend keys do not share a key space")
+    func idempotencyConcurrentAndScoped() async throws {
+        try await ServerFixture.with { f in
+            let (_, id) = try await f.appStartsActivity(key: "k")
+            let body: JSONValue = ["contentState": Pizza.state("Together"), "alert": ["title": "T", "body": "B"]]
+            let answers = try await withThrowingTaskGroup(of: ServerFixture.Answer.self) { group in
+                for _ in 0..<16 {
+                    group.addTask { try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: body, headers: [("Idempotency-Key", "race-1")]) }
+                }
+                return try await group.reduce(into: [ServerFixture.Answer]()) { $0.append($1) }
+            }
+            #expect(answers.allSatisfy { $0.status == 202 || ($0.status == 409 && $0.json["error"]?["code"] == "idempotencyKeyInUse") }, "\(answers.map(\.status))")
+            let accepted = answers.filter { $0.status == 202 }
+            #expect(!accepted.isEmpty && Set(accepted.map { $0.json["jobs"]?.jsonString ?? "-" }).count == 1, "\(accepted.map(\.json.jsonString))")
+            let store = try SQLiteStore(path: f.databasePath)
+            #expect(try await store.jobCounts().values.reduce(0, +) == 1, "one request's work, however many raced")
+
+            // A device that uses the backend's next key does not take it.
+            let squat = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, body: [:], headers: [("Idempotency-Key", "backend-next")])
+            #expect(squat.status < 300, "\(squat.json.jsonString)")
+            let (_, id2) = try await f.appStartsActivity(key: "k2")
+            let backend = try await f.call("POST", "/v1/activities/\(id2)/update", key: f.backendKey, body: ["contentState": Pizza.state("Mine")], headers: [("Idempotency-Key", "backend-next")])
+            #expect(backend.status == 202 && backend.json["jobs"] != nil, "\(backend.json.jsonString)")
         }
     }
 

@@ -56,6 +56,58 @@ struct StoreContractTests {
 
     func text(_ c: ClaimedJob) -> String? { c.job.aps["content-state"]?["x"]?.stringValue }
 
+    @Test("retention: finished jobs, deliveries, budget records and idempotency records go after their time; open work never does", arguments: StoreKind.allCases)
+    func retention(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        var r = Retention()
+        r.finishedJobs = 3600
+        r.deliveries = 7200
+        r.highPrioritySends = 1800
+        // a0: sent at t0 (old); a1: still queued from t0 (old but open).
+        try await s.enqueue([update("a0", "sent"), update("a1", "open")], idempotency: nil, now: t0)
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
+        let c0 = try #require(claimed.first { $0.job.activityID == "a0" })
+        let c1 = try #require(claimed.first { $0.job.activityID == "a1" })
+        #expect(try await finish(s, c0, delivery: DeliveryRecord(jobID: c0.job.id, activityID: "a0", apnsID: c0.apnsID, apnsUniqueID: nil, status: 200, reason: nil,
+                                                                    latencyMS: 1, priority: 10, downgraded: false, at: t0), highPriorityAt: t0))
+        #expect(try await s.complete(JobCompletion(claim: c1, result: .retry(at: t0, reason: "503"))))
+        try await s.enqueue([], idempotency: IdempotencyRecord(key: "backend:k", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0), now: t0)
+
+        // Nothing is old enough yet.
+        #expect(try await s.prune(now: t0.addingTimeInterval(60), retention: r, limit: 100) == 0)
+        // After an hour and a half: the finished job and the budget record go; the delivery stays.
+        #expect(try await s.prune(now: t0.addingTimeInterval(5400), retention: r, limit: 100) == 2)
+        #expect(try await s.job(id: c0.job.id) == nil)
+        #expect(try await s.job(id: c1.job.id)?.state == .queued, "open work is never pruned")
+        #expect(try await s.deliveries(activityID: "a0").count == 1)
+        #expect(try await s.highPrioritySends(activityID: "a0", since: .distantPast) == 0)
+        #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "backend:k") != nil)
+        // After a day: the delivery and the idempotency record too.
+        #expect(try await s.prune(now: t0.addingTimeInterval(86_500), retention: r, limit: 100) == 2)
+        #expect(try await s.deliveries(activityID: "a0").isEmpty)
+        #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "backend:k") == nil)
+    }
+
+    @Test("idempotency: the record carries the queued job ids; a live key refuses a second enqueue atomically; an expired one is free again", arguments: StoreKind.allCases)
+    func idempotencyRecords(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        let record = IdempotencyRecord(key: "backend:abc", bundleID: "com.example.pizza", requestHash: "h1", status: 202, body: #"{"accepted":1}"#, createdAt: t0, jobsField: "jobs")
+        let ids = try await s.enqueue([update("a0", "one")], idempotency: record, now: t0)
+        let stored = try #require(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "backend:abc"))
+        #expect(try JSONParser.parse(Array(stored.body.utf8))["jobs"] == .array(ids.map { .int($0) }))
+        // Same key again while it lives: refused, and nothing of that request is queued.
+        await #expect(throws: StoreError.self) {
+            try await s.enqueue([self.update("a1", "two")], idempotency: record, now: self.t0.addingTimeInterval(10))
+        }
+        #expect(try await s.jobCounts()[.queued] == 1)
+        // A day later the key is free.
+        var later = record
+        later.createdAt = t0.addingTimeInterval(IdempotencyRecord.lifetime + 1)
+        later.requestHash = "h2"
+        _ = try await s.enqueue([update("a1", "two")], idempotency: later, now: later.createdAt)
+        #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "backend:abc")?.requestHash == "h2")
+    }
+
     @Test("migrations are idempotent; apps, keys and installations round-trip", arguments: StoreKind.allCases)
     func basics(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
