@@ -38,6 +38,8 @@ actor Script {
     static let bundleID = Demo.bundleID
     static let type = "PizzaDeliveryAttributes"
     static let installation = "iphone-1"
+    /// What the app keeps in its Keychain after registering its installation.
+    var installationSecret: String?
     static let user = "user-1"
 
     init(view: DemoView, options: Demo.Options, http: HTTPClient, endpoints: Endpoints, favorite: FavoritePizza, waitForEnter: @escaping @Sendable () async -> Void) {
@@ -87,16 +89,20 @@ actor Script {
             "contentState": Self.state("Bill James", t, t.addingTimeInterval(25 * 60)),
         ], expect: 201, says: "Activity.request(…, pushType: .token)")
         guard let token = a.json["updateToken"]?.stringValue else { throw fail("the started activity has a push token", found: a.text) }
-        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12345", "token": .string(token), "installationID": .string(Self.installation),
-                                                    "attributes": Self.attributes(order: "12345", pizzas: 3, total: "$42.00")], expect: 201,
-                          says: "hands its update token (\(DemoView.short(token))) to the server")
         let d = try await control(.GET, "/devices/\(device)")
         let appState = d.json["apps"]?[Self.bundleID]
         guard let ptst = appState?["pushToStartTokens"]?[Self.type]?.stringValue, let widget = appState?["widgetPushToken"]?.stringValue else {
             throw fail("the app has a push-to-start token and a widget push token", found: "none")
         }
-        _ = try await app(.PUT, "/v1/installations/\(Self.installation)", ["userID": .string(Self.user), "pushToStartTokens": [Self.type: .string(ptst)], "widgetToken": .string(widget)],
-                          expect: 200, says: "registers its push-to-start token (\(DemoView.short(ptst))) and widget token (\(DemoView.short(widget)))")
+        let registered = try await app(.PUT, "/v1/installations/\(Self.installation)", ["pushToStartTokens": [Self.type: .string(ptst)], "widgetToken": .string(widget)],
+                                       expect: 200, says: "registers its installation: push-to-start token (\(DemoView.short(ptst))) and widget token (\(DemoView.short(widget)))")
+        guard let secret = registered.json["installationSecret"]?.stringValue else { throw fail("the first registration returns the installation's secret", found: registered.text) }
+        installationSecret = secret
+        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12345", "token": .string(token), "installationID": .string(Self.installation),
+                                                    "attributes": Self.attributes(order: "12345", pizzas: 3, total: "$42.00")], expect: 201,
+                          says: "hands its update token (\(DemoView.short(token))) to the server, with its installation secret")
+        _ = try await backend(.PUT, "/v1/installations/\(Self.installation)/user", ["userID": .string(Self.user)], expect: 200,
+                              says: "binds the installation to its customer \(Self.user) (the device never says who it is)")
         let s = try await showScreen()
         try check(s.lockScreen.count == 1 && s.lockScreen.first?.driver == "Bill James", "the Lock Screen shows order 12345 with Bill James", found: s.summary)
         try check(s.dynamicIsland == .compact, "the Dynamic Island shows it compact", found: s.dynamicIsland.rawValue)
@@ -215,7 +221,7 @@ actor Script {
         let d = try await control(.GET, "/devices/\(device)")
         let pushed = d.json["activities"]?.arrayValue?.first { $0["attributes"]?["orderNumber"]?.stringValue == "12347" }
         guard let newToken = pushed?["updateToken"]?.stringValue else { throw fail("the push-started activity has an update token", found: pushed?.jsonString ?? "no activity") }
-        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12347", "token": .string(newToken)], expect: 200,
+        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12347", "token": .string(newToken), "installationID": .string(Self.installation)], expect: 200,
                           says: "the app reports the push-started activity's token (\(DemoView.short(newToken)))")
         s = try await showScreen()
         try check(s.lockScreen.count == 2, "two activities on the Lock Screen", found: s.summary)
@@ -369,9 +375,10 @@ actor Script {
         var text: String
     }
 
-    func call(_ method: HTTPMethod, _ url: String, key: String? = nil, body: JSONValue? = nil, idempotent: Bool = false) async throws -> Reply {
+    func call(_ method: HTTPMethod, _ url: String, key: String? = nil, body: JSONValue? = nil, idempotent: Bool = false, headers: [(String, String)] = []) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let key { request.headers.add(name: "Authorization", value: "Bearer \(key)") }
         if idempotent { request.headers.add(name: "Idempotency-Key", value: "demo-" + UUID().uuidString.lowercased()) }
         if let body {
@@ -396,7 +403,8 @@ actor Script {
 
     /// The server's API with the device key: what the app hands to its server.
     func app(_ method: HTTPMethod, _ path: String, _ body: JSONValue, expect: Int, says: String) async throws -> Reply {
-        let r = try await call(method, e.server + path, key: e.deviceKey, body: body, idempotent: true)
+        let r = try await call(method, e.server + path, key: e.deviceKey, body: body, idempotent: true,
+                               headers: installationSecret.map { [("Isle-Installation-Secret", $0)] } ?? [])
         view.request(actor: "app", method: method.rawValue, path: path, status: r.status, says: says, channel: "isle")
         guard r.status == expect else { throw fail("\(method.rawValue) \(path) answers \(expect)", found: "\(r.status) \(Self.errorText(r))") }
         return r

@@ -83,6 +83,46 @@ struct API: Sendable {
         return p
     }
 
+    // MARK: Installation secrets (docs/security.md)
+
+    static let installationSecretHeader = HTTPField.Name("Isle-Installation-Secret")!
+
+    /// 32 random bytes, base64url: handed to the app once, at its installation's first registration.
+    static func newInstallationSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return "isle_inst_" + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func secretHash(_ secret: String) -> String { Hex.encode(SHA256.hash(data: Array(secret.utf8))) }
+
+    /// Compares two hashes without an early exit.
+    static func sameHash(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        var difference: UInt8 = 0
+        for i in 0..<x.count { difference |= x[i] ^ y[i] }
+        return difference == 0
+    }
+
+    /// The device must present the installation's secret (when it has one).
+    static func checkSecret(_ presented: String?, of installation: InstallationRecord) throws {
+        guard let hash = installation.secretHash else { return }
+        guard let presented, !presented.isEmpty else {
+            throw APIError(.forbidden, "installationSecretRequired", "installation \(installation.id) is registered: present its secret in the Isle-Installation-Secret header", field: "Isle-Installation-Secret")
+        }
+        guard sameHash(secretHash(presented), hash) else {
+            throw APIError(.forbidden, "wrongInstallationSecret", "the Isle-Installation-Secret header does not match installation \(installation.id)'s secret", field: "Isle-Installation-Secret")
+        }
+    }
+
+    /// Device calls on an activity that belongs to an installation need that installation's secret.
+    func checkActivitySecret(_ request: Request, activityID: String, bundleID: String) async throws {
+        guard let a = try await store.activity(id: activityID), a.bundleID == bundleID else { return }
+        guard let installationID = a.installationID, let inst = try await store.installation(id: installationID) else { return }
+        try Self.checkSecret(request.headers[Self.installationSecretHeader], of: inst)
+    }
+
     // MARK: Routes
 
     func addRoutes(to router: Router<BasicRequestContext>) {
@@ -132,7 +172,12 @@ struct API: Sendable {
             let id = try context.parameters.decoded("installation")
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
-                let userID = try b.string("userID")
+                if b.object["userID"] != nil {
+                    throw APIError.invalid("userID", "userID is bound by your backend (PUT /v1/installations/{id}/user with the backend key): the device key is public, so Isle never takes a user id on the device's word")
+                }
+                let presented = request.headers[Self.installationSecretHeader]
+                let newSecret = Self.newInstallationSecret()
+                let newHash = Self.secretHash(newSecret)
                 var tokens: [String: String?] = [:]
                 if let t = b.object["pushToStartTokens"] {
                     guard let o = t.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
@@ -152,13 +197,40 @@ struct API: Sendable {
                 // Read, change and write in one transaction: two reports never undo each other.
                 let inst = try await store.modifyInstallation(id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }) { inst in
                     guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
-                    if let userID { inst.userID = userID }
+                    // The first registration gets the secret; every later one must present it.
+                    // (An installation from before secrets existed gets one at its next registration.)
+                    if inst.secretHash == nil { inst.secretHash = newHash } else { try Self.checkSecret(presented, of: inst) }
                     for (type, token) in newTokens { inst.pushToStartTokens[type] = token }
                     if clearsWidget { inst.widgetToken = nil } else if let widget { inst.widgetToken = widget }
                     if let enabled { inst.liveActivitiesEnabled = enabled }
                     if let frequent { inst.frequentPushesEnabled = frequent }
                     inst.updatedAt = now
                 }
+                let value = Self.json(inst)
+                // The idempotency record never holds the secret (a replay is answered to anyone
+                // who repeats the request): an app that loses this answer registers anew under
+                // a new installation id.
+                if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
+                if inst.secretHash == newHash, case .object(var o) = value {
+                    // Shown once: the app keeps it (the Keychain) and sends it with every later call.
+                    o["installationSecret"] = .string(newSecret)
+                    return (.ok, .object(o))
+                }
+                return (.ok, value)
+            }
+        }
+
+        // The backend binds an installation to its user (for push-to-start to a user's devices).
+        router.put("v1/installations/:installation/user") { request, context in
+            let caller = try await authorize(request, .backend)
+            let id = try context.parameters.decoded("installation")
+            let (b, bytes) = try await Body.read(request)
+            return try await idempotent(request, caller, bytes) { pending in
+                guard b.object.keys.contains("userID") else { throw APIError.invalid("userID", "give userID: the backend's id for the person (a string), or null to unbind") }
+                let userID = b.object["userID"]?.isNull == true ? nil : try b.string("userID")
+                if let userID, userID.isEmpty || userID.utf8.count > 256 { throw APIError.invalid("userID", "userID must be 1 to 256 bytes") }
+                guard let existing = try await store.installation(id: id), existing.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
+                let inst = try await store.modifyInstallation(id: id, create: { existing }) { $0.userID = userID }
                 let value = Self.json(inst)
                 if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
                 return (.ok, value)
@@ -185,6 +257,16 @@ struct API: Sendable {
                 }
                 let topics = try b.strings("topics") ?? []
                 let installationID = try b.string("installationID")
+                if let installationID {
+                    guard let inst = try await store.installation(id: installationID), inst.bundleID == caller.bundleID else {
+                        throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
+                    }
+                    try Self.checkSecret(request.headers[Self.installationSecretHeader], of: inst)
+                }
+                if let key, installationID == nil,
+                   try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.state == .starting && $0.installationID != nil }) {
+                    throw APIError(.forbidden, "installationSecretRequired", "the activity \(key) was started on an installation: register its token with that installationID and the Isle-Installation-Secret header", field: "installationID")
+                }
                 // A push-started activity reports its update token: link it (to the activity
                 // started on this installation, when the app says which it is).
                 if let key, let token = tokenOrNil,
@@ -194,6 +276,11 @@ struct API: Sendable {
                     let value = Self.json(started)
                     if let r = finishIdempotency(pending, .ok, value) { try await store.saveIdempotencyRecord(r) }
                     return (.ok, value)
+                }
+                // A backend key names one activity (or one per device, after a push-to-start to a
+                // user): another installation cannot take it over.
+                if let key, let other = try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).first(where: { $0.installationID == nil || $0.installationID != installationID }) {
+                    throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of live activity \(other.id)\(other.installationID == nil ? "" : " on another installation"); end it first or use another key", field: "externalKey")
                 }
                 let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: key, installationID: installationID, attributesType: type,
                                        attributes: try b.object("attributes"), content: try b.object("contentState"), state: .active, updateToken: tokenOrNil, channelID: channelID,
@@ -210,6 +297,7 @@ struct API: Sendable {
             let (b, bytes) = try await Body.read(request)
             let id = try context.parameters.decoded("activity")
             return try await idempotent(request, caller, bytes) { pending in
+                try await checkActivitySecret(request, activityID: id, bundleID: caller.bundleID)
                 let token = try b.token("token", required: true)!
                 if let holder = try await store.activity(updateToken: token), holder.id != id, holder.state.acceptsPushes {
                     throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(holder.id)", field: "token")
@@ -244,6 +332,7 @@ struct API: Sendable {
             let id = try context.parameters.decoded("activity")
             let (_, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
+                try await checkActivitySecret(request, activityID: id, bundleID: caller.bundleID)
                 let now = clock.now
                 let bundleID = caller.bundleID
                 guard let a = try await store.modifyActivity(id: id, { a in

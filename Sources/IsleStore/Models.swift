@@ -65,8 +65,12 @@ public struct InstallationRecord: Sendable, Hashable {
     public var liveActivitiesEnabled: Bool
     public var frequentPushesEnabled: Bool
     public var updatedAt: Date
+    /// SHA-256 (hex) of the installation secret the app got at its first registration; device
+    /// calls for this installation and its activities must present the secret.
+    public var secretHash: String?
     public init(id: String, bundleID: String, userID: String? = nil, pushToStartTokens: [String: String] = [:], widgetToken: String? = nil,
-                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date) {
+                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date, secretHash: String? = nil) {
+        self.secretHash = secretHash
         self.id = id
         self.bundleID = bundleID
         self.userID = userID

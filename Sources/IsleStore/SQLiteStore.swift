@@ -144,6 +144,10 @@ public final class SQLiteStore: IsleStore {
         CREATE INDEX high_priority_sends_at ON high_priority_sends(at);
         CREATE INDEX idempotency_created ON idempotency(created_at);
         """,
+        // Installation secrets (the trust model, docs/security.md).
+        """
+        ALTER TABLE installations ADD COLUMN secret_hash TEXT;
+        """,
     ]
 
     public func migrate() async throws {
@@ -238,12 +242,12 @@ public final class SQLiteStore: IsleStore {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
         do {
             try db.execute(sql: """
-                INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens,
                     widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled,
-                    frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at
-                """, arguments: [i.id, i.bundleID, i.userID, tokens, i.widgetToken, i.liveActivitiesEnabled, i.frequentPushesEnabled, i.updatedAt.timeIntervalSince1970])
+                    frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash
+                """, arguments: [i.id, i.bundleID, i.userID, tokens, i.widgetToken, i.liveActivitiesEnabled, i.frequentPushesEnabled, i.updatedAt.timeIntervalSince1970, i.secretHash])
         }
     }
 
@@ -272,7 +276,7 @@ public final class SQLiteStore: IsleStore {
         for (k, v) in (try? JSONParser.parse(r["push_to_start_tokens"] as String))?.objectValue ?? [:] { tokens[k] = v.stringValue }
         return InstallationRecord(id: r["id"], bundleID: r["bundle_id"], userID: r["user_id"], pushToStartTokens: tokens, widgetToken: r["widget_token"],
                                   liveActivitiesEnabled: r["live_activities_enabled"], frequentPushesEnabled: r["frequent_pushes_enabled"],
-                                  updatedAt: Date(timeIntervalSince1970: r["updated_at"]))
+                                  updatedAt: Date(timeIntervalSince1970: r["updated_at"]), secretHash: r["secret_hash"])
     }
 
     // MARK: Activities

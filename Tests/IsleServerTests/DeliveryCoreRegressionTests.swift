@@ -222,9 +222,13 @@ struct DeliveryCoreRegressionTests {
         try await ServerFixture.with { f in
             let second = f.sim.world.createDevice(name: "iPad")
             _ = try f.sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: second)
+            var secrets: [String] = []
             for (n, device) in [f.device, second].enumerated() {
                 let token = try #require(try f.sim.world.app(Pizza.bundleID, on: device).pushToStartTokens["PizzaDeliveryAttributes"])
-                #expect(try await f.call("PUT", "/v1/installations/inst-\(n)", key: f.deviceKey, body: ["userID": "u-7", "pushToStartTokens": ["PizzaDeliveryAttributes": .string(token)]]).status == 200)
+                let r = try await f.call("PUT", "/v1/installations/inst-\(n)", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(token)]])
+                #expect(r.status == 200)
+                secrets.append(try #require(r.json["installationSecret"]?.stringValue))
+                #expect(try await f.call("PUT", "/v1/installations/inst-\(n)/user", key: f.backendKey, body: ["userID": "u-7"]).status == 200)
             }
             let start = try await f.call("POST", "/v1/users/u-7/start", key: f.backendKey, body: [
                 "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Oven"),
@@ -242,7 +246,7 @@ struct DeliveryCoreRegressionTests {
                 let started = try #require(try f.sim.world.device(device).activities.first { $0.startedBy == .push })
                 let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
                     "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-7", "installationID": .string("inst-\(n)"),
-                ])
+                ], headers: [("Isle-Installation-Secret", secrets[n])])
                 #expect(link.status == 200 && link.json["installationID"] == .string("inst-\(n)"))
                 deviceActivities.append((device, started.id))
             }

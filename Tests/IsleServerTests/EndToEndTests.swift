@@ -56,9 +56,12 @@ struct EndToEndTests {
         try await ServerFixture.with { f in
             let app = try f.sim.world.app(Pizza.bundleID, on: f.device)
             let ptsToken = try #require(app.pushToStartTokens["PizzaDeliveryAttributes"])
-            #expect(try await f.call("PUT", "/v1/installations/inst-1", key: f.deviceKey, body: [
-                "userID": "user-42", "pushToStartTokens": ["PizzaDeliveryAttributes": .string(ptsToken)], "widgetToken": .string(app.widgetPushToken!),
-            ]).status == 200)
+            let registered = try await f.call("PUT", "/v1/installations/inst-1", key: f.deviceKey, body: [
+                "pushToStartTokens": ["PizzaDeliveryAttributes": .string(ptsToken)], "widgetToken": .string(app.widgetPushToken!),
+            ])
+            #expect(registered.status == 200)
+            let secret = try #require(registered.json["installationSecret"]?.stringValue)
+            #expect(try await f.call("PUT", "/v1/installations/inst-1/user", key: f.backendKey, body: ["userID": "user-42"]).status == 200)
             let start = try await f.call("POST", "/v1/users/user-42/start", key: f.backendKey, body: [
                 "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James"),
                 "alert": ["title": "Order 12345", "body": "In the oven"], "externalKey": "order-12345",
@@ -67,10 +70,15 @@ struct EndToEndTests {
             try await f.waitForDevice("the push-started activity") { d in d.activities.contains { $0.startedBy == .push } }
             let started = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
             // The app hands its update token back, matched by the backend's key.
-            let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
-                "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-12345",
+            // Someone else with the (public) device key cannot take it over by its key.
+            let thief = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "ee", count: 40)), "externalKey": "order-12345",
             ])
-            #expect(link.status == 200)
+            #expect(thief.status == 403 && thief.json["error"]?["code"] == "installationSecretRequired" && thief.json["error"]?["attributes"] == nil, "\(thief.json.jsonString)")
+            let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-12345", "installationID": "inst-1",
+            ], headers: [("Isle-Installation-Secret", secret)])
+            #expect(link.status == 200, "\(link.json.jsonString)")
             #expect(link.json["state"] == "active")
             f.clock.advance(by: 5)
             #expect(try await f.call("POST", "/v1/activities/by-key/order-12345/update", key: f.backendKey, body: ["contentState": Pizza.state("Anne Johnson")]).status == 202)
@@ -266,7 +274,8 @@ struct APIErrorTests {
             #expect(first.json["jobs"] != nil && first.json["jobs"] == second.json["jobs"], "\(first.json.jsonString) / \(second.json.jsonString)")
             // After 24 hours the key is free again.
             f.clock.advance(by: IdempotencyRecord.lifetime + 60)
-            let dayLater = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Next day")], headers: [("Idempotency-Key", "abc")])
+            let (_, nextDay) = try await f.appStartsActivity(key: "next-day")
+            let dayLater = try await f.call("POST", "/v1/activities/\(nextDay)/update", key: f.backendKey, body: ["contentState": Pizza.state("Next day")], headers: [("Idempotency-Key", "abc")])
             #expect(dayLater.status == 202 && dayLater.json["jobs"] != first.json["jobs"], "\(dayLater.json.jsonString)")
         }
     }

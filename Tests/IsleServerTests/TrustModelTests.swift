@@ -1,0 +1,99 @@
+import Foundation
+import IsleCore
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Testing
+
+/// The device key ships inside every copy of the app, so these attacks are made with it
+/// (docs/security.md, "What someone with the device key can do"). Each failed before the trust
+/// model was enforced.
+@Suite("Trust model: what the public device key cannot do")
+struct TrustModelTests {
+    static let secretHeader = "Isle-Installation-Secret"
+    static let otherToken = String(repeating: "ee", count: 40)
+
+    @Test("an installation's first registration returns its secret; later ones without it, or with another, are refused and change nothing")
+    func installationSecret() async throws {
+        try await ServerFixture.with { f in
+            let first = try await f.call("PUT", "/v1/installations/victim", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
+            #expect(first.status == 200)
+            let secret = try #require(first.json["installationSecret"]?.stringValue)
+            #expect(secret.hasPrefix("isle_inst_") && secret.count > 40)
+
+            let hijack = try await f.call("PUT", "/v1/installations/victim", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(Self.otherToken)]])
+            #expect(hijack.status == 403 && hijack.json["error"]?["code"] == "installationSecretRequired", "\(hijack.json.jsonString)")
+            let guess = try await f.call("PUT", "/v1/installations/victim", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(Self.otherToken)]],
+                                         headers: [(Self.secretHeader, "isle_inst_guess")])
+            #expect(guess.status == 403 && guess.json["error"]?["code"] == "wrongInstallationSecret")
+            let store = try SQLiteStore(path: f.databasePath)
+            #expect(try await store.installation(id: "victim")?.pushToStartTokens.isEmpty == true, "a refused registration changed nothing")
+
+            let owner = try await f.call("PUT", "/v1/installations/victim", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(Self.otherToken)]],
+                                         headers: [(Self.secretHeader, secret)])
+            #expect(owner.status == 200 && owner.json["installationSecret"] == nil, "the secret is shown once")
+            // The secret is stored as a hash only.
+            let bytes = String(decoding: try Data(contentsOf: URL(fileURLWithPath: f.databasePath)), as: UTF8.self) + ((try? String(contentsOfFile: f.databasePath + "-wal", encoding: .isoLatin1)) ?? "")
+            #expect(!bytes.contains(secret))
+        }
+    }
+
+    @Test("the device cannot say who the user is; the backend binds it, and push-to-start to a user reaches that user's installations only")
+    func userBoundByBackend() async throws {
+        try await ServerFixture.with { f in
+            let app = try f.sim.world.app(Pizza.bundleID, on: f.device)
+            let pts = try #require(app.pushToStartTokens["PizzaDeliveryAttributes"])
+            let claim = try await f.call("PUT", "/v1/installations/attacker", key: f.deviceKey, body: ["userID": "victim-user", "pushToStartTokens": ["PizzaDeliveryAttributes": .string(Self.otherToken)]])
+            #expect(claim.status == 400 && claim.json["error"]?["field"] == "userID", "\(claim.json.jsonString)")
+            #expect(try await f.call("PUT", "/v1/installations/victim-phone", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(pts)]]).status == 200)
+            #expect(try await f.call("PUT", "/v1/installations/attacker", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(Self.otherToken)]]).status == 200)
+            // Only the backend key binds a user.
+            #expect(try await f.call("PUT", "/v1/installations/victim-phone/user", key: f.deviceKey, body: ["userID": "victim-user"]).status == 403)
+            let bound = try await f.call("PUT", "/v1/installations/victim-phone/user", key: f.backendKey, body: ["userID": "victim-user"])
+            #expect(bound.status == 200 && bound.json["userID"] == "victim-user")
+            #expect(try await f.call("PUT", "/v1/installations/nobody/user", key: f.backendKey, body: ["userID": "x"]).status == 404)
+            let start = try await f.call("POST", "/v1/users/victim-user/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Private"),
+                "alert": ["title": "Order", "body": "For the victim only"], "externalKey": "order-private",
+            ])
+            #expect(start.status == 202 && start.json["accepted"] == 1, "\(start.json.jsonString)")
+            #expect(start.json["activities"]?.arrayValue?.allSatisfy { $0["installationID"] == "victim-phone" } == true, "\(start.json.jsonString)")
+        }
+    }
+
+    @Test("a live activity's external key cannot be taken by another registration, and its content is never returned to it")
+    func externalKeyTakeover() async throws {
+        try await ServerFixture.with { f in
+            let (_, id) = try await f.appStartsActivity(key: "order-1234")
+            let takeover = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "token": .string(Self.otherToken), "externalKey": "order-1234",
+            ])
+            #expect(takeover.status == 409 && takeover.json["error"]?["code"] == "externalKeyInUse", "\(takeover.json.jsonString)")
+            #expect(takeover.json["contentState"] == nil && takeover.json["attributes"] == nil)
+            // By-key updates still reach only the real activity.
+            let update = try await f.call("POST", "/v1/activities/by-key/order-1234/update", key: f.backendKey, body: ["contentState": Pizza.state("Real")])
+            #expect(update.status == 202 && update.json["activityID"] == .string(id), "\(update.json.jsonString)")
+        }
+    }
+
+    @Test("an activity registered on an installation needs that installation's secret for its token and reports")
+    func activityCallsNeedTheSecret() async throws {
+        try await ServerFixture.with { f in
+            let r = try await f.call("PUT", "/v1/installations/phone", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
+            let secret = try #require(r.json["installationSecret"]?.stringValue)
+            let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("A"))
+            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": "o-9", "installationID": "phone"]
+            #expect(try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body).status == 403)
+            let unknown = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "installationID": "ghost"])
+            #expect(unknown.status == 400 && unknown.json["error"]?["field"] == "installationID")
+            let registered = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body, headers: [(Self.secretHeader, secret)])
+            #expect(registered.status == 201, "\(registered.json.jsonString)")
+            let activity = try #require(registered.json["id"]?.stringValue)
+            #expect(try await f.call("PUT", "/v1/activities/\(activity)/token", key: f.deviceKey, body: ["token": .string(Self.otherToken)]).status == 403)
+            #expect(try await f.call("POST", "/v1/activities/\(activity)/dismissed", key: f.deviceKey, body: [:]).status == 403)
+            let store = try SQLiteStore(path: f.databasePath)
+            #expect(try await store.activity(id: activity)?.state == .active, "the refused dismissal changed nothing")
+            #expect(try await f.call("POST", "/v1/activities/\(activity)/dismissed", key: f.deviceKey, body: [:], headers: [(Self.secretHeader, secret)]).status == 200)
+        }
+    }
+}
