@@ -13,6 +13,7 @@ struct API: Sendable {
     let engine: DeliveryEngine
     let clock: any WallClock
     let logger: Logger
+    var limiter: RateLimiter? = nil
     let keys = ExpiringCache<APIKeyRecord?>()
 
     /// The app, as the engine sees it (read at most once a second).
@@ -33,6 +34,7 @@ struct API: Sendable {
         guard key.scope == scope else {
             throw APIError(.forbidden, "wrongScope", "this endpoint needs a \(scope.rawValue) key; this is a \(key.scope.rawValue) key")
         }
+        try limiter?.check(keyID: key.id, scope: key.scope)
         return Caller(bundleID: key.bundleID, scope: key.scope, keyID: key.id)
     }
 
@@ -81,6 +83,47 @@ struct API: Sendable {
         p.body = value.jsonString
         p.jobsField = jobs ? "jobs" : nil
         return p
+    }
+
+    // MARK: Sizes (docs/security.md): nothing unbounded is stored
+
+    enum Limits {
+        static let id = 128
+        static let externalKey = 256
+        static let topic = 128
+        static let topics = 32
+        static let attributesType = 128
+        static let pushToStartTypes = 32
+        /// Attributes and content state each, serialized (a Live Activity payload is at most 4 KB).
+        static let activityJSON = 4096
+    }
+
+    /// A string field, at most `limit` bytes.
+    static func bounded(_ value: String?, _ field: String, _ limit: Int) throws -> String? {
+        guard let value else { return nil }
+        guard !value.isEmpty, value.utf8.count <= limit else { throw APIError.invalid(field, "\(field) must be 1 to \(limit) bytes (got \(value.utf8.count))") }
+        return value
+    }
+
+    /// An id from the path, at most ``Limits/id`` bytes.
+    static func pathID(_ value: String, _ name: String) throws -> String {
+        guard !value.isEmpty, value.utf8.count <= Limits.id else { throw APIError.invalid(name, "the \(name) id must be 1 to \(Limits.id) bytes") }
+        return value
+    }
+
+    /// Attributes or content state an app registers: an object within the size limit that
+    /// decodes with the registered schema, when there is one.
+    static func checkedObject(_ value: JSONValue?, _ field: String, schema: ObjectSchema?) throws -> JSONValue? {
+        guard let value, !value.isNull else { return nil }
+        guard value.objectValue != nil else { throw APIError.invalid(field, "\(field) must be an object") }
+        let size = value.jsonBytes.count
+        guard size <= Limits.activityJSON else {
+            throw APIError(.unprocessableContent, "tooLarge", "\(field) is \(size) bytes; a Live Activity's \(field) must fit a 4 KB payload (at most \(Limits.activityJSON))", field: field)
+        }
+        if let schema, let first = schema.decode(value, path: field).mismatches.first {
+            throw APIError(.unprocessableContent, "schemaMismatch", "\(first.path): expected \(first.expected), found \(first.found)", field: Self.field(first.path))
+        }
+        return value
     }
 
     // MARK: Installation secrets (docs/security.md)
@@ -169,7 +212,7 @@ struct API: Sendable {
         // Device scope
         router.put("v1/installations/:installation") { request, context in
             let caller = try await authorize(request, .device)
-            let id = try context.parameters.decoded("installation")
+            let id = try Self.pathID(try context.parameters.decoded("installation"), "installation")
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
                 if b.object["userID"] != nil {
@@ -181,7 +224,9 @@ struct API: Sendable {
                 var tokens: [String: String?] = [:]
                 if let t = b.object["pushToStartTokens"] {
                     guard let o = t.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
+                    guard o.count <= Limits.pushToStartTypes else { throw APIError.invalid("pushToStartTokens", "at most \(Limits.pushToStartTypes) attributes types") }
                     for (type, value) in o {
+                        _ = try Self.bounded(type, "pushToStartTokens.\(type.prefix(40))", Limits.attributesType)
                         if value.isNull { tokens[type] = .some(nil); continue }
                         guard let s = value.stringValue, let t = try? DeviceToken(hex: s) else { throw APIError.invalid("pushToStartTokens.\(type)", "pushToStartTokens.\(type) must be a hex token") }
                         tokens[type] = .some(t.hex)
@@ -241,13 +286,13 @@ struct API: Sendable {
             let caller = try await authorize(request, .device)
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
-                let type = try b.string("attributesType", required: true)!
-                let channelID = try b.string("channelID")
+                let type = try Self.bounded(try b.string("attributesType", required: true), "attributesType", Limits.attributesType)!
+                let channelID = try Self.bounded(try b.string("channelID"), "channelID", Limits.id)
                 if let channelID, try await store.channel(id: channelID)?.bundleID != caller.bundleID {
                     throw APIError.invalid("channelID", "\(channelID) is not a channel of \(caller.bundleID)")
                 }
                 let tokenOrNil = try b.token("token", required: channelID == nil)
-                let key = try b.string("externalKey")
+                let key = try Self.bounded(try b.string("externalKey"), "externalKey", Limits.externalKey)
                 guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
                 guard app.schema(type) != nil || app.schemas.isEmpty else {
                     throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
@@ -256,7 +301,12 @@ struct API: Sendable {
                     throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
                 }
                 let topics = try b.strings("topics") ?? []
-                let installationID = try b.string("installationID")
+                guard topics.count <= Limits.topics else { throw APIError.invalid("topics", "at most \(Limits.topics) topics") }
+                for (i, t) in topics.enumerated() { _ = try Self.bounded(t, "topics[\(i)]", Limits.topic) }
+                let installationID = try Self.bounded(try b.string("installationID"), "installationID", Limits.id)
+                let schema = app.schema(type)
+                let attributes = try Self.checkedObject(b.object["attributes"], "attributes", schema: schema?.attributes)
+                let contentState = try Self.checkedObject(b.object["contentState"], "contentState", schema: schema?.contentState)
                 if let installationID {
                     guard let inst = try await store.installation(id: installationID), inst.bundleID == caller.bundleID else {
                         throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
@@ -283,7 +333,7 @@ struct API: Sendable {
                     throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of live activity \(other.id)\(other.installationID == nil ? "" : " on another installation"); end it first or use another key", field: "externalKey")
                 }
                 let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: key, installationID: installationID, attributesType: type,
-                                       attributes: try b.object("attributes"), content: try b.object("contentState"), state: .active, updateToken: tokenOrNil, channelID: channelID,
+                                       attributes: attributes, content: contentState, state: .active, updateToken: tokenOrNil, channelID: channelID,
                                        relevanceScore: try b.number("relevanceScore"), startedAt: clock.now, topics: topics)
                 try await store.insertActivity(a)
                 let value = Self.json(a)

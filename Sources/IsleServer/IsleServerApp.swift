@@ -29,7 +29,7 @@ public final class IsleServerApp: Service {
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
         let router = Router()
         let box = portBox
-        let api = API(store: store, engine: engine, clock: clock, logger: logger)
+        let api = API(store: store, engine: engine, clock: clock, logger: logger, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
         router.add(middleware: ErrorMiddleware(logger: logger))
         api.addRoutes(to: router)
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),

@@ -19,6 +19,8 @@ public struct ServerConfiguration: Sendable {
     /// How long finished jobs, deliveries and budget records are kept (pruned at each sweep);
     /// idempotency records live 24 hours.
     public var retention = Retention()
+    /// Requests per API key (429 with Retry-After beyond them); `.off` turns a scope's limit off.
+    public var rateLimits: [APIKeyScope: RateLimit] = [.backend: RateLimit(perSecond: 10_000, burst: 20_000), .device: RateLimit(perSecond: 1_000, burst: 2_000)]
     /// Retries of transient failures (429, 5xx, no connection): exponential backoff from
     /// `retryBase`, capped at `retryMaximumDelay`, with jitter, until the job can no longer matter
     /// (the activity's 8-hour life, a plain update's stale date, or `jobDeadline`).

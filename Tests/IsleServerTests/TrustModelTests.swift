@@ -1,5 +1,6 @@
 import Foundation
 import IsleCore
+import IsleServer
 import IsleSimulator
 import IsleStore
 import IsleTesting
@@ -94,6 +95,48 @@ struct TrustModelTests {
             let store = try SQLiteStore(path: f.databasePath)
             #expect(try await store.activity(id: activity)?.state == .active, "the refused dismissal changed nothing")
             #expect(try await f.call("POST", "/v1/activities/\(activity)/dismissed", key: f.deviceKey, body: [:], headers: [(Self.secretHeader, secret)]).status == 200)
+        }
+    }
+
+    @Test("nothing unbounded is stored: attributes and content state checked against the schema and the 4 KB limit at registration; ids, keys and topics bounded")
+    func sizes() async throws {
+        try await ServerFixture.with { f in
+            let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("A"))
+            func register(_ extra: JSONObject) async throws -> ServerFixture.Answer {
+                var body: JSONObject = ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!)]
+                for (k, v) in extra { body[k] = v }
+                return try await f.call("POST", "/v1/activities", key: f.deviceKey, body: .object(body))
+            }
+            let huge = try await register(["contentState": ["driverName": .string(String(repeating: "x", count: 5000)), "deliveryTimer": [1, 2]]])
+            #expect(huge.status == 422 && huge.json["error"]?["code"] == "tooLarge" && huge.json["error"]?["field"] == "contentState", "\(huge.json.jsonString)")
+            let wrong = try await register(["attributes": ["numberOfPizzas": "three", "totalAmount": "$1", "orderNumber": "1"]])
+            #expect(wrong.status == 422 && wrong.json["error"]?["field"] == "attributes.numberOfPizzas", "\(wrong.json.jsonString)")
+            let manyTopics = try await register(["topics": .array((0..<33).map { .string("t\($0)") })])
+            #expect(manyTopics.status == 400 && manyTopics.json["error"]?["field"] == "topics")
+            let longTopic = try await register(["topics": [.string(String(repeating: "t", count: 200))]])
+            #expect(longTopic.status == 400 && longTopic.json["error"]?["field"] == "topics[0]")
+            let longKey = try await register(["externalKey": .string(String(repeating: "k", count: 300))])
+            #expect(longKey.status == 400 && longKey.json["error"]?["field"] == "externalKey")
+            let longInstallation = try await f.call("PUT", "/v1/installations/\(String(repeating: "i", count: 200))", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
+            #expect(longInstallation.status == 400 && longInstallation.json["error"]?["field"] == "installation")
+            let store = try SQLiteStore(path: f.databasePath)
+            #expect(try await store.activity(updateToken: a.updateToken!) == nil, "nothing refused was stored")
+            let ok = try await register(["externalKey": "o-sized", "contentState": Pizza.state("Fits"), "attributes": Pizza.attributes])
+            #expect(ok.status == 201, "\(ok.json.jsonString)")
+        }
+    }
+
+    @Test("per-key rate limits: past the burst a key gets 429 with Retry-After; time refills it; other keys are not affected")
+    func rateLimits() async throws {
+        try await ServerFixture.with(server: { $0.rateLimits = [.device: RateLimit(perSecond: 1, burst: 3)] }) { f in
+            for i in 0..<3 {
+                #expect(try await f.call("PUT", "/v1/installations/rl-\(i)", key: f.deviceKey, body: ["liveActivitiesEnabled": true]).status == 200)
+            }
+            let limited = try await f.call("PUT", "/v1/installations/rl-9", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
+            #expect(limited.status == 429 && limited.json["error"]?["code"] == "rateLimited" && limited.retryAfter == "1", "\(limited.json.jsonString)")
+            #expect(try await f.call("GET", "/v1/app", key: f.backendKey).status == 200, "the backend key has its own budget")
+            f.clock.advance(by: 1)
+            #expect(try await f.call("PUT", "/v1/installations/rl-9", key: f.deviceKey, body: ["liveActivitiesEnabled": true]).status == 200)
         }
     }
 }
