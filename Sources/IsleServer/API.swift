@@ -15,6 +15,7 @@ struct API: Sendable {
     let logger: Logger
     var limiter: RateLimiter? = nil
     let keys = ExpiringCache<APIKeyRecord?>()
+    let metricsCache = ExpiringCache<[PushJobState: Int]?>()
 
     /// The app, as the engine sees it (read at most once a second).
     func app(_ bundleID: String) async throws -> AppRecord? { try await engine.apps.app(bundleID, store: store) }
@@ -172,7 +173,7 @@ struct API: Sendable {
         router.get("health") { _, _ in API.json(["status": "ok"]) }
         router.get("ready") { _, _ in
             do {
-                _ = try await store.jobCounts()
+                try await store.ping()
             } catch {
                 throw APIError(.serviceUnavailable, "notReady", "the database is not reachable")
             }
@@ -202,7 +203,10 @@ struct API: Sendable {
             for (k, v) in engine.counters.snapshot.sorted(by: { $0.key < $1.key }) { lines.append("isle_deliveries_total{outcome=\"\(k)\"} \(v)") }
             lines.append("# HELP isle_jobs Jobs in the delivery queue by state.")
             lines.append("# TYPE isle_jobs gauge")
-            for (k, v) in try await store.jobCounts().sorted(by: { $0.key.rawValue < $1.key.rawValue }) { lines.append("isle_jobs{state=\"\(k.rawValue)\"} \(v)") }
+            // Open work only, along partial indexes, and at most once a second however often
+            // /metrics is asked.
+            let counts = try await metricsCache.value("open", load: { try await store.openJobCounts() }) ?? [:]
+            for (k, v) in counts.sorted(by: { $0.key.rawValue < $1.key.rawValue }) { lines.append("isle_jobs{state=\"\(k.rawValue)\"} \(v)") }
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: lines.joined(separator: "\n") + "\n")))
         }
         router.get("openapi.json") { _, _ in
@@ -525,19 +529,24 @@ struct API: Sendable {
         // Reads
         router.get("v1/activities/:activity") { request, context in
             let caller = try await authorize(request, .backend)
-            return try await activityView(try await ownActivity(caller, try context.parameters.decoded("activity")))
+            return try await activityView(try await ownActivity(caller, try context.parameters.decoded("activity")), request: request)
         }
         router.get("v1/activities/by-key/:key") { request, context in
             let caller = try await authorize(request, .backend)
             let key = try context.parameters.decoded("key")
             guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
-            return try await activityView(a)
+            return try await activityView(a, request: request)
         }
         router.get("v1/deliveries/:apnsID") { request, context in
             let caller = try await authorize(request, .backend)
             let id = try context.parameters.decoded("apnsID").lowercased()
             guard let d = try await store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(id)") }
-            if let aid = d.activityID { _ = try await ownActivity(caller, aid) }
+            if let aid = d.activityID {
+                _ = try await ownActivity(caller, aid)
+            } else {
+                // Widget and broadcast deliveries: the job says whose they are.
+                guard let job = try await store.job(id: d.jobID), job.bundleID == caller.bundleID else { throw APIError.notFound("delivery \(id)") }
+            }
             return Self.json(Self.json(d))
         }
     }
@@ -547,9 +556,25 @@ struct API: Sendable {
         return a
     }
 
-    func activityView(_ a: ActivityRecord) async throws -> Response {
+    /// The activity with a page of its delivery history: the newest `deliveries` (default 100,
+    /// at most 1,000) before `before` (a delivery id), oldest first; `moreDeliveries.before` pages on.
+    func activityView(_ a: ActivityRecord, request: Request) async throws -> Response {
         var o = Self.json(a).objectValue!
-        o["deliveries"] = .array(try await store.deliveries(activityID: a.id).map(Self.json))
+        let query = request.uri.queryParameters
+        var limit = 100
+        if let text = query["deliveries"] {
+            guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("deliveries", "deliveries must be a whole number from 1 to 1000") }
+            limit = n
+        }
+        var before: Int64?
+        if let text = query["before"] {
+            guard let n = Int64(String(text)), n > 0 else { throw APIError.invalid("before", "before must be a delivery id (a positive whole number)") }
+            before = n
+        }
+        let page = try await store.deliveries(activityID: a.id, before: before, limit: limit + 1)
+        let shown = page.count > limit ? Array(page.dropFirst()) : page
+        o["deliveries"] = .array(shown.map(Self.json))
+        if page.count > limit, let oldest = shown.first?.id { o["moreDeliveries"] = ["before": .int(oldest)] }
         return Self.json(.object(o))
     }
 
@@ -707,7 +732,7 @@ struct API: Sendable {
     }
 
     static func json(_ d: DeliveryRecord) -> JSONValue {
-        ["jobID": .int(d.jobID), "activityID": d.activityID.map(JSONValue.string) ?? .null, "apnsID": d.apnsID.map(JSONValue.string) ?? .null,
+        ["id": d.id.map { .int($0) } ?? .null, "jobID": .int(d.jobID), "activityID": d.activityID.map(JSONValue.string) ?? .null, "apnsID": d.apnsID.map(JSONValue.string) ?? .null,
          "apnsUniqueID": d.apnsUniqueID.map(JSONValue.string) ?? .null, "status": .int(d.status), "reason": d.reason.map(JSONValue.string) ?? .null,
          "latencyMS": .double(d.latencyMS), "priority": .int(d.priority), "downgraded": .bool(d.downgraded), "at": json(d.at)]
     }

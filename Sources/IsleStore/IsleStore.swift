@@ -57,6 +57,9 @@ public protocol IsleRegistry: Sendable {
 
     // Reads
     func deliveries(activityID: String) async throws -> [DeliveryRecord]
+    /// The newest `limit` deliveries of an activity older than delivery `before` (all when nil),
+    /// oldest first, with their ids.
+    func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord]
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
     func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws
@@ -92,7 +95,13 @@ public protocol IsleQueue: Sendable {
     /// Every waiting head of the app may go now (an operator resumed the app after a fix).
     func wakeApp(bundleID: String, now: Date) async throws
     func job(id: Int64) async throws -> PushJob?
+    /// Every job by state (a scan of the table: for tests and tools, not for monitoring).
     func jobCounts() async throws -> [PushJobState: Int]
+    /// Scheduled, queued and claimed jobs only, counted along the partial indexes of open work:
+    /// its cost grows with the queue, never with the history. For `/metrics`.
+    func openJobCounts() async throws -> [PushJobState: Int]
+    /// A cheap round trip to the database, for `/ready`.
+    func ping() async throws
 }
 
 extension IsleQueue {

@@ -176,6 +176,16 @@ public final class MemoryStore: IsleStore {
     // MARK: Reads
 
     public func deliveries(activityID: String) async throws -> [DeliveryRecord] { state.withLock { $0.deliveries.filter { $0.activityID == activityID } } }
+    public func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord] {
+        state.withLock { s in
+            let numbered = s.deliveries.enumerated().map { i, d -> DeliveryRecord in
+                var d = d
+                d.id = d.id ?? Int64(i + 1)
+                return d
+            }
+            return Array(numbered.filter { $0.activityID == activityID && $0.id! < (before ?? Int64.max) }.suffix(limit))
+        }
+    }
     public func delivery(apnsID: String) async throws -> DeliveryRecord? { state.withLock { $0.deliveries.last { $0.apnsID == apnsID } } }
     public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { state.withLock { $0.idempotency[bundleID + "\n" + key] } }
     public func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws {
@@ -406,6 +416,13 @@ public final class MemoryStore: IsleStore {
     }
 
     public func job(id: Int64) async throws -> PushJob? { state.withLock { $0.jobs[id]?.job } }
+    public func openJobCounts() async throws -> [PushJobState: Int] {
+        let all = try await jobCounts()
+        return [.scheduled: all[.scheduled] ?? 0, .queued: all[.queued] ?? 0, .claimed: all[.claimed] ?? 0]
+    }
+
+    public func ping() async throws {}
+
     public func jobCounts() async throws -> [PushJobState: Int] {
         state.withLock { s in s.jobs.values.reduce(into: [:]) { $0[$1.job.state, default: 0] += 1 } }
     }

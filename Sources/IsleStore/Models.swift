@@ -262,6 +262,8 @@ public struct DeliveryRecord: Sendable, Hashable, Codable {
     /// Isle sent priority 5 although 10 was asked for (budget).
     public var downgraded: Bool
     public var at: Date
+    /// The store's id for the record (set when read; a cursor for paging).
+    public var id: Int64?
 
     public init(jobID: Int64, activityID: String?, apnsID: String?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: Int, downgraded: Bool, at: Date) {
         self.jobID = jobID

@@ -698,6 +698,19 @@ public final class SQLiteStore: IsleStore {
         try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
     }
 
+    public func openJobCounts() async throws -> [PushJobState: Int] {
+        try await pool.read { db in
+            let scheduled = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled'") ?? 0
+            let open = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_lane_open WHERE state IN ('queued', 'claimed')") ?? 0
+            let claimed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_claimed WHERE state = 'claimed'") ?? 0
+            return [.scheduled: scheduled, .queued: open - claimed, .claimed: claimed]
+        }
+    }
+
+    public func ping() async throws {
+        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+    }
+
     public func jobCounts() async throws -> [PushJobState: Int] {
         try await pool.read { db in
             var out: [PushJobState: Int] = [:]
@@ -742,8 +755,17 @@ public final class SQLiteStore: IsleStore {
     // MARK: Reads
 
     static func delivery(_ r: Row) -> DeliveryRecord {
-        DeliveryRecord(jobID: r["job_id"], activityID: r["activity_id"], apnsID: r["apns_id"], apnsUniqueID: r["apns_unique_id"], status: r["status"], reason: r["reason"],
+        var d = DeliveryRecord(jobID: r["job_id"], activityID: r["activity_id"], apnsID: r["apns_id"], apnsUniqueID: r["apns_unique_id"], status: r["status"], reason: r["reason"],
                        latencyMS: r["latency_ms"], priority: r["priority"], downgraded: r["downgraded"], at: Date(timeIntervalSince1970: r["at"]))
+        d.id = r["id"]
+        return d
+    }
+
+    public func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM deliveries INDEXED BY deliveries_activity WHERE activity_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+                             arguments: [activityID, before ?? Int64.max, limit]).map(Self.delivery).reversed()
+        }
     }
 
     public func deliveries(activityID: String) async throws -> [DeliveryRecord] {

@@ -73,6 +73,9 @@ final class FaultyStore: IsleStore {
     func delivery(apnsID: String) async throws -> DeliveryRecord? { try await base.delivery(apnsID: apnsID) }
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(bundleID: bundleID, key: key) }
     func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws { try await base.saveIdempotencyRecord(record) }
+    func openJobCounts() async throws -> [PushJobState: Int] { try await base.openJobCounts() }
+    func ping() async throws { try await base.ping() }
+    func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord] { try await base.deliveries(activityID: activityID, before: before, limit: limit) }
     func prune(now: Date, retention: Retention, limit: Int) async throws -> Int { try check("prune"); return try await base.prune(now: now, retention: retention, limit: limit) }
     func highPrioritySends(activityID: String, since: Date) async throws -> Int { try await base.highPrioritySends(activityID: activityID, since: since) }
     func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob] {

@@ -139,4 +139,43 @@ struct TrustModelTests {
             #expect(try await f.call("PUT", "/v1/installations/rl-9", key: f.deviceKey, body: ["liveActivitiesEnabled": true]).status == 200)
         }
     }
+
+    @Test("another app's backend key cannot read a widget delivery; the delivery history is paged")
+    func deliveriesAreTheAppsOwn() async throws {
+        try await ServerFixture.with { f in
+            let app = try f.sim.world.app(Pizza.bundleID, on: f.device)
+            #expect(try await f.call("PUT", "/v1/installations/inst-w", key: f.deviceKey, body: ["widgetToken": .string(app.widgetPushToken!)]).status == 200)
+            #expect(try await f.call("POST", "/v1/installations/inst-w/widgets/reload", key: f.backendKey).status == 202)
+            try await eventually("the widget push answered") { f.sim.apns.requestLog.contains { $0.status == 200 && $0.apnsID != nil } }
+            let apnsID = try #require(f.sim.apns.requestLog.last { $0.status == 200 }?.apnsID)
+            try await eventually("the delivery recorded") { try await f.call("GET", "/v1/deliveries/\(apnsID)", key: f.backendKey).status == 200 }
+            // A second app on the same server, with its own backend key.
+            let store = try SQLiteStore(path: f.databasePath)
+            let key = TestProviderKey()
+            try await store.upsertApp(AppRecord(bundleID: "com.example.other", teamID: key.teamID, keyID: key.keyID,
+                                                keyPEM: ServerFixture.masterKey.seal(key.privateKeyPEM, bundleID: "com.example.other"), createdAt: Pizza.t0))
+            let other = try await ServerSetup.createKey(store: store, bundleID: "com.example.other", scope: .backend).secret
+            let peek = try await f.call("GET", "/v1/deliveries/\(apnsID)", key: other)
+            #expect(peek.status == 404, "\(peek.json.jsonString)")
+
+            // Paging: five updates, pages of two, oldest first within a page.
+            let (_, id) = try await f.appStartsActivity(key: "paged")
+            for n in 0..<5 {
+                f.clock.advance(by: 1)
+                #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("P\(n)"), "alert": ["title": "t", "body": "b"]]).status == 202)
+            }
+            try await eventually("five deliveries") { try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.count == 5 }
+            let first = try await f.call("GET", "/v1/activities/\(id)?deliveries=2", key: f.backendKey)
+            let page1 = try #require(first.json["deliveries"]?.arrayValue)
+            #expect(page1.count == 2)
+            let before = try #require(first.json["moreDeliveries"]?["before"]?.numberValue?.int64Value)
+            let second = try await f.call("GET", "/v1/activities/\(id)?deliveries=2&before=\(before)", key: f.backendKey)
+            let page2 = try #require(second.json["deliveries"]?.arrayValue)
+            #expect(page2.count == 2)
+            let ids = (page2 + page1).compactMap { $0["id"]?.numberValue?.int64Value }
+            #expect(ids == ids.sorted() && Set(ids).count == 4, "\(ids)")
+            #expect(try await f.call("GET", "/v1/activities/\(id)?deliveries=0", key: f.backendKey).status == 400)
+            #expect(try await f.call("GET", "/v1/activities/\(id)?before=x", key: f.backendKey).status == 400)
+        }
+    }
 }

@@ -71,6 +71,12 @@ struct StoreContractTests {
         #expect(try await finish(s, c0, delivery: DeliveryRecord(jobID: c0.job.id, activityID: "a0", apnsID: c0.apnsID, apnsUniqueID: nil, status: 200, reason: nil,
                                                                     latencyMS: 1, priority: 10, downgraded: false, at: t0), highPriorityAt: t0))
         #expect(try await s.complete(JobCompletion(claim: c1, result: .retry(at: t0, reason: "503"))))
+        // Open work counted along its indexes equals the open part of the full count.
+        try await s.enqueue([update("a0", "later", at: t0.addingTimeInterval(600))], idempotency: nil, now: t0)
+        let all = try await s.jobCounts()
+        let open = try await s.openJobCounts()
+        #expect(open[.queued] == all[.queued] && open[.scheduled] == 1 && (open[.claimed] ?? 0) == (all[.claimed] ?? 0), "\(open) vs \(all)")
+        try await s.ping()
         try await s.enqueue([], idempotency: IdempotencyRecord(key: "backend:k", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0), now: t0)
 
         // Nothing is old enough yet.
