@@ -50,14 +50,16 @@ struct API: Sendable {
             let (status, value) = try await body(nil)
             return Self.json(value, status)
         }
-        guard !key.isEmpty, key.count <= 255 else { throw APIError.invalid("Idempotency-Key", "Idempotency-Key must be 1 to 255 characters") }
+        guard !key.isEmpty, key.utf8.count <= 255, key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            throw APIError.invalid("Idempotency-Key", "Idempotency-Key must be 1 to 255 printable ASCII characters, without spaces")
+        }
         let hash = Hex.encode(SHA256.hash(data: Array("\(request.method.rawValue) \(request.uri.path)\n".utf8) + bytes))
         // Keys live per app and per key scope: a device cannot take a key the backend will use.
         let scopedKey = "\(caller.scope.rawValue):\(key)"
         func replay() async throws -> Response? {
             guard let done = try await store.idempotencyRecord(bundleID: caller.bundleID, key: scopedKey), !done.isExpired(now: clock.now) else { return nil }
             guard done.requestHash == hash else {
-                throw APIError(.unprocessableContent, "idempotencyKeyReused", "this Idempotency-Key was used for a different request in the last 24 hours", field: "Idempotency-Key")
+                throw APIError(.conflict, "idempotencyKeyReused", "this Idempotency-Key was used for a different request in the last 24 hours", field: "Idempotency-Key")
             }
             var r = Response(status: .init(code: done.status), headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: done.body)))
             r.headers[HTTPField.Name("Idempotent-Replay")!] = "true"
@@ -102,13 +104,14 @@ struct API: Sendable {
     /// A string field, at most `limit` bytes.
     static func bounded(_ value: String?, _ field: String, _ limit: Int) throws -> String? {
         guard let value else { return nil }
-        guard !value.isEmpty, value.utf8.count <= limit else { throw APIError.invalid(field, "\(field) must be 1 to \(limit) bytes (got \(value.utf8.count))") }
+        // Counted in Unicode scalars, as JSON Schema's maxLength counts (the document states the limits).
+        guard !value.isEmpty, value.unicodeScalars.count <= limit else { throw APIError.invalid(field, "\(field) must be 1 to \(limit) characters (got \(value.unicodeScalars.count))") }
         return value
     }
 
     /// An id from the path, at most ``Limits/id`` bytes.
     static func pathID(_ value: String, _ name: String) throws -> String {
-        guard !value.isEmpty, value.utf8.count <= Limits.id else { throw APIError.invalid(name, "the \(name) id must be 1 to \(Limits.id) bytes") }
+        guard !value.isEmpty, value.unicodeScalars.count <= Limits.id else { throw APIError.invalid(name, "the \(name) id must be 1 to \(Limits.id) characters") }
         return value
     }
 
@@ -293,13 +296,13 @@ struct API: Sendable {
                 let type = try Self.bounded(try b.string("attributesType", required: true), "attributesType", Limits.attributesType)!
                 let channelID = try Self.bounded(try b.string("channelID"), "channelID", Limits.id)
                 if let channelID, try await store.channel(id: channelID)?.bundleID != caller.bundleID {
-                    throw APIError.invalid("channelID", "\(channelID) is not a channel of \(caller.bundleID)")
+                    throw APIError(.notFound, "notFound", "\(channelID) is not a channel of \(caller.bundleID)", field: "channelID")
                 }
                 let tokenOrNil = try b.token("token", required: channelID == nil)
                 let key = try Self.bounded(try b.string("externalKey"), "externalKey", Limits.externalKey)
                 guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
                 guard app.schema(type) != nil || app.schemas.isEmpty else {
-                    throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
+                    throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(type); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
                 }
                 if let token = tokenOrNil, let existing = try await store.activity(updateToken: token), existing.state.acceptsPushes {
                     throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
@@ -412,6 +415,9 @@ struct API: Sendable {
             let caller = try await authorize(request, .backend)
             let (b, bytes) = try await Body.read(request)
             return try await idempotent(request, caller, bytes) { pending in
+                if let unknown = b.object.keys.first(where: { $0 != "storagePolicy" }) {
+                    throw APIError.invalid(unknown, "unknown field \(unknown); a channel takes storagePolicy (0 or 1)")
+                }
                 // Compared as a number first: converting an out-of-range Double to Int would trap.
                 let requested = try b.number("storagePolicy") ?? 0
                 guard requested == 0 || requested == 1 else { throw APIError.invalid("storagePolicy", "storagePolicy must be 0 (no message stored) or 1 (most recent stored)") }
@@ -638,7 +644,7 @@ struct API: Sendable {
             guard let app = try await app(caller.bundleID) else { throw APIError.notFound("app \(caller.bundleID)") }
             let type = try b.string("attributesType", required: true)!
             guard let schema = app.schema(type) else {
-                throw APIError.invalid("attributesType", "\(caller.bundleID) has no attributes type \(type) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))")
+                throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(type) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
             }
             let attributes = try b.object("attributes", required: true)!
             let state = try b.object("contentState", required: true)!

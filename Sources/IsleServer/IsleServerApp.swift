@@ -75,6 +75,11 @@ struct ErrorMiddleware: RouterMiddleware {
             logger.error("the database is unavailable", metadata: ["http.path": "\(request.uri.path)", "error": "\(e.message)"])
             throw APIError(.serviceUnavailable, "databaseUnavailable", "the database is unavailable right now; nothing was changed — retry shortly", retryAfter: 1)
         } catch let e as HTTPError {
+            // No route: a documented path asked with a method it does not take is a 405 naming
+            // the ones it does.
+            if e.status == .notFound, let allowed = OpenAPIDocument.methods(forPath: request.uri.path), !allowed.isEmpty {
+                throw APIError(.methodNotAllowed, "methodNotAllowed", "\(request.uri.path) takes \(allowed.joined(separator: ", ")), not \(request.method.rawValue)", allow: allowed.joined(separator: ", "))
+            }
             throw APIError(e.status, e.status == .notFound ? "notFound" : "badRequest", e.body ?? "\(e.status.reasonPhrase)")
         } catch {
             logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])

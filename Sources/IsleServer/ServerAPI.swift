@@ -14,13 +14,16 @@ struct APIError: HTTPResponseError {
     var field: String?
     /// Seconds, sent as `Retry-After` (503s).
     var retryAfter: Int?
+    /// Sent as `Allow` (405s).
+    var allow: String?
 
-    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil) {
+    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil, allow: String? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.field = field
         self.retryAfter = retryAfter
+        self.allow = allow
     }
 
     static func invalid(_ field: String, _ message: String) -> APIError { APIError(.badRequest, "invalidField", message, field: field) }
@@ -31,6 +34,7 @@ struct APIError: HTTPResponseError {
         if let field { e["field"] = .string(field) }
         var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfter { headers[.retryAfter] = "\(retryAfter)" }
+        if let allow { headers[.allow] = allow }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .object(e)]).jsonBytes)))
     }
 }
@@ -141,7 +145,10 @@ struct Body {
         for k in ["title", "body"] {
             switch o[k] {
             case .string(let s)? where !s.isEmpty: continue
-            case .object(let loc)? where loc["loc-key"]?.stringValue != nil:
+            case .object(let loc)? where !(loc["loc-key"]?.stringValue ?? "").isEmpty:
+                if let unknown = loc.keys.first(where: { $0 != "loc-key" && $0 != "loc-args" }) {
+                    throw APIError.invalid("alert.\(k).\(unknown)", "unknown key \(unknown) in alert.\(k); use loc-key and loc-args")
+                }
                 if let args = loc["loc-args"], !(args.arrayValue?.allSatisfy { $0.stringValue != nil } ?? false) {
                     throw APIError.invalid("alert.\(k).loc-args", "loc-args must be an array of strings")
                 }

@@ -220,7 +220,7 @@ struct APIErrorTests {
         Case(method: "GET", path: "/v1/deliveries/nope", key: "backend", body: nil, status: 404, field: nil),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes"}"#, status: 400, field: "token"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"xyz"}"#, status: 400, field: "token"),
-        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"Nope","token":"\#(String(repeating: "ab", count: 40))"}"#, status: 400, field: "attributesType"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"Nope","token":"\#(String(repeating: "ab", count: 40))"}"#, status: 404, field: "attributesType"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN"}"#, status: 409, field: "token"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(String(repeating: "ab", count: 40))","topics":"x"}"#, status: 400, field: "topics"),
         Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"pushToStartTokens":{"PizzaDeliveryAttributes":"zz"}}"#, status: 400, field: "pushToStartTokens.PizzaDeliveryAttributes"),
@@ -228,7 +228,7 @@ struct APIErrorTests {
         Case(method: "PUT", path: "/v1/activities/ID/token", key: "device", body: "{}", status: 400, field: "token"),
         Case(method: "POST", path: "/v1/activities/ID/explode", key: "device", body: "{}", status: 404, field: nil),
         Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":1,"totalAmount":"x","orderNumber":"1"},"contentState":{"driverName":"A","deliveryTimer":[1,2]},"alert":{"title":"a","body":"b"}}"#, status: 404, field: nil),
-        Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"pizzaDeliveryAttributes","attributes":{},"contentState":{},"alert":{"title":"a","body":"b"}}"#, status: 400, field: "attributesType"),
+        Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"pizzaDeliveryAttributes","attributes":{},"contentState":{},"alert":{"title":"a","body":"b"}}"#, status: 404, field: "attributesType"),
         Case(method: "POST", path: "/v1/installations/nope/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{},"contentState":{}}"#, status: 400, field: "alert"),
         Case(method: "POST", path: "/v1/users/nobody/start", key: "backend", body: #"{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":"3","totalAmount":"x","orderNumber":"1"},"contentState":{"driverName":"A","deliveryTimer":[1,2]},"alert":{"title":"a","body":"b"}}"#, status: 422, field: "attributes.numberOfPizzas"),
         Case(method: "POST", path: "/v1/installations/nope/widgets/reload", key: "backend", body: nil, status: 404, field: nil),
@@ -236,6 +236,8 @@ struct APIErrorTests {
         Case(method: "POST", path: "/v1/channels", key: "backend", body: #"{"storagePolicy":1e19}"#, status: 400, field: "storagePolicy"),
         Case(method: "POST", path: "/v1/channels", key: "backend", body: #"{"storagePolicy":-1e300}"#, status: 400, field: "storagePolicy"),
         Case(method: "GET", path: "/v1/app", key: "device", body: nil, status: 403, field: nil),
+        Case(method: "DELETE", path: "/v1/app", key: "backend", body: nil, status: 405, field: nil),
+        Case(method: "TRACE", path: "/health", key: "none", body: nil, status: 405, field: nil),
     ]
 
     @Test("each error path", arguments: cases)
@@ -269,7 +271,7 @@ struct APIErrorTests {
             let store = try SQLiteStore(path: f.databasePath)
             #expect(try await store.jobCounts().values.reduce(0, +) == 1)
             let other = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Twice")], headers: [("Idempotency-Key", "abc")])
-            #expect(other.status == 422 && other.json["error"]?["code"] == "idempotencyKeyReused")
+            #expect(other.status == 409 && other.json["error"]?["code"] == "idempotencyKeyReused")
             // The replay is the whole first answer, job ids included.
             #expect(first.json["jobs"] != nil && first.json["jobs"] == second.json["jobs"], "\(first.json.jsonString) / \(second.json.jsonString)")
             // After 24 hours the key is free again.
