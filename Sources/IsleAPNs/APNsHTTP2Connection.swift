@@ -317,11 +317,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
             guard var s = streams[frame.streamID] else { return }
             if s.status == nil {
                 guard let text = h.headers.first(name: ":status"), let status = Int(text) else {
-                    streams.removeValue(forKey: frame.streamID)
-                    reset(frame.streamID)
-                    leave()
-                    s.request.resume(.failure(APNsTransportError(kind: .other, reason: "the response had no valid :status")))
-                    pump()
+                    abort(frame.streamID, s.request, reason: "the response had no valid :status")
                     return
                 }
                 if (100..<200).contains(status), !h.endStream { return }
@@ -336,11 +332,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
             guard var s = streams[frame.streamID] else { return }
             if case .byteBuffer(var bytes) = d.data {
                 if (s.body?.readableBytes ?? 0) + bytes.readableBytes > configuration.maximumResponseBody {
-                    streams.removeValue(forKey: frame.streamID)
-                    reset(frame.streamID)
-                    leave()
-                    s.request.resume(.failure(APNsTransportError(kind: .other, reason: "the response body is larger than \(configuration.maximumResponseBody) bytes")))
-                    pump()
+                    abort(frame.streamID, s.request, reason: "the response body is larger than \(configuration.maximumResponseBody) bytes")
                     return
                 }
                 if s.body == nil { s.body = bytes } else { s.body!.writeBuffer(&bytes) }
@@ -374,6 +366,15 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         default:
             break
         }
+    }
+
+    /// Gives up on a stream whose answer is malformed: reset it, fail its request, go on.
+    private func abort(_ streamID: HTTP2StreamID, _ request: PendingRequest, reason: String) {
+        streams.removeValue(forKey: streamID)
+        reset(streamID)
+        leave()
+        request.resume(.failure(APNsTransportError(kind: .other, reason: reason)))
+        pump()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

@@ -291,15 +291,18 @@ final class APNsConnectionPool: Sendable {
 
     /// Takes a connection out of rotation.
     func retire(_ counters: APNsConnectionCounters) {
-        state.withLock { s in
-            counters.usable.store(false, ordering: .relaxed)
-            for (key, list) in s.connections {
-                guard let index = list.firstIndex(where: { $0.counters === counters }) else { continue }
-                var list = list
-                list.remove(at: index)
-                s.connections[key] = list.isEmpty ? nil : list
-                return
-            }
+        state.withLock { s in Self.unlist(counters, from: &s) }
+    }
+
+    /// Marks the connection unusable and removes it from its host's list (under the pool's lock).
+    private static func unlist(_ counters: APNsConnectionCounters, from s: inout State) {
+        counters.usable.store(false, ordering: .relaxed)
+        for (key, list) in s.connections {
+            guard let index = list.firstIndex(where: { $0.counters === counters }) else { continue }
+            var list = list
+            list.remove(at: index)
+            s.connections[key] = list.isEmpty ? nil : list
+            return
         }
     }
 
@@ -309,14 +312,7 @@ final class APNsConnectionPool: Sendable {
         // the connection leaving the list.
         state.withLock { s in
             guard counters.load.load(ordering: .relaxed) == 0 else { return false }
-            counters.usable.store(false, ordering: .relaxed)
-            for (key, list) in s.connections {
-                guard let index = list.firstIndex(where: { $0.counters === counters }) else { continue }
-                var list = list
-                list.remove(at: index)
-                s.connections[key] = list.isEmpty ? nil : list
-                break
-            }
+            Self.unlist(counters, from: &s)
             return true
         }
     }
