@@ -342,3 +342,79 @@ final class SilentListener: Sendable {
 
     func close() { _ = Glibc.close(fd) }
 }
+
+/// A TCP relay on 127.0.0.1 to another port that can be frozen: while frozen it forwards nothing in
+/// either direction but keeps the connections open — a peer that went silent without closing.
+final class FreezableRelay: Sendable {
+    let port: Int
+    private let listener: Int32
+    private let frozen = Atomic<Bool>(false)
+
+    init(to target: Int) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0, listen(fd, 16) == 0 else { throw DeadlineExceeded(what: "binding a relay", after: .zero) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        listener = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread { [self] in
+            while true {
+                let client = accept(fd, nil, nil)
+                guard client >= 0 else { return }
+                let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+                var to = sockaddr_in()
+                to.sin_family = sa_family_t(AF_INET)
+                to.sin_addr.s_addr = inet_addr("127.0.0.1")
+                to.sin_port = UInt16(target).bigEndian
+                let ok = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+                guard ok == 0 else { Glibc.close(client); continue }
+                for (from, into) in [(client, upstream), (upstream, client)] {
+                    Thread {
+                        var buffer = [UInt8](repeating: 0, count: 16_384)
+                        while true {
+                            let n = buffer.withUnsafeMutableBytes { recv(from, $0.baseAddress, $0.count, 0) }
+                            if n <= 0 { shutdown(into, Int32(SHUT_WR)); return }
+                            // Frozen: what arrives is swallowed, as by a peer that stopped reading.
+                            if self.frozen.load(ordering: .relaxed) { continue }
+                            _ = buffer.withUnsafeBytes { send(into, $0.baseAddress, n, Int32(MSG_NOSIGNAL)) }
+                        }
+                    }.start()
+                }
+            }
+        }.start()
+    }
+
+    func freeze(_ on: Bool) { frozen.store(on, ordering: .relaxed) }
+    func close() { shutdown(listener, Int32(SHUT_RDWR)); _ = Glibc.close(listener) }
+}
+
+@Suite("NIOHTTP2Transport: PING health")
+struct HTTP2TransportPingTests {
+    @Test("a connection whose peer stops answering (no close, no RST) is found dead by PING and replaced")
+    func pingFindsADeadConnection() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            let relay = try FreezableRelay(to: sink.server.port)
+            defer { relay.close() }
+            var configuration = NIOHTTP2Transport.Configuration(trustRootsPEM: sink.caCertificatePEM, connectTimeout: .seconds(5))
+            configuration.pingInterval = .milliseconds(200)
+            configuration.pingTimeout = .milliseconds(300)
+            let transport = try NIOHTTP2Transport(configuration: configuration)
+            var request = try HTTP2TransportTests.request(sink)
+            request.url = request.url.replacingOccurrences(of: ":\(sink.server.port)/", with: ":\(relay.port)/")
+            #expect(try await transport.execute(request, timeout: .seconds(10)).status == 200)
+            #expect(transport.connectionCount == 1)
+            relay.freeze(true)
+            try await eventually(within: .seconds(15), "the silent connection closed") { transport.connectionCount == 0 }
+            relay.freeze(false)
+            var again = try HTTP2TransportTests.request(sink)
+            again.url = request.url
+            #expect(try await transport.execute(again, timeout: .seconds(10)).status == 200)
+            #expect(transport.connectionsOpened == 2)
+            try await transport.shutdown()
+        }
+    }
+}
