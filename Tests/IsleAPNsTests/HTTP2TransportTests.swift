@@ -400,8 +400,9 @@ struct HTTP2TransportPingTests {
             let relay = try FreezableRelay(to: sink.server.port)
             defer { relay.close() }
             var configuration = NIOHTTP2Transport.Configuration(trustRootsPEM: sink.caCertificatePEM, connectTimeout: .seconds(5))
-            configuration.pingInterval = .milliseconds(200)
-            configuration.pingTimeout = .milliseconds(300)
+            // Short enough for a test, long enough that a busy machine answers a live peer's PING in time.
+            configuration.pingInterval = .milliseconds(300)
+            configuration.pingTimeout = .seconds(3)
             let transport = try NIOHTTP2Transport(configuration: configuration)
             var request = try HTTP2TransportTests.request(sink)
             request.url = request.url.replacingOccurrences(of: ":\(sink.server.port)/", with: ":\(relay.port)/")
