@@ -200,17 +200,12 @@ struct API: Sendable {
             return API.json(API.json(bundleID: caller.bundleID, engine.circuits.circuit(caller.bundleID)))
         }
         router.get("metrics") { _, _ in
-            var lines: [String] = []
-            lines.append("# HELP isle_deliveries_total Push deliveries by outcome.")
-            lines.append("# TYPE isle_deliveries_total counter")
-            for (k, v) in engine.counters.snapshot.sorted(by: { $0.key < $1.key }) { lines.append("isle_deliveries_total{outcome=\"\(k)\"} \(v)") }
-            lines.append("# HELP isle_jobs Jobs in the delivery queue by state.")
-            lines.append("# TYPE isle_jobs gauge")
             // Open work only, along partial indexes, and at most once a second however often
-            // /metrics is asked.
+            // /metrics is asked; everything else is counted as it happens (swift-metrics into a
+            // Prometheus registry).
             let counts = try await metricsCache.value("open", load: { try await store.openJobCounts() }) ?? [:]
-            for (k, v) in counts.sorted(by: { $0.key.rawValue < $1.key.rawValue }) { lines.append("isle_jobs{state=\"\(k.rawValue)\"} \(v)") }
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: lines.joined(separator: "\n") + "\n")))
+            engine.counters.metrics.openJobs(counts)
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: engine.counters.metrics.text())))
         }
         router.get("openapi.json") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.json)))

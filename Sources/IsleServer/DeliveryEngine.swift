@@ -202,6 +202,7 @@ public final class DeliveryEngine: Service {
                 return JobCompletion(claim: c, result: .retry(at: circuit.resumesAt(clock.now), reason: Self.heldReason(circuit)))
             }
             let (outcome, response, latency) = await send(push, c: c, app: app)
+            counters.metrics.apnsResponse(status: response?.status ?? 0, reason: response?.reason?.rawValue, milliseconds: latency)
             let sentAt = clock.now
             if Task.isCancelled {
                 // The server is stopping under the send: no answer from APNs, nothing to learn. The
@@ -250,6 +251,7 @@ public final class DeliveryEngine: Service {
         switch resolution {
         case .sent:
             counters.sent(downgraded: push.downgraded)
+            counters.metrics.timeInQueue(now.timeIntervalSince(job.createdAt))
             return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == 10 && job.activityID != nil ? now : nil)
         case .retry(let at, let why):
             counters.retried()
@@ -416,7 +418,12 @@ public final class APNsClients: Sendable {
 /// Delivery counters for /metrics.
 public final class EngineCounters: Sendable {
     private let values = Mutex<[String: Int]>([:])
-    func bump(_ k: String) { values.withLock { $0[k, default: 0] += 1 } }
+    /// Where every count also goes, for `/metrics`.
+    public let metrics = ServerMetrics()
+    func bump(_ k: String) {
+        values.withLock { $0[k, default: 0] += 1 }
+        metrics.delivery(k)
+    }
     func sent(downgraded: Bool) {
         bump("sent")
         if downgraded { bump("downgraded") }

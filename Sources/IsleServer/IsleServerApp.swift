@@ -30,6 +30,7 @@ public final class IsleServerApp: Service {
         let router = Router()
         let box = portBox
         let api = API(store: store, engine: engine, clock: clock, logger: logger, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
+        router.add(middleware: WriteTimingMiddleware(metrics: engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: logger))
         api.addRoutes(to: router)
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
@@ -107,6 +108,24 @@ final class PortBox: Sendable {
                 return nil
             }
             if let p { c.resume(returning: p) }
+        }
+    }
+}
+
+/// Times every API write (POST, PUT, DELETE under /v1) for `isle_api_write_seconds{status}`.
+struct WriteTimingMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let metrics: ServerMetrics
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard request.method != .get, request.method != .head, request.uri.path.hasPrefix("/v1/") else { return try await next(request, context) }
+        let start = ContinuousClock.now
+        do {
+            let response = try await next(request, context)
+            metrics.accepted(status: response.status.code, duration: ContinuousClock.now - start)
+            return response
+        } catch let error as HTTPResponseError {
+            metrics.accepted(status: error.status.code, duration: ContinuousClock.now - start)
+            throw error
         }
     }
 }

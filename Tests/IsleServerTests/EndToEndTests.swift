@@ -313,8 +313,20 @@ struct APIErrorTests {
         try await ServerFixture.with { f in
             #expect(try await f.call("GET", "/health").json["status"] == "ok")
             #expect(try await f.call("GET", "/ready").json["status"] == "ready")
+            let (a, id) = try await f.appStartsActivity(key: "metrics-1")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Counted")]).status == 202)
+            try await f.waitForDevice("the update applied") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Counted" }
+            try await eventually("the delivery counted") { try await f.call("GET", "/metrics").json.stringValue?.contains("isle_time_in_queue_seconds_count") == true }
             let metrics = try await f.call("GET", "/metrics")
-            #expect(metrics.status == 200 && metrics.json.stringValue?.contains("isle_jobs") == true)
+            let text = metrics.json.stringValue ?? ""
+            #expect(metrics.status == 200)
+            for expected in [#"isle_deliveries_total{outcome="sent"} 1"#, #"isle_apns_responses_total{"#, #"status="200""#, #"reason="none""#,
+                             "isle_apns_response_seconds_bucket{", "isle_time_in_queue_seconds_count 1", #"isle_api_write_seconds_bucket{status="2xx""#,
+                             #"isle_jobs{state="queued"} 0"#, "# TYPE isle_apns_response_seconds histogram"] {
+                #expect(text.contains(expected), "missing \(expected) in:\n\(text)")
+            }
+            // Labels never carry an id or a token.
+            #expect(!text.contains(id) && !text.contains(a.updateToken!) && !text.contains("metrics-1"))
             let doc = try await f.call("GET", "/openapi.json")
             #expect(doc.json["openapi"] == "3.1.0")
             #expect(doc.json["paths"]?["/v1/activities/{activity}/update"] != nil)

@@ -1,0 +1,59 @@
+import Foundation
+import IsleCore
+import IsleStore
+import Metrics
+public import Prometheus
+
+/// The server's metrics, through swift-metrics into a Prometheus registry of its own (not the
+/// process-wide bootstrap: several servers may share a process, as in tests). Served at
+/// `/metrics`. Labels never carry an id, a token or a key; APNs reasons are Apple's documented set
+/// (anything else is `other`), so a peer cannot grow the label space.
+public final class ServerMetrics: Sendable {
+    public let registry: PrometheusCollectorRegistry
+    let factory: PrometheusMetricsFactory
+
+    public init() {
+        registry = PrometheusCollectorRegistry()
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = [
+            .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+            .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10),
+            .seconds(30), .seconds(60), .seconds(300), .seconds(900), .seconds(3600),
+        ]
+        self.factory = factory
+    }
+
+    /// A finished delivery attempt: sent, retried, failed, dropped, downgraded.
+    func delivery(_ outcome: String) {
+        Counter(label: "isle_deliveries_total", dimensions: [("outcome", outcome)], factory: factory).increment()
+    }
+
+    /// APNs' answer to a push (status 0: not reached) and how long it took.
+    func apnsResponse(status: Int, reason: String?, milliseconds: Double) {
+        let known = reason.flatMap { APNsReason(rawValue: $0).isKnown ? $0 : "other" } ?? "none"
+        Counter(label: "isle_apns_responses_total", dimensions: [("status", String(status)), ("reason", known)], factory: factory).increment()
+        Timer(label: "isle_apns_response_seconds", factory: factory).recordNanoseconds(Int64(milliseconds * 1_000_000))
+    }
+
+    /// From accepted to sent.
+    func timeInQueue(_ seconds: TimeInterval) {
+        Timer(label: "isle_time_in_queue_seconds", factory: factory).recordNanoseconds(Int64(max(0, seconds) * 1_000_000_000))
+    }
+
+    /// An API write answered (202/200/201 or an error), and how long it took.
+    func accepted(status: Int, duration: Duration) {
+        let (s, atto) = duration.components
+        Timer(label: "isle_api_write_seconds", dimensions: [("status", String(status / 100) + "xx")], factory: factory)
+            .recordNanoseconds(s * 1_000_000_000 + atto / 1_000_000_000)
+    }
+
+    /// The open jobs, counted when scraped.
+    func openJobs(_ counts: [PushJobState: Int]) {
+        for state in [PushJobState.scheduled, .queued, .claimed] {
+            Gauge(label: "isle_jobs", dimensions: [("state", state.rawValue)], factory: factory).record(counts[state] ?? 0)
+        }
+    }
+
+    /// The Prometheus text exposition.
+    public func text() -> [UInt8] { registry.emitToBuffer() }
+}
