@@ -1,8 +1,10 @@
 import Foundation
 import IsleCore
 import IsleStore
+import CoreMetrics
 import Metrics
 public import Prometheus
+import Synchronization
 
 /// The server's metrics, through swift-metrics into a Prometheus registry of its own (not the
 /// process-wide bootstrap: several servers may share a process, as in tests). Served at
@@ -21,30 +23,55 @@ public final class ServerMetrics: Sendable {
             .seconds(30), .seconds(60), .seconds(300), .seconds(900), .seconds(3600),
         ]
         self.factory = factory
+        apnsTime = Timer(label: "isle_apns_response_seconds", factory: factory)
+        queueTime = Timer(label: "isle_time_in_queue_seconds", factory: factory)
+    }
+
+    // Handles are made once per label set and kept: making one takes the registry's lock and
+    // builds its labels, which the hot paths (every delivery, every API write) must not pay.
+    private let apnsTime: Timer
+    private let queueTime: Timer
+    private let counters = Mutex<[String: CoreMetrics.Counter]>([:])
+    private let timers = Mutex<[String: Timer]>([:])
+
+    private func counter(_ label: String, _ dimensions: [(String, String)]) -> CoreMetrics.Counter {
+        let key = label + dimensions.map { "|\($0.0)=\($0.1)" }.joined()
+        return counters.withLock { c in
+            if let existing = c[key] { return existing }
+            let made = CoreMetrics.Counter(label: label, dimensions: dimensions, factory: factory)
+            c[key] = made
+            return made
+        }
     }
 
     /// A finished delivery attempt: sent, retried, failed, dropped, downgraded.
     func delivery(_ outcome: String) {
-        Counter(label: "isle_deliveries_total", dimensions: [("outcome", outcome)], factory: factory).increment()
+        counter("isle_deliveries_total", [("outcome", outcome)]).increment()
     }
 
     /// APNs' answer to a push (status 0: not reached) and how long it took.
     func apnsResponse(status: Int, reason: String?, milliseconds: Double) {
         let known = reason.flatMap { APNsReason(rawValue: $0).isKnown ? $0 : "other" } ?? "none"
-        Counter(label: "isle_apns_responses_total", dimensions: [("status", String(status)), ("reason", known)], factory: factory).increment()
-        Timer(label: "isle_apns_response_seconds", factory: factory).recordNanoseconds(Int64(milliseconds * 1_000_000))
+        counter("isle_apns_responses_total", [("status", String(status)), ("reason", known)]).increment()
+        apnsTime.recordNanoseconds(Int64(milliseconds * 1_000_000))
     }
 
     /// From accepted to sent.
     func timeInQueue(_ seconds: TimeInterval) {
-        Timer(label: "isle_time_in_queue_seconds", factory: factory).recordNanoseconds(Int64(max(0, seconds) * 1_000_000_000))
+        queueTime.recordNanoseconds(Int64(max(0, seconds) * 1_000_000_000))
     }
 
     /// An API write answered (202/200/201 or an error), and how long it took.
     func accepted(status: Int, duration: Duration) {
         let (s, atto) = duration.components
-        Timer(label: "isle_api_write_seconds", dimensions: [("status", String(status / 100) + "xx")], factory: factory)
-            .recordNanoseconds(s * 1_000_000_000 + atto / 1_000_000_000)
+        let statusClass = String(status / 100) + "xx"
+        let timer = timers.withLock { t in
+            if let existing = t[statusClass] { return existing }
+            let made = Timer(label: "isle_api_write_seconds", dimensions: [("status", statusClass)], factory: factory)
+            t[statusClass] = made
+            return made
+        }
+        timer.recordNanoseconds(s * 1_000_000_000 + atto / 1_000_000_000)
     }
 
     /// The open jobs, counted when scraped.
