@@ -55,8 +55,8 @@ final class RateLimiter: Sendable {
         }
         if let wait {
             throw APIError(.tooManyRequests, "rateLimited",
-                           "this \(scope.rawValue) key sent more than \(Int(limit.perSecond)) requests a second (burst \(Int(limit.burst))); retry after the Retry-After seconds",
-                           retryAfter: max(1, Int(wait.rounded(.up))))
+                           "this \(scope.rawValue) key sent more than \(Int(saturating: limit.perSecond)) requests a second (burst \(Int(saturating: limit.burst))); retry after the Retry-After seconds",
+                           retryAfter: min(86_400, max(1, Int(saturating: wait.rounded(.up)))))
         }
     }
 }

@@ -53,12 +53,12 @@ public final class ServerMetrics: Sendable {
     func apnsResponse(status: Int, reason: String?, milliseconds: Double) {
         let known = reason.flatMap { APNsReason(rawValue: $0).isKnown ? $0 : "other" } ?? "none"
         counter("isle_apns_responses_total", [("status", String(status)), ("reason", known)]).increment()
-        apnsTime.recordNanoseconds(Int64(milliseconds * 1_000_000))
+        apnsTime.recordNanoseconds(Int64(saturating: max(0, milliseconds) * 1_000_000))
     }
 
     /// From accepted to sent.
     func timeInQueue(_ seconds: TimeInterval) {
-        queueTime.recordNanoseconds(Int64(max(0, seconds) * 1_000_000_000))
+        queueTime.recordNanoseconds(Int64(saturating: max(0, seconds) * 1_000_000_000))
     }
 
     /// An API write answered (202/200/201 or an error), and how long it took.

@@ -233,5 +233,5 @@ final class Counter: Sendable {
 func quantile(_ sorted: [Double], _ q: Double) -> Double {
     guard !sorted.isEmpty else { return 0 }
     let q = q.isFinite ? min(max(q, 0), 1) : 1
-    return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * q))]
+    return sorted[min(sorted.count - 1, max(0, Int(saturating: Double(sorted.count - 1) * q)))]
 }

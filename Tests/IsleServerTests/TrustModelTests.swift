@@ -140,6 +140,16 @@ struct TrustModelTests {
         }
     }
 
+    @Test("a rate so small the wait overflows any integer still answers 429 with a bounded Retry-After, and the server stays up")
+    func absurdRate() async throws {
+        try await ServerFixture.with(server: { $0.rateLimits = [.backend: RateLimit(perSecond: 1e-300, burst: 1)] }) { f in
+            #expect(try await f.call("GET", "/v1/app", key: f.backendKey).status == 200)
+            let limited = try await f.call("GET", "/v1/app", key: f.backendKey)
+            #expect(limited.status == 429 && limited.retryAfter == "86400", "\(limited.json.jsonString)")
+            #expect(try await f.call("GET", "/health").status == 200)
+        }
+    }
+
     @Test("another app's backend key cannot read a widget delivery; the delivery history is paged")
     func deliveriesAreTheAppsOwn() async throws {
         try await ServerFixture.with { f in
