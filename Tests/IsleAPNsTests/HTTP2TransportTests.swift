@@ -57,6 +57,12 @@ struct HTTP2TransportTests {
         }
     }
 
+    /// Answers the sink's requests in arrival order (the first is 1), so a fault lands mid-burst.
+    static func respondNumbered(_ sink: RecordingAPNsServer, _ answer: @escaping @Sendable (Int) -> HTTP2ServerResponse) {
+        let n = Ticket()
+        sink.setResponder { _ in answer(n.take() + 1) }
+    }
+
     /// How many times the sink saw each apns-id.
     static func seen(_ sink: RecordingAPNsServer) -> [String: Int] {
         sink.requests.reduce(into: [:]) { $0[$1.value("apns-id") ?? "-", default: 0] += 1 }
@@ -65,11 +71,7 @@ struct HTTP2TransportTests {
     @Test("GOAWAY mid-burst, twice: streams above lastStreamID move to a new connection; nothing lost, nothing sent twice")
     func goAwayMidBurst() async throws {
         try await RecordingAPNsServer.withServer { sink in
-            let n = Ticket()
-            sink.setResponder { _ in
-                let i = n.take() + 1
-                return HTTP2ServerResponse(status: 200, goAwayReason: i == 150 || i == 420 ? "Shutdown" : nil, delay: .milliseconds(1))
-            }
+            Self.respondNumbered(sink) { i in HTTP2ServerResponse(status: 200, goAwayReason: i == 150 || i == 420 ? "Shutdown" : nil, delay: .milliseconds(1)) }
             let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
             let outcomes = try await Self.burst(transport, sink, count: 600, inFlight: 100)
             try await transport.shutdown()
@@ -87,11 +89,7 @@ struct HTTP2TransportTests {
     @Test("a connection reset mid-burst: open streams are reported, waiting requests move; every call returns, none is sent twice")
     func connectionReset() async throws {
         try await RecordingAPNsServer.withServer(maxConcurrentStreams: 40) { sink in
-            let n = Ticket()
-            sink.setResponder { _ in
-                let i = n.take() + 1
-                return HTTP2ServerResponse(status: 200, delay: .milliseconds(2), dropConnection: i == 200)
-            }
+            Self.respondNumbered(sink) { i in HTTP2ServerResponse(status: 200, delay: .milliseconds(2), dropConnection: i == 200) }
             let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
             let outcomes = try await Self.burst(transport, sink, count: 500, inFlight: 100)
             try await transport.shutdown()
@@ -118,11 +116,7 @@ struct HTTP2TransportTests {
     @Test("SETTINGS_MAX_CONCURRENT_STREAMS of 1, then raised to 50: the client never exceeds the limit and uses the new one")
     func maxConcurrentStreamsRaised() async throws {
         try await RecordingAPNsServer.withServer(maxConcurrentStreams: 1) { sink in
-            let n = Ticket()
-            sink.setResponder { _ in
-                let i = n.take() + 1
-                return HTTP2ServerResponse(status: 200, delay: .milliseconds(3), maxConcurrentStreams: i == 3 ? 50 : nil)
-            }
+            Self.respondNumbered(sink) { i in HTTP2ServerResponse(status: 200, delay: .milliseconds(3), maxConcurrentStreams: i == 3 ? 50 : nil) }
             let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 1 }
             let outcomes = try await Self.burst(transport, sink, count: 300, inFlight: 100)
             try await transport.shutdown()
@@ -326,21 +320,23 @@ final class SilentListener: Sendable {
     let fd: Int32
     let port: Int
 
-    init() throws {
+    init() throws { (fd, port) = try Self.loopbackListener() }
+
+    func close() { _ = Glibc.close(fd) }
+
+    /// A listening TCP socket on 127.0.0.1, port chosen by the kernel.
+    static func loopbackListener() throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.fd = fd
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         address.sin_port = 0
         let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard bound == 0, listen(fd, 16) == 0 else { throw DeadlineExceeded(what: "binding a silent listener", after: .zero) }
+        guard bound == 0, listen(fd, 16) == 0 else { throw DeadlineExceeded(what: "binding a loopback listener", after: .zero) }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
-
-    func close() { _ = Glibc.close(fd) }
 }
 
 /// A TCP relay on 127.0.0.1 to another port that can be frozen: while frozen it forwards nothing in
@@ -351,16 +347,9 @@ final class FreezableRelay: Sendable {
     private let frozen = Atomic<Bool>(false)
 
     init(to target: Int) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard bound == 0, listen(fd, 16) == 0 else { throw DeadlineExceeded(what: "binding a relay", after: .zero) }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        let (fd, port) = try SilentListener.loopbackListener()
         listener = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
+        self.port = port
         Thread { [self] in
             while true {
                 let client = accept(fd, nil, nil)
