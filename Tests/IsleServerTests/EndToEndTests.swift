@@ -316,7 +316,7 @@ struct APIErrorTests {
             let (a, id) = try await f.appStartsActivity(key: "metrics-1")
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Counted")]).status == 202)
             try await f.waitForDevice("the update applied") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Counted" }
-            try await eventually("the delivery counted") { try await f.call("GET", "/metrics").json.stringValue?.contains("isle_time_in_queue_seconds_count") == true }
+            try await eventually("the delivery counted") { try await f.call("GET", "/metrics").json.stringValue?.contains("isle_time_in_queue_seconds_count 1") == true }
             let metrics = try await f.call("GET", "/metrics")
             let text = metrics.json.stringValue ?? ""
             #expect(metrics.status == 200)
