@@ -53,6 +53,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The HTTP edge both of Isle's JSON APIs share (the server's and the simulator's control
+        // API): one error envelope, body reading. No APNs, no store.
+        .target(
+            name: "IsleHTTPAPI",
+            dependencies: [
+                "IsleCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The production APNs client: JWT provider tokens, device pushes, broadcast, channels.
         .target(
             name: "IsleAPNs",
@@ -76,7 +88,7 @@ let package = Package(
         .target(
             name: "IsleSimulator",
             dependencies: [
-                "IsleCore", "IsleHTTP2Server",
+                "IsleCore", "IsleHTTP2Server", "IsleHTTPAPI",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -95,7 +107,7 @@ let package = Package(
         .target(
             name: "IsleServer",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleStore",
+                "IsleCore", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -1,14 +1,20 @@
-public import Foundation
+import Foundation
 import Hummingbird
 import IsleAPNs
 public import IsleCore
+import IsleHTTPAPI
 public import IsleStore
 public import Logging
 import NIOCore
 public import ServiceLifecycle
 import Synchronization
 
-/// The Isle server: the HTTP API and the delivery engine over one store, as one Service.
+/// The Isle server: the HTTP API and the delivery engine over one store, as one `Service` for the
+/// caller's `ServiceGroup` (which owns signals and graceful shutdown).
+///
+/// `run()` claims the store for this process, runs the migrations, and only then starts the
+/// engine and the HTTP server (Hummingbird's `Application.run()`, with the engine as one of its
+/// services): nothing serves a database that is not migrated.
 public final class IsleServerApp: Service {
     public let store: any IsleStore
     public let engine: DeliveryEngine
@@ -16,7 +22,7 @@ public final class IsleServerApp: Service {
     let clients: APNsClients
     let clock: any WallClock
     let logger: Logger
-    let application: Application<RouterResponder<BasicRequestContext>>
+    let application: Application<RouterResponder<IsleRequestContext>>
     let portBox = PortBox()
 
     public init(configuration: ServerConfiguration, store: any IsleStore, clock: any WallClock = SystemWallClock(), logger: Logger) {
@@ -27,14 +33,30 @@ public final class IsleServerApp: Service {
         clients = APNsClients(environment: configuration.apns, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let router = Router()
+        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger),
+                                      limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
         let box = portBox
-        let api = API(store: store, engine: engine, clock: clock, logger: logger, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
-        router.add(middleware: WriteTimingMiddleware(metrics: engine.counters.metrics))
-        router.add(middleware: ErrorMiddleware(logger: logger))
-        api.addRoutes(to: router)
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
-                                  onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
+                                  services: [engine], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// The API: operations at the root; everything under `/v1` behind the API-key and idempotency
+    /// middleware; one controller per resource.
+    static func buildRouter(services: APIServices, limiter: RateLimiter?) -> Router<IsleRequestContext> {
+        let router = Router(context: IsleRequestContext.self)
+        router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
+        router.add(middleware: ErrorMiddleware(logger: services.logger))
+        let operations = OperationsController(services: services)
+        operations.addRoutes(to: router)
+        let v1 = router.group("v1")
+            .add(middleware: APIKeyMiddleware(store: services.store, limiter: limiter))
+            .add(middleware: IdempotencyMiddleware(store: services.store, clock: services.clock, bodyLimit: Limits.body))
+        operations.addRoutes(to: v1)
+        InstallationController(services: services).addRoutes(to: v1)
+        ActivityController(services: services).addRoutes(to: v1)
+        ChannelController(services: services).addRoutes(to: v1)
+        DeliveryController(services: services).addRoutes(to: v1)
+        return router
     }
 
     /// The port the API listens on, once it does; 0 if the server stopped before listening
@@ -50,42 +72,12 @@ public final class IsleServerApp: Service {
         defer { hold.release() }
         do {
             try await store.migrate()
-            try await withThrowingDiscardingTaskGroup { group in
-                group.addTask { try await self.engine.run() }
-                group.addTask { try await self.application.runService() }
-            }
+            try await application.run()
         } catch {
             await clients.shutdown()
             throw error
         }
         await clients.shutdown()
-    }
-}
-
-/// Turns any error that is not an API error into a 500 without details (and logs it); bad
-/// input never gets here — handlers answer it with 4xx.
-struct ErrorMiddleware: RouterMiddleware {
-    typealias Context = BasicRequestContext
-    let logger: Logger
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        do {
-            return try await next(request, context)
-        } catch let e as APIError {
-            throw e
-        } catch let e as StoreError where e.code == .unavailable {
-            logger.error("the database is unavailable", metadata: ["http.path": "\(request.uri.path)", "error": "\(e.message)"])
-            throw APIError(.serviceUnavailable, "databaseUnavailable", "the database is unavailable right now; nothing was changed — retry shortly", retryAfter: 1)
-        } catch let e as HTTPError {
-            // No route: a documented path asked with a method it does not take is a 405 naming
-            // the ones it does.
-            if e.status == .notFound, let allowed = OpenAPIDocument.methods(forPath: request.uri.path), !allowed.isEmpty {
-                throw APIError(.methodNotAllowed, "methodNotAllowed", "\(request.uri.path) takes \(allowed.joined(separator: ", ")), not \(request.method.rawValue)", allow: allowed.joined(separator: ", "))
-            }
-            throw APIError(e.status, e.status == .notFound ? "notFound" : "badRequest", e.body ?? "\(e.status.reasonPhrase)")
-        } catch {
-            logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])
-            throw APIError(.internalServerError, "internal", "the server could not complete the request")
-        }
     }
 }
 
@@ -108,24 +100,6 @@ final class PortBox: Sendable {
                 return nil
             }
             if let p { c.resume(returning: p) }
-        }
-    }
-}
-
-/// Times every API write (POST, PUT, DELETE under /v1) for `isle_api_write_seconds{status}`.
-struct WriteTimingMiddleware: RouterMiddleware {
-    typealias Context = BasicRequestContext
-    let metrics: ServerMetrics
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard request.method != .get, request.method != .head, request.uri.path.hasPrefix("/v1/") else { return try await next(request, context) }
-        let start = ContinuousClock.now
-        do {
-            let response = try await next(request, context)
-            metrics.accepted(status: response.status.code, duration: ContinuousClock.now - start)
-            return response
-        } catch let error as HTTPResponseError {
-            metrics.accepted(status: error.status.code, duration: ContinuousClock.now - start)
-            throw error
         }
     }
 }

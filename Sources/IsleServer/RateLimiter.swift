@@ -1,4 +1,5 @@
 import Foundation
+import IsleHTTPAPI
 import IsleCore
 import IsleStore
 import Synchronization

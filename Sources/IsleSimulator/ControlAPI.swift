@@ -1,48 +1,18 @@
 import Foundation
 import Hummingbird
 import IsleCore
+import IsleHTTPAPI
 import NIOCore
 
 /// The simulator's JSON control API (HTTP/1.1, loopback): devices, apps, keys, activities from
 /// "the app", settings, the clock, scripted failures, and what the device and APNs saw.
-/// Errors share one shape: `{"error":{"code","message","field"?}}`.
+/// Errors share one shape with the server's API (IsleHTTPAPI's `APIError`):
+/// `{"error":{"code","message","field"?}}`.
 struct ControlAPI {
     let world: SimulatorWorld
     let apns: FakeAPNs
     /// Widget timeline URLs may name other hosts than loopback (`--allow-non-loopback`).
     var allowsNonLoopbackURLs = false
-
-    struct APIError: HTTPResponseError {
-        var status: HTTPResponse.Status
-        var code: String
-        var message: String
-        var field: String?
-
-        init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil) {
-            self.status = status
-            self.code = code
-            self.message = message
-            self.field = field
-        }
-
-        init(_ e: SimulatorError) {
-            let status: HTTPResponse.Status = switch e.code {
-            case .notFound: .notFound
-            case .conflict: .conflict
-            case .invalidArgument: .badRequest
-            default: .unprocessableContent
-            }
-            self.init(status, e.code.rawValue, e.message, field: e.field)
-        }
-
-        var headers: HTTPFields { [.contentType: "application/json"] }
-
-        func response(from request: Request, context: some RequestContext) throws -> Response {
-            var e: JSONObject = ["code": .string(code), "message": .string(message)]
-            if let field { e["field"] = .string(field) }
-            return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .object(e)]).jsonBytes)))
-        }
-    }
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
         let encoder = JSONEncoder()
@@ -52,20 +22,13 @@ struct ControlAPI {
     }
 
     static func raw(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: value.prettyJSONString.utf8)))
+        JSONResponse.make(value, status: status, pretty: true)
     }
 
     /// Reads the body as a JSON object (an empty body is `{}`).
     static func body(_ request: Request) async throws -> JSONObject {
         var request = request
-        let buffer = try await request.collectBody(upTo: 4 << 20)
-        if buffer.readableBytes == 0 { return [:] }
-        let value: JSONValue
-        do { value = try JSONParser.parse(Array(buffer: buffer)) } catch {
-            throw APIError(.badRequest, "invalidJSON", "the body is not JSON: \(error)")
-        }
-        guard let object = value.objectValue else { throw APIError(.badRequest, "invalidJSON", "the body must be a JSON object") }
-        return object
+        return try await JSONBody.read(&request, limit: 4 << 20).object
     }
 
     static func string(_ o: JSONObject, _ key: String, required: Bool = true) throws -> String? {
@@ -306,14 +269,27 @@ struct LoopbackOnlyMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         // HTTP/1.1's Host header arrives as the request's authority.
         guard let host = request.head.authority, IsleSim.isLoopback(IsleSim.hostPart(host)) else {
-            throw ControlAPI.APIError(.forbidden, "forbiddenHost", "the simulator's control API answers requests addressed to a loopback host only (Host: \(request.head.authority ?? "none"))", field: "Host")
+            throw APIError(.forbidden, "forbiddenHost", "the simulator's control API answers requests addressed to a loopback host only (Host: \(request.head.authority ?? "none"))", field: "Host")
         }
         if let origin = request.headers[.origin] {
             let authority = origin.split(separator: "://", maxSplits: 1).last.map(String.init) ?? ""
             guard origin != "null", IsleSim.isLoopback(IsleSim.hostPart(authority)) else {
-                throw ControlAPI.APIError(.forbidden, "forbiddenOrigin", "the simulator's control API does not answer web pages from other origins (Origin: \(origin))", field: "Origin")
+                throw APIError(.forbidden, "forbiddenOrigin", "the simulator's control API does not answer web pages from other origins (Origin: \(origin))", field: "Origin")
             }
         }
         return try await next(request, context)
+    }
+}
+
+extension APIError {
+    /// A simulator refusal in the shared envelope, its code kept.
+    init(_ e: SimulatorError) {
+        let status: HTTPResponse.Status = switch e.code {
+        case .notFound: .notFound
+        case .conflict: .conflict
+        case .invalidArgument: .badRequest
+        default: .unprocessableContent
+        }
+        self.init(status, e.code.rawValue, e.message, field: e.field)
     }
 }

@@ -117,7 +117,8 @@ public final class IsleSim: Service {
     public func run() async throws {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await self.apnsServer.run() }
-            group.addTask { try await self.application.runService() }
+            // run(), not runService(): the caller's ServiceGroup owns signals and graceful shutdown.
+            group.addTask { try await self.application.run() }
         }
     }
 

@@ -28,18 +28,27 @@ public protocol IsleRegistry: Sendable {
     func upsertInstallation(_ installation: InstallationRecord) async throws
     /// Reads the installation (or `create`s it when there is none), lets `change` edit it and
     /// writes it back, in one transaction. `change` may throw to write nothing.
+    /// With `idempotency`, its record (answer made from the written installation) commits in the
+    /// same transaction; a live record with the same key makes it throw `.idempotencyKeyTaken`
+    /// and write nothing. The same holds for every `idempotency:` parameter below.
     func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
-                            _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord
+                            _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
+                            idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord
     func installation(id: String) async throws -> InstallationRecord?
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord]
 
     // Activities
-    func insertActivity(_ activity: ActivityRecord) async throws
+    /// Refuses (`.conflict`, nothing written) an activity whose `externalKey` is held by a live
+    /// activity that is not on the same installation: checked in the insert's transaction, so two
+    /// racing registrations cannot both take a key.
+    func insertActivity(_ activity: ActivityRecord, idempotency: IdempotencyRecord?) async throws
     /// Read, `change`, write, in one transaction; nil when there is no such activity.
-    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord?
+    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
+                        idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord?
     /// A push-started activity reports its update token: the `starting` activity with this key,
     /// type (and installation, when given) becomes active with the token, in one transaction.
-    func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord?
+    func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
+                             idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord?
     func activity(id: String) async throws -> ActivityRecord?
     /// The newest activity with this backend key.
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord?
@@ -50,10 +59,10 @@ public protocol IsleRegistry: Sendable {
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
 
     // Channels
-    func insertChannel(_ channel: ChannelRecord) async throws
+    func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws
     func channels(bundleID: String) async throws -> [ChannelRecord]
     func channel(id: String) async throws -> ChannelRecord?
-    func deleteChannel(id: String) async throws
+    func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws
 
     // Reads
     func deliveries(activityID: String) async throws -> [DeliveryRecord]
@@ -62,7 +71,6 @@ public protocol IsleRegistry: Sendable {
     func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord]
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
-    func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws
     /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends and
     /// idempotency records past their lifetime — at most `limit` rows of each. Returns the rows deleted.
     @discardableResult
@@ -102,6 +110,23 @@ public protocol IsleQueue: Sendable {
     func openJobCounts() async throws -> [PushJobState: Int]
     /// A cheap round trip to the database, for `/ready`.
     func ping() async throws
+}
+
+extension IsleRegistry {
+    // The same writes without an idempotency record.
+    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
+        try await modifyInstallation(id: id, create: create, change, idempotency: nil)
+    }
+    public func insertActivity(_ activity: ActivityRecord) async throws { try await insertActivity(activity, idempotency: nil) }
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
+        try await modifyActivity(id: id, change, idempotency: nil)
+    }
+    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
+        try await linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics, idempotency: nil)
+    }
+    public func insertChannel(_ channel: ChannelRecord) async throws { try await insertChannel(channel, idempotency: nil) }
+    public func deleteChannel(id: String) async throws { try await deleteChannel(id: id, idempotency: nil) }
 }
 
 extension IsleQueue {

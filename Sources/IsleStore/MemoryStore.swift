@@ -82,11 +82,13 @@ public final class MemoryStore: IsleStore {
 
     public func upsertInstallation(_ installation: InstallationRecord) async throws { state.withLock { $0.installations[installation.id] = installation } }
     public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
-                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
+                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
+                                   idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
         try transaction { s in
             var i = s.installations[id] ?? create()
             try change(&i)
             s.installations[id] = i
+            if let idempotency { try Self.insertIdempotency(&s, idempotency.record(for: i)) }
             return i
         }
     }
@@ -97,7 +99,27 @@ public final class MemoryStore: IsleStore {
 
     // MARK: Activities
 
-    public func insertActivity(_ activity: ActivityRecord) async throws { try transaction { s in try Self.insert(&s, activity) } }
+    public func insertActivity(_ activity: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
+        try transaction { s in
+            let a = activity
+            if let key = a.externalKey,
+               let holder = s.activities.values.first(where: { $0.bundleID == a.bundleID && $0.externalKey == key && $0.state.acceptsPushes && ($0.installationID == nil || $0.installationID != a.installationID) }) {
+                throw StoreError(.conflict, "\(key) is the key of live activity \(holder.id)")
+            }
+            try Self.insert(&s, activity)
+            if let idempotency { try Self.insertIdempotency(&s, idempotency) }
+        }
+    }
+
+    /// Stores an idempotent answer in the caller's transaction; a live record with the key means
+    /// another request committed first.
+    static func insertIdempotency(_ s: inout State, _ r: IdempotencyRecord) throws {
+        let k = r.bundleID + "\n" + r.key
+        if let old = s.idempotency[k], old.createdAt >= r.createdAt.addingTimeInterval(-IdempotencyRecord.lifetime) {
+            throw StoreError(.idempotencyKeyTaken, "another request with this Idempotency-Key was accepted first")
+        }
+        s.idempotency[k] = r
+    }
 
     static func insert(_ s: inout State, _ a: ActivityRecord) throws {
         guard s.activities[a.id] == nil else { throw StoreError(.conflict, "activity \(a.id) exists") }
@@ -107,18 +129,21 @@ public final class MemoryStore: IsleStore {
         s.activityOrder.append(a.id)
     }
 
-    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
+                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
         try transaction { s in
             guard var a = s.activities[id] else { return nil }
             try change(&a)
             a.topics = Array(Set(a.topics)).sorted()
             s.activities[id] = a
+            if let idempotency { try Self.insertIdempotency(&s, idempotency.record(for: a)) }
             return a
         }
     }
 
-    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
-        state.withLock { s in
+    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
+                                    idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+        try transaction { s in
             let match = s.activityOrder.compactMap { s.activities[$0] }.first {
                 $0.bundleID == bundleID && $0.externalKey == externalKey && $0.attributesType == attributesType && $0.state == .starting
                     && (installationID == nil || $0.installationID == installationID)
@@ -128,6 +153,7 @@ public final class MemoryStore: IsleStore {
             a.state = .active
             a.topics = Array(Set(a.topics + topics)).sorted()
             s.activities[a.id] = a
+            if let idempotency { try Self.insertIdempotency(&s, idempotency.record(for: a)) }
             return a
         }
     }
@@ -155,21 +181,23 @@ public final class MemoryStore: IsleStore {
 
     // MARK: Channels
 
-    public func insertChannel(_ channel: ChannelRecord) async throws {
+    public func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws {
         try transaction { s in
             guard s.channels[channel.id] == nil else { throw StoreError(.conflict, "channel \(channel.id) exists") }
             s.channels[channel.id] = channel
             s.channelOrder.append(channel.id)
+            if let idempotency { try Self.insertIdempotency(&s, idempotency) }
         }
     }
     public func channels(bundleID: String) async throws -> [ChannelRecord] {
         state.withLock { s in s.channelOrder.compactMap { s.channels[$0] }.filter { $0.bundleID == bundleID } }
     }
     public func channel(id: String) async throws -> ChannelRecord? { state.withLock { $0.channels[id] } }
-    public func deleteChannel(id: String) async throws {
-        state.withLock { s in
+    public func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws {
+        try transaction { s in
             s.channels[id] = nil
             s.channelOrder.removeAll { $0 == id }
+            if let idempotency { try Self.insertIdempotency(&s, idempotency) }
         }
     }
 
@@ -188,12 +216,6 @@ public final class MemoryStore: IsleStore {
     }
     public func delivery(apnsID: String) async throws -> DeliveryRecord? { state.withLock { $0.deliveries.last { $0.apnsID == apnsID } } }
     public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { state.withLock { $0.idempotency[bundleID + "\n" + key] } }
-    public func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws {
-        state.withLock { s in
-            let k = record.bundleID + "\n" + record.key
-            if s.idempotency[k].map({ $0.createdAt < record.createdAt.addingTimeInterval(-IdempotencyRecord.lifetime) }) ?? true { s.idempotency[k] = record }
-        }
-    }
     public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
         state.withLock { s in
             let finished: Set<PushJobState> = [.sent, .failed, .superseded, .dropped]
@@ -245,12 +267,8 @@ public final class MemoryStore: IsleStore {
                 if carries, let lane, let head, let h = s.jobs[head], h.job.state == .queued, h.supersedable { _ = Self.coalesce(&s, lane: lane, now: now) }
             }
             if var r = idempotency {
-                let k = r.bundleID + "\n" + r.key
-                if let old = s.idempotency[k], old.createdAt >= r.createdAt.addingTimeInterval(-IdempotencyRecord.lifetime) {
-                    throw StoreError(.conflict, "another request with this Idempotency-Key was accepted first")
-                }
                 r.body = r.body(withJobs: ids)
-                s.idempotency[k] = r
+                try Self.insertIdempotency(&s, r)
             }
             return ids
         }

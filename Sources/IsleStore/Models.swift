@@ -317,6 +317,23 @@ public struct IdempotencyRecord: Sendable, Hashable {
     public func isExpired(now: Date) -> Bool { createdAt < now.addingTimeInterval(-Self.lifetime) }
 }
 
+/// An idempotent write's record, whose answer is made from what the write produced (the stored
+/// record), inside the write's transaction: the work and its answer commit together or not at all.
+public struct IdempotentAnswer<Record>: Sendable {
+    public var pending: IdempotencyRecord
+    public var answer: @Sendable (Record) -> (status: Int, body: String)
+    public init(_ pending: IdempotencyRecord, answer: @escaping @Sendable (Record) -> (status: Int, body: String)) {
+        self.pending = pending
+        self.answer = answer
+    }
+    /// The record to store for `record`.
+    public func record(for record: Record) -> IdempotencyRecord {
+        var r = pending
+        (r.status, r.body) = answer(record)
+        return r
+    }
+}
+
 /// How long finished work is kept before the engine's sweep prunes it.
 public struct Retention: Sendable, Hashable {
     /// Sent, failed, superseded and dropped jobs.
@@ -329,7 +346,11 @@ public struct Retention: Sendable, Hashable {
 }
 
 public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
-    public enum Code: String, Sendable { case conflict, notFound, unavailable }
+    public enum Code: String, Sendable {
+        case conflict, notFound, unavailable
+        /// Another request with the same `Idempotency-Key` committed first: this one changed nothing.
+        case idempotencyKeyTaken
+    }
     public var code: Code
     public var message: String
     public init(_ code: Code, _ message: String) {

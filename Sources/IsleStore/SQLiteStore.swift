@@ -252,11 +252,13 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
-                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
+                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
+                                   idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
         try await writer.write { db in
             var i = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE id = ?"), arguments: [id]).map(Self.installation) ?? create()
             try change(&i)
             try Self.writeInstallation(db, i)
+            if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: i)) }
             return i
         }
     }
@@ -289,23 +291,32 @@ public final class SQLiteStore: IsleStore {
 
     static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason"
 
-    public func insertActivity(_ a: ActivityRecord) async throws {
+    public func insertActivity(_ a: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
         try await writer.write { db in
+            if let key = a.externalKey,
+               let holder = try Self.activity(db, where: "bundle_id = ? AND external_key = ? AND state IN ('active', 'starting') AND (installation_id IS NULL OR installation_id IS NOT ?)",
+                                              [a.bundleID, key, a.installationID]) {
+                throw StoreError(.conflict, "\(key) is the key of live activity \(holder.id)")
+            }
             try db.execute(sql: "INSERT INTO activities (\(Self.activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: Self.activityArguments(a))
             try Self.writeTopics(db, a)
+            if let idempotency { try Self.insertIdempotency(db, idempotency) }
         }
     }
 
-    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
+                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
         try await writer.write { db in
             guard var a = try Self.activity(db, where: "id = ?", [id]) else { return nil }
             try change(&a)
             try Self.update(db, a)
+            if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
             return a
         }
     }
 
-    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
+    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
+                                    idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
         try await writer.write { db in
             var clause = "bundle_id = ? AND external_key = ? AND attributes_type = ? AND state = 'starting'"
             var arguments: StatementArguments = [bundleID, externalKey, attributesType]
@@ -318,6 +329,7 @@ public final class SQLiteStore: IsleStore {
             a.state = .active
             a.topics = Array(Set(a.topics + topics)).sorted()
             try Self.update(db, a)
+            if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
             return a
         }
     }
@@ -426,17 +438,10 @@ public final class SQLiteStore: IsleStore {
                 // A head waiting for a retry that this job makes pointless goes now, not later.
                 if carries, let lane, let head, !head.claimed, head.supersedable { try Self.coalesce(db, lane: lane, now: now) }
             }
-            if let r = idempotency {
-                // A record past its lifetime frees its key; a live one means another request
-                // with this key committed first: this one queues nothing.
-                try db.cachedStatement(sql: "DELETE FROM idempotency WHERE bundle_id = ? AND key = ? AND created_at < ?")
-                    .execute(arguments: [r.bundleID, r.key, r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime])
-                do {
-                    try db.cachedStatement(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)")
-                        .execute(arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body(withJobs: ids), r.createdAt.timeIntervalSince1970])
-                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                    throw StoreError(.conflict, "another request with this Idempotency-Key was accepted first")
-                }
+            if var r = idempotency {
+                // A live record with this key means another request committed first: this one queues nothing.
+                r.body = r.body(withJobs: ids)
+                try Self.insertIdempotency(db, r)
             }
             return ids
         }
@@ -729,10 +734,11 @@ public final class SQLiteStore: IsleStore {
 
     // MARK: Channels
 
-    public func insertChannel(_ c: ChannelRecord) async throws {
+    public func insertChannel(_ c: ChannelRecord, idempotency: IdempotencyRecord?) async throws {
         try await writer.write { db in
             try db.execute(sql: "INSERT INTO channels (id, bundle_id, storage_policy, created_at) VALUES (?, ?, ?, ?)",
                            arguments: [c.id, c.bundleID, c.storagePolicy, c.createdAt.timeIntervalSince1970])
+            if let idempotency { try Self.insertIdempotency(db, idempotency) }
         }
     }
 
@@ -748,8 +754,11 @@ public final class SQLiteStore: IsleStore {
         try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM channels WHERE id = ?", arguments: [id]).map(Self.channel) }
     }
 
-    public func deleteChannel(id: String) async throws {
-        try await writer.write { db in try db.execute(sql: "DELETE FROM channels WHERE id = ?", arguments: [id]) }
+    public func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM channels WHERE id = ?", arguments: [id])
+            if let idempotency { try Self.insertIdempotency(db, idempotency) }
+        }
     }
 
     // MARK: Reads
@@ -805,12 +814,16 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    public func saveIdempotencyRecord(_ r: IdempotencyRecord) async throws {
-        try await writer.write { db in
-            try db.execute(sql: "DELETE FROM idempotency WHERE bundle_id = ? AND key = ? AND created_at < ?",
-                           arguments: [r.bundleID, r.key, r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime])
-            try db.execute(sql: "INSERT OR IGNORE INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                           arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
+    /// Stores an idempotent answer in the caller's transaction. A record past its lifetime frees
+    /// its key; a live one means another request with this key committed first.
+    static func insertIdempotency(_ db: Database, _ r: IdempotencyRecord) throws {
+        try db.cachedStatement(sql: "DELETE FROM idempotency WHERE bundle_id = ? AND key = ? AND created_at < ?")
+            .execute(arguments: [r.bundleID, r.key, r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime])
+        do {
+            try db.cachedStatement(sql: "INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+                .execute(arguments: [r.bundleID, r.key, r.requestHash, r.status, r.body, r.createdAt.timeIntervalSince1970])
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            throw StoreError(.idempotencyKeyTaken, "another request with this Idempotency-Key was accepted first")
         }
     }
 }

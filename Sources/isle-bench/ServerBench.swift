@@ -77,7 +77,7 @@ struct ServerBench: AsyncParsableCommand {
                 pairs.append((a.id, id))
             }
             for start in stride(from: 0, to: records.count, by: 10_000) {
-                try await store.enqueue([], creating: Array(records[start..<min(records.count, start + 10_000)]), idempotency: nil, now: Date())
+                _ = try await store.enqueue([], creating: Array(records[start..<min(records.count, start + 10_000)]), idempotency: nil, now: Date())
             }
             var c = ServerConfiguration()
             c.port = 0

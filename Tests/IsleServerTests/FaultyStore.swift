@@ -48,31 +48,32 @@ final class FaultyStore: IsleStore {
     func revokeAPIKey(id: String, at: Date) async throws -> Bool { try await base.revokeAPIKey(id: id, at: at) }
     func upsertInstallation(_ installation: InstallationRecord) async throws { try await base.upsertInstallation(installation) }
     func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
-                            _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
-        try await base.modifyInstallation(id: id, create: create, change)
+                            _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void, idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
+        try await base.modifyInstallation(id: id, create: create, change, idempotency: idempotency)
     }
     func installation(id: String) async throws -> InstallationRecord? { try await base.installation(id: id) }
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] { try await base.installations(bundleID: bundleID, userID: userID) }
-    func insertActivity(_ activity: ActivityRecord) async throws { try await base.insertActivity(activity) }
-    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
-        try await base.modifyActivity(id: id, change)
+    func insertActivity(_ activity: ActivityRecord, idempotency: IdempotencyRecord?) async throws { try await base.insertActivity(activity, idempotency: idempotency) }
+    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void, idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+        try await base.modifyActivity(id: id, change, idempotency: idempotency)
     }
-    func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
-        try await base.linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics)
+    func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
+                             idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+        try await base.linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics,
+                                           idempotency: idempotency)
     }
     func activity(id: String) async throws -> ActivityRecord? { try await base.activity(id: id) }
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, externalKey: externalKey) }
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, externalKey: externalKey) }
     func activity(updateToken: String) async throws -> ActivityRecord? { try await base.activity(updateToken: updateToken) }
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] { try await base.activities(bundleID: bundleID, topic: topic) }
-    func insertChannel(_ channel: ChannelRecord) async throws { try await base.insertChannel(channel) }
+    func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws { try await base.insertChannel(channel, idempotency: idempotency) }
     func channels(bundleID: String) async throws -> [ChannelRecord] { try await base.channels(bundleID: bundleID) }
     func channel(id: String) async throws -> ChannelRecord? { try await base.channel(id: id) }
-    func deleteChannel(id: String) async throws { try await base.deleteChannel(id: id) }
+    func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws { try await base.deleteChannel(id: id, idempotency: idempotency) }
     func deliveries(activityID: String) async throws -> [DeliveryRecord] { try await base.deliveries(activityID: activityID) }
     func delivery(apnsID: String) async throws -> DeliveryRecord? { try await base.delivery(apnsID: apnsID) }
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(bundleID: bundleID, key: key) }
-    func saveIdempotencyRecord(_ record: IdempotencyRecord) async throws { try await base.saveIdempotencyRecord(record) }
     func openJobCounts() async throws -> [PushJobState: Int] { try await base.openJobCounts() }
     func ping() async throws { try await base.ping() }
     func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord] { try await base.deliveries(activityID: activityID, before: before, limit: limit) }

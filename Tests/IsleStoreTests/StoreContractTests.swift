@@ -231,6 +231,75 @@ struct StoreContractTests {
         #expect(try await s.jobCounts()[.queued] == 1000)
     }
 
+    @Test("registry writes commit with their idempotency record, answered from what was written; a taken key changes nothing", arguments: StoreKind.allCases)
+    func registryWritesAreAtomicWithIdempotency(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        func record(_ key: String, _ hash: String = "h") -> IdempotencyRecord {
+            IdempotencyRecord(key: "device:\(key)", bundleID: "com.example.pizza", requestHash: hash, status: 0, body: "", createdAt: t0)
+        }
+        let answer: @Sendable (ActivityRecord) -> (status: Int, body: String) = { (200, #"{"state":"\#($0.state.rawValue)"}"#) }
+        // modifyActivity: the answer is made from the written row, in the same transaction.
+        _ = try await s.modifyActivity(id: "a0", { $0.state = .dismissed }, idempotency: IdempotentAnswer(record("m1"), answer: answer))
+        #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "device:m1")?.body == #"{"state":"dismissed"}"#)
+        // The same key again: refused with its own code, and the change is not written.
+        await #expect(throws: StoreError(.idempotencyKeyTaken, "another request with this Idempotency-Key was accepted first")) {
+            _ = try await s.modifyActivity(id: "a1", { $0.state = .ended }, idempotency: IdempotentAnswer(record("m1"), answer: answer))
+        }
+        #expect(try await s.activity(id: "a1")?.state == .active)
+        // A change that throws leaves no record behind: the key is still free.
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) {
+            _ = try await s.modifyActivity(id: "a1", { _ in throw Refused() }, idempotency: IdempotentAnswer(record("m2"), answer: answer))
+        }
+        #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "device:m2") == nil)
+        // insertActivity, modifyInstallation, insertChannel and deleteChannel: the same.
+        var fixed = record("i1")
+        fixed.status = 201
+        try await s.insertActivity(ActivityRecord(id: "a9", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok9", startedAt: t0), idempotency: fixed)
+        await #expect(throws: StoreError.self) {
+            try await s.insertActivity(ActivityRecord(id: "a10", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok10", startedAt: self.t0), idempotency: fixed)
+        }
+        #expect(try await s.activity(id: "a10") == nil)
+        let inst = try await s.modifyInstallation(id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: self.t0) }, { $0.widgetToken = "w1" },
+                                                  idempotency: IdempotentAnswer(record("r1"), answer: { (200, $0.widgetToken ?? "-") }))
+        #expect(inst.widgetToken == "w1")
+        #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "device:r1")?.body == "w1")
+        await #expect(throws: StoreError.self) {
+            _ = try await s.modifyInstallation(id: "i2", create: { InstallationRecord(id: "i2", bundleID: "com.example.pizza", updatedAt: self.t0) }, { _ in },
+                                               idempotency: IdempotentAnswer(record("r1"), answer: { _ in (200, "") }))
+        }
+        #expect(try await s.installation(id: "i2") == nil)
+        try await s.insertChannel(ChannelRecord(id: "c1", bundleID: "com.example.pizza", storagePolicy: 0, createdAt: t0), idempotency: record("c1"))
+        await #expect(throws: StoreError.self) {
+            try await s.insertChannel(ChannelRecord(id: "c2", bundleID: "com.example.pizza", storagePolicy: 0, createdAt: self.t0), idempotency: record("c1"))
+        }
+        #expect(try await s.channel(id: "c2") == nil)
+        await #expect(throws: StoreError.self) { try await s.deleteChannel(id: "c1", idempotency: record("c1")) }
+        #expect(try await s.channel(id: "c1") != nil)
+    }
+
+    @Test("a live external key belongs to one installation: racing inserts cannot both take it; once it ends the key is free", arguments: StoreKind.allCases)
+    func externalKeyIsTakenAtomically(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 0)
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for i in 0..<20 {
+                group.addTask {
+                    do {
+                        try await s.insertActivity(ActivityRecord(id: "r\(i)", bundleID: "com.example.pizza", externalKey: "order-1", attributesType: "T", state: .active,
+                                                                  updateToken: "tok\(i)", startedAt: self.t0))
+                        return true
+                    } catch let e as StoreError where e.code == .conflict { return false }
+                }
+            }
+            return try await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        #expect(results.filter { $0 }.count == 1)
+        #expect(try await s.liveActivities(bundleID: "com.example.pizza", externalKey: "order-1").count == 1)
+        let holder = try #require(try await s.liveActivities(bundleID: "com.example.pizza", externalKey: "order-1").first)
+        _ = try await s.modifyActivity(id: holder.id) { $0.state = .ended }
+        try await s.insertActivity(ActivityRecord(id: "after", bundleID: "com.example.pizza", externalKey: "order-1", attributesType: "T", state: .active, updateToken: "tok-after", startedAt: t0))
+    }
+
     // MARK: Delivery core v2 (issue 9): each defect of the first queue, as a contract
 
     @Test("a head waiting for its retry blocks the later jobs of its activity, and only of its activity", arguments: StoreKind.allCases)
@@ -366,7 +435,7 @@ struct StoreContractTests {
         #expect(try await s.activity(id: "s0")?.state == .starting)
         // If an enqueue fails, the activities it would have created are not there either.
         let dup = IdempotencyRecord(key: "k", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0)
-        try await s.saveIdempotencyRecord(dup)
+        try await s.enqueue([], idempotency: dup, now: t0)
         let extra = ActivityRecord(id: "s9", bundleID: "com.example.pizza", externalKey: "order-10", attributesType: "T", state: .starting, startedAt: t0)
         await #expect(throws: (any Error).self) { try await s.enqueue([], creating: [extra], idempotency: dup, now: t0) }
         #expect(try await s.activity(id: "s9") == nil)
@@ -394,7 +463,7 @@ struct StoreContractTests {
     func groupCommitIsolation(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 50)
         let record = IdempotencyRecord(key: "taken", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0)
-        try await s.saveIdempotencyRecord(record)
+        try await s.enqueue([], idempotency: record, now: t0)
         let failures = try await withThrowingTaskGroup(of: Bool.self) { group in
             for i in 0..<300 {
                 group.addTask {

@@ -1,0 +1,227 @@
+import Foundation
+import Hummingbird
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// Activities: the app registers them and reports tokens, dismissals and ends (device key); the
+/// backend updates and ends them — by id, by its own key, or every activity following a topic —
+/// and reads them with their delivery history (backend key).
+struct ActivityController {
+    let services: APIServices
+    var store: any IsleStore { services.store }
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        // Device
+        v1.post("activities", use: register)
+        v1.put("activities/:activity/token", use: rotateToken)
+        v1.post("activities/:activity/:report", use: report)
+        // Backend
+        for event in ActivityPush.Event.allCases {
+            v1.post("activities/:activity/\(event.rawValue)") { request, context in
+                let caller = try context.caller(.backend)
+                let id = try context.parameters.decoded("activity")
+                return try await enqueue(request, context, caller, event: event) { try await [services.ownActivity(caller, id)] }
+            }
+            v1.post("activities/by-key/:key/\(event.rawValue)") { request, context in
+                let caller = try context.caller(.backend)
+                let key = try context.parameters.decoded("key")
+                // Every live activity with the key: one per device after a push-to-start to a user.
+                return try await enqueue(request, context, caller, event: event) {
+                    let live = try await store.liveActivities(bundleID: caller.bundleID, externalKey: key)
+                    if !live.isEmpty { return live }
+                    guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
+                    return [a]
+                }
+            }
+            v1.post("topics/:topic/\(event.rawValue)") { request, context in
+                let caller = try context.caller(.backend)
+                let topic = try context.parameters.decoded("topic")
+                return try await enqueue(request, context, caller, event: event, fanOut: true) {
+                    try await store.activities(bundleID: caller.bundleID, topic: topic)
+                }
+            }
+        }
+        v1.get("activities/:activity") { request, context in
+            let caller = try context.caller(.backend)
+            return try await view(try await services.ownActivity(caller, try context.parameters.decoded("activity")), request: request)
+        }
+        v1.get("activities/by-key/:key") { request, context in
+            let caller = try context.caller(.backend)
+            let key = try context.parameters.decoded("key")
+            guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
+            return try await view(a, request: request)
+        }
+    }
+
+    // MARK: Device
+
+    /// `POST /v1/activities`: an activity the app started, or the update token of one started by push.
+    @Sendable func register(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.device)
+        let r = try ActivityRegistration(try await Body.read(request))
+        if let channelID = r.channelID, try await store.channel(id: channelID)?.bundleID != caller.bundleID {
+            throw APIError(.notFound, "notFound", "\(channelID) is not a channel of \(caller.bundleID)", field: "channelID")
+        }
+        let app = try await services.app(caller.bundleID)
+        guard app.schema(r.attributesType) != nil || app.schemas.isEmpty else {
+            throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(r.attributesType); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
+        }
+        if let token = r.token, let existing = try await store.activity(updateToken: token), existing.state.acceptsPushes {
+            throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
+        }
+        let (attributes, contentState) = try r.checked(app.schema(r.attributesType))
+        if let installationID = r.installationID {
+            guard let inst = try await store.installation(id: installationID), inst.bundleID == caller.bundleID else {
+                throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
+            }
+            try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
+        }
+        if let key = r.externalKey, r.installationID == nil,
+           try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.state == .starting && $0.installationID != nil }) {
+            throw APIError(.forbidden, "installationSecretRequired", "the activity \(key) was started on an installation: register its token with that installationID and the Isle-Installation-Secret header", field: "installationID")
+        }
+        // A push-started activity reports its update token: link it (to the activity started on
+        // this installation, when the app says which it is).
+        if let key = r.externalKey, let token = r.token,
+           let started = try await store.linkStartedActivity(bundleID: caller.bundleID, externalKey: key, attributesType: r.attributesType, installationID: r.installationID,
+                                                              token: token, topics: r.topics, idempotency: context.idempotentAnswer(.ok, Views.activity)) {
+            try await services.wakeLane(started.id)
+            return JSONResponse.make(Views.activity(started))
+        }
+        // A backend key names one activity (or one per device, after a push-to-start to a user):
+        // another installation cannot take it over.
+        if let key = r.externalKey,
+           let other = try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).first(where: { $0.installationID == nil || $0.installationID != r.installationID }) {
+            throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of live activity \(other.id)\(other.installationID == nil ? "" : " on another installation"); end it first or use another key", field: "externalKey")
+        }
+        let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: r.externalKey, installationID: r.installationID,
+                               attributesType: r.attributesType, attributes: attributes, content: contentState, state: .active, updateToken: r.token, channelID: r.channelID,
+                               relevanceScore: r.relevanceScore, startedAt: services.clock.now, topics: r.topics)
+        let value = Views.activity(a)
+        do {
+            try await store.insertActivity(a, idempotency: context.idempotencyRecord(.created, value))
+        } catch let error as StoreError where error.code == .conflict {
+            // Another registration took the key between the check above and this insert.
+            throw APIError(.conflict, "externalKeyInUse", "\(error.message); end it first or use another key", field: "externalKey")
+        }
+        return JSONResponse.make(value, status: .created)
+    }
+
+    /// `PUT /v1/activities/{id}/token`: the device rotated the activity's update token.
+    @Sendable func rotateToken(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.device)
+        let id = try context.parameters.decoded("activity")
+        let report = try TokenReport(try await Body.read(request))
+        try await checkSecret(request, activityID: id, bundleID: caller.bundleID)
+        let token = report.token
+        if let holder = try await store.activity(updateToken: token), holder.id != id, holder.state.acceptsPushes {
+            throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(holder.id)", field: "token")
+        }
+        let bundleID = caller.bundleID
+        guard let a = try await store.modifyActivity(id: id, { a in
+            guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
+            // A token rotated on the device may reach us after APNs answered 410 for the old one:
+            // a new token brings an unreachable activity back.
+            guard a.state.acceptsPushes || a.state == .unreachable else {
+                throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used")
+            }
+            a.updateToken = token
+            if a.state == .starting || a.state == .unreachable {
+                a.state = .active
+                a.stateReason = nil
+            }
+        }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
+        // A job waiting for this token goes now.
+        try await services.wakeLane(id)
+        return JSONResponse.make(Views.activity(a))
+    }
+
+    /// `POST /v1/activities/{id}/dismissed|ended`: what the person (or the app) did on the device.
+    @Sendable func report(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.device)
+        let report = try context.parameters.decoded("report")
+        guard report == "dismissed" || report == "ended" else { throw APIError.notFound("/v1/activities/…/\(report)") }
+        let id = try context.parameters.decoded("activity")
+        _ = try await Body.read(request)
+        try await checkSecret(request, activityID: id, bundleID: caller.bundleID)
+        let now = services.clock.now
+        let bundleID = caller.bundleID
+        guard let a = try await store.modifyActivity(id: id, { a in
+            guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
+            if a.endedAt == nil { a.endedAt = now }
+            if report == "dismissed" {
+                a.state = .dismissed
+                a.dismissedAt = now
+                a.stateReason = "the person dismissed it"
+            } else if a.state.acceptsPushes {
+                a.state = .ended
+                a.stateReason = "the app ended it"
+            }
+        }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
+        return JSONResponse.make(Views.activity(a))
+    }
+
+    /// Device calls on an activity that belongs to an installation need that installation's secret.
+    func checkSecret(_ request: Request, activityID: String, bundleID: String) async throws {
+        guard let a = try await store.activity(id: activityID), a.bundleID == bundleID else { return }
+        guard let installationID = a.installationID, let inst = try await store.installation(id: installationID) else { return }
+        try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
+    }
+
+    // MARK: Backend
+
+    /// Builds, validates and enqueues one update or end for each target activity, in one transaction.
+    func enqueue(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, event: ActivityPush.Event, fanOut: Bool = false,
+                 _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
+        let push = try ActivityPush(try await Body.read(request), event: event)
+        let app = try await services.app(caller.bundleID)
+        let now = services.clock.now
+        let runAt = max(push.sendAt ?? now, now)
+        let activities = try await targets()
+        var warnings: [JSONValue] = []
+        var checked: Set<String> = []
+        for a in activities where !checked.contains(a.attributesType) {
+            checked.insert(a.attributesType)
+            warnings += try PayloadCheck(now: now).validate(push.aps, schema: app.schema(a.attributesType), priority: push.priority)
+        }
+        if !fanOut, let a = activities.first, !a.state.acceptsPushes {
+            throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
+        }
+        let live = activities.filter { $0.state.acceptsPushes }
+        let jobs = live.map {
+            NewPushJob(bundleID: caller.bundleID, kind: event == .end ? .end : .update, activityID: $0.id, aps: .object(push.aps), hasAlert: push.hasAlert,
+                       requestedPriority: push.priority, runAt: runAt)
+        }
+        var value: JSONObject = ["accepted": .int(jobs.count)]
+        if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+        if !fanOut, live.count == 1 { value["activityID"] = .string(live[0].id) }
+        if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0.id) }) }
+        let ids = try await store.enqueue(jobs, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
+        services.engine.wake()
+        if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
+        return JSONResponse.make(.object(value), status: .accepted)
+    }
+
+    /// The activity with a page of its delivery history: the newest `deliveries` (default 100, at
+    /// most 1,000) before `before` (a delivery id), oldest first; `moreDeliveries.before` pages on.
+    func view(_ a: ActivityRecord, request: Request) async throws -> Response {
+        var o = Views.activity(a).objectValue!
+        let query = request.uri.queryParameters
+        var limit = 100
+        if let text = query["deliveries"] {
+            guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("deliveries", "deliveries must be a whole number from 1 to 1000") }
+            limit = n
+        }
+        var before: Int64?
+        if let text = query["before"] {
+            guard let n = Int64(String(text)), n > 0 else { throw APIError.invalid("before", "before must be a delivery id (a positive whole number)") }
+            before = n
+        }
+        let page = try await store.deliveries(activityID: a.id, before: before, limit: limit + 1)
+        let shown = page.count > limit ? Array(page.dropFirst()) : page
+        o["deliveries"] = .array(shown.map(Views.delivery))
+        if page.count > limit, let oldest = shown.first?.id { o["moreDeliveries"] = ["before": .int(oldest)] }
+        return JSONResponse.make(.object(o))
+    }
+}

@@ -1,0 +1,97 @@
+import Hummingbird
+import IsleAPNs
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// Broadcast channels (iOS 18): created and deleted at APNs, updated and ended through the queue
+/// (one at a time per channel, in order).
+struct ChannelController {
+    let services: APIServices
+    var store: any IsleStore { services.store }
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        v1.post("channels", use: create)
+        v1.get("channels") { _, context in
+            let caller = try context.caller(.backend)
+            return JSONResponse.make(.array(try await store.channels(bundleID: caller.bundleID).map(Views.channel)))
+        }
+        v1.delete("channels/:channel", use: delete)
+        for event in ActivityPush.Event.allCases {
+            v1.post("channels/:channel/\(event.rawValue)") { request, context in
+                try await push(request, context, event: event)
+            }
+        }
+    }
+
+    @Sendable func create(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let creation = try ChannelCreation(try await Body.read(request))
+        let app = try await services.app(caller.bundleID)
+        let channel: BroadcastChannel
+        do {
+            channel = try await services.engine.clients.client(for: app).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: creation.storagePolicy)!)
+        } catch let e as APNsError {
+            throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)")
+        }
+        let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: creation.storagePolicy, createdAt: services.clock.now)
+        let value = Views.channel(record)
+        do {
+            try await store.insertChannel(record, idempotency: context.idempotencyRecord(.created, value))
+        } catch let error as StoreError where error.code == .idempotencyKeyTaken {
+            // A concurrent request with the same key made its own channel first: this one's goes.
+            try? await services.engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: channel.id)
+            throw error
+        }
+        return JSONResponse.make(value, status: .created)
+    }
+
+    @Sendable func delete(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let id = try context.parameters.decoded("channel")
+        guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
+        let app = try await services.app(caller.bundleID)
+        do { try await services.engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
+            throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)")
+        }
+        var record = context.idempotency
+        record?.status = 204
+        try await store.deleteChannel(id: id, idempotency: record)
+        return Response(status: .noContent)
+    }
+
+    func push(_ request: Request, _ context: IsleRequestContext, event: ActivityPush.Event) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let id = try context.parameters.decoded("channel")
+        let push = try ActivityPush(try await Body.read(request), event: event)
+        guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
+        let now = services.clock.now
+        _ = try PayloadCheck(now: now).validate(push.aps, priority: push.priority, broadcast: true)
+        let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, aps: .object(push.aps), hasAlert: push.hasAlert, requestedPriority: push.priority,
+                             runAt: max(push.sendAt ?? now, now))
+        let value: JSONValue = ["accepted": 1]
+        let ids = try await store.enqueue([job], idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
+        services.engine.wake()
+        return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
+    }
+}
+
+/// `GET /v1/deliveries/{apns-id}`: one APNs answer, the caller's own only.
+struct DeliveryController {
+    let services: APIServices
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        v1.get("deliveries/:apnsID") { _, context in
+            let caller = try context.caller(.backend)
+            let id = try context.parameters.decoded("apnsID").lowercased()
+            guard let d = try await services.store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(id)") }
+            if let aid = d.activityID {
+                _ = try await services.ownActivity(caller, aid)
+            } else {
+                // Widget and broadcast deliveries: the job says whose they are.
+                guard let job = try await services.store.job(id: d.jobID), job.bundleID == caller.bundleID else { throw APIError.notFound("delivery \(id)") }
+            }
+            return JSONResponse.make(Views.delivery(d))
+        }
+    }
+}

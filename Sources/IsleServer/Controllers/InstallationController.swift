@@ -1,0 +1,132 @@
+import Foundation
+import Hummingbird
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// Installations: the device registers itself (tokens, enablement), the backend binds its user,
+/// starts activities by push (one installation or all of a user's) and reloads widgets.
+struct InstallationController {
+    let services: APIServices
+    var store: any IsleStore { services.store }
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        v1.put("installations/:installation", use: register)
+        v1.put("installations/:installation/user", use: bindUser)
+        v1.post("installations/:installation/start") { request, context in
+            let caller = try context.caller(.backend)
+            let id = try context.parameters.decoded("installation")
+            return try await start(request, context, caller) { [try await services.ownInstallation(caller, id)] }
+        }
+        v1.post("users/:user/start") { request, context in
+            let caller = try context.caller(.backend)
+            let user = try context.parameters.decoded("user")
+            return try await start(request, context, caller) {
+                let all = try await store.installations(bundleID: caller.bundleID, userID: user)
+                guard !all.isEmpty else { throw APIError.notFound("installations of user \(user)") }
+                return all
+            }
+        }
+        v1.post("installations/:installation/widgets/reload", use: reloadWidgets)
+    }
+
+    /// `PUT /v1/installations/{id}` (device key). The first registration answers the installation's
+    /// secret, once; every later one must present it.
+    @Sendable func register(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.device)
+        let id = try Limits.pathID(try context.parameters.decoded("installation"), "installation")
+        let report = try InstallationReport(try await Body.read(request))
+        let presented = request.headers[InstallationSecret.header]
+        let newSecret = InstallationSecret.make()
+        let newHash = InstallationSecret.hash(newSecret)
+        let now = services.clock.now
+        let bundleID = caller.bundleID
+        // Read, change and write in one transaction (with the idempotent answer): two reports
+        // never undo each other. The stored answer never holds the secret (a replay is answered to
+        // anyone who repeats the request): an app that loses this answer registers anew under a
+        // new installation id.
+        let inst = try await store.modifyInstallation(id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }, { inst in
+            guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
+            // (An installation from before secrets existed gets one at its next registration.)
+            if inst.secretHash == nil { inst.secretHash = newHash } else { try InstallationSecret.check(presented, of: inst) }
+            report.apply(to: &inst, now: now)
+        }, idempotency: context.idempotentAnswer(.ok, Views.installation))
+        var value = Views.installation(inst)
+        if inst.secretHash == newHash, case .object(var o) = value {
+            // Shown once: the app keeps it (the Keychain) and sends it with every later call.
+            o["installationSecret"] = .string(newSecret)
+            value = .object(o)
+        }
+        return JSONResponse.make(value)
+    }
+
+    /// `PUT /v1/installations/{id}/user` (backend key): the person, for push-to-start to a user's devices.
+    @Sendable func bindUser(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let id = try context.parameters.decoded("installation")
+        let binding = try UserBinding(try await Body.read(request))
+        let bundleID = caller.bundleID
+        let now = services.clock.now
+        let inst = try await store.modifyInstallation(id: id, create: { InstallationRecord(id: id, bundleID: "", updatedAt: now) }, { inst in
+            // Unknown, or another app's: nothing is written.
+            guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
+            inst.userID = binding.userID
+        }, idempotency: context.idempotentAnswer(.ok, Views.installation))
+        return JSONResponse.make(Views.installation(inst))
+    }
+
+    /// Push-to-start: records a `starting` activity for each installation that can start one and
+    /// queues its start, in one transaction.
+    func start(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
+        let start = try StartRequest(try await Body.read(request))
+        let app = try await services.app(caller.bundleID)
+        guard let schema = app.schema(start.attributesType) else {
+            throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(start.attributesType) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
+        }
+        let now = services.clock.now
+        let warnings = try PayloadCheck(now: now).validate(start.aps, schema: schema, priority: 10)
+        let installations = try await targets()
+        var jobs: [NewPushJob] = []
+        var activities: [ActivityRecord] = []
+        var started: [JSONValue] = []
+        for i in installations {
+            guard i.pushToStartTokens[start.attributesType] != nil else {
+                if installations.count == 1 { throw APIError(.conflict, "noPushToStartToken", "installation \(i.id) has no push-to-start token for \(start.attributesType)") }
+                continue
+            }
+            guard i.liveActivitiesEnabled else {
+                if installations.count == 1 { throw APIError(.conflict, "liveActivitiesDisabled", "the person turned Live Activities off on installation \(i.id)") }
+                continue
+            }
+            let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: start.externalKey, installationID: i.id,
+                                   attributesType: start.attributesType, attributes: start.attributes, content: start.contentState, state: .starting,
+                                   relevanceScore: start.relevanceScore, startedAt: now, topics: start.topics)
+            activities.append(a)
+            jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(start.aps), hasAlert: true, requestedPriority: 10, runAt: now))
+            started.append(["activityID": .string(a.id), "installationID": .string(i.id)])
+        }
+        guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(start.attributesType) activity") }
+        var value: JSONObject = ["accepted": .int(jobs.count), "activities": .array(started)]
+        if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+        // The activities, their start jobs and the idempotent answer: one transaction.
+        try await store.enqueue(jobs, creating: activities, idempotency: context.idempotencyRecord(.accepted, .object(value)), now: now)
+        services.engine.wake()
+        return JSONResponse.make(.object(value), status: .accepted)
+    }
+
+    /// `POST /v1/installations/{id}/widgets/reload` (backend key): a `widgets` push to the
+    /// installation's widget push token.
+    @Sendable func reloadWidgets(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let id = try context.parameters.decoded("installation")
+        _ = try await Body.read(request)
+        let i = try await services.ownInstallation(caller, id)
+        guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
+        let now = services.clock.now
+        let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: 10, runAt: now)
+        let value: JSONValue = ["accepted": 1]
+        let ids = try await store.enqueue([job], idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
+        services.engine.wake()
+        return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
+    }
+}

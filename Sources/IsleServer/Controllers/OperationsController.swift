@@ -1,0 +1,58 @@
+import Hummingbird
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+import NIOCore
+
+/// Health, readiness, metrics, the OpenAPI document, and the calling app's delivery status.
+struct OperationsController {
+    let services: APIServices
+    /// `/metrics` counts open work at most once a second however often it is asked.
+    let openJobs = ExpiringCache<[PushJobState: Int]?>()
+
+    func addRoutes(to router: Router<IsleRequestContext>) {
+        router.get("health") { _, _ in JSONResponse.make(["status": "ok"]) }
+        router.get("ready", use: ready)
+        router.get("metrics", use: metrics)
+        router.get("openapi.json") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.json)))
+        }
+    }
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        // The calling app's delivery status: running, backing off (APNs failing) or paused (a
+        // configuration error), with the reason; `resume` probes at once after a fix.
+        v1.get("app") { _, context in
+            let caller = try context.caller(.backend)
+            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID)))
+        }
+        v1.post("app/resume") { _, context in
+            let caller = try context.caller(.backend)
+            services.engine.circuits.resume(caller.bundleID, now: services.clock.now)
+            try await services.store.wakeApp(bundleID: caller.bundleID, now: services.clock.now)
+            services.engine.wake()
+            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID)))
+        }
+    }
+
+    /// Ready to accept work (one round trip to the database); apps whose deliveries are paused or
+    /// backing off are named.
+    @Sendable func ready(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        do { try await services.store.ping() } catch {
+            throw APIError(.serviceUnavailable, "notReady", "the database is not reachable", retryAfter: 1)
+        }
+        let held = services.engine.circuits.all.filter { $0.value.mode != .running }.sorted { $0.key < $1.key }
+        var o: JSONObject = ["status": held.isEmpty ? "ready" : "degraded"]
+        if !held.isEmpty { o["apps"] = .array(held.map { Views.app(bundleID: $0.key, $0.value) }) }
+        return JSONResponse.make(.object(o))
+    }
+
+    /// Open work only, along partial indexes; everything else is counted as it happens
+    /// (swift-metrics into a Prometheus registry).
+    @Sendable func metrics(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let counts = try await openJobs.value("open", load: { try await services.store.openJobCounts() }) ?? [:]
+        let metrics = services.engine.counters.metrics
+        metrics.openJobs(counts)
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.text())))
+    }
+}

@@ -1,0 +1,74 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+import Logging
+
+/// What the controllers share: the store, the engine (to wake it and reach APNs), the clock.
+struct APIServices: Sendable {
+    let store: any IsleStore
+    let engine: DeliveryEngine
+    let clock: any WallClock
+    let logger: Logger
+
+    /// The app, as the engine sees it (read at most once a second).
+    func app(_ bundleID: String) async throws -> AppRecord {
+        guard let app = try await engine.apps.app(bundleID, store: store) else { throw APIError.notFound("app \(bundleID)") }
+        return app
+    }
+
+    /// The caller's own activity; another app's is not found.
+    func ownActivity(_ caller: Caller, _ id: String) async throws -> ActivityRecord {
+        guard let a = try await store.activity(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
+        return a
+    }
+
+    /// The caller's own installation; another app's is not found.
+    func ownInstallation(_ caller: Caller, _ id: String) async throws -> InstallationRecord {
+        guard let i = try await store.installation(id: id), i.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
+        return i
+    }
+
+    /// A lane's waiting head may go now (the token it waited for arrived).
+    func wakeLane(_ activityID: String) async throws {
+        try await store.wakeLane(activityID: activityID, now: clock.now)
+        engine.wake()
+    }
+}
+
+/// Installation secrets (docs/security.md): handed to the app once, at its installation's first
+/// registration; every later device call for the installation and its activities presents it.
+enum InstallationSecret {
+    static let header = HTTPField.Name("Isle-Installation-Secret")!
+
+    /// 32 random bytes, base64url.
+    static func make() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return "isle_inst_" + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func hash(_ secret: String) -> String { Hex.encode(SHA256.hash(data: Array(secret.utf8))) }
+
+    /// Compares two hashes without an early exit.
+    static func same(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        var difference: UInt8 = 0
+        for i in 0..<x.count { difference |= x[i] ^ y[i] }
+        return difference == 0
+    }
+
+    /// The device must present the installation's secret (when it has one).
+    static func check(_ presented: String?, of installation: InstallationRecord) throws {
+        guard let hash = installation.secretHash else { return }
+        guard let presented, !presented.isEmpty else {
+            throw APIError(.forbidden, "installationSecretRequired", "installation \(installation.id) is registered: present its secret in the Isle-Installation-Secret header", field: "Isle-Installation-Secret")
+        }
+        guard same(Self.hash(presented), hash) else {
+            throw APIError(.forbidden, "wrongInstallationSecret", "the Isle-Installation-Secret header does not match installation \(installation.id)'s secret", field: "Isle-Installation-Secret")
+        }
+    }
+}

@@ -1,0 +1,31 @@
+import Foundation
+import IsleCore
+import IsleHTTPAPI
+
+/// Validates the payload Isle will send (IsleCore's validator, the registered schema, the size
+/// limit) before anything is queued. Errors become a 422 naming the request field; warnings are
+/// returned to the caller.
+struct PayloadCheck {
+    var now: Date
+
+    func validate(_ aps: JSONObject, schema: ActivitySchema? = nil, priority: Int?, broadcast: Bool = false) throws -> [JSONValue] {
+        var withTimestamp = aps
+        withTimestamp["timestamp"] = .int(Int64(now.timeIntervalSince1970))
+        let payload = JSONValue.object(["aps": .object(withTimestamp)])
+        let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: priority.flatMap(PushPriority.init(rawValue:)), schema: schema, now: now))
+            .validate(bytes: payload.jsonBytes)
+        if let e = report.errors.first {
+            throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path))
+        }
+        return report.warnings.map { ["code": .string($0.code.rawValue), "field": Self.field($0.path).map(JSONValue.string) ?? .null, "message": .string($0.message)] }
+    }
+
+    /// `$.aps.content-state.driverName` → `contentState.driverName`.
+    static func field(_ path: String) -> String? {
+        for (wire, api) in [("$.aps.content-state", "contentState"), ("$.aps.attributes-type", "attributesType"), ("$.aps.attributes", "attributes"),
+                            ("$.aps.stale-date", "staleDate"), ("$.aps.dismissal-date", "dismissalDate"), ("$.aps.relevance-score", "relevanceScore"), ("$.aps.alert", "alert")] where path.hasPrefix(wire) {
+            return api + path.dropFirst(wire.count)
+        }
+        return path == "$" || path == "$.aps" ? nil : path
+    }
+}
