@@ -7,9 +7,10 @@ import IsleStore
 import Logging
 import ServiceLifecycle
 
-/// Where the database is: `--database`, else ISLE_DATABASE, else ./isle.sqlite.
+/// Where the database is: `--database`, else ISLE_DATABASE, else ./isle.sqlite. A
+/// `postgres://user@host:port/db` URL names a PostgreSQL database (several `isle serve` may share it).
 struct DatabaseOption: ParsableArguments {
-    @Option(help: ArgumentHelp("The SQLite database file (env ISLE_DATABASE; default ./isle.sqlite).", valueName: "path"))
+    @Option(help: ArgumentHelp("A SQLite file, or postgres://user@host:port/database (env ISLE_DATABASE; default ./isle.sqlite). The PostgreSQL password comes from the URL, PGPASSWORD or ?passwordfile=.", valueName: "path-or-url"))
     var database: String?
     @Option(name: .customLong("master-key-file"), help: ArgumentHelp("The master key that seals the apps' .p8 keys (env ISLE_MASTER_KEY_FILE, or the key itself in ISLE_MASTER_KEY). Create one with: isle master-key.", valueName: "file"))
     var masterKeyFile: String?
@@ -30,18 +31,39 @@ struct DatabaseOption: ParsableArguments {
 
     static let masterKeyHelp = "Create a master key once with `isle master-key > isle-master.key && chmod 600 isle-master.key`, keep it apart from the database (and its backups), and pass --master-key-file isle-master.key (or ISLE_MASTER_KEY_FILE, or the key itself in ISLE_MASTER_KEY) to isle app add and isle serve."
 
-    func open() async throws -> SQLiteStore {
-        let store: SQLiteStore
-        do { store = try SQLiteStore(path: path) } catch { throw CLIError("--database: cannot open \(path): \(error)") }
-        do { try await store.migrate() } catch { throw CLIError("--database: cannot prepare \(path): \(error)") }
-        return store
+    /// What to print for the database: a file path, or the URL without its password.
+    var shownPath: String { DatabaseOption.shown(path) }
+
+    static func shown(_ path: String) -> String {
+        PostgresSettings.isPostgresURL(path) ? ((try? PostgresSettings(url: path))?.redacted ?? "postgres://…") : path
+    }
+
+    /// Opens the store (SQLite file or PostgreSQL URL), without running it.
+    static func store(_ path: String, logger: Logger) throws -> any IsleStore {
+        if PostgresSettings.isPostgresURL(path) {
+            do { return PostgresStore(settings: try PostgresSettings(url: path), logger: logger) } catch let e as StoreError { throw CLIError("database: \(e.message)") }
+        }
+        if let problem = FilePermissions.problem(withDatabase: path) { throw CLIError("database: \(problem)") }
+        do { return try SQLiteStore(path: path) } catch { throw CLIError("database: cannot open \(path): \(error)") }
+    }
+
+    /// Runs `body` with the migrated store, its connections up for the duration.
+    func withStore<T: Sendable>(_ body: @escaping @Sendable (any IsleStore) async throws -> T) async throws -> T {
+        var logger = Logger(label: "isle.store")
+        logger.logLevel = .warning
+        let store = try Self.store(path, logger: logger)
+        let shown = shownPath
+        return try await store.withRunning {
+            do { try await store.migrate() } catch { throw CLIError("--database: cannot prepare \(shown): \(error)") }
+            return try await body(store)
+        }
     }
 }
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the Isle server: HTTP API and delivery engine over an embedded SQLite file.",
+        abstract: "Run the Isle server: HTTP API and delivery engine over a SQLite file, or a PostgreSQL database several servers share.",
         discussion: "Settings come from --config FILE (JSON with the same names as the flags), then ISLE_* environment variables, then flags; later ones win. Logs never contain a full token, JWT or key."
     )
 
@@ -101,11 +123,18 @@ struct ServeCommand: AsyncParsableCommand {
         guard let l = Logger.Level(rawValue: level) else { throw CLIError("log-level: \(level) is not one of trace, debug, info, notice, warning, error, critical") }
         logger.logLevel = l
 
-        if let problem = FilePermissions.problem(withDatabase: c.databasePath) { throw CLIError("database: \(problem)") }
-        let store: SQLiteStore
-        do { store = try SQLiteStore(path: c.databasePath) } catch { throw CLIError("database: cannot open \(c.databasePath): \(error)") }
+        let store = try DatabaseOption.store(c.databasePath, logger: logger)
+        let shown = DatabaseOption.shown(c.databasePath)
         c.masterKey = try database.masterKey()
-        try await Self.checkKeys(store: store, masterKey: c.masterKey, path: c.databasePath)
+        let configuration = c
+        let serverLogger = logger
+        try await store.withRunning {
+            try await Self.checkKeys(store: store, masterKey: configuration.masterKey, path: shown)
+            try await Self.serve(configuration, store: store, shown: shown, logger: serverLogger)
+        }
+    }
+
+    static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger) async throws {
         let app = IsleServerApp(configuration: c, store: store, logger: logger)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -118,7 +147,7 @@ struct ServeCommand: AsyncParsableCommand {
                 throw CLIError("the server stopped before it could listen")
             }
             let apps = try await store.apps()
-            say("Isle server on http://\(c.host):\(p)  database \(c.databasePath)  APNs \(c.apns.name)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
+            say("Isle server on http://\(c.host):\(p)  database \(shown)  APNs \(c.apns.name)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
             try await tasks.next()
         }
     }
@@ -126,7 +155,7 @@ struct ServeCommand: AsyncParsableCommand {
 
 extension ServeCommand {
     /// Every app key must open with the master key given; keys from before sealing are sealed now.
-    static func checkKeys(store: SQLiteStore, masterKey: MasterKey?, path: String) async throws {
+    static func checkKeys(store: any IsleStore, masterKey: MasterKey?, path: String) async throws {
         try await store.migrate()
         let apps = try await store.apps()
         let clear = apps.filter { !MasterKey.isSealed($0.keyPEM) }
@@ -134,7 +163,8 @@ extension ServeCommand {
             guard let masterKey else {
                 throw CLIError("database: \(path) holds the .p8 key of \(clear.map(\.bundleID).joined(separator: ", ")) in clear; give a master key and isle serve seals it. \(DatabaseOption.masterKeyHelp)")
             }
-            let sealed = try await store.sealPlaintextKeys(with: masterKey)
+            guard let sqlite = store as? SQLiteStore else { throw CLIError("database: \(path) holds the .p8 key of \(clear.map(\.bundleID).joined(separator: ", ")) in clear") }
+            let sealed = try await sqlite.sealPlaintextKeys(with: masterKey)
             warn("sealed the .p8 key of \(sealed.joined(separator: ", ")) with the master key (it was stored in clear)")
         }
         let sealedApps = apps.filter { MasterKey.isSealed($0.keyPEM) }
@@ -185,11 +215,14 @@ struct AppCommand: AsyncParsableCommand {
             guard let masterKey = try database.masterKey() else {
                 throw CLIError("app add: the .p8 key is stored encrypted and needs a master key. \(DatabaseOption.masterKeyHelp)")
             }
-            let store = try await database.open()
-            try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: database.path)
-            try await store.upsertApp(AppRecord(bundleID: bundleID, teamID: teamID, keyID: keyID, keyPEM: masterKey.seal(pem, bundleID: bundleID),
-                                                frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date()))
-            say("app \(bundleID) saved in \(database.path) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")
+            let shown = database.shownPath
+            let record = AppRecord(bundleID: bundleID, teamID: teamID, keyID: keyID, keyPEM: masterKey.seal(pem, bundleID: bundleID),
+                                   frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date())
+            try await database.withStore { store in
+                try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: shown)
+                try await store.upsertApp(record)
+            }
+            say("app \(bundleID) saved in \(shown) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")
         }
     }
 
@@ -197,7 +230,7 @@ struct AppCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List registered apps.")
         @OptionGroup var database: DatabaseOption
         func run() async throws {
-            for a in try await database.open().apps() {
+            for a in try await database.withStore({ try await $0.apps() }) {
                 say("\(a.bundleID)  key \(a.keyID)  team \(a.teamID)  types: \(a.schemas.map(\.attributesType).joined(separator: ", "))")
             }
         }
@@ -215,9 +248,11 @@ struct KeyCommand: AsyncParsableCommand {
 
         func run() async throws {
             guard let s = APIKeyScope(rawValue: scope) else { throw CLIError("--scope: use backend or device") }
-            let store = try await database.open()
-            guard try await store.app(bundleID) != nil else { throw CLIError("--bundle-id: no app \(bundleID) in \(database.path); add it first with isle app add") }
-            let (id, secret) = try await ServerSetup.createKey(store: store, bundleID: bundleID, scope: s)
+            let (shown, bundleID) = (database.shownPath, bundleID)
+            let (id, secret) = try await database.withStore { store in
+                guard try await store.app(bundleID) != nil else { throw CLIError("--bundle-id: no app \(bundleID) in \(shown); add it first with isle app add") }
+                return try await ServerSetup.createKey(store: store, bundleID: bundleID, scope: s)
+            }
             say(secret)
             warn("key \(id) (\(s.rawValue)) for \(bundleID): keep the secret above; it is not shown again")
         }
@@ -228,7 +263,8 @@ struct KeyCommand: AsyncParsableCommand {
         @OptionGroup var database: DatabaseOption
         @Argument var id: String
         func run() async throws {
-            guard try await database.open().revokeAPIKey(id: id, at: Date()) else { throw CLIError("no active key \(id)") }
+            let id = id
+            guard try await database.withStore({ try await $0.revokeAPIKey(id: id, at: Date()) }) else { throw CLIError("no active key \(id)") }
             say("revoked \(id)")
         }
     }

@@ -48,12 +48,14 @@ public final class DeliveryEngine: Service {
     public func wake() { wakeupContinuation.yield(()) }
 
     public func run() async throws {
-        // One process serves a SQLite file (the store is held), so every claim still in it belongs
-        // to a process that is gone.
-        let requeued = try await store.requeueExpiredClaims(now: .distantFuture, keeping: [])
+        // Claims no running process can finish (SQLite: all of them, one process serves the file;
+        // PostgreSQL: those whose lease ran out) go back to their lanes.
+        let requeued = try await store.requeueClaimsAtStart(now: clock.now)
         if requeued > 0 { logger.info("re-queued jobs that were in flight when the last process stopped", metadata: ["jobs": "\(requeued)"]) }
         let wakeups = self.wakeups
         await withDiscardingTaskGroup { group in
+            // Work queued by another process sharing the store (PostgreSQL's NOTIFY) wakes this engine at once.
+            group.addTask { await self.store.listenForWork { self.wake() } }
             // A ticker so scheduled pushes and retries come due without an API call, and a sweep
             // that takes back claims whose lease ran out.
             group.addTask {

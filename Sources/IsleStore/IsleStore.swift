@@ -12,6 +12,8 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
 public protocol IsleRegistry: Sendable {
     func migrate() async throws
+    /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
+    func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T
     /// Claims the database for one serving process; a second `isle serve` on it fails with a
     /// one-line reason. Release the hold when serving stops.
     func holdForServing() throws -> any ServingHold
@@ -98,6 +100,13 @@ public protocol IsleQueue: Sendable {
     /// Claims whose lease ended before `now` become queued again, except the jobs in `keeping`
     /// (still being worked on in this process). Returns how many.
     func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int
+    /// At a serving process's start: claims no running process can finish come back. One process
+    /// serves a SQLite file, so there every claim does; on PostgreSQL other instances may be
+    /// sending, so only claims whose lease ran out do.
+    func requeueClaimsAtStart(now: Date) async throws -> Int
+    /// Calls `wake` whenever queued work is committed by any process sharing the store, until
+    /// cancelled. Stores with one process return at once (the engine wakes itself).
+    func listenForWork(_ wake: @escaping @Sendable () -> Void) async
     /// The lane's waiting head may go now (e.g. the update token it waited for arrived).
     func wakeLane(activityID: String, now: Date) async throws
     /// Every waiting head of the app may go now (an operator resumed the app after a fix).
@@ -113,6 +122,7 @@ public protocol IsleQueue: Sendable {
 }
 
 extension IsleRegistry {
+    public func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T { try await body() }
     // The same writes without an idempotency record.
     public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
@@ -130,6 +140,7 @@ extension IsleRegistry {
 }
 
 extension IsleQueue {
+    public func listenForWork(_ wake: @escaping @Sendable () -> Void) async {}
     @discardableResult
     public func enqueue(_ jobs: [NewPushJob], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
         try await enqueue(jobs, creating: [], idempotency: idempotency, now: now)

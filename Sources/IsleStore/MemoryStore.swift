@@ -408,6 +408,8 @@ public final class MemoryStore: IsleStore {
         s.activities[id] = a
     }
 
+    public func requeueClaimsAtStart(now: Date) async throws -> Int { try await requeueExpiredClaims(now: .distantFuture, keeping: []) }
+
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
         state.withLock { s in
             var n = 0

@@ -685,6 +685,11 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    /// One process serves the file: every claim left belongs to a process that is gone.
+    public func requeueClaimsAtStart(now: Date) async throws -> Int {
+        try await requeueExpiredClaims(now: .distantFuture, keeping: [])
+    }
+
     public func wakeLane(activityID: String, now: Date) async throws {
         try await writer.write { db in
             try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE lane = ? AND is_head = 1 AND state = 'queued' AND run_at > ?",

@@ -83,6 +83,7 @@ final class FaultyStore: IsleStore {
         try await base.claim(limit: limit, now: now, lease: lease, worker: worker, excludingApps: excludingApps)
     }
     func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int { try await base.requeueExpiredClaims(now: now, keeping: keeping) }
+    func requeueClaimsAtStart(now: Date) async throws -> Int { try await base.requeueClaimsAtStart(now: now) }
     func wakeLane(activityID: String, now: Date) async throws { try await base.wakeLane(activityID: activityID, now: now) }
     func wakeApp(bundleID: String, now: Date) async throws { try await base.wakeApp(bundleID: bundleID, now: now) }
     func job(id: Int64) async throws -> PushJob? { try await base.job(id: id) }

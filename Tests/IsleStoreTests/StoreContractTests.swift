@@ -3,11 +3,15 @@ import IsleCore
 import IsleStore
 import Testing
 
-/// The contract every store keeps (PostgreSQL will run the same suite). Each test gets a fresh
-/// store made by `makeStore`.
+/// The contract every store keeps: each test runs on every store, with a fresh store made by
+/// `make()`. PostgreSQL joins when `ISLE_TEST_POSTGRES_URL` names a server (CI always sets it; see
+/// `.ci/run`); without it the PostgreSQL cases are left out and the reason is printed.
 enum StoreKind: String, CaseIterable, Sendable {
     case sqlite
     case memory
+    case postgres
+
+    static var allCases: [StoreKind] { PostgresTestDatabase.url == nil ? [.sqlite, .memory] : [.sqlite, .memory, .postgres] }
 
     func make() async throws -> any IsleStore {
         switch self {
@@ -16,6 +20,10 @@ enum StoreKind: String, CaseIterable, Sendable {
         case .sqlite:
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-store-\(UUID().uuidString).sqlite").path
             let store = try SQLiteStore(path: path)
+            try await store.migrate()
+            return store
+        case .postgres:
+            let store = try await PostgresTestDatabase.fresh()
             try await store.migrate()
             return store
         }

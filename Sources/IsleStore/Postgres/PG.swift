@@ -1,0 +1,94 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// A statement's arguments, bound as `$1`, `$2`, … (never spliced into the SQL text).
+enum PGArg: Sendable {
+    case text(String?)
+    case int(Int64?)
+    case double(Double?)
+    case bool(Bool?)
+    case texts([String])
+    case ints([Int64])
+
+    static func int(_ v: Int?) -> PGArg { .int(v.map(Int64.init)) }
+    static func date(_ d: Date?) -> PGArg { .double(d?.timeIntervalSince1970) }
+
+    func bind(into b: inout PostgresBindings) {
+        switch self {
+        case .text(let v): if let v { b.append(v) } else { b.appendNull() }
+        case .int(let v): if let v { b.append(v) } else { b.appendNull() }
+        case .double(let v): if let v { b.append(v) } else { b.appendNull() }
+        case .bool(let v): if let v { b.append(v) } else { b.appendNull() }
+        case .texts(let v): b.append(v)
+        case .ints(let v): b.append(v)
+        }
+    }
+}
+
+/// A row read by column name.
+struct PGRow {
+    let row: PostgresRandomAccessRow
+    init(_ row: PostgresRow) { self.row = row.makeRandomAccess() }
+
+    func string(_ c: String) throws -> String { try row[c].decode(String.self) }
+    func int(_ c: String) throws -> Int64 { try row[c].decode(Int64.self) }
+    func optionalInt(_ c: String) throws -> Int64? { try row[c].decode(Int64?.self) }
+    func double(_ c: String) throws -> Double { try row[c].decode(Double.self) }
+    func optionalDouble(_ c: String) throws -> Double? { try row[c].decode(Double?.self) }
+    func bool(_ c: String) throws -> Bool { try row[c].decode(Bool.self) }
+    func date(_ c: String) throws -> Date { Date(timeIntervalSince1970: try double(c)) }
+    func optionalDate(_ c: String) throws -> Date? { try optionalDouble(c).map(Date.init(timeIntervalSince1970:)) }
+    func optionalString(_ c: String) throws -> String? { try row[c].decode(String?.self) }
+}
+
+extension PostgresConnection {
+    /// Runs one statement and returns its rows.
+    @discardableResult
+    func rows(_ sql: String, _ args: [PGArg] = [], logger: Logger) async throws -> [PGRow] {
+        var binds = PostgresBindings(capacity: args.count)
+        for a in args { a.bind(into: &binds) }
+        do {
+            return try await query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect().map(PGRow.init)
+        } catch let error as PSQLError {
+            throw PG.storeError(error)
+        }
+    }
+
+    func row(_ sql: String, _ args: [PGArg] = [], logger: Logger) async throws -> PGRow? {
+        try await rows(sql, args, logger: logger).first
+    }
+}
+
+enum PG {
+    /// The SQLSTATE of a server error (`23505` unique violation, `40P01` deadlock, …).
+    static func sqlState(_ error: PSQLError) -> String? { error.serverInfo?[.sqlState] }
+
+    /// What the store's callers understand: the database is away (`.unavailable`), or a
+    /// constraint said no (`.conflict`); SQL text and bound values are never part of the message.
+    static func storeError(_ error: PSQLError) -> any Error {
+        switch error.code {
+        case .server:
+            let state = sqlState(error) ?? ""
+            if state.hasPrefix("23") { return StoreError(.conflict, "a uniqueness or reference rule refused the write (\(state))") }
+            // Shutting down, cannot connect, too many connections, read-only standby, …
+            if state.hasPrefix("57") || state.hasPrefix("08") || state == "53300" || state == "25006" {
+                return StoreError(.unavailable, "PostgreSQL is unavailable (\(state): \(error.serverInfo?[.message] ?? ""))")
+            }
+            return RetryablePGError(state: state, message: error.serverInfo?[.message] ?? "server error")
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .poolClosed, .uncleanShutdown, .sslUnsupported, .failedToAddSSLHandler:
+            return StoreError(.unavailable, "PostgreSQL is unreachable (\(error.code))")
+        default:
+            return StoreError(.unavailable, "PostgreSQL failed (\(error.code))")
+        }
+    }
+}
+
+/// A server error other than unavailability and constraints; deadlocks (`40P01`) and serialization
+/// failures (`40001`) are retried by the store's transactions.
+struct RetryablePGError: Error, CustomStringConvertible {
+    var state: String
+    var message: String
+    var isTransient: Bool { state == "40P01" || state == "40001" }
+    var description: String { "PostgreSQL error \(state): \(message)" }
+}

@@ -1,0 +1,586 @@
+public import Foundation
+public import IsleCore
+public import Logging
+import NIOSSL
+import PostgresNIO
+import Synchronization
+
+/// The shared store: one PostgreSQL database, any number of `isle serve` processes.
+///
+/// The same contract as ``SQLiteStore`` (the contract suite runs on both), kept across processes:
+/// - every change to a lane (an activity's or channel's jobs) takes that lane's advisory lock in its
+///   transaction, so lane order, heads and coalescing are decided by one process at a time;
+/// - claims take lane heads `FOR UPDATE SKIP LOCKED` and skip a lane another process is changing,
+///   so no two processes ever hold jobs of one lane; a head waiting for its retry still blocks its lane;
+/// - a claim's lease names its worker (process); any live process's sweep takes back claims whose
+///   lease ran out, so a dead process's work comes back;
+/// - migrations run under an advisory lock, so instances that start together migrate once;
+/// - a commit that queues work sends `NOTIFY isle_jobs`; engines listening wake at once (polling
+///   stays as the fallback).
+///
+/// Run it inside ``withRunning(_:)`` (the connection pool lives for that scope).
+public final class PostgresStore: IsleStore {
+    public let settings: PostgresSettings
+    let client: PostgresClient
+    let logger: Logger
+    static let notifyChannel = "isle_jobs"
+    /// An advisory lock key for migrations ("isle" in ASCII).
+    static let migrationLock: Int64 = 0x6973_6C65
+
+    public init(settings: PostgresSettings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+        var c = PostgresClient.Configuration(host: settings.host, port: settings.port, username: settings.username, password: settings.password, database: settings.database,
+                                             tls: Self.tls(settings.tls))
+        c.options.maximumConnections = settings.poolSize
+        c.options.connectTimeout = .seconds(5)
+        c.options.additionalStartupParameters = [("statement_timeout", "\(settings.statementTimeout * 1000)"), ("application_name", "isle")]
+        client = PostgresClient(configuration: c, backgroundLogger: logger)
+    }
+
+    public convenience init(url: String, logger: Logger) throws {
+        self.init(settings: try PostgresSettings(url: url), logger: logger)
+    }
+
+    static func tls(_ mode: PostgresSettings.TLSMode) -> PostgresClient.Configuration.TLS {
+        switch mode {
+        case .disable: .disable
+        case .prefer: .prefer(.makeClientConfiguration())
+        case .require: .require(.makeClientConfiguration())
+        }
+    }
+
+    /// Runs `body` while the connection pool runs; the pool closes when it returns.
+    public func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.client.run() }
+            defer { group.cancelAll() }
+            return try await body()
+        }
+    }
+
+    // MARK: Transactions
+
+    /// One transaction, retried (a few times) when PostgreSQL breaks a deadlock or a serialization
+    /// conflict by aborting it.
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await client.withConnection { conn in
+                    try await conn.rows("BEGIN", logger: logger)
+                    do {
+                        let value = try await body(conn)
+                        try await conn.rows("COMMIT", logger: logger)
+                        return value
+                    } catch {
+                        _ = try? await conn.rows("ROLLBACK", logger: logger)
+                        throw error
+                    }
+                }
+            } catch let e as RetryablePGError where e.isTransient && attempt < 5 {
+                continue
+            } catch let e as PSQLError {
+                throw PG.storeError(e)
+            }
+        }
+    }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await client.withConnection { conn in try await body(conn) }
+        } catch let e as PSQLError {
+            throw PG.storeError(e)
+        }
+    }
+
+    /// Serializes changes to one lane across processes (held until the transaction ends).
+    static func lockLane(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws {
+        try await conn.rows("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [.text(lane)], logger: logger)
+    }
+
+    static func tryLockLane(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws -> Bool {
+        try await conn.row("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS ok", [.text(lane)], logger: logger)?.bool("ok") ?? false
+    }
+
+    // MARK: Serving
+
+    /// Several processes may serve one PostgreSQL database: nothing to hold.
+    public func holdForServing() throws -> any ServingHold { NoHold() }
+    struct NoHold: ServingHold { func release() {} }
+
+    /// Wakes `wake` whenever another process (or this one) commits queued work. Returns when
+    /// cancelled; reconnects after a lost connection.
+    public func listenForWork(_ wake: @escaping @Sendable () -> Void) async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { conn in
+                    for try await _ in try await conn.listen(Self.notifyChannel) { wake() }
+                }
+            } catch {
+                logger.debug("LISTEN isle_jobs stopped; polling until it is back", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    // MARK: Migrations (append-only, numbered, per backend)
+
+    static let migrations: [String] = [
+        """
+        CREATE TABLE apps (bundle_id TEXT PRIMARY KEY, team_id TEXT NOT NULL, key_id TEXT NOT NULL, key_pem TEXT NOT NULL,
+            frequent_updates BOOLEAN NOT NULL, schemas TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
+        CREATE TABLE api_keys (id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL REFERENCES apps(bundle_id), scope TEXT NOT NULL,
+            secret_hash TEXT NOT NULL UNIQUE, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION);
+        CREATE TABLE installations (id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, user_id TEXT, push_to_start_tokens TEXT NOT NULL,
+            widget_token TEXT, live_activities_enabled BOOLEAN NOT NULL, frequent_pushes_enabled BOOLEAN NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL, secret_hash TEXT);
+        CREATE INDEX installations_user ON installations(bundle_id, user_id);
+        CREATE TABLE activities (id TEXT PRIMARY KEY, ord BIGSERIAL, bundle_id TEXT NOT NULL, external_key TEXT, installation_id TEXT,
+            attributes_type TEXT NOT NULL, attributes TEXT, content TEXT, state TEXT NOT NULL, update_token TEXT, channel_id TEXT,
+            relevance_score DOUBLE PRECISION, stale_date DOUBLE PRECISION, started_at DOUBLE PRECISION NOT NULL, ended_at DOUBLE PRECISION,
+            dismissed_at DOUBLE PRECISION, last_timestamp BIGINT, state_reason TEXT);
+        CREATE INDEX activities_key ON activities(bundle_id, external_key);
+        CREATE INDEX activities_token ON activities(update_token);
+        CREATE INDEX activities_installation ON activities(installation_id);
+        CREATE INDEX activities_channel ON activities(channel_id);
+        CREATE TABLE activity_topics (activity_id TEXT NOT NULL REFERENCES activities(id), bundle_id TEXT NOT NULL, topic TEXT NOT NULL,
+            PRIMARY KEY (activity_id, topic));
+        CREATE INDEX activity_topics_lookup ON activity_topics(bundle_id, topic);
+        CREATE TABLE channels (id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, storage_policy BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            last_timestamp BIGINT);
+        CREATE INDEX channels_app ON channels(bundle_id);
+        CREATE SEQUENCE job_seq;
+        CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, bundle_id TEXT NOT NULL, kind TEXT NOT NULL, activity_id TEXT, installation_id TEXT,
+            channel_id TEXT, aps TEXT NOT NULL, has_alert BOOLEAN NOT NULL, requested_priority BIGINT, run_at DOUBLE PRECISION NOT NULL,
+            state TEXT NOT NULL, attempts BIGINT NOT NULL DEFAULT 0, claimed_by TEXT, claimed_until DOUBLE PRECISION, last_error TEXT,
+            created_at DOUBLE PRECISION NOT NULL, push_timestamp BIGINT, apns_id TEXT, lane TEXT, seq BIGINT,
+            is_head BOOLEAN NOT NULL DEFAULT FALSE, supersedable BOOLEAN NOT NULL DEFAULT FALSE, carries_content BOOLEAN NOT NULL DEFAULT FALSE);
+        CREATE INDEX jobs_ready ON jobs(run_at, seq) WHERE is_head AND state = 'queued';
+        CREATE INDEX jobs_lane_open ON jobs(lane, seq) WHERE state IN ('queued', 'claimed');
+        CREATE INDEX jobs_scheduled ON jobs(run_at, id) WHERE state = 'scheduled';
+        CREATE INDEX jobs_claimed ON jobs(claimed_until) WHERE state = 'claimed';
+        CREATE INDEX jobs_finished ON jobs(created_at) WHERE state IN ('sent', 'failed', 'superseded', 'dropped');
+        CREATE TABLE deliveries (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, activity_id TEXT, apns_id TEXT, apns_unique_id TEXT,
+            status BIGINT NOT NULL, reason TEXT, latency_ms DOUBLE PRECISION NOT NULL, priority BIGINT NOT NULL, downgraded BOOLEAN NOT NULL,
+            at DOUBLE PRECISION NOT NULL);
+        CREATE INDEX deliveries_activity ON deliveries(activity_id, id);
+        CREATE INDEX deliveries_apns ON deliveries(apns_id);
+        CREATE INDEX deliveries_at ON deliveries(at);
+        CREATE TABLE high_priority_sends (id BIGSERIAL PRIMARY KEY, activity_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
+        CREATE INDEX high_priority_sends_activity ON high_priority_sends(activity_id, at);
+        CREATE INDEX high_priority_sends_at ON high_priority_sends(at);
+        CREATE TABLE idempotency (bundle_id TEXT NOT NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, status BIGINT NOT NULL,
+            body TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (bundle_id, key));
+        CREATE INDEX idempotency_created ON idempotency(created_at);
+        """,
+    ]
+
+    public func migrate() async throws {
+        let log = logger
+        try await transaction { conn in
+            // Instances that start together: one migrates, the others wait here, then find it done.
+            try await conn.rows("SELECT pg_advisory_xact_lock($1)", [.int(Self.migrationLock)], logger: log)
+            try await conn.rows("CREATE TABLE IF NOT EXISTS isle_migrations (version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)", logger: log)
+            let done = try await conn.row("SELECT COALESCE(MAX(version), 0) AS v FROM isle_migrations", logger: log)?.int("v") ?? 0
+            for (i, sql) in Self.migrations.enumerated() where Int64(i + 1) > done {
+                // Simple-query protocol is not exposed: run the statements one by one.
+                for statement in sql.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) where !statement.isEmpty {
+                    try await conn.rows(statement, logger: log)
+                }
+                try await conn.rows("INSERT INTO isle_migrations (version, applied_at) VALUES ($1, $2)", [.int(Int64(i + 1)), .double(Date().timeIntervalSince1970)], logger: log)
+            }
+        }
+    }
+
+    /// Deletes every table (tests and `isle db copy --replace` only).
+    public func dropEverything() async throws {
+        let log = logger
+        try await transaction { conn in
+            for t in ["idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
+                try await conn.rows("DROP TABLE IF EXISTS \(t) CASCADE", logger: log)
+            }
+            try await conn.rows("DROP SEQUENCE IF EXISTS job_seq", logger: log)
+        }
+    }
+
+    // MARK: Apps and keys
+
+    public func upsertApp(_ a: AppRecord) async throws {
+        guard MasterKey.isSealed(a.keyPEM) || !a.keyPEM.contains("PRIVATE KEY") else {
+            throw StoreError(.unavailable, "refusing to store the .p8 key of \(a.bundleID) in clear: seal it with the master key first")
+        }
+        let schemas = JSONValue.array(a.schemas.map(\.jsonValue)).jsonString
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("""
+                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                ON CONFLICT (bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
+                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas
+                """, [.text(a.bundleID), .text(a.teamID), .text(a.keyID), .text(a.keyPEM), .bool(a.frequentUpdatesDeclared), .text(schemas), .date(a.createdAt)], logger: log)
+        }
+    }
+
+    public func app(_ bundleID: String) async throws -> AppRecord? {
+        let log = logger
+        return try await read { conn in try await conn.row("SELECT * FROM apps WHERE bundle_id = $1", [.text(bundleID)], logger: log).map(Self.app) }
+    }
+
+    public func apps() async throws -> [AppRecord] {
+        let log = logger
+        return try await read { conn in try await conn.rows("SELECT * FROM apps ORDER BY bundle_id", logger: log).map(Self.app) }
+    }
+
+    static func app(_ r: PGRow) throws -> AppRecord {
+        let schemas = ((try? JSONParser.parse(try r.string("schemas")))?.arrayValue ?? []).compactMap { try? ActivitySchema(json: $0) }
+        return AppRecord(bundleID: try r.string("bundle_id"), teamID: try r.string("team_id"), keyID: try r.string("key_id"), keyPEM: try r.string("key_pem"),
+                         frequentUpdatesDeclared: try r.bool("frequent_updates"), schemas: schemas, createdAt: try r.date("created_at"))
+    }
+
+    public func insertAPIKey(_ k: APIKeyRecord) async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("INSERT INTO api_keys (id, bundle_id, scope, secret_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                                [.text(k.id), .text(k.bundleID), .text(k.scope.rawValue), .text(k.secretHash), .date(k.createdAt), .date(k.revokedAt)], logger: log)
+        }
+    }
+
+    public func apiKey(secretHash: String) async throws -> APIKeyRecord? {
+        let log = logger
+        return try await read { conn in
+            try await conn.row("SELECT * FROM api_keys WHERE secret_hash = $1", [.text(secretHash)], logger: log).map { r in
+                APIKeyRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), scope: APIKeyScope(rawValue: try r.string("scope")) ?? .device,
+                             secretHash: try r.string("secret_hash"), createdAt: try r.date("created_at"), revokedAt: try r.optionalDate("revoked_at"))
+            }
+        }
+    }
+
+    public func revokeAPIKey(id: String, at: Date) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in
+            !(try await conn.rows("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL RETURNING id", [.date(at), .text(id)], logger: log).isEmpty)
+        }
+    }
+
+    // MARK: Idempotency
+
+    /// Stores an idempotent answer in the caller's transaction; a live record with the key means
+    /// another request committed first.
+    static func insertIdempotency(_ conn: PostgresConnection, _ r: IdempotencyRecord, logger: Logger) async throws {
+        try await conn.rows("DELETE FROM idempotency WHERE bundle_id = $1 AND key = $2 AND created_at < $3",
+                            [.text(r.bundleID), .text(r.key), .double(r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime)], logger: logger)
+        let inserted = try await conn.rows("""
+            INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+            ON CONFLICT (bundle_id, key) DO NOTHING RETURNING key
+            """, [.text(r.bundleID), .text(r.key), .text(r.requestHash), .int(r.status), .text(r.body), .date(r.createdAt)], logger: logger)
+        if inserted.isEmpty { throw StoreError(.idempotencyKeyTaken, "another request with this Idempotency-Key was accepted first") }
+    }
+
+    public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? {
+        let log = logger
+        return try await read { conn in
+            try await conn.row("SELECT * FROM idempotency WHERE bundle_id = $1 AND key = $2", [.text(bundleID), .text(key)], logger: log).map { r in
+                IdempotencyRecord(key: try r.string("key"), bundleID: try r.string("bundle_id"), requestHash: try r.string("request_hash"), status: Int(try r.int("status")),
+                                  body: try r.string("body"), createdAt: try r.date("created_at"))
+            }
+        }
+    }
+
+    // MARK: Installations
+
+    static func writeInstallation(_ conn: PostgresConnection, _ i: InstallationRecord, onConflict: String? = nil, logger: Logger) async throws {
+        let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
+        try await conn.rows("""
+            INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            ON CONFLICT (id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash")
+            """, [.text(i.id), .text(i.bundleID), .text(i.userID), .text(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
+                  .date(i.updatedAt), .text(i.secretHash)], logger: logger)
+    }
+
+    static func installation(_ r: PGRow) throws -> InstallationRecord {
+        var tokens: [String: String] = [:]
+        for (k, v) in (try? JSONParser.parse(try r.string("push_to_start_tokens")))?.objectValue ?? [:] { tokens[k] = v.stringValue }
+        return InstallationRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), userID: try r.optionalString("user_id"), pushToStartTokens: tokens,
+                                  widgetToken: try r.optionalString("widget_token"), liveActivitiesEnabled: try r.bool("live_activities_enabled"),
+                                  frequentPushesEnabled: try r.bool("frequent_pushes_enabled"), updatedAt: try r.date("updated_at"), secretHash: try r.optionalString("secret_hash"))
+    }
+
+    public func upsertInstallation(_ i: InstallationRecord) async throws {
+        let log = logger
+        try await transaction { conn in try await Self.writeInstallation(conn, i, logger: log) }
+    }
+
+    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord, _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
+                                   idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
+        let log = logger
+        return try await transaction { conn in
+            // A missing row is created first (a second creator waits on the insert's conflict), so
+            // the row lock below orders every change, the first ones included. A change that throws
+            // rolls the creation back with it.
+            if try await conn.row("SELECT id FROM installations WHERE id = $1", [.text(id)], logger: log) == nil {
+                try await Self.writeInstallation(conn, create(), onConflict: "DO NOTHING", logger: log)
+            }
+            var i = try await conn.row("SELECT * FROM installations WHERE id = $1 FOR UPDATE", [.text(id)], logger: log).map(Self.installation) ?? create()
+            try change(&i)
+            try await Self.writeInstallation(conn, i, logger: log)
+            if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: i), logger: log) }
+            return i
+        }
+    }
+
+    public func installation(id: String) async throws -> InstallationRecord? {
+        let log = logger
+        return try await read { conn in try await conn.row("SELECT * FROM installations WHERE id = $1", [.text(id)], logger: log).map(Self.installation) }
+    }
+
+    public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM installations WHERE bundle_id = $1 AND user_id = $2 ORDER BY id", [.text(bundleID), .text(userID)], logger: log).map(Self.installation)
+        }
+    }
+
+    // MARK: Activities
+
+    static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason"
+
+    static func activityArguments(_ a: ActivityRecord) -> [PGArg] {
+        [.text(a.id), .text(a.bundleID), .text(a.externalKey), .text(a.installationID), .text(a.attributesType), .text(a.attributes?.jsonString), .text(a.content?.jsonString),
+         .text(a.state.rawValue), .text(a.updateToken), .text(a.channelID), .double(a.relevanceScore), .date(a.staleDate), .date(a.startedAt), .date(a.endedAt),
+         .date(a.dismissedAt), .int(a.lastTimestamp), .text(a.stateReason)]
+    }
+
+    static func insertActivity(_ conn: PostgresConnection, _ a: ActivityRecord, logger: Logger) async throws {
+        try await conn.rows("INSERT INTO activities (\(activityColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                            activityArguments(a), logger: logger)
+        try await writeTopics(conn, a, logger: logger)
+    }
+
+    static func update(_ conn: PostgresConnection, _ a: ActivityRecord, logger: Logger) async throws {
+        let changed = try await conn.rows("""
+            UPDATE activities SET id = $1, bundle_id = $2, external_key = $3, installation_id = $4, attributes_type = $5, attributes = $6, content = $7, state = $8,
+                update_token = $9, channel_id = $10, relevance_score = $11, stale_date = $12, started_at = $13, ended_at = $14, dismissed_at = $15, last_timestamp = $16,
+                state_reason = $17 WHERE id = $1 RETURNING id
+            """, activityArguments(a), logger: logger)
+        if changed.isEmpty { throw StoreError(.notFound, "no activity \(a.id)") }
+        try await writeTopics(conn, a, logger: logger)
+    }
+
+    static func writeTopics(_ conn: PostgresConnection, _ a: ActivityRecord, logger: Logger) async throws {
+        try await conn.rows("DELETE FROM activity_topics WHERE activity_id = $1", [.text(a.id)], logger: logger)
+        let topics = Array(Set(a.topics)).sorted()
+        guard !topics.isEmpty else { return }
+        try await conn.rows("INSERT INTO activity_topics (activity_id, bundle_id, topic) SELECT $1, $2, unnest($3::text[])", [.text(a.id), .text(a.bundleID), .texts(topics)], logger: logger)
+    }
+
+    static func activity(_ r: PGRow, topics: [String]) throws -> ActivityRecord {
+        ActivityRecord(
+            id: try r.string("id"), bundleID: try r.string("bundle_id"), externalKey: try r.optionalString("external_key"), installationID: try r.optionalString("installation_id"),
+            attributesType: try r.string("attributes_type"), attributes: try r.optionalString("attributes").flatMap { try? JSONParser.parse($0) },
+            content: try r.optionalString("content").flatMap { try? JSONParser.parse($0) }, state: ActivityRecordState(rawValue: try r.string("state")) ?? .active,
+            updateToken: try r.optionalString("update_token"), channelID: try r.optionalString("channel_id"), relevanceScore: try r.optionalDouble("relevance_score"),
+            staleDate: try r.optionalDate("stale_date"), startedAt: try r.date("started_at"), endedAt: try r.optionalDate("ended_at"), dismissedAt: try r.optionalDate("dismissed_at"),
+            lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"))
+    }
+
+    /// Activities matching `clause`, with their topics.
+    static func activities(_ conn: PostgresConnection, where clause: String, _ args: [PGArg], forUpdate: Bool = false, logger: Logger) async throws -> [ActivityRecord] {
+        let rows = try await conn.rows("SELECT * FROM activities WHERE \(clause)\(forUpdate ? " FOR UPDATE" : "")", args, logger: logger)
+        guard !rows.isEmpty else { return [] }
+        let ids = try rows.map { try $0.string("id") }
+        var topics: [String: [String]] = [:]
+        for t in try await conn.rows("SELECT activity_id, topic FROM activity_topics WHERE activity_id = ANY($1::text[]) ORDER BY topic", [.texts(ids)], logger: logger) {
+            topics[try t.string("activity_id"), default: []].append(try t.string("topic"))
+        }
+        return try rows.map { r in try activity(r, topics: topics[try r.string("id")] ?? []) }
+    }
+
+    public func insertActivity(_ a: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
+        let log = logger
+        try await transaction { conn in
+            if let key = a.externalKey {
+                // The key's holder is decided under a lock on the key, so two racing registrations cannot both take it.
+                try await Self.lockLane(conn, "k:\(a.bundleID)\n\(key)", logger: log)
+                if let holder = try await conn.row("""
+                    SELECT id FROM activities WHERE bundle_id = $1 AND external_key = $2 AND state IN ('active', 'starting')
+                        AND (installation_id IS NULL OR installation_id IS DISTINCT FROM $3) LIMIT 1
+                    """, [.text(a.bundleID), .text(key), .text(a.installationID)], logger: log) {
+                    throw StoreError(.conflict, "\(key) is the key of live activity \(try holder.string("id"))")
+                }
+            }
+            try await Self.insertActivity(conn, a, logger: log)
+            if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
+        }
+    }
+
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
+                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+        let log = logger
+        return try await transaction { conn in
+            guard var a = try await Self.activities(conn, where: "id = $1", [.text(id)], forUpdate: true, logger: log).first else { return nil }
+            try change(&a)
+            try await Self.update(conn, a, logger: log)
+            if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
+            return a
+        }
+    }
+
+    public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
+                                    idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+        let log = logger
+        return try await transaction { conn in
+            var clause = "bundle_id = $1 AND external_key = $2 AND attributes_type = $3 AND state = 'starting'"
+            var args: [PGArg] = [.text(bundleID), .text(externalKey), .text(attributesType)]
+            if let installationID {
+                clause += " AND installation_id = $4"
+                args.append(.text(installationID))
+            }
+            guard var a = try await Self.activities(conn, where: clause + " ORDER BY started_at, ord LIMIT 1", args, forUpdate: true, logger: log).first else { return nil }
+            a.updateToken = token
+            a.state = .active
+            a.topics = Array(Set(a.topics + topics)).sorted()
+            try await Self.update(conn, a, logger: log)
+            if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
+            return a
+        }
+    }
+
+    public func activity(id: String) async throws -> ActivityRecord? {
+        let log = logger
+        return try await read { conn in try await Self.activities(conn, where: "id = $1", [.text(id)], logger: log).first }
+    }
+
+    public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
+        let log = logger
+        return try await read { conn in
+            try await Self.activities(conn, where: "bundle_id = $1 AND external_key = $2 ORDER BY started_at DESC, ord DESC LIMIT 1", [.text(bundleID), .text(externalKey)], logger: log).first
+        }
+    }
+
+    public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
+        let log = logger
+        return try await read { conn in
+            try await Self.activities(conn, where: "bundle_id = $1 AND external_key = $2 AND state IN ('active', 'starting') ORDER BY started_at, ord",
+                                      [.text(bundleID), .text(externalKey)], logger: log)
+        }
+    }
+
+    public func activity(updateToken: String) async throws -> ActivityRecord? {
+        let log = logger
+        return try await read { conn in try await Self.activities(conn, where: "update_token = $1 ORDER BY ord LIMIT 1", [.text(updateToken)], logger: log).first }
+    }
+
+    public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
+        let log = logger
+        return try await read { conn in
+            try await Self.activities(conn, where: """
+                id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2) AND state IN ('active', 'starting') ORDER BY started_at, id
+                """, [.text(bundleID), .text(topic)], logger: log)
+        }
+    }
+
+    // MARK: Channels
+
+    public func insertChannel(_ c: ChannelRecord, idempotency: IdempotencyRecord?) async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("INSERT INTO channels (id, bundle_id, storage_policy, created_at) VALUES ($1, $2, $3, $4)",
+                                [.text(c.id), .text(c.bundleID), .int(c.storagePolicy), .date(c.createdAt)], logger: log)
+            if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
+        }
+    }
+
+    static func channel(_ r: PGRow) throws -> ChannelRecord {
+        ChannelRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), storagePolicy: Int(try r.int("storage_policy")), createdAt: try r.date("created_at"))
+    }
+
+    public func channels(bundleID: String) async throws -> [ChannelRecord] {
+        let log = logger
+        return try await read { conn in try await conn.rows("SELECT * FROM channels WHERE bundle_id = $1 ORDER BY created_at, id", [.text(bundleID)], logger: log).map(Self.channel) }
+    }
+
+    public func channel(id: String) async throws -> ChannelRecord? {
+        let log = logger
+        return try await read { conn in try await conn.row("SELECT * FROM channels WHERE id = $1", [.text(id)], logger: log).map(Self.channel) }
+    }
+
+    public func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("DELETE FROM channels WHERE id = $1", [.text(id)], logger: log)
+            if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
+        }
+    }
+
+    // MARK: Reads
+
+    static func delivery(_ r: PGRow) throws -> DeliveryRecord {
+        var d = DeliveryRecord(jobID: try r.int("job_id"), activityID: try r.optionalString("activity_id"), apnsID: try r.optionalString("apns_id"),
+                               apnsUniqueID: try r.optionalString("apns_unique_id"), status: Int(try r.int("status")), reason: try r.optionalString("reason"),
+                               latencyMS: try r.double("latency_ms"), priority: Int(try r.int("priority")), downgraded: try r.bool("downgraded"), at: try r.date("at"))
+        d.id = try r.int("id")
+        return d
+    }
+
+    public func deliveries(activityID: String) async throws -> [DeliveryRecord] {
+        let log = logger
+        return try await read { conn in try await conn.rows("SELECT * FROM deliveries WHERE activity_id = $1 ORDER BY id", [.text(activityID)], logger: log).map(Self.delivery) }
+    }
+
+    public func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM deliveries WHERE activity_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+                                [.text(activityID), .int(before ?? Int64.max), .int(limit)], logger: log).map(Self.delivery).reversed()
+        }
+    }
+
+    public func delivery(apnsID: String) async throws -> DeliveryRecord? {
+        let log = logger
+        return try await read { conn in try await conn.row("SELECT * FROM deliveries WHERE apns_id = $1 ORDER BY id DESC LIMIT 1", [.text(apnsID)], logger: log).map(Self.delivery) }
+    }
+
+    public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
+        let t = now.timeIntervalSince1970
+        let log = logger
+        return try await transaction { conn in
+            var n = 0
+            n += try await conn.rows("""
+                DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN ('sent', 'failed', 'superseded', 'dropped') AND created_at < $1 LIMIT $2) RETURNING id
+                """, [.double(t - retention.finishedJobs), .int(limit)], logger: log).count
+            n += try await conn.rows("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < $1 LIMIT $2) RETURNING id",
+                                     [.double(t - retention.deliveries), .int(limit)], logger: log).count
+            n += try await conn.rows("DELETE FROM high_priority_sends WHERE id IN (SELECT id FROM high_priority_sends WHERE at < $1 LIMIT $2) RETURNING id",
+                                     [.double(t - retention.highPrioritySends), .int(limit)], logger: log).count
+            n += try await conn.rows("""
+                DELETE FROM idempotency WHERE (bundle_id, key) IN (SELECT bundle_id, key FROM idempotency WHERE created_at < $1 LIMIT $2) RETURNING key
+                """, [.double(t - IdempotencyRecord.lifetime), .int(limit)], logger: log).count
+            return n
+        }
+    }
+
+    public func highPrioritySends(activityID: String, since: Date) async throws -> Int {
+        let log = logger
+        return try await read { conn in
+            Int(try await conn.row("SELECT COUNT(*) AS n FROM high_priority_sends WHERE activity_id = $1 AND at >= $2", [.text(activityID), .date(since)], logger: log)?.int("n") ?? 0)
+        }
+    }
+
+    public func ping() async throws {
+        let log = logger
+        _ = try await read { conn in try await conn.rows("SELECT 1", logger: log).count }
+    }
+}
+
+extension PostgresStore {
+    /// Runs the connection pool until cancelled (prefer ``withRunning(_:)``, which scopes it).
+    public func run() async { await client.run() }
+
+    /// Runs one statement outside a transaction (administration: `CREATE DATABASE`).
+    public func execute(_ sql: String) async throws {
+        let log = logger
+        try await read { conn in _ = try await conn.rows(sql, logger: log) }
+    }
+}

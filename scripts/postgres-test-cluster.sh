@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Starts a throwaway PostgreSQL cluster on a free loopback port (trust auth, fsync off: test data
+# only) and prints the URL to use as ISLE_TEST_POSTGRES_URL / isle serve --database.
+#   scripts/postgres-test-cluster.sh start   -> prints postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
+#   scripts/postgres-test-cluster.sh stop
+# The cluster lives in ${ISLE_PG_DIR:-/tmp/isle-pg}; as root it runs as the postgres user.
+set -euo pipefail
+DIR="${ISLE_PG_DIR:-/tmp/isle-pg}"
+BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
+[ -n "$BIN" ] || { echo "PostgreSQL is not installed (apt-get install -y postgresql)" >&2; exit 1; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+case "${1:-start}" in
+  start)
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+    mkdir -p "$DIR"
+    [ "$(id -u)" = 0 ] && chown postgres "$DIR"
+    as_pg "$BIN/initdb" -D "$DIR/data" --auth=trust --username=postgres >/dev/null
+    PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w \
+      -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=off -c max_connections=300" start >/dev/null
+    echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+    ;;
+  stop)
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+    ;;
+  restart)
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" restart -m fast -w >/dev/null
+    ;;
+esac
