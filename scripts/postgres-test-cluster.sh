@@ -24,9 +24,9 @@ case "${1:-start}" in
     ;;
   stop)
     as_pg "$BIN/pg_ctl" -D "$DIR/data" stop -m fast >/dev/null 2>&1 || true
-    rm -rf "$DIR"
+    rm -rf "$DIR" "$DIR.url"
     ;;
   restart)
-    as_pg "$BIN/pg_ctl" -D "$DIR/data" restart -m fast -w >/dev/null
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" restart -m fast -w >/dev/null
     ;;
 esac

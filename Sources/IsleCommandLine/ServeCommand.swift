@@ -77,6 +77,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("apns-ca-cert"), help: "PEM CA to trust for --apns-url (env ISLE_APNS_CA_CERT).") var apnsCACert: String?
     @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 64).") var concurrency: Int?
     @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
+    @Option(help: ArgumentHelp("Seconds a claimed push belongs to this server before another may take it over (env ISLE_LEASE; default 120; at least 2). Shorter brings a crashed instance's work back sooner; it must stay longer than a send can take.", valueName: "seconds")) var lease: Int?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env ISLE_LOG_LEVEL; default info).") var logLevel: String?
 
     func run() async throws {
@@ -85,7 +86,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let config {
             let value = try Inputs.json("@" + config, flag: "--config")
             guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
-            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel"]
+            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease"]
             if let unknown = o.keys.first(where: { !known.contains($0) }) { throw CLIError("--config: unknown setting \"\(unknown)\"; known: \(known.sorted().joined(separator: ", "))") }
             file = o
         }
@@ -102,6 +103,13 @@ struct ServeCommand: AsyncParsableCommand {
         if let n = pick(concurrency.map(String.init), "ISLE_CONCURRENCY", "concurrency") {
             guard let v = Int(n), (1...10_000).contains(v) else { throw CLIError("concurrency: \(n) must be 1…10000") }
             c.concurrency = v
+        }
+        if let l = pick(lease.map(String.init), "ISLE_LEASE", "lease") {
+            guard let v = Int(l), (2...86_400).contains(v) else { throw CLIError("lease: \(l) must be whole seconds from 2 to 86400") }
+            c.lease = TimeInterval(v)
+            // The sweep looks for expired leases several times per lease.
+            c.sweepInterval = min(.seconds(15), .seconds(max(1, v / 4)))
+            c.requestTimeout = min(c.requestTimeout, .seconds(max(1, v / 2)))
         }
         if let t = pick(apnsTransport, "ISLE_APNS_TRANSPORT", "apnsTransport") {
             guard let kind = APNsTransportKind(rawValue: t) else {

@@ -105,6 +105,9 @@ public final class DeliveryEngine: Service {
     private func loop(_ wakeups: AsyncStream<Void>) async {
         await withDiscardingTaskGroup { group in
             var iterator = wakeups.makeAsyncIterator()
+            // While the database is away, claims pause with a growing delay (one log line when it
+            // starts failing, one when it is back), then resume by themselves.
+            var failing: Duration?
             while true {
                 let busy = inFlight.count
                 let room = configuration.concurrency - busy
@@ -117,8 +120,16 @@ public final class DeliveryEngine: Service {
                     let now = clock.now
                     do {
                         claimed = try await store.claim(limit: batch, now: now, lease: configuration.lease, worker: worker, excludingApps: circuits.held(at: now))
+                        if failing != nil {
+                            logger.notice("claiming jobs works again; deliveries resume")
+                            failing = nil
+                        }
                     } catch {
-                        logger.error("claiming jobs failed", metadata: ["error": "\(error)"])
+                        if Task.isCancelled { break }
+                        if failing == nil { logger.error("claiming jobs failed; deliveries pause until the database answers", metadata: ["error": "\(error)"]) }
+                        let pause = min((failing ?? .milliseconds(50)) * 2, .seconds(5))
+                        failing = pause
+                        try? await Task.sleep(for: pause)
                     }
                 }
                 for job in claimed {

@@ -64,6 +64,30 @@ public final class PostgresStore: IsleStore {
     /// One transaction, retried (a few times) when PostgreSQL breaks a deadlock or a serialization
     /// conflict by aborting it.
     func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await bounded { try await self.unboundedTransaction(body) }
+    }
+
+    /// Every store call ends within the statement timeout plus a margin, whatever the connection
+    /// does: a call stuck on a connection PostgreSQL dropped (seen across a server restart) must not
+    /// hold an API request, or a graceful shutdown, forever. The call is cancelled and the caller
+    /// gets `.unavailable` (a 503 with Retry-After at the API).
+    func bounded<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        let limit = Duration.seconds(settings.statementTimeout + 5)
+        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in
+            let answer = OneAnswer(c)
+            // Unstructured on purpose: the caller must get its answer at the deadline even when the
+            // stuck operation ignores cancellation (a task group would wait for it).
+            let work = Task {
+                do { answer.give(.success(try await operation())) } catch { answer.give(.failure(error)) }
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                if answer.give(.failure(StoreError(.unavailable, "PostgreSQL did not answer within \(limit)"))) { work.cancel() }
+            }
+        }
+    }
+
+    func unboundedTransaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
@@ -88,10 +112,12 @@ public final class PostgresStore: IsleStore {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        do {
-            return try await client.withConnection { conn in try await body(conn) }
-        } catch let e as PSQLError {
-            throw PG.storeError(e)
+        try await bounded {
+            do {
+                return try await self.client.withConnection { conn in try await body(conn) }
+            } catch let e as PSQLError {
+                throw PG.storeError(e)
+            }
         }
     }
 
@@ -582,5 +608,17 @@ extension PostgresStore {
     public func execute(_ sql: String) async throws {
         let log = logger
         try await read { conn in _ = try await conn.rows(sql, logger: log) }
+    }
+}
+
+/// A continuation resumed by whichever answer comes first (the lock makes the check-and-resume atomic).
+final class OneAnswer<T: Sendable>: Sendable {
+    private let continuation: Mutex<CheckedContinuation<T, any Error>?>
+    init(_ c: CheckedContinuation<T, any Error>) { continuation = Mutex(c) }
+    @discardableResult
+    func give(_ result: Result<T, any Error>) -> Bool {
+        guard let c = continuation.withLock({ c in defer { c = nil }; return c }) else { return false }
+        c.resume(with: result)
+        return true
     }
 }
