@@ -210,7 +210,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore"],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
     ],

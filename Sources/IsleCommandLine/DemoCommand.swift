@@ -22,6 +22,8 @@ struct DemoCommand: AsyncParsableCommand {
     var step = false
     @Flag(help: "Print JSON lines (one object per event) instead of the terminal view.")
     var json = false
+    @Option(name: .customLong("keep-database"), help: ArgumentHelp("Keep the server's SQLite database at this path when the demo ends (e.g. to try isle db copy).", valueName: "path"))
+    var keepDatabase: String?
 
     func validate() throws {
         guard speed > 0, speed.isFinite || speed == .infinity else { throw ValidationError("--speed must be a number above 0") }
@@ -32,6 +34,7 @@ struct DemoCommand: AsyncParsableCommand {
         options.speed = speed
         options.step = step
         options.json = json
+        options.keepDatabase = keepDatabase
         let context = CLIContext.current
         let demo = Demo(options: options, out: context.out, progress: { context.err("isle demo: \($0)") }, waitForEnter: { await Self.readEnter() })
         // Ctrl-C or SIGTERM stops the demo cleanly: its services shut down and its temporary

@@ -25,6 +25,9 @@ public struct Demo: Sendable {
         /// The simulated iPhone's rules (budgets, lifetimes); the scenario expects the defaults,
         /// so changing them is how a test shows the demo failing when the phone disagrees.
         public var device = SimulatorConfiguration()
+        /// Where to keep the server's database when the demo ends (a copy of the SQLite file);
+        /// nil deletes it with the run. For looking at what Isle stored, or `isle db copy`.
+        public var keepDatabase: String?
         public init() {}
     }
 
@@ -125,6 +128,11 @@ public struct Demo: Sendable {
                     try await http.shutdown()
                     await group.triggerGracefulShutdown()
                     try await tasks.waitForAll()
+                    if let keep = options.keepDatabase {
+                        // The server has stopped: the file is complete (its WAL checkpointed into it by the copy).
+                        try await store.backup(to: keep)
+                        progress("the server's database is kept at \(keep)")
+                    }
                 } catch {
                     try? await http.shutdown()
                     await group.triggerGracefulShutdown()

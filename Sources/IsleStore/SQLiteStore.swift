@@ -737,6 +737,41 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    // MARK: Copying (`isle db copy`)
+
+    /// A consistent copy of the whole database in a new file at `path` (created 0600).
+    public func backup(to path: String) async throws {
+        guard !FileManager.default.fileExists(atPath: path) else { throw StoreError(.conflict, "\(path) exists; choose a new file") }
+        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StoreError(.unavailable, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        close(fd)
+        let destination = try DatabaseQueue(path: path)
+        try pool.backup(to: destination)
+    }
+
+    /// Every row of `table` (one of ``DataCopy/tables``), as stored.
+    public func exportTable(_ table: String) async throws -> DataCopy.Table {
+        guard DataCopy.tables.contains(table) else { throw StoreError(.notFound, "no table \(table) to copy") }
+        return try await pool.read { db in
+            let columns = try db.columns(in: table).map(\.name)
+            let rows = try Row.fetchAll(db, sql: "SELECT \(columns.map { "\"\($0)\"" }.joined(separator: ", ")) FROM \(table) ORDER BY rowid")
+            return DataCopy.Table(name: table, columns: columns, rows: rows.map { r in
+                columns.indices.map { i -> DataCopy.Value in
+                    switch r[i] as DatabaseValue {
+                    case let v where v.isNull: .null
+                    case let v: switch v.storage {
+                        case .int64(let n): .int(n)
+                        case .double(let d): .double(d)
+                        case .string(let t): .text(t)
+                        case .blob(let b): .text(String(decoding: b, as: UTF8.self))
+                        case .null: .null
+                        }
+                    }
+                }
+            })
+        }
+    }
+
     // MARK: Channels
 
     public func insertChannel(_ c: ChannelRecord, idempotency: IdempotencyRecord?) async throws {

@@ -622,3 +622,79 @@ final class OneAnswer<T: Sendable>: Sendable {
         return true
     }
 }
+
+// MARK: Copying (`isle db copy`)
+
+extension PostgresStore {
+    /// Rows in the tables a copy writes (0: the database holds no Isle data).
+    public func copiedRowCount() async throws -> Int {
+        let log = logger
+        return try await read { conn in
+            var n: Int64 = 0
+            for t in DataCopy.tables { n += try await conn.row("SELECT COUNT(*) AS n FROM \(t)", logger: log)?.int("n") ?? 0 }
+            return Int(n)
+        }
+    }
+
+    /// Writes `table`'s rows into the table of the same name, in one transaction per table:
+    /// SQLite's 0/1 become booleans where PostgreSQL has them; columns PostgreSQL does not have are
+    /// refused by name. `replace` empties every copied table first (in the first call).
+    public func importTable(_ table: DataCopy.Table, replacing: Bool) async throws {
+        guard DataCopy.tables.contains(table.name) else { throw StoreError(.notFound, "no table \(table.name) to copy into") }
+        let log = logger
+        try await transaction { conn in
+            if replacing {
+                try await conn.rows("TRUNCATE \(DataCopy.tables.joined(separator: ", ")) RESTART IDENTITY CASCADE", logger: log)
+            }
+            var types: [String: String] = [:]
+            for r in try await conn.rows("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1", [.text(table.name)], logger: log) {
+                types[try r.string("column_name")] = try r.string("data_type")
+            }
+            if let missing = table.columns.first(where: { types[$0] == nil }) {
+                throw StoreError(.conflict, "the PostgreSQL table \(table.name) has no column \(missing): run migrations on a database of this Isle version")
+            }
+            let columns = table.columns.map { "\"\($0)\"" }.joined(separator: ", ")
+            for batch in stride(from: 0, to: table.rows.count, by: 200) {
+                let rows = table.rows[batch..<min(table.rows.count, batch + 200)]
+                var args: [PGArg] = []
+                var tuples: [String] = []
+                for row in rows {
+                    var marks: [String] = []
+                    for (i, value) in row.enumerated() {
+                        args.append(Self.argument(value, type: types[table.columns[i]] ?? "text"))
+                        marks.append("$\(args.count)")
+                    }
+                    tuples.append("(" + marks.joined(separator: ", ") + ")")
+                }
+                try await conn.rows("INSERT INTO \(table.name) (\(columns)) VALUES \(tuples.joined(separator: ", "))", args, logger: log)
+            }
+        }
+    }
+
+    static func argument(_ v: DataCopy.Value, type: String) -> PGArg {
+        switch (v, type) {
+        case (.null, "boolean"): .bool(nil)
+        case (.null, "bigint"): .int(nil as Int64?)
+        case (.null, "double precision"): .double(nil)
+        case (.null, _): .text(nil)
+        case (.int(let n), "boolean"): .bool(n != 0)
+        case (.int(let n), "double precision"): .double(Double(n))
+        case (.int(let n), "text"): .text(String(n))
+        case (.int(let n), _): .int(n)
+        case (.double(let d), "bigint"): .int(Int64(exactly: d.rounded()) ?? 0)
+        case (.double(let d), _): .double(d)
+        case (.text(let t), _): .text(t)
+        }
+    }
+
+    /// After a copy: the id and sequence counters continue after the copied rows.
+    public func resetSequences() async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("SELECT setval('jobs_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM jobs), 1))", logger: log)
+            try await conn.rows("SELECT setval('deliveries_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM deliveries), 1))", logger: log)
+            try await conn.rows("SELECT setval('high_priority_sends_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM high_priority_sends), 1))", logger: log)
+            try await conn.rows("SELECT setval('job_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM jobs), 1))", logger: log)
+        }
+    }
+}

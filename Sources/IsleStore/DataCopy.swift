@@ -1,0 +1,27 @@
+public import Foundation
+
+/// Moving an installation's data between stores (`isle db copy`): every table, row by row, with
+/// each value as the source stores it. The tables are copied in this order (references first).
+public enum DataCopy {
+    public static let tables = ["apps", "api_keys", "installations", "activities", "activity_topics", "channels", "jobs", "deliveries", "high_priority_sends", "idempotency"]
+
+    /// One stored value.
+    public enum Value: Sendable, Hashable {
+        case null
+        case int(Int64)
+        case double(Double)
+        case text(String)
+    }
+
+    /// A table's rows, by column name.
+    public struct Table: Sendable {
+        public var name: String
+        public var columns: [String]
+        public var rows: [[Value]]
+        public init(name: String, columns: [String], rows: [[Value]]) {
+            self.name = name
+            self.columns = columns
+            self.rows = rows
+        }
+    }
+}
