@@ -13,7 +13,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 public protocol IsleRegistry: Sendable {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
-    func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T
+    func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
     /// Claims the database for one serving process; a second `isle serve` on it fails with a
     /// one-line reason. Release the hold when serving stops.
     func holdForServing() throws -> any ServingHold
@@ -122,7 +122,7 @@ public protocol IsleQueue: Sendable {
 }
 
 extension IsleRegistry {
-    public func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T { try await body() }
+    public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T { try await body() }
     // The same writes without an idempotency record.
     public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {

@@ -22,25 +22,54 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 600
     @Option(help: "The server's APNs transport: http2 or async-http-client.") var apnsTransport = APNsTransportKind.default.rawValue
     @Flag(help: "Measure accepting alone: the app's deliveries are held (paused) during the run, so nothing else uses the CPU.") var acceptOnly = false
+    @Option(help: "A PostgreSQL server (postgres://user@host:port/db) instead of a SQLite file: each run gets a new database on it.") var database: String?
+    @Option(help: "Servers sharing the PostgreSQL database, in this process; the load is spread over them (needs --database).") var instances = 1
 
     func run() async throws {
         let sizes = fanOut.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         guard updates > 0, updates <= 1_000_000, activities > 0, clients > 0, clients <= 1000, sizes.allSatisfy({ $0 > 0 && $0 <= 200_000 }) else {
             throw ValidationError("counts out of range (updates ≤ 1,000,000; fan-out ≤ 200,000; clients ≤ 1000)")
         }
-        print("Isle server (SQLite, \(ProcessInfo.processInfo.activeProcessorCount) cores) → IsleSimulator fake APNs over HTTP/2 + TLS, all on loopback in one process")
+        guard instances >= 1, instances <= 8, instances == 1 || database != nil else { throw ValidationError("--instances: 1 to 8, and more than 1 needs --database postgres://…") }
+        let what = database.map { (try? PostgresSettings(url: $0))?.redacted ?? $0 }.map { "PostgreSQL \($0), \(instances) instance\(instances == 1 ? "" : "s")" } ?? "SQLite"
+        print("Isle server (\(what), \(ProcessInfo.processInfo.activeProcessorCount) cores) → IsleSimulator fake APNs over HTTP/2 + TLS, all on loopback in one process")
         try await throughput()
         for n in sizes { try await fanOutRun(n) }
     }
 
     struct Rig {
         let sim: IsleSim
-        let app: IsleServerApp
-        let store: SQLiteStore
+        let apps: [IsleServerApp]
+        let store: any IsleStore
         let http: HTTPClient
-        let base: String
+        let bases: [String]
         let backendKey: String
         let devices: [String]
+        var app: IsleServerApp { apps[0] }
+    }
+
+    /// The stores the run's servers use: one SQLite file, or one new PostgreSQL database with a
+    /// store (connection pool) per instance.
+    func makeStores(_ logger: Logger) async throws -> [any IsleStore] {
+        guard let database else {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-\(UUID().uuidString).sqlite").path
+            return [try SQLiteStore(path: path)]
+        }
+        let base = try PostgresSettings(url: database)
+        let admin = PostgresStore(settings: base, logger: logger)
+        let name = "isle_bench_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
+        try await admin.withRunning { try await admin.execute("CREATE DATABASE \(name)") }
+        var settings = base
+        settings.database = String(name)
+        settings.poolSize = max(settings.poolSize, 20)
+        return (0..<instances).map { _ in PostgresStore(settings: settings, logger: logger) }
+    }
+
+    /// Runs `body` with every store's connections up.
+    static func running<T: Sendable>(_ stores: ArraySlice<any IsleStore>, _ body: () async throws -> T) async throws -> T {
+        guard let first = stores.first else { return try await body() }
+        let rest = stores.dropFirst()
+        return try await first.withRunning { try await running(rest, body) }
     }
 
     /// A fresh simulator + server; activities are spread 1,000 to a simulated device.
@@ -55,8 +84,9 @@ struct ServerBench: AsyncParsableCommand {
             let key = TestProviderKey()
             try sim.apns.register(RegisteredKey(keyID: key.keyID, teamID: key.teamID, publicKeyPEM: key.publicKeyPEM))
             let schema = try ActivitySchema(jsonText: #"{"attributesType":"ScoreAttributes","attributes":{"match":"string"},"contentState":{"home":"int","away":"int"}}"#)
-            let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-\(UUID().uuidString).sqlite").path
-            let store = try SQLiteStore(path: path)
+            let stores = try await makeStores(quiet)
+            try await Self.running(stores[...]) {
+            let store = stores[0]
             try await store.migrate()
             let masterKey = MasterKey.generate()
             try await store.upsertApp(AppRecord(bundleID: "com.example.scores", teamID: key.teamID, keyID: key.keyID, keyPEM: masterKey.seal(key.privateKeyPEM, bundleID: "com.example.scores"),
@@ -87,26 +117,28 @@ struct ServerBench: AsyncParsableCommand {
             c.masterKey = masterKey
             guard let transport = APNsTransportKind(rawValue: apnsTransport) else { throw ValidationError("--apns-transport: http2 or async-http-client") }
             c.apnsTransport = transport
-            let app = IsleServerApp(configuration: c, store: store, logger: quiet)
-            let task = Task { try await app.run() }
-            let port = await app.port()
+            let config = c
+            let apps = stores.map { IsleServerApp(configuration: config, store: $0, logger: quiet) }
+            let tasks = apps.map { app in Task { try await app.run() } }
+            var bases: [String] = []
+            for app in apps { bases.append("http://127.0.0.1:\(await app.port())") }
             let http = HTTPClient(eventLoopGroupProvider: .singleton)
+            let rig = Rig(sim: sim, apps: apps, store: store, http: http, bases: bases, backendKey: backend, devices: devices)
             do {
-                try await body(Rig(sim: sim, app: app, store: store, http: http, base: "http://127.0.0.1:\(port)", backendKey: backend, devices: devices), pairs)
+                try await body(rig, pairs)
             } catch {
                 try? await http.shutdown()
-                task.cancel()
-                _ = try? await task.value
+                for t in tasks { t.cancel(); _ = try? await t.value }
                 throw error
             }
             try await http.shutdown()
-            task.cancel()
-            _ = try? await task.value
+            for t in tasks { t.cancel(); _ = try? await t.value }
+            }
         }
     }
 
-    func post(_ rig: Rig, _ path: String, _ body: String) async throws -> Int {
-        var r = HTTPClientRequest(url: rig.base + path)
+    func post(_ rig: Rig, _ path: String, _ body: String, spread i: Int = 0) async throws -> Int {
+        var r = HTTPClientRequest(url: rig.bases[i % rig.bases.count] + path)
         r.method = .POST
         r.headers.add(name: "authorization", value: "Bearer \(rig.backendKey)")
         r.body = .bytes(ByteBuffer(string: body))
@@ -122,15 +154,18 @@ struct ServerBench: AsyncParsableCommand {
     func waitSent(_ rig: Rig, _ n: Int) async throws -> Bool {
         let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
         while ContinuousClock.now < deadline {
-            let c = rig.app.engine.counters.snapshot
-            if (c["sent"] ?? 0) + (c["failed"] ?? 0) + (c["dropped"] ?? 0) >= n {
+            let finished = rig.apps.reduce(0) { total, app in
+                let c = app.engine.counters.snapshot
+                return total + (c["sent"] ?? 0) + (c["failed"] ?? 0) + (c["dropped"] ?? 0)
+            }
+            if finished >= n {
                 // The counters move as each send is answered; wait for the bookkeeping to commit
                 // too, so the database's figures printed next are final.
                 while ContinuousClock.now < deadline {
                     let counts = try await rig.store.jobCounts()
                     let open: [PushJobState] = [.scheduled, .queued, .claimed]
                     if open.allSatisfy({ (counts[$0] ?? 0) == 0 }) { return true }
-                    try await Task.sleep(for: .milliseconds(5))
+                    try await Task.sleep(for: .milliseconds(database == nil ? 5 : 100))
                 }
                 return false
             }
@@ -141,7 +176,7 @@ struct ServerBench: AsyncParsableCommand {
 
     func throughput() async throws {
         try await withRig(activityCount: activities) { rig, pairs in
-            if acceptOnly { _ = rig.app.engine.circuits.record("com.example.scores", .configuration("isle-bench --accept-only"), now: Date()) }
+            if acceptOnly { for app in rig.apps { _ = app.engine.circuits.record("com.example.scores", .configuration("isle-bench --accept-only"), now: Date()) } }
             let next = Counter()
             let start = ContinuousClock.now
             // Each client keeps its own latencies (milliseconds), merged at the end.
@@ -155,7 +190,7 @@ struct ServerBench: AsyncParsableCommand {
                             let id = pairs[i % pairs.count].isleID
                             // Alerts are never coalesced, so every accepted update is delivered.
                             let sent = ContinuousClock.now
-                            let status = try await post(rig, "/v1/activities/\(id)/update", #"{"contentState":{"home":\#(i),"away":0},"alert":{"title":"Goal","body":"\#(i)"},"priority":5}"#)
+                            let status = try await post(rig, "/v1/activities/\(id)/update", #"{"contentState":{"home":\#(i),"away":0},"alert":{"title":"Goal","body":"\#(i)"},"priority":5}"#, spread: i)
                             mine.append(Self.s(ContinuousClock.now - sent) * 1000)
                             guard status == 202 else { throw ValidationError("update answered \(status)") }
                         }

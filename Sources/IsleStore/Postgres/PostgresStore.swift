@@ -51,7 +51,7 @@ public final class PostgresStore: IsleStore {
     }
 
     /// Runs `body` while the connection pool runs; the pool closes when it returns.
-    public func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+    public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.client.run() }
             defer { group.cancelAll() }
