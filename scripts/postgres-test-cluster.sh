@@ -4,6 +4,7 @@
 #   scripts/postgres-test-cluster.sh start   -> prints postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 #   scripts/postgres-test-cluster.sh stop
 # The cluster lives in ${ISLE_PG_DIR:-/tmp/isle-pg}; as root it runs as the postgres user.
+# ISLE_PG_FSYNC=on keeps fsync on (benchmarks: durable commits, as in production).
 set -euo pipefail
 DIR="${ISLE_PG_DIR:-/tmp/isle-pg}"
 BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
@@ -19,7 +20,7 @@ case "${1:-start}" in
     as_pg "$BIN/initdb" -D "$DIR/data" --auth=trust --username=postgres >/dev/null
     PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
     as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w \
-      -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=off -c max_connections=300" start >/dev/null
+      -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300" start >/dev/null
     echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
     ;;
   stop)

@@ -10,6 +10,8 @@ enum PGArg: Sendable {
     case bool(Bool?)
     case texts([String])
     case ints([Int64])
+    case bools([Bool])
+    case doubles([Double])
 
     static func int(_ v: Int?) -> PGArg { .int(v.map(Int64.init)) }
     static func date(_ d: Date?) -> PGArg { .double(d?.timeIntervalSince1970) }
@@ -22,6 +24,8 @@ enum PGArg: Sendable {
         case .bool(let v): if let v { b.append(v) } else { b.appendNull() }
         case .texts(let v): b.append(v)
         case .ints(let v): b.append(v)
+        case .bools(let v): b.append(v)
+        case .doubles(let v): b.append(v)
         }
     }
 }
@@ -72,7 +76,7 @@ enum PG {
             let state = sqlState(error) ?? ""
             if state.hasPrefix("23") { return StoreError(.conflict, "a uniqueness or reference rule refused the write (\(state))") }
             // Shutting down, cannot connect, too many connections, read-only standby, …
-            if state.hasPrefix("57") || state.hasPrefix("08") || state == "53300" || state == "25006" {
+            if state.hasPrefix("57") || state.hasPrefix("08") || state.hasPrefix("53") || state == "25006" {
                 return StoreError(.unavailable, "PostgreSQL is unavailable (\(state): \(error.serverInfo?[.message] ?? ""))")
             }
             return RetryablePGError(state: state, message: error.serverInfo?[.message] ?? "server error")

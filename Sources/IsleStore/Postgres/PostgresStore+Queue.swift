@@ -11,12 +11,28 @@ extension PostgresStore {
     public func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
         let log = logger
         return try await transaction { conn in
-            for a in activities { try await Self.insertActivity(conn, a, logger: log) }
+            try await Self.insertActivities(conn, activities, logger: log)
             // Every lane this request touches, locked in one order (no two enqueues can deadlock).
-            for lane in Set(jobs.compactMap(Self.lane)).sorted() { try await Self.lockLane(conn, lane, logger: log) }
-            var ids: [Int64] = []
-            ids.reserveCapacity(jobs.count)
-            for j in jobs {
+            try await Self.lockLanes(conn, jobs.compactMap(Self.lane), logger: log)
+            // A fan-out: the jobs whose lane is empty become its head, inserted in one statement;
+            // the others (lanes with open work, scheduled jobs) go one by one below.
+            var ids = [Int64?](repeating: nil, count: jobs.count)
+            let due = jobs.indices.filter { jobs[$0].runAt <= now && Self.lane(jobs[$0]) != nil }
+            if due.count > 1 {
+                let lanes = due.map { Self.lane(jobs[$0])! }
+                let busy = Set(try await conn.rows("SELECT DISTINCT lane FROM jobs WHERE lane = ANY($1::text[]) AND state IN ('queued', 'claimed')",
+                                                   [.texts(lanes)], logger: log).map { try $0.string("lane") })
+                var seen: Set<String> = []
+                let fresh = due.filter { i in
+                    let lane = Self.lane(jobs[i])!
+                    return !busy.contains(lane) && seen.insert(lane).inserted
+                }
+                if !fresh.isEmpty {
+                    let inserted = try await Self.insertHeads(conn, fresh.map { jobs[$0] }, now: now, logger: log)
+                    for (k, i) in fresh.enumerated() { ids[i] = inserted[k] }
+                }
+            }
+            for (index, j) in jobs.enumerated() where ids[index] == nil {
                 let lane = Self.lane(j)
                 let supersedable = LanePlanner.isSupersedable(kind: j.kind, hasAlert: j.hasAlert, aps: j.aps)
                 let carries = LanePlanner.carriesContent(kind: j.kind, aps: j.aps)
@@ -30,17 +46,49 @@ extension PostgresStore {
                     """, [.text(j.bundleID), .text(j.kind.rawValue), .text(j.activityID), .text(j.installationID), .text(j.channelID), .text(j.aps.jsonString),
                           .bool(j.hasAlert), .int(j.requestedPriority), .date(j.runAt), .text(scheduled ? "scheduled" : "queued"), .date(now),
                           .text(lane), .bool(scheduled), .bool(!scheduled && head == nil), .bool(supersedable), .bool(carries)], logger: log)
-                ids.append(try row!.int("id"))
+                ids[index] = try row!.int("id")
                 // A head waiting for a retry that this job makes pointless goes now, not later.
                 if carries, let lane, let head, !head.claimed, head.supersedable { try await Self.coalesce(conn, lane: lane, now: now, logger: log) }
             }
+            let allIDs = ids.compactMap { $0 }
             if var r = idempotency {
-                r.body = r.body(withJobs: ids)
+                r.body = r.body(withJobs: allIDs)
                 try await Self.insertIdempotency(conn, r, logger: log)
             }
             if !jobs.isEmpty { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
-            return ids
+            return allIDs
         }
+    }
+
+    /// Jobs that each become the head of an empty lane, in one statement; their ids in order.
+    static func insertHeads(_ conn: PostgresConnection, _ jobs: [NewPushJob], now: Date, logger: Logger) async throws -> [Int64] {
+        var ids: [Int64] = []
+        for start in stride(from: 0, to: jobs.count, by: 10_000) {
+            let chunk = Array(jobs[start..<min(jobs.count, start + 10_000)])
+            let rows = try await conn.rows("""
+                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
+                    lane, seq, is_head, supersedable, carries_content)
+                SELECT b, k, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(c, E'\\x01'), aps, al, NULLIF(p, -1), r, 'queued', $13, l, nextval('job_seq'), TRUE, s, cc
+                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::float8[], $10::text[], $11::bool[], $12::bool[])
+                    WITH ORDINALITY AS t(b, k, a, i, c, aps, al, p, r, l, s, cc, n)
+                ORDER BY n
+                RETURNING id, lane
+                """, [.texts(chunk.map(\.bundleID)), .texts(chunk.map(\.kind.rawValue)), .texts(chunk.map { $0.activityID ?? "\u{1}" }),
+                      .texts(chunk.map { $0.installationID ?? "\u{1}" }), .texts(chunk.map { $0.channelID ?? "\u{1}" }), .texts(chunk.map(\.aps.jsonString)),
+                      .bools(chunk.map(\.hasAlert)), .ints(chunk.map { Int64($0.requestedPriority ?? -1) }), .doubles(chunk.map { $0.runAt.timeIntervalSince1970 }),
+                      .texts(chunk.map { lane($0)! }), .bools(chunk.map { LanePlanner.isSupersedable(kind: $0.kind, hasAlert: $0.hasAlert, aps: $0.aps) }),
+                      .bools(chunk.map { LanePlanner.carriesContent(kind: $0.kind, aps: $0.aps) }), .date(now)], logger: logger)
+            // Lanes are unique within the statement: map the returned ids back by lane.
+            var byLane: [String: Int64] = [:]
+            for r in rows { byLane[try r.string("lane")] = try r.int("id") }
+            for j in chunk { ids.append(byLane[lane(j)!]!) }
+        }
+        return ids
+    }
+
+    /// Activities a push-to-start creates, with their topics.
+    static func insertActivities(_ conn: PostgresConnection, _ activities: [ActivityRecord], logger: Logger) async throws {
+        for a in activities { try await insertActivity(conn, a, logger: logger) }
     }
 
     struct LaneHead {

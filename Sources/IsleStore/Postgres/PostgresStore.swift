@@ -122,12 +122,31 @@ public final class PostgresStore: IsleStore {
     }
 
     /// Serializes changes to one lane across processes (held until the transaction ends).
+    /// Lanes map onto this many advisory locks (namespace 1): a fan-out to 100,000 activities
+    /// takes at most this many, well inside PostgreSQL's lock table; two lanes that share a lock
+    /// only wait for each other, which never breaks an order.
+    static let laneLocks = 4096
+
+    static func laneLock(_ lane: String) -> Int64 {
+        // FNV-1a: stable across processes and versions (Swift's hashValue is seeded per process).
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in lane.utf8 { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        return Int64(h % UInt64(laneLocks))
+    }
+
     static func lockLane(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws {
-        try await conn.rows("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [.text(lane)], logger: logger)
+        try await conn.rows("SELECT pg_advisory_xact_lock(1, $1::int)", [.int(laneLock(lane))], logger: logger)
+    }
+
+    /// Locks every lane's lock, in one order (so two such transactions cannot deadlock), in one round trip.
+    static func lockLanes(_ conn: PostgresConnection, _ lanes: [String], logger: Logger) async throws {
+        let keys = Array(Set(lanes.map(laneLock))).sorted()
+        guard !keys.isEmpty else { return }
+        try await conn.rows("SELECT pg_advisory_xact_lock(1, k::int) FROM unnest($1::bigint[]) AS k ORDER BY k", [.ints(keys)], logger: logger)
     }
 
     static func tryLockLane(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws -> Bool {
-        try await conn.row("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS ok", [.text(lane)], logger: logger)?.bool("ok") ?? false
+        try await conn.row("SELECT pg_try_advisory_xact_lock(1, $1::int) AS ok", [.int(laneLock(lane))], logger: logger)?.bool("ok") ?? false
     }
 
     // MARK: Serving

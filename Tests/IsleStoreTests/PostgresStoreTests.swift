@@ -1,0 +1,85 @@
+import Foundation
+import IsleCore
+import IsleStore
+import Logging
+import Synchronization
+import Testing
+
+/// What only the PostgreSQL store has: its URL settings, migrations racing at start, and
+/// LISTEN/NOTIFY wake-ups between processes (two stores = two connection pools, as two instances).
+@Suite("PostgreSQL store")
+struct PostgresStoreTests {
+    @Test("settings: the password comes from the URL, PGPASSWORD or a file, and is never in the redacted form; bad settings name themselves")
+    func settings() throws {
+        let s = try PostgresSettings(url: "postgres://isle:s3cr%40t@db.internal:6543/isle?sslmode=require&pool=5&statement_timeout=12", environment: [:])
+        #expect(s.host == "db.internal" && s.port == 6543 && s.username == "isle" && s.password == "s3cr@t" && s.database == "isle")
+        #expect(s.tls == .require && s.poolSize == 5 && s.statementTimeout == 12)
+        #expect(s.redacted == "postgres://isle@db.internal:6543/isle" && !s.redacted.contains("s3cr"))
+        #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: ["PGPASSWORD": "from-env"]).password == "from-env")
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("pgpass-\(UUID().uuidString)").path
+        try "from-file\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try PostgresSettings(url: "postgres://isle@h/db?passwordfile=\(file)", environment: [:]).password == "from-file")
+        #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: ["ISLE_DATABASE_PASSWORD_FILE": file]).password == "from-file")
+        #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: [:]).password == nil)
+        for (url, says) in [("postgres://h/db", "no user"), ("postgres://isle@h", "no database"), ("postgres://isle@h/db?pool=0", "pool"),
+                            ("postgres://isle@h/db?sslmode=maybe", "sslmode"), ("postgres://isle@h/db?colour=blue", "unknown PostgreSQL URL setting colour"),
+                            ("postgres://isle@h/db?statement_timeout=1e9", "statement_timeout")] {
+            #expect(throws: StoreError.self, "\(url)") { try PostgresSettings(url: url, environment: [:]) }
+            do { _ = try PostgresSettings(url: url, environment: [:]) } catch let e as StoreError { #expect(e.message.contains(says), "\(url): \(e.message)") }
+        }
+    }
+
+    @Test("instances that start together migrate once", .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))
+    func concurrentMigrations() async throws {
+        let first = try await PostgresTestDatabase.fresh()
+        let others = (0..<3).map { _ in PostgresStore(settings: first.settings, logger: PostgresTestDatabase.logger) }
+        for o in others { Task.detached { await o.run() } }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await first.migrate() }
+            for o in others { group.addTask { try await o.migrate() } }
+            try await group.waitForAll()
+        }
+        // Every store works on the one schema.
+        try await others[0].upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "T", keyID: "K", keyPEM: "-", createdAt: Date()))
+        #expect(try await first.apps().count == 1)
+    }
+
+    @Test("work queued by one instance wakes another at once (LISTEN/NOTIFY)", .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))
+    func notifyWakesOtherInstances() async throws {
+        let a = try await PostgresTestDatabase.fresh()
+        try await a.migrate()
+        let b = PostgresStore(settings: a.settings, logger: PostgresTestDatabase.logger)
+        Task.detached { await b.run() }
+        let (wakes, continuation) = AsyncStream.makeStream(of: Void.self)
+        let listener = Task { await b.listenForWork { continuation.yield() } }
+        defer { listener.cancel() }
+        try await a.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "T", keyID: "K", keyPEM: "-", createdAt: Date()))
+        try await a.insertActivity(ActivityRecord(id: "a0", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "t0", startedAt: Date()))
+        // The listener may need a moment to subscribe: enqueue until a wake-up arrives.
+        let woke = Locked(false)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await _ in wakes { woke.set(true); return }
+            }
+            group.addTask {
+                var n = 0
+                while !woke.get(), n < 100 {
+                    _ = try await a.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", aps: ["event": "update", "content-state": ["n": .int(Int64(n))]],
+                                                        hasAlert: true, runAt: Date())], idempotency: nil, now: Date())
+                    n += 1
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+        #expect(woke.get(), "the other instance was never woken")
+    }
+}
+
+final class Locked<T: Sendable>: Sendable {
+    private let m: Mutex<T>
+    init(_ v: T) { m = Mutex(v) }
+    func get() -> T { m.withLock { $0 } }
+    func set(_ v: T) { m.withLock { $0 = v } }
+}
