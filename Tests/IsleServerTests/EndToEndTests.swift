@@ -136,6 +136,10 @@ struct EndToEndTests {
                 f.clock.advance(by: 2)
                 return false
             }
+            // The phone applies the push before the server has written APNs' answer: wait for the record.
+            try await eventually(within: .seconds(10), "the delivery recorded") {
+                try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.count == 4
+            }
             let deliveries = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue ?? []
             #expect(deliveries.map { $0["status"] } == [503, 503, 503, 200])
         }
