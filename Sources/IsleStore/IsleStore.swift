@@ -174,6 +174,26 @@ public struct ClaimedJob: Sendable, Hashable {
     }
 }
 
+extension ClaimedJob {
+    /// A push's timestamp at its first claim: now in whole seconds, strictly after the last one
+    /// sent to its activity and (a broadcast) its channel — the device drops an older one.
+    public static func firstTimestamp(now: Date, afterActivity activityLast: Int64?, afterChannel channelLast: Int64?) -> Int64 {
+        var ts = Int64(now.timeIntervalSince1970.rounded(.down))
+        for last in [activityLast, channelLast].compactMap({ $0 }) where ts <= last { ts = last + 1 }
+        return ts
+    }
+}
+
+extension PushJob {
+    /// The job as a claim leaves it: `worker`'s until `until`, one attempt more.
+    public mutating func markClaimed(by worker: String, until: Date) {
+        state = .claimed
+        claimedBy = worker
+        claimedUntil = until
+        attempts += 1
+    }
+}
+
 /// What a delivered (or refused) push changes in the activity's record. Each part is a targeted,
 /// guarded write: content never reverts a state the device reported, an end never undoes a
 /// dismissal, and a dead token retires the activity only while it still holds that token.

@@ -324,12 +324,9 @@ public final class MemoryStore: IsleStore {
                 guard var j = s.jobs[id] else { continue }
                 var activity = j.job.activityID.flatMap { s.activities[$0] }
                 if j.timestamp == nil {
-                    var ts = Int64(now.timeIntervalSince1970.rounded(.down))
-                    if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
-                    if j.job.kind == .broadcast, let c = j.job.channelID {
-                        if let last = s.channelTimestamps[c], ts <= last { ts = last + 1 }
-                        s.channelTimestamps[c] = ts
-                    }
+                    let channel = j.job.kind == .broadcast ? j.job.channelID : nil
+                    let ts = ClaimedJob.firstTimestamp(now: now, afterActivity: activity?.lastTimestamp, afterChannel: channel.flatMap { s.channelTimestamps[$0] })
+                    if let c = channel { s.channelTimestamps[c] = ts }
                     j.timestamp = ts
                     if let a = activity?.id {
                         s.activities[a]?.lastTimestamp = ts
@@ -337,10 +334,7 @@ public final class MemoryStore: IsleStore {
                     }
                 }
                 if j.apnsID == nil { j.apnsID = UUID().uuidString.lowercased() }
-                j.job.state = .claimed
-                j.job.claimedBy = worker
-                j.job.claimedUntil = now.addingTimeInterval(lease)
-                j.job.attempts += 1
+                j.job.markClaimed(by: worker, until: now.addingTimeInterval(lease))
                 s.jobs[id] = j
                 claimed.append(ClaimedJob(job: j.job, timestamp: j.timestamp!, apnsID: j.apnsID!, worker: worker, activity: activity))
             }

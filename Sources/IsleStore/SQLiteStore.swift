@@ -563,10 +563,12 @@ public final class SQLiteStore: IsleStore {
             activity = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [a]).map { Self.activity($0, topics: []) }
         }
         if timestamp == nil {
-            var ts = Int64(now.timeIntervalSince1970.rounded(.down))
-            if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
+            var channelLast: Int64?
             if j.kind == .broadcast, let channel = j.channelID {
-                if let last = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT last_timestamp FROM channels WHERE id = ?"), arguments: [channel]) ?? nil, ts <= last { ts = last + 1 }
+                channelLast = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT last_timestamp FROM channels WHERE id = ?"), arguments: [channel]) ?? nil
+            }
+            let ts = ClaimedJob.firstTimestamp(now: now, afterActivity: activity?.lastTimestamp, afterChannel: channelLast)
+            if j.kind == .broadcast, let channel = j.channelID {
                 try db.cachedStatement(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?").execute(arguments: [ts, channel])
             }
             timestamp = ts
@@ -580,10 +582,7 @@ public final class SQLiteStore: IsleStore {
         try db.cachedStatement(sql: """
             UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = ?, apns_id = ? WHERE id = ?
             """).execute(arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
-        j.state = .claimed
-        j.claimedBy = worker
-        j.claimedUntil = now.addingTimeInterval(lease)
-        j.attempts += 1
+        j.markClaimed(by: worker, until: now.addingTimeInterval(lease))
         return ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity)
     }
 

@@ -192,10 +192,12 @@ extension PostgresStore {
             activity = try await conn.row("SELECT * FROM activities WHERE id = $1", [.text(a)], logger: logger).map { try Self.activity($0, topics: []) }
         }
         if timestamp == nil {
-            var ts = Int64(now.timeIntervalSince1970.rounded(.down))
-            if let last = activity?.lastTimestamp, ts <= last { ts = last + 1 }
+            var channelLast: Int64?
             if j.kind == .broadcast, let channel = j.channelID {
-                if let last = try await conn.row("SELECT last_timestamp FROM channels WHERE id = $1", [.text(channel)], logger: logger)?.optionalInt("last_timestamp"), ts <= last { ts = last + 1 }
+                channelLast = try await conn.row("SELECT last_timestamp FROM channels WHERE id = $1", [.text(channel)], logger: logger)?.optionalInt("last_timestamp")
+            }
+            let ts = ClaimedJob.firstTimestamp(now: now, afterActivity: activity?.lastTimestamp, afterChannel: channelLast)
+            if j.kind == .broadcast, let channel = j.channelID {
                 try await conn.rows("UPDATE channels SET last_timestamp = $1 WHERE id = $2", [.int(ts), .text(channel)], logger: logger)
             }
             timestamp = ts
@@ -209,10 +211,7 @@ extension PostgresStore {
         try await conn.rows("""
             UPDATE jobs SET state = 'claimed', claimed_by = $1, claimed_until = $2, attempts = attempts + 1, push_timestamp = $3, apns_id = $4 WHERE id = $5
             """, [.text(worker), .double(now.timeIntervalSince1970 + lease), .int(timestamp), .text(apnsID), .int(j.id)], logger: logger)
-        j.state = .claimed
-        j.claimedBy = worker
-        j.claimedUntil = now.addingTimeInterval(lease)
-        j.attempts += 1
+        j.markClaimed(by: worker, until: now.addingTimeInterval(lease))
         return ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity)
     }
 
