@@ -195,7 +195,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleStoreTests",
-            dependencies: ["IsleStore", "IsleCore", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["IsleStore", "IsleCore", "IsleTesting", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -55,12 +55,7 @@ struct ServerBench: AsyncParsableCommand {
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-bench-\(UUID().uuidString).sqlite").path
             return [try SQLiteStore(path: path)]
         }
-        let base = try PostgresSettings(url: database)
-        let admin = PostgresStore(settings: base, logger: logger)
-        let name = "isle_bench_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
-        try await admin.withRunning { try await admin.execute("CREATE DATABASE \(name)") }
-        var settings = base
-        settings.database = String(name)
+        var settings = try await PostgresStore.createDatabase(on: try PostgresSettings(url: database), prefix: "isle_bench", logger: logger)
         settings.poolSize = max(settings.poolSize, 20)
         return (0..<instances).map { _ in PostgresStore(settings: settings, logger: logger) }
     }

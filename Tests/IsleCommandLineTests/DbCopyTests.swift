@@ -22,12 +22,7 @@ struct DbCopyTests {
 
         var logger = Logger(label: "isle.test.copy")
         logger.logLevel = .critical
-        let admin = PostgresStore(settings: try PostgresSettings(url: base), logger: logger)
-        let name = "isle_copy_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
-        try await admin.withRunning { try await admin.execute("CREATE DATABASE \(name)") }
-        var components = try #require(URLComponents(string: base))
-        components.path = "/" + name
-        let url = try #require(components.string)
+        let url = try await PostgresStore.createDatabase(on: try PostgresSettings(url: base), prefix: "isle_copy", logger: logger).url
 
         let copy = await IsleCLI.capture(["db", "copy", "--from", kept, "--to", url])
         #expect(copy.status == 0, "\(copy.err)")

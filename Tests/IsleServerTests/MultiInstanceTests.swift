@@ -49,7 +49,9 @@ struct MultiInstanceTests {
 
     func scenario(isle: String, server: String, ctl: String?, clusterDir: String) async throws {
         progress("creating a database on \(server)")
-        let url = try await TestDatabase.create(from: server)
+        var logger = Logger(label: "isle.test.db")
+        logger.logLevel = .critical
+        let url = try await PostgresStore.createDatabase(on: try PostgresSettings(url: server), prefix: "isle_multi", logger: logger).url
         progress("database \(url)")
         var simConfiguration = IsleSim.Configuration()
         simConfiguration.device.maximumActivitiesPerApp = 200
@@ -249,7 +251,7 @@ final class MultiAPI: Sendable {
                 let json = (try? JSONParser.parse(Array(buffer: bytes))) ?? .null
                 if response.status.code == 503 || response.status.code == 500 {
                     last = "\(response.status.code) \(json.jsonString)"
-                    try await Task.sleep(for: .milliseconds(100))
+                    try await waitForReadyInstance()
                     continue
                 }
                 guard response.status.code < 300 else { throw DeadlineExceeded(what: "\(method) \(path) answered \(response.status.code) \(json.jsonString)", after: .zero) }
@@ -257,12 +259,28 @@ final class MultiAPI: Sendable {
             } catch let refusal as DeadlineExceeded {
                 throw refusal
             } catch {
-                // The instance is gone or went away mid-request: the same request, same key, to the next one.
+                // The instance is gone or went away mid-request: the same request, same key, to the
+                // next one, once one says it is ready.
                 last = "\(error)"
-                try await Task.sleep(for: .milliseconds(50))
+                try await waitForReadyInstance()
             }
         }
         throw DeadlineExceeded(what: "\(method) \(path) (last: \(last))", after: .seconds(90))
+    }
+
+    /// Waits (with a deadline) until some instance answers `/ready` with 200: its database is reachable.
+    func waitForReadyInstance() async throws {
+        let candidates = ports.withLock { $0 }
+        let client = client
+        try await eventually(within: .seconds(60), "an instance to be ready") {
+            for port in candidates {
+                if let r = try? await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/ready"), timeout: .seconds(2)) {
+                    _ = try? await r.body.collect(upTo: 1 << 16)
+                    if r.status.code == 200 { return true }
+                }
+            }
+            return false
+        }
     }
 }
 
@@ -275,13 +293,6 @@ func progress(_ text: String) {
         h.write(Data(line.utf8))
         try? h.close()
     }
-}
-
-/// A value shared between tasks.
-final class Locked<Value: Sendable>: Sendable {
-    private let value: Mutex<Value>
-    init(_ value: Value) { self.value = Mutex(value) }
-    func withLock<R>(_ body: (inout Value) -> R) -> R { value.withLock { body(&$0) } }
 }
 
 /// A child `isle serve` on a port chosen here, ready once `/health` answers. Spawned with
@@ -395,18 +406,4 @@ enum IsleBinary {
         let debug = root.appendingPathComponent(".build/debug/isle").path
         return FileManager.default.isExecutableFile(atPath: debug) ? debug : nil
     }()
-}
-
-enum TestDatabase {
-    /// A new empty database on the server of `base`; returns its URL.
-    static func create(from base: String) async throws -> String {
-        var logger = Logger(label: "isle.test.db")
-        logger.logLevel = .critical
-        let admin = PostgresStore(settings: try PostgresSettings(url: base), logger: logger)
-        let name = "isle_multi_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
-        try await admin.withRunning { try await admin.execute("CREATE DATABASE \(name)") }
-        guard var components = URLComponents(string: base) else { throw DeadlineExceeded(what: "a parseable URL", after: .zero) }
-        components.path = "/" + name
-        return components.string!
-    }
 }

@@ -2,7 +2,7 @@ import Foundation
 import IsleCore
 import IsleStore
 import Logging
-import Synchronization
+import IsleTesting
 import Testing
 
 /// What only the PostgreSQL store has: its URL settings, migrations racing at start, and
@@ -50,36 +50,19 @@ struct PostgresStoreTests {
         try await a.migrate()
         let b = PostgresStore(settings: a.settings, logger: PostgresTestDatabase.logger)
         Task.detached { await b.run() }
-        let (wakes, continuation) = AsyncStream.makeStream(of: Void.self)
-        let listener = Task { await b.listenForWork { continuation.yield() } }
+        let wakes = Locked(0)
+        let listener = Task { await b.listenForWork { wakes.withLock { $0 += 1 } } }
         defer { listener.cancel() }
         try await a.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "T", keyID: "K", keyPEM: "-", createdAt: Date()))
         try await a.insertActivity(ActivityRecord(id: "a0", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "t0", startedAt: Date()))
-        // The listener may need a moment to subscribe: enqueue until a wake-up arrives.
-        let woke = Locked(false)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for await _ in wakes { woke.set(true); return }
-            }
-            group.addTask {
-                var n = 0
-                while !woke.get(), n < 100 {
-                    _ = try await a.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", aps: ["event": "update", "content-state": ["n": .int(Int64(n))]],
-                                                        hasAlert: true, runAt: Date())], idempotency: nil, now: Date())
-                    n += 1
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-            }
-            try await group.next()
-            group.cancelAll()
+        // The listener subscribes asynchronously: queue work, and wait (with a deadline) for the
+        // wake-up; one that came before the subscription is lost, so queue again, up to 50 times.
+        var woke = false
+        for n in 0..<50 where !woke {
+            _ = try await a.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", aps: ["event": "update", "content-state": ["n": .int(Int64(n))]],
+                                                hasAlert: true, runAt: Date())], idempotency: nil, now: Date())
+            woke = (try? await eventually(within: .milliseconds(300), "a wake-up") { wakes.withLock { $0 } > 0 }) != nil
         }
-        #expect(woke.get(), "the other instance was never woken")
+        #expect(woke, "the other instance was never woken")
     }
-}
-
-final class Locked<T: Sendable>: Sendable {
-    private let m: Mutex<T>
-    init(_ v: T) { m = Mutex(v) }
-    func get() -> T { m.withLock { $0 } }
-    func set(_ v: T) { m.withLock { $0 = v } }
 }

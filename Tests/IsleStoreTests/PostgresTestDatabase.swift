@@ -23,12 +23,7 @@ enum PostgresTestDatabase {
     /// Creates `isle_test_<random>` and returns a running store on it. The pool runs for the rest of
     /// the test process (the cluster is thrown away after the run).
     static func fresh() async throws -> PostgresStore {
-        let base = try PostgresSettings(url: try #require(url))
-        let admin = PostgresStore(settings: base, logger: logger)
-        let name = "isle_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
-        try await admin.withRunning { try await admin.execute("CREATE DATABASE \(name)") }
-        var settings = base
-        settings.database = String(name)
+        let settings = try await PostgresStore.createDatabase(on: try PostgresSettings(url: try #require(url)), prefix: "isle_test", logger: logger)
         let store = PostgresStore(settings: settings, logger: logger)
         Task.detached { await store.run() }
         return store

@@ -64,4 +64,9 @@ public struct PostgresSettings: Sendable, Hashable {
 
     /// The URL without the password: safe to log.
     public var redacted: String { "postgres://\(username)@\(host):\(port)/\(database)" }
+
+    /// A URL that reaches these settings again (the password left to PGPASSWORD or the file, never in it).
+    public var url: String {
+        "postgres://\(username)@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)&pool=\(poolSize)&statement_timeout=\(statementTimeout)"
+    }
 }

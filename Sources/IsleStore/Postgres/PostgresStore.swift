@@ -628,6 +628,17 @@ extension PostgresStore {
         let log = logger
         try await read { conn in _ = try await conn.rows(sql, logger: log) }
     }
+
+    /// Creates a new, empty database `<prefix>_<random>` on the server `settings` names and returns
+    /// the settings that reach it (tests and benchmarks: a fresh database per run).
+    public static func createDatabase(on settings: PostgresSettings, prefix: String, logger: Logger) async throws -> PostgresSettings {
+        let admin = PostgresStore(settings: settings, logger: logger)
+        let name = prefix + "_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
+        try await admin.withRunning { try await admin.execute("CREATE DATABASE \(name)") }
+        var fresh = settings
+        fresh.database = name
+        return fresh
+    }
 }
 
 /// A continuation resumed by whichever answer comes first (the lock makes the check-and-resume atomic).
