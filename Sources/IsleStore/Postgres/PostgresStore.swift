@@ -23,6 +23,8 @@ public final class PostgresStore: IsleStore {
     public let settings: PostgresSettings
     let client: PostgresClient
     let logger: Logger
+    /// Delivery results group-committed (see ``complete(_:)``).
+    let completions = Batcher<JobCompletion, Bool>(maximumBatch: 256)
     static let notifyChannel = "isle_jobs"
     /// An advisory lock key for migrations ("isle" in ASCII).
     static let migrationLock: Int64 = 0x6973_6C65
@@ -80,9 +82,15 @@ public final class PostgresStore: IsleStore {
             let work = Task {
                 do { answer.give(.success(try await operation())) } catch { answer.give(.failure(error)) }
             }
-            Task {
+            let timer = Task {
                 try? await Task.sleep(for: limit)
                 if answer.give(.failure(StoreError(.unavailable, "PostgreSQL did not answer within \(limit)"))) { work.cancel() }
+            }
+            // The timer goes as soon as the work answers (thousands of calls a second must not
+            // leave thousands of sleeping timers behind).
+            Task {
+                _ = await work.result
+                timer.cancel()
             }
         }
     }

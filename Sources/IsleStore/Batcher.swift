@@ -1,0 +1,94 @@
+import Synchronization
+
+/// Calls that arrive while a batch is being written wait, then all go in the next batch together:
+/// the group commit of both stores (SQLite's one writer, PostgreSQL's delivery results).
+///
+/// No background task: the caller that finds no batch under way leads one; when its batch is done
+/// it hands the lead to the first waiter, if any. The leader's `run` writes the batch (every caller of
+/// one batcher passes the same function): it gets the items in arrival order and answers one result
+/// per item (an item can fail alone); when it throws, the whole batch failed with it.
+final class Batcher<Item: Sendable, Output: Sendable>: Sendable {
+    typealias Run = @Sendable ([Item]) async throws -> [Result<Output, any Error>]
+
+    private struct Pending: Sendable {
+        let id: Int
+        let item: Item
+        let continuation: CheckedContinuation<Role, Never>
+    }
+    private enum Role: Sendable { case lead, done(Result<Output, any Error>) }
+    private struct State {
+        var queue: [Pending] = []
+        var leading = false
+        var nextID = 0
+    }
+
+    private let state = Mutex(State())
+    /// At most this many items in one batch.
+    let maximumBatch: Int
+
+    init(maximumBatch: Int) {
+        self.maximumBatch = max(1, maximumBatch)
+    }
+
+    /// Runs `item` in the next batch; returns when that batch is written.
+    func submit(_ item: Item, run: @escaping Run) async throws -> Output {
+        let id = state.withLock { s -> Int in
+            s.nextID += 1
+            return s.nextID
+        }
+        let role = await withCheckedContinuation { (c: CheckedContinuation<Role, Never>) in
+            let lead = state.withLock { s -> Bool in
+                s.queue.append(Pending(id: id, item: item, continuation: c))
+                if s.leading { return false }
+                s.leading = true
+                return true
+            }
+            if lead { c.resume(returning: .lead) }
+        }
+        switch role {
+        case .done(let r): return try r.get()
+        case .lead: return try await lead(own: id, run: run).get()
+        }
+    }
+
+    /// Writes one batch (a new leader's item is always at the head of the queue), then hands over.
+    private func lead(own: Int, run: @escaping Run) async -> Result<Output, any Error> {
+        let batch = state.withLock { s -> [Pending] in
+            let n = min(s.queue.count, maximumBatch)
+            defer { s.queue.removeFirst(n) }
+            return Array(s.queue.prefix(n))
+        }
+        let items = batch.map(\.item)
+        // The batch holds other callers' items: the leader's cancellation must not cancel them, so
+        // the batch runs in a task that does not inherit it (awaited at once).
+        let results = await Task { () -> [Result<Output, any Error>] in
+            do {
+                let out = try await run(items)
+                guard out.count == items.count else {
+                    let e = StoreError(.unavailable, "a batch answered \(out.count) results for \(items.count) writes")
+                    return items.map { _ in .failure(e) }
+                }
+                return out
+            } catch {
+                return items.map { _ in .failure(error) }
+            }
+        }.value
+        var mine: Result<Output, any Error> = .failure(StoreError(.unavailable, "the write was not run"))
+        for (p, r) in zip(batch, results) {
+            if p.id == own {
+                mine = r
+            } else {
+                p.continuation.resume(returning: .done(r))
+            }
+        }
+        let next = state.withLock { s -> Pending? in
+            guard let first = s.queue.first else {
+                s.leading = false
+                return nil
+            }
+            return first
+        }
+        next?.continuation.resume(returning: .lead)
+        return mine
+    }
+}
