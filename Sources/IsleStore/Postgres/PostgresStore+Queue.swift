@@ -8,82 +8,135 @@ import PostgresNIO
 extension PostgresStore {
     static func lane(_ j: NewPushJob) -> String? { LanePlanner.lane(kind: j.kind, activityID: j.activityID, channelID: j.channelID) }
 
+    /// One API request's jobs, waiting to be group-committed with others (``enqueues``).
+    struct EnqueueRequest: Sendable {
+        var jobs: [NewPushJob]
+        var activities: [ActivityRecord]
+        var idempotency: IdempotencyRecord?
+        var now: Date
+    }
+
+    /// Requests that arrive while another batch commits wait and go together in the next
+    /// transaction: one lock statement, one head lookup and one insert for the whole batch.
     public func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
+        try await enqueues.submit(EnqueueRequest(jobs: jobs, activities: activities, idempotency: idempotency, now: now)) { batch in try await self.enqueueBatch(batch) }
+    }
+
+    /// A batch in one transaction; when it fails for a reason other than the database being away
+    /// (an idempotency key or external key taken by one request), each request runs alone, so one
+    /// refused request fails only itself.
+    func enqueueBatch(_ rs: [EnqueueRequest]) async throws -> [Result<[Int64], any Error>] {
         let log = logger
-        return try await transaction { conn in
-            try await Self.insertActivities(conn, activities, logger: log)
-            // Every lane this request touches, locked in one order (no two enqueues can deadlock).
-            try await Self.lockLanes(conn, jobs.compactMap(Self.lane), logger: log)
-            // A fan-out: the jobs whose lane is empty become its head, inserted in one statement;
-            // the others (lanes with open work, scheduled jobs) go one by one below.
-            var ids = [Int64?](repeating: nil, count: jobs.count)
-            let due = jobs.indices.filter { jobs[$0].runAt <= now && Self.lane(jobs[$0]) != nil }
-            if due.count > 1 {
-                let lanes = due.map { Self.lane(jobs[$0])! }
-                let busy = Set(try await conn.rows("SELECT DISTINCT lane FROM jobs WHERE lane = ANY($1::text[]) AND state IN ('queued', 'claimed')",
-                                                   [.texts(lanes)], logger: log).map { try $0.string("lane") })
-                var seen: Set<String> = []
-                let fresh = due.filter { i in
-                    let lane = Self.lane(jobs[i])!
-                    return !busy.contains(lane) && seen.insert(lane).inserted
-                }
-                if !fresh.isEmpty {
-                    let inserted = try await Self.insertHeads(conn, fresh.map { jobs[$0] }, now: now, logger: log)
-                    for (k, i) in fresh.enumerated() { ids[i] = inserted[k] }
-                }
+        do {
+            return try await transaction { conn in try await Self.enqueueAll(conn, rs, logger: log).map { .success($0) } }
+        } catch let e as StoreError where e.code == .unavailable {
+            throw e
+        } catch where rs.count > 1 {
+            var out: [Result<[Int64], any Error>] = []
+            for r in rs {
+                do { out.append(.success(try await transaction { conn in try await Self.enqueueAll(conn, [r], logger: log)[0] })) } catch { out.append(.failure(error)) }
             }
-            for (index, j) in jobs.enumerated() where ids[index] == nil {
-                let lane = Self.lane(j)
-                let supersedable = LanePlanner.isSupersedable(kind: j.kind, hasAlert: j.hasAlert, aps: j.aps)
-                let carries = LanePlanner.carriesContent(kind: j.kind, aps: j.aps)
-                let scheduled = j.runAt > now
-                var head: LaneHead?
-                if !scheduled, let lane { head = try await Self.openHead(conn, lane, logger: log) }
-                let row = try await conn.row("""
-                    INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
-                        lane, seq, is_head, supersedable, carries_content)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, CASE WHEN $13 THEN NULL ELSE nextval('job_seq') END, $14, $15, $16) RETURNING id
-                    """, [.text(j.bundleID), .text(j.kind.rawValue), .text(j.activityID), .text(j.installationID), .text(j.channelID), .text(j.aps.jsonString),
-                          .bool(j.hasAlert), .int(j.requestedPriority), .date(j.runAt), .text(scheduled ? "scheduled" : "queued"), .date(now),
-                          .text(lane), .bool(scheduled), .bool(!scheduled && head == nil), .bool(supersedable), .bool(carries)], logger: log)
-                ids[index] = try row!.int("id")
-                // A head waiting for a retry that this job makes pointless goes now, not later.
-                if carries, let lane, let head, !head.claimed, head.supersedable { try await Self.coalesce(conn, lane: lane, now: now, logger: log) }
-            }
-            let allIDs = ids.compactMap { $0 }
-            if var r = idempotency {
-                r.body = r.body(withJobs: allIDs)
-                try await Self.insertIdempotency(conn, r, logger: log)
-            }
-            if !jobs.isEmpty { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
-            return allIDs
+            return out
         }
     }
 
-    /// Jobs that each become the head of an empty lane, in one statement; their ids in order.
-    static func insertHeads(_ conn: PostgresConnection, _ jobs: [NewPushJob], now: Date, logger: Logger) async throws -> [Int64] {
+    /// Queues every request's jobs in order: a due job joins the end of its lane (its head if the
+    /// lane is empty); a scheduled one waits outside until promoted. Lanes whose waiting head a new
+    /// job makes pointless are coalesced by ``LanePlanner`` once, after the inserts.
+    static func enqueueAll(_ conn: PostgresConnection, _ rs: [EnqueueRequest], logger log: Logger) async throws -> [[Int64]] {
+        for r in rs { try await insertActivities(conn, r.activities, logger: log) }
+        let all = rs.flatMap { r in r.jobs.map { (job: $0, now: r.now) } }
+        // Every lane the batch touches, locked in one order (no two batches can deadlock).
+        try await lockLanes(conn, all.compactMap { lane($0.job) }, logger: log)
+        let dueLanes = Array(Set(all.filter { $0.job.runAt <= $0.now }.compactMap { lane($0.job) })).sorted()
+        var heads = try await openHeads(conn, dueLanes, logger: log)
+        var rows: [NewRow] = []
+        var coalescing: [String: Date] = [:]
+        for (job, now) in all {
+            let lane = lane(job)
+            let scheduled = job.runAt > now
+            let supersedable = LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps)
+            let carries = LanePlanner.carriesContent(kind: job.kind, aps: job.aps)
+            var isHead = false
+            if !scheduled, let lane {
+                if let head = heads[lane] {
+                    // A head waiting for a retry that this job makes pointless goes now, not later.
+                    if carries, !head.claimed, head.supersedable { coalescing[lane] = max(coalescing[lane] ?? now, now) }
+                } else {
+                    isHead = true
+                    heads[lane] = LaneHead(id: 0, isHead: true, claimed: false, supersedable: supersedable)
+                }
+            }
+            rows.append(NewRow(job: job, lane: lane, scheduled: scheduled, isHead: isHead, supersedable: supersedable, carries: carries, now: now))
+        }
+        let ids = try await insertJobs(conn, rows, logger: log)
+        var out: [[Int64]] = []
+        var next = 0
+        for r in rs {
+            let mine = Array(ids[next..<next + r.jobs.count])
+            next += r.jobs.count
+            if var record = r.idempotency {
+                record.body = record.body(withJobs: mine)
+                try await insertIdempotency(conn, record, logger: log)
+            }
+            out.append(mine)
+        }
+        if let now = coalescing.values.max() { try await coalesce(conn, lanes: Array(coalescing.keys), now: now, logger: log) }
+        if !all.isEmpty { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
+        return out
+    }
+
+    struct NewRow {
+        var job: NewPushJob
+        var lane: String?
+        var scheduled: Bool
+        var isHead: Bool
+        var supersedable: Bool
+        var carries: Bool
+        var now: Date
+    }
+
+    /// Inserts the rows in order, a statement per 10,000; answers their ids in the same order (ids
+    /// and lane sequence numbers are drawn in row order, so sorted ids are the rows' ids).
+    static func insertJobs(_ conn: PostgresConnection, _ rows: [NewRow], logger: Logger) async throws -> [Int64] {
         var ids: [Int64] = []
-        for start in stride(from: 0, to: jobs.count, by: 10_000) {
-            let chunk = Array(jobs[start..<min(jobs.count, start + 10_000)])
-            let rows = try await conn.rows("""
-                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
+        let none = "\u{1}"
+        for start in stride(from: 0, to: rows.count, by: 10_000) {
+            let chunk = Array(rows[start..<min(rows.count, start + 10_000)])
+            let inserted = try await conn.rows("""
+                INSERT INTO jobs (id, bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
                     lane, seq, is_head, supersedable, carries_content)
-                SELECT b, k, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(c, E'\\x01'), aps, al, NULLIF(p, -1), r, 'queued', $13, l, nextval('job_seq'), TRUE, s, cc
-                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::float8[], $10::text[], $11::bool[], $12::bool[])
-                    WITH ORDINALITY AS t(b, k, a, i, c, aps, al, p, r, l, s, cc, n)
+                SELECT nextval('jobs_id_seq'), b, k, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(c, E'\\x01'), aps, al, NULLIF(p, -1), r,
+                    CASE WHEN sch THEN 'scheduled' ELSE 'queued' END, cr, NULLIF(l, E'\\x01'), CASE WHEN sch THEN NULL ELSE nextval('job_seq') END, h, s, cc
+                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::float8[], $10::float8[],
+                    $11::text[], $12::bool[], $13::bool[], $14::bool[], $15::bool[])
+                    WITH ORDINALITY AS t(b, k, a, i, c, aps, al, p, r, cr, l, sch, h, s, cc, n)
                 ORDER BY n
-                RETURNING id, lane
-                """, [.texts(chunk.map(\.bundleID)), .texts(chunk.map(\.kind.rawValue)), .texts(chunk.map { $0.activityID ?? "\u{1}" }),
-                      .texts(chunk.map { $0.installationID ?? "\u{1}" }), .texts(chunk.map { $0.channelID ?? "\u{1}" }), .texts(chunk.map(\.aps.jsonString)),
-                      .bools(chunk.map(\.hasAlert)), .ints(chunk.map { Int64($0.requestedPriority ?? -1) }), .doubles(chunk.map { $0.runAt.timeIntervalSince1970 }),
-                      .texts(chunk.map { lane($0)! }), .bools(chunk.map { LanePlanner.isSupersedable(kind: $0.kind, hasAlert: $0.hasAlert, aps: $0.aps) }),
-                      .bools(chunk.map { LanePlanner.carriesContent(kind: $0.kind, aps: $0.aps) }), .date(now)], logger: logger)
-            // Lanes are unique within the statement: map the returned ids back by lane.
-            var byLane: [String: Int64] = [:]
-            for r in rows { byLane[try r.string("lane")] = try r.int("id") }
-            for j in chunk { ids.append(byLane[lane(j)!]!) }
+                RETURNING id
+                """, [.texts(chunk.map(\.job.bundleID)), .texts(chunk.map(\.job.kind.rawValue)), .texts(chunk.map { $0.job.activityID ?? none }),
+                      .texts(chunk.map { $0.job.installationID ?? none }), .texts(chunk.map { $0.job.channelID ?? none }), .texts(chunk.map(\.job.aps.jsonString)),
+                      .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority ?? -1) }), .doubles(chunk.map { $0.job.runAt.timeIntervalSince1970 }),
+                      .doubles(chunk.map { $0.now.timeIntervalSince1970 }), .texts(chunk.map { $0.lane ?? none }), .bools(chunk.map(\.scheduled)), .bools(chunk.map(\.isHead)),
+                      .bools(chunk.map(\.supersedable)), .bools(chunk.map(\.carries))], logger: logger)
+            let sorted = try inserted.map { try $0.int("id") }.sorted()
+            guard sorted.count == chunk.count else { throw StoreError(.unavailable, "PostgreSQL inserted \(sorted.count) of \(chunk.count) jobs") }
+            ids += sorted
         }
         return ids
+    }
+
+    /// The first open job of each lane (none for an empty lane), in one statement.
+    static func openHeads(_ conn: PostgresConnection, _ lanes: [String], logger: Logger) async throws -> [String: LaneHead] {
+        guard !lanes.isEmpty else { return [:] }
+        var heads: [String: LaneHead] = [:]
+        for r in try await conn.rows("""
+            SELECT l.lane, h.id, h.is_head, h.state, h.supersedable FROM unnest($1::text[]) AS l(lane)
+            CROSS JOIN LATERAL (SELECT id, is_head, state, supersedable FROM jobs WHERE jobs.lane = l.lane AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1) AS h
+            """, [.texts(lanes)], logger: logger) {
+            heads[try r.string("lane")] = LaneHead(id: try r.int("id"), isHead: try r.bool("is_head"), claimed: try r.string("state") == "claimed",
+                                                   supersedable: try r.bool("supersedable"))
+        }
+        return heads
     }
 
     /// Activities a push-to-start creates, with their topics.

@@ -25,6 +25,8 @@ public final class PostgresStore: IsleStore {
     let logger: Logger
     /// Delivery results group-committed (see ``complete(_:)``).
     let completions = Batcher<JobCompletion, Bool>(maximumBatch: 256)
+    /// API requests' jobs group-committed (see ``enqueue(_:creating:idempotency:now:)``).
+    let enqueues = Batcher<EnqueueRequest, [Int64]>(maximumBatch: 256)
     static let notifyChannel = "isle_jobs"
     /// An advisory lock key for migrations ("isle" in ASCII).
     static let migrationLock: Int64 = 0x6973_6C65
