@@ -44,6 +44,7 @@ struct PGRow {
     func date(_ c: String) throws -> Date { Date(timeIntervalSince1970: try double(c)) }
     func optionalDate(_ c: String) throws -> Date? { try optionalDouble(c).map(Date.init(timeIntervalSince1970:)) }
     func optionalString(_ c: String) throws -> String? { try row[c].decode(String?.self) }
+    func strings(_ c: String) throws -> [String] { try row[c].decode([String].self) }
 }
 
 extension PostgresConnection {

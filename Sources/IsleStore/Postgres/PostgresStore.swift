@@ -440,9 +440,16 @@ public final class PostgresStore: IsleStore {
             lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"))
     }
 
-    /// Activities matching `clause`, with their topics.
+    /// Activities matching `clause`, with their topics: in one statement for a read; for a change
+    /// (`forUpdate`), the topics are read after the row lock is held, in a statement of their own
+    /// (a subquery would see the snapshot from before the wait for the lock).
     static func activities(_ conn: PostgresConnection, where clause: String, _ args: [PGArg], forUpdate: Bool = false, logger: Logger) async throws -> [ActivityRecord] {
-        let rows = try await conn.rows("SELECT * FROM activities WHERE \(clause)\(forUpdate ? " FOR UPDATE" : "")", args, logger: logger)
+        guard forUpdate else {
+            return try await conn.rows("""
+                SELECT *, ARRAY(SELECT topic FROM activity_topics AS t WHERE t.activity_id = activities.id ORDER BY topic) AS topic_list FROM activities WHERE \(clause)
+                """, args, logger: logger).map { r in try activity(r, topics: try r.strings("topic_list")) }
+        }
+        let rows = try await conn.rows("SELECT * FROM activities WHERE \(clause) FOR UPDATE", args, logger: logger)
         guard !rows.isEmpty else { return [] }
         let ids = try rows.map { try $0.string("id") }
         var topics: [String: [String]] = [:]
