@@ -1,17 +1,17 @@
 import Synchronization
 
 /// Calls that arrive while a batch is being written wait, then all go in the next batch together:
-/// the group commit of both stores (SQLite's one writer, PostgreSQL's delivery results).
+/// the group commit of both stores (SQLite's one writer; PostgreSQL's API writes and delivery results).
 ///
-/// No background task: the caller that finds no batch under way leads one; when its batch is done
-/// it hands the lead to the first waiter, if any. The leader's `run` writes the batch (every caller of
+/// No background task: a caller that finds no batch under way leads one (its own item first); when
+/// its batch is done it hands the lead to the first waiter, if any, who takes the waiters behind it
+/// into its batch. The leader's `run` writes the batch (every caller of
 /// one batcher passes the same function): it gets the items in arrival order and answers one result
 /// per item (an item can fail alone); when it throws, the whole batch failed with it.
 final class Batcher<Item: Sendable, Output: Sendable>: Sendable {
     typealias Run = @Sendable ([Item]) async throws -> [Result<Output, any Error>]
 
     private struct Pending: Sendable {
-        let id: Int
         let item: Item
         let continuation: CheckedContinuation<Role, Never>
     }
@@ -19,7 +19,6 @@ final class Batcher<Item: Sendable, Output: Sendable>: Sendable {
     private struct State {
         var queue: [Pending] = []
         var leading = false
-        var nextID = 0
     }
 
     private let state = Mutex(State())
@@ -32,33 +31,31 @@ final class Batcher<Item: Sendable, Output: Sendable>: Sendable {
 
     /// Runs `item` in the next batch; returns when that batch is written.
     func submit(_ item: Item, run: @escaping Run) async throws -> Output {
-        let id = state.withLock { s -> Int in
-            s.nextID += 1
-            return s.nextID
-        }
         let role = await withCheckedContinuation { (c: CheckedContinuation<Role, Never>) in
             let lead = state.withLock { s -> Bool in
-                s.queue.append(Pending(id: id, item: item, continuation: c))
-                if s.leading { return false }
-                s.leading = true
-                return true
+                if !s.leading {
+                    s.leading = true
+                    return true
+                }
+                s.queue.append(Pending(item: item, continuation: c))
+                return false
             }
             if lead { c.resume(returning: .lead) }
         }
         switch role {
         case .done(let r): return try r.get()
-        case .lead: return try await lead(own: id, run: run).get()
+        case .lead: return try await lead(own: item, run: run).get()
         }
     }
 
-    /// Writes one batch (a new leader's item is always at the head of the queue), then hands over.
-    private func lead(own: Int, run: @escaping Run) async -> Result<Output, any Error> {
-        let batch = state.withLock { s -> [Pending] in
-            let n = min(s.queue.count, maximumBatch)
+    /// Writes one batch (the leader's item, then the waiters in order), then hands over.
+    private func lead(own: Item, run: @escaping Run) async -> Result<Output, any Error> {
+        let others = state.withLock { s -> [Pending] in
+            let n = min(s.queue.count, maximumBatch - 1)
             defer { s.queue.removeFirst(n) }
             return Array(s.queue.prefix(n))
         }
-        let items = batch.map(\.item)
+        let items = [own] + others.map(\.item)
         // The batch holds other callers' items: the leader's cancellation must not cancel them, so
         // the batch runs in a task that does not inherit it (awaited at once).
         let results = await Task { () -> [Result<Output, any Error>] in
@@ -73,22 +70,16 @@ final class Batcher<Item: Sendable, Output: Sendable>: Sendable {
                 return items.map { _ in .failure(error) }
             }
         }.value
-        var mine: Result<Output, any Error> = .failure(StoreError(.unavailable, "the write was not run"))
-        for (p, r) in zip(batch, results) {
-            if p.id == own {
-                mine = r
-            } else {
-                p.continuation.resume(returning: .done(r))
-            }
-        }
+        for (p, r) in zip(others, results.dropFirst()) { p.continuation.resume(returning: .done(r)) }
+        // The first waiter leads next, with the waiters behind it.
         let next = state.withLock { s -> Pending? in
-            guard let first = s.queue.first else {
+            guard !s.queue.isEmpty else {
                 s.leading = false
                 return nil
             }
-            return first
+            return s.queue.removeFirst()
         }
-        next?.continuation.resume(returning: .lead)
-        return mine
+        if let next { next.continuation.resume(returning: .lead) }
+        return results[0]
     }
 }

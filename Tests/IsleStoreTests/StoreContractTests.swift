@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleTesting
 import Testing
 
 /// The contract every store keeps: each test runs on every store, with a fresh store made by
@@ -485,6 +486,84 @@ struct StoreContractTests {
         }
         #expect(failures == 1)
         #expect(try await s.jobCounts()[.queued] == 299)
+    }
+
+    /// Producers (one per activity, each waiting for its last request, as an API client does),
+    /// workers claiming in random batch sizes and answering sent or retry at random, all at once:
+    /// the interleavings of batched enqueues, claims and completions that a hand-picked sequence
+    /// would miss. Seeded: the scripts replay from the seed; the scheduling varies run to run.
+    @Test("seeded random interleaving: lanes never overlap, each activity's content is sent in order, alerts and the last update always are", arguments: StoreKind.allCases)
+    func randomInterleaving(_ kind: StoreKind) async throws {
+        let activities = 8, perActivity = 40, seed: UInt64 = 20_261_123
+        let s = try await seeded(kind, activities: activities)
+        let producing = Locked(activities)
+        let inFlight = Locked<Set<String>>([])
+        let overlaps = Locked(0)
+        let sent = Locked<[String: [Int]]>([:])
+        let alerts = Locked<[String: Set<Int>]>([:])
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for a in 0..<activities {
+                group.addTask {
+                    var rng = SeededRandom(seed: seed &+ UInt64(a))
+                    var n = 0
+                    while n < perActivity {
+                        // Sometimes two updates in one request.
+                        let count = min(perActivity - n, Int.random(in: 1...2, using: &rng))
+                        var jobs: [NewPushJob] = []
+                        for k in n..<n + count {
+                            let alert = Int.random(in: 0..<5, using: &rng) == 0
+                            if alert { alerts.withLock { $0["a\(a)", default: []].insert(k) } }
+                            jobs.append(update("a\(a)", "\(k)", alert: alert))
+                        }
+                        try await s.enqueue(jobs, idempotency: nil, now: t0)
+                        n += count
+                    }
+                    producing.withLock { $0 -= 1 }
+                }
+            }
+            for w in 0..<3 {
+                group.addTask {
+                    var rng = SeededRandom(seed: seed &+ 100 &+ UInt64(w))
+                    while true {
+                        let done = producing.withLock { $0 == 0 }
+                        let claimed = try await s.claim(limit: Int.random(in: 1...4, using: &rng), now: t0, lease: 600, worker: "w\(w)")
+                        if claimed.isEmpty {
+                            if done, try await s.openJobCounts().values.reduce(0, +) == 0 { return }
+                            await Task.yield()
+                            continue
+                        }
+                        for c in claimed {
+                            let id = c.job.activityID!
+                            if !inFlight.withLock({ $0.insert(id).inserted }) { overlaps.withLock { $0 += 1 } }
+                        }
+                        for c in claimed {
+                            let id = c.job.activityID!
+                            let n = Int(text(c)!)!
+                            let retry = Int.random(in: 0..<5, using: &rng) == 0
+                            // Out of the in-flight set before the verdict commits: the lane stays held until then.
+                            inFlight.withLock { _ = $0.remove(id) }
+                            if retry {
+                                #expect(try await self.retry(s, c, at: t0))
+                            } else {
+                                #expect(try await finish(s, c))
+                                sent.withLock { $0[id, default: []].append(n) }
+                            }
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(overlaps.withLock { $0 } == 0, "two jobs of one activity were in flight at once (seed \(seed))")
+        let log = sent.withLock { $0 }
+        for a in 0..<activities {
+            let seq = log["a\(a)"] ?? []
+            #expect(seq == seq.sorted() && Set(seq).count == seq.count, "a\(a) sent out of order or twice: \(seq) (seed \(seed))")
+            #expect(seq.last == perActivity - 1, "a\(a): the last update was not sent (seed \(seed))")
+            let wanted = alerts.withLock { $0["a\(a)"] ?? [] }
+            #expect(wanted.isSubset(of: Set(seq)), "a\(a): alerts \(wanted.subtracting(seq).sorted()) were never sent (seed \(seed))")
+        }
+        #expect(try await s.openJobCounts().values.reduce(0, +) == 0)
     }
 }
 
