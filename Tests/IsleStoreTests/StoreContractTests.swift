@@ -540,13 +540,14 @@ struct StoreContractTests {
                             let id = c.job.activityID!
                             let n = Int(text(c)!)!
                             let retry = Int.random(in: 0..<5, using: &rng) == 0
-                            // Out of the in-flight set before the verdict commits: the lane stays held until then.
+                            // Recorded before the verdict commits, while the lane is still held (after
+                            // it, the lane's next job may be claimed and recorded first).
                             inFlight.withLock { _ = $0.remove(id) }
                             if retry {
                                 #expect(try await self.retry(s, c, at: t0))
                             } else {
-                                #expect(try await finish(s, c))
                                 sent.withLock { $0[id, default: []].append(n) }
+                                #expect(try await finish(s, c))
                             }
                         }
                     }
