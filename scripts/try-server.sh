@@ -36,7 +36,7 @@ wait_for http://127.0.0.1:18090/health
 
 # --- README: the app starts an activity and registers its token; the backend updates it ----------
 TOKEN=$(curl -s -X POST http://127.0.0.1:18080/devices/device-1/apps/com.example.pizza/activities \
-  -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]}}' \
+  -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]},"waitForPushToken":true}' \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["updateToken"])')
 curl -s -X POST http://127.0.0.1:18090/v1/activities -H "authorization: Bearer $DEVICE_KEY" \
   -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"externalKey\":\"order-12345\"}"

@@ -23,7 +23,7 @@ curl -sf http://127.0.0.1:18080/health >/dev/null || { cat /tmp/isle-sim.log; ec
 
 # --- README: the app starts a Live Activity and gets its push token ---------------------------
 curl -s -X POST http://127.0.0.1:18080/devices/device-1/apps/com.example.pizza/activities \
-  -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]}}' > /dev/null
+  -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]},"waitForPushToken":true}' > /dev/null
 TOKEN=$(curl -s http://127.0.0.1:18080/devices/device-1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["activities"][0]["updateToken"])')
 
 # --- README: push to it with isle push --------------------------------------------------------

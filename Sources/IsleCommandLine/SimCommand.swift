@@ -52,6 +52,14 @@ struct SimCommand: AsyncParsableCommand {
     var frequentHourlyBudget = 120
     @Option(name: .customLong("low-priority-delay"), help: "Seconds before a priority-5 push is applied.")
     var lowPriorityDelay: Double = 0
+    @Option(name: .customLong("low-priority-delay-max"), help: "With it, each priority-5 push waits a seeded random time between --low-priority-delay and this.")
+    var lowPriorityDelayMaximum: Double?
+    @Option(name: .customLong("push-token-delay"), help: "Seconds after Activity.request before the push token arrives on pushTokenUpdates.")
+    var pushTokenDelay: Double = 0
+    @Flag(name: .customLong("realistic"), help: "Isle's realistic model: priority 5 waits 1–60 s (seeded), tokens arrive 0.5 s after request.")
+    var realistic = false
+    @Option(name: .customLong("seed"), help: "Seeds the model's random choices, so a run can be replayed.")
+    var seed: UInt64 = 1
     @Option(name: .customLong("max-activities-per-app")) var maxPerApp = 5
     @Option(name: .customLong("max-activities-per-device")) var maxPerDevice = 10
     @Option(name: .customLong("max-active-hours")) var maxActiveHours: Double = 8
@@ -68,7 +76,8 @@ struct SimCommand: AsyncParsableCommand {
         for (name, v) in [("--hourly-budget", hourlyBudget), ("--frequent-hourly-budget", frequentHourlyBudget), ("--max-activities-per-app", maxPerApp), ("--max-activities-per-device", maxPerDevice), ("--widget-daily-budget", widgetDailyBudget)] where v < 1 {
             throw CLIError("\(name) must be at least 1")
         }
-        if lowPriorityDelay < 0 || maxActiveHours <= 0 || maxEndedHours < 0 { throw CLIError("durations must be positive") }
+        if lowPriorityDelay < 0 || maxActiveHours <= 0 || maxEndedHours < 0 || pushTokenDelay < 0 { throw CLIError("durations must be positive") }
+        if let m = lowPriorityDelayMaximum, m < lowPriorityDelay { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
         if !(0...65535).contains(apnsPort) || !(0...65535).contains(controlPort) { throw CLIError("ports are 0…65535") }
     }
 
@@ -89,9 +98,13 @@ struct SimCommand: AsyncParsableCommand {
             c.certificateChainPEM = String(decoding: try Inputs.read(certificate, flag: "--cert"), as: UTF8.self)
             c.privateKeyPEM = String(decoding: try Inputs.read(certificateKey, flag: "--cert-key"), as: UTF8.self)
         }
+        if realistic { c.device = .realistic(seed: seed) }
+        c.device.seed = seed
+        if !realistic || lowPriorityDelay > 0 { c.device.lowPriorityDelay = lowPriorityDelay }
+        if let m = lowPriorityDelayMaximum { c.device.lowPriorityDelayMaximum = m }
+        if !realistic || pushTokenDelay > 0 { c.device.pushTokenDelay = pushTokenDelay }
         c.device.hourlyBudget = hourlyBudget
         c.device.frequentHourlyBudget = frequentHourlyBudget
-        c.device.lowPriorityDelay = lowPriorityDelay
         c.device.maximumActivitiesPerApp = maxPerApp
         c.device.maximumActivitiesPerDevice = maxPerDevice
         c.device.maximumActiveDuration = maxActiveHours * 3600

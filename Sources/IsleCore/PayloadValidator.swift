@@ -35,7 +35,7 @@ public enum ValidationCode: String, Sendable, Hashable, Codable, CaseIterable {
     case widgetsNotContentChanged
     // Warnings
     case timestampInMilliseconds, timestampFarFromNow
-    case dateInMilliseconds
+    case dateInMilliseconds, fractionalSeconds
     case unixTimeInDateField, isoStringInDateField, nullValue
     case customKeyInAps, duplicateKey
     case dismissalDateTooFar, staleDateInPast
@@ -45,7 +45,7 @@ public enum ValidationCode: String, Sendable, Hashable, Codable, CaseIterable {
 
     public var severity: ValidationIssue.Severity {
         switch self {
-        case .timestampInMilliseconds, .timestampFarFromNow, .dateInMilliseconds, .unixTimeInDateField, .isoStringInDateField,
+        case .timestampInMilliseconds, .timestampFarFromNow, .dateInMilliseconds, .fractionalSeconds, .unixTimeInDateField, .isoStringInDateField,
             .nullValue, .customKeyInAps, .duplicateKey, .dismissalDateTooFar, .staleDateInPast, .highPriorityWithoutAlert,
             .startKeyOnNonStart, .activityDataTooLarge:
             .warning
@@ -303,10 +303,9 @@ public struct PayloadValidator: Sendable {
             guard let value else {
                 return add(.missingTimestamp, "$.aps.timestamp", "\"timestamp\" is missing; the device orders updates by it.", fix: "Add the current time as integer Unix seconds, e.g. \(Int64(options.now.timeIntervalSince1970)).")
             }
-            guard let n = value.numberValue, let seconds = n.int64Value else {
-                let fixed = value.numberValue.map { " such as \(Int64($0.doubleValue.rounded(.down)))" } ?? ""
-                return add(.timestampNotInteger, "$.aps.timestamp", "\"timestamp\" is \(value.kindName) \(value.briefDescription), not an integer.",
-                    fix: "Send integer Unix seconds\(fixed).")
+            guard let seconds = seconds(value, path: "$.aps.timestamp", key: "timestamp") else {
+                return add(.timestampNotInteger, "$.aps.timestamp", "\"timestamp\" is \(value.kindName) \(value.briefDescription), not a number of Unix seconds.",
+                    fix: "Send integer Unix seconds such as \(Int64(options.now.timeIntervalSince1970)).")
             }
             if Double(seconds) > 1e11 {
                 add(.timestampInMilliseconds, "$.aps.timestamp", "\"timestamp\" \(seconds) looks like milliseconds.", fix: "Send seconds since 1970: \(seconds / 1000).")
@@ -317,13 +316,24 @@ public struct PayloadValidator: Sendable {
             }
         }
 
-        /// Reads an aps-level date (`stale-date`, `dismissal-date`): integer Unix seconds.
+        /// Unix seconds from an aps-level date. Apple documents a number and the device takes any
+        /// finite one ≥ 0, so `1767225600.0` is the integer it looks like; a fraction is kept but
+        /// warned about (Isle sends whole seconds; docs/simulator.md, "Numbers"). Nil: not a number.
+        mutating func seconds(_ value: JSONValue, path: String, key: String) -> Int64? {
+            guard let n = value.numberValue, n.doubleValue.isFinite, n.doubleValue >= 0 else { return nil }
+            if let exact = n.exactInt64Value { return exact }
+            let whole = Int64(n.doubleValue.rounded(.down))
+            add(.fractionalSeconds, path, "\"\(key)\" is \(n.literal): the device takes the fraction, but Isle and most servers send whole seconds.",
+                fix: "Send \(whole).")
+            return whole
+        }
+
+        /// Reads an aps-level date (`stale-date`, `dismissal-date`): Unix seconds.
         mutating func apsDate(_ aps: JSONObject, _ key: String) -> Date? {
             guard let value = aps[key] else { return nil }
             let path = JSONPath.appending(key, to: "$.aps")
-            guard let n = value.numberValue, let seconds = n.int64Value else {
-                add(.dateNotInteger, path, "\"\(key)\" is \(value.kindName) \(value.briefDescription), not integer Unix seconds.",
-                    fix: value.numberValue.map { "Send \(Int64($0.doubleValue.rounded(.down)))." } ?? "Send integer Unix seconds.")
+            guard let seconds = seconds(value, path: path, key: key) else {
+                add(.dateNotInteger, path, "\"\(key)\" is \(value.kindName) \(value.briefDescription), not a number of Unix seconds.", fix: "Send integer Unix seconds.")
                 return nil
             }
             if Double(seconds) > 1e11 {

@@ -86,8 +86,8 @@ actor Script {
         let t = try await now()
         let a = try await control(.POST, "/devices/\(device)/apps/\(Self.bundleID)/activities", [
             "attributesType": .string(Self.type), "attributes": Self.attributes(order: "12345", pizzas: 3, total: "$42.00"),
-            "contentState": Self.state("Bill James", t, t.addingTimeInterval(25 * 60)),
-        ], expect: 201, says: "Activity.request(…, pushType: .token)")
+            "contentState": Self.state("Bill James", t, t.addingTimeInterval(25 * 60)), "waitForPushToken": true,
+        ], expect: 201, says: "Activity.request(…, pushType: .token), then the token on pushTokenUpdates")
         guard let token = a.json["updateToken"]?.stringValue else { throw fail("the started activity has a push token", found: a.text) }
         let d = try await control(.GET, "/devices/\(device)")
         let appState = d.json["apps"]?[Self.bundleID]
@@ -201,8 +201,8 @@ actor Script {
         var t = try await now()
         let a = try await control(.POST, "/devices/\(device)/apps/\(Self.bundleID)/activities", [
             "attributesType": .string(Self.type), "attributes": Self.attributes(order: "12346", pizzas: 1, total: "$14.00"),
-            "contentState": Self.state("Bill James", t, t.addingTimeInterval(30 * 60)), "relevanceScore": 50,
-        ], expect: 201, says: "Activity.request for order 12346 (relevance 50)")
+            "contentState": Self.state("Bill James", t, t.addingTimeInterval(30 * 60)), "relevanceScore": 50, "waitForPushToken": true,
+        ], expect: 201, says: "Activity.request for order 12346 (relevance 50), then its token")
         guard let token = a.json["updateToken"]?.stringValue else { throw fail("order 12346 has a push token", found: a.text) }
         _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12346", "token": .string(token), "installationID": .string(Self.installation)],
                           expect: 201, says: "hands its update token to the server")
@@ -220,7 +220,9 @@ actor Script {
         // The app, launched in the background, hands the new activity's token to the server.
         let d = try await control(.GET, "/devices/\(device)")
         let pushed = d.json["activities"]?.arrayValue?.first { $0["attributes"]?["orderNumber"]?.stringValue == "12347" }
-        guard let newToken = pushed?["updateToken"]?.stringValue else { throw fail("the push-started activity has an update token", found: pushed?.jsonString ?? "no activity") }
+        guard let pushedID = pushed?["id"]?.stringValue else { throw fail("the push-started activity is on the phone", found: "no activity") }
+        let tokenAnswer = try await control(.GET, "/devices/\(device)/activities/\(pushedID)/push-token", expect: 200, says: "pushTokenUpdates hands the new activity its token")
+        guard let newToken = tokenAnswer.json["token"]?.stringValue else { throw fail("the push-started activity has an update token", found: tokenAnswer.text) }
         _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12347", "token": .string(newToken), "installationID": .string(Self.installation)], expect: 200,
                           says: "the app reports the push-started activity's token (\(DemoView.short(newToken)))")
         s = try await showScreen()

@@ -14,14 +14,16 @@ struct ActivityEngine {
     // MARK: Receiving a push
 
     /// A `liveactivity` push that arrived on the activity's update token or its channel.
-    func receive(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent]) -> PushOutcome {
+    func receive(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent],
+                 random: inout SeededRandom) -> PushOutcome {
         advance(&a, app: app, to: now, events: &events)
-        let outcome = judgeAndApply(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events)
+        let outcome = judgeAndApply(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events, random: &random)
         events.append(DeviceEvent(time: now, source: .push, activityID: a.id, apnsID: apnsID, outcome: outcome, message: outcome.sentence))
         return outcome
     }
 
-    private func judgeAndApply(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent]) -> PushOutcome {
+    private func judgeAndApply(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent],
+                               random: inout SeededRandom) -> PushOutcome {
         if !a.state.isOngoing {
             let when = a.endedAt.map { " at \(Clock.text($0))" } ?? ""
             return PushOutcome(.activityEnded, "Ignored: the activity ended\(when); ActivityKit ignores pushes after the end.")
@@ -49,13 +51,27 @@ struct ActivityEngine {
                 return PushOutcome(.throttled, "Throttled: this activity already had \(limit) priority-10 pushes in the last hour\(app.frequentUpdatesActive ? "" : " (frequent updates off)"); the device keeps the newest and applies it at \(Clock.text(freeAt))\(replaced). Send routine updates with priority 5.")
             }
             a.budgetLog.append(now)
-        } else if configuration.lowPriorityDelay > 0 {
-            let at = now.addingTimeInterval(configuration.lowPriorityDelay)
+        } else if configuration.lowPriorityDelay > 0 || configuration.lowPriorityDelayMaximum != nil {
+            var delay = configuration.lowPriorityDelay
+            if let maximum = configuration.lowPriorityDelayMaximum, maximum > delay { delay = Double.random(in: delay...maximum, using: &random) }
+            let at = now.addingTimeInterval(delay)
             a.lowPriorityQueue.append(PendingUpdate(payload: payload, applyAt: at, apnsID: apnsID, receivedAt: now))
             return PushOutcome(.deferredLowPriority, "Deferred: priority 5 is delivered opportunistically; the device applies it at \(Clock.text(at)).")
         }
-        let applied = apply(aps, activity: &a, app: app, at: now)
+        var applied = apply(aps, activity: &a, app: app, at: now)
+        if let t = Self.apsDate(aps["timestamp"])?.timeIntervalSince1970, t > 1e11 {
+            applied.sentence += " Flagged: timestamp \(aps["timestamp"]!.briefDescription) looks like milliseconds: every later update in seconds will be ignored as older."
+        }
         return flagged(applied, aps["content-state"], attributesType: a.attributesType, app: app)
+    }
+
+    /// A top-level `aps` date (`timestamp`, `stale-date`, `dismissal-date`): Apple documents a
+    /// number of Unix seconds, and the device takes any finite one ≥ 0 — `1767225600`,
+    /// `1767225600.0` and `1.7672256e9` alike, a fraction kept (isle-decisions.md, Wire; the
+    /// validator warns about fractions, docs/simulator.md).
+    static func apsDate(_ value: JSONValue?) -> Date? {
+        guard let d = value?.numberValue?.doubleValue, d.isFinite, d >= 0 else { return nil }
+        return Date(timeIntervalSince1970: d)
     }
 
     /// Adds what decoded but probably shows wrong: Unix time in a Date field (31 years late).
@@ -75,19 +91,26 @@ struct ActivityEngine {
     /// The ordering rule (isle-decisions.md): older than the last applied → ignored; equal → applied
     /// unless `strictTimestamps`.
     func checkTimestamp(_ aps: JSONObject, last: Date?) -> PushOutcome? {
-        guard let n = aps["timestamp"]?.numberValue, let seconds = n.exactInt64Value else {
-            return PushOutcome(.decodingFailed, "Dropped: timestamp is missing or not integer Unix seconds.", field: "timestamp", expected: "integer Unix seconds", found: aps["timestamp"]?.briefDescription ?? "nothing")
+        guard let ts = Self.apsDate(aps["timestamp"]) else {
+            return PushOutcome(.decodingFailed, "Dropped: timestamp is missing or not a number of Unix seconds.", field: "timestamp", expected: "Unix seconds (a number)",
+                               found: aps["timestamp"]?.briefDescription ?? "nothing")
         }
-        let ts = Date(timeIntervalSince1970: Double(seconds))
+        let shown = aps["timestamp"]!.briefDescription
         if let last {
             if ts < last {
-                return PushOutcome(.olderTimestamp, "Ignored: timestamp \(seconds) is older than the last applied update (\(Int64(last.timeIntervalSince1970))).")
+                return PushOutcome(.olderTimestamp, "Ignored: timestamp \(shown) is older than the last applied update (\(Self.seconds(last))).")
             }
             if ts == last, configuration.strictTimestamps {
-                return PushOutcome(.olderTimestamp, "Ignored: timestamp \(seconds) equals the last applied update's (strict timestamps).")
+                return PushOutcome(.olderTimestamp, "Ignored: timestamp \(shown) equals the last applied update's (strict timestamps).")
             }
         }
         return nil
+    }
+
+    /// Unix seconds as text, the fraction only when there is one.
+    static func seconds(_ d: Date) -> String {
+        let t = d.timeIntervalSince1970
+        return t == t.rounded() ? String(Int64(t)) : String(t)
     }
 
     func decode(_ state: JSONValue?, required: Bool, attributesType: String, app: SimulatedApp) -> PushOutcome? {
@@ -105,11 +128,10 @@ struct ActivityEngine {
 
     /// Applies an accepted update or end at time `t`.
     func apply(_ aps: JSONObject, activity a: inout SimulatedActivity, app: SimulatedApp, at t: Date) -> PushOutcome {
-        if let ts = aps["timestamp"]?.numberValue?.exactInt64Value { a.lastTimestamp = Date(timeIntervalSince1970: Double(ts)) }
+        if let ts = Self.apsDate(aps["timestamp"]) { a.lastTimestamp = ts }
         if let state = aps["content-state"] { a.contentState = state }
         if let score = aps["relevance-score"]?.numberValue?.doubleValue { a.relevanceScore = score }
-        let staleSeconds = aps["stale-date"]?.numberValue?.exactInt64Value
-        a.staleDate = staleSeconds.map { Date(timeIntervalSince1970: Double($0)) }
+        a.staleDate = Self.apsDate(aps["stale-date"])
         if let alert = aps["alert"]?.objectValue {
             a.lastAlert = Localizer.resolve(alert, table: app.localization, at: t)
         }
@@ -119,7 +141,7 @@ struct ActivityEngine {
             a.endedAt = t
             a.deferred = nil
             a.lowPriorityQueue.removeAll()
-            if let d = aps["dismissal-date"]?.numberValue?.exactInt64Value.map({ Date(timeIntervalSince1970: Double($0)) }) {
+            if let d = Self.apsDate(aps["dismissal-date"]) {
                 if d <= t {
                     dismiss(&a, at: t)
                     return PushOutcome(.ended, "Ended\(alerted) and removed at once (dismissal-date in the past).")

@@ -63,7 +63,7 @@ struct ControlAPI {
     }
 
     func run<T>(_ body: () throws(SimulatorError) -> T) throws -> T {
-        do { return try body() } catch { throw APIError(error) }
+        do { return try body() } catch let e as SimulatorError { throw APIError(e) }
     }
 
     func addRoutes(to router: Router<BasicRequestContext>) {
@@ -76,7 +76,7 @@ struct ControlAPI {
         router.post("clock/advance") { request, _ in
             let o = try await ControlAPI.body(request)
             guard let seconds = try ControlAPI.number(o, "seconds") else { throw APIError(.badRequest, "invalidArgument", "seconds is required", field: "seconds") }
-            do throws(SimulatorError) { try await world.advanceClock(by: seconds) } catch { throw APIError(error) }
+            do throws(SimulatorError) { try await world.advanceClock(by: seconds) } catch let e as SimulatorError { throw APIError(e) }
             return ControlAPI.raw(["now": .string(ISO8601DateFormatter().string(from: world.clock.now)), "unix": .double(world.clock.now.timeIntervalSince1970)])
         }
 
@@ -93,8 +93,19 @@ struct ControlAPI {
 
         router.post("devices") { request, _ in
             let o = try await ControlAPI.body(request)
-            let id = world.createDevice(name: try ControlAPI.string(o, "name", required: false) ?? "")
+            let name = try ControlAPI.string(o, "name", required: false) ?? ""
+            let os = try ControlAPI.string(o, "osVersion", required: false) ?? "26.0"
+            let model = try ControlAPI.string(o, "model", required: false) ?? "iPhone 16 Pro"
+            let island = try ControlAPI.bool(o, "hasDynamicIsland")
+            let id = try run { () throws(SimulatorError) in try world.createDevice(name: name, osVersion: os, model: model, hasDynamicIsland: island) }
             return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) }, status: .created)
+        }
+        router.post("devices/:device/network") { request, context in
+            let id = try context.parameters.require("device")
+            let o = try await ControlAPI.body(request)
+            guard let online = try ControlAPI.bool(o, "online") else { throw APIError(.badRequest, "invalidArgument", "online is required: true or false", field: "online") }
+            do { try await world.setOnline(id, online) } catch let e as SimulatorError { throw APIError(e) }
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) })
         }
         router.get("devices") { _, _ in
             try ControlAPI.json(try world.deviceIDs.map { id in try run { () throws(SimulatorError) in try world.device(id) } })
@@ -136,6 +147,12 @@ struct ControlAPI {
             let token = try run { () throws(SimulatorError) in try world.rotatePushToStartToken(bundleID: bundle, attributesType: type, on: id) }
             return ControlAPI.raw(["token": .string(token)])
         }
+        router.post("devices/:device/apps/:bundle/widget-push-token/rotate") { _, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            let token = try run { () throws(SimulatorError) in try world.rotateWidgetPushToken(bundleID: bundle, on: id) }
+            return ControlAPI.raw(["token": .string(token)])
+        }
         router.post("devices/:device/apps/:bundle/activities") { request, context in
             let id = try context.parameters.require("device")
             let bundle = try context.parameters.require("bundle")
@@ -153,10 +170,25 @@ struct ControlAPI {
             case .object(let c)? where c["channel"]?.stringValue != nil: pushType = .channel(c["channel"]!.stringValue!)
             default: throw APIError(.badRequest, "invalidArgument", "pushType must be \"token\", \"none\" or {\"channel\": id}", field: "pushType")
             }
-            let a = try run { () throws(SimulatorError) in
+            let wait = try ControlAPI.bool(o, "waitForPushToken") ?? false
+            var a = try run { () throws(SimulatorError) in
                 try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType, start: start)
             }
+            // As on a device, the token is not in request's answer; an app awaits pushTokenUpdates,
+            // and "waitForPushToken": true does the same before answering.
+            if wait, pushType == .token {
+                do { a.updateToken = try await world.waitForPushToken(activityID: a.id, on: id) } catch let e as SimulatorError { throw APIError(e) }
+                a.tokenDueAt = nil
+            }
             return try ControlAPI.json(a, status: .created)
+        }
+        router.get("devices/:device/activities/:activity/push-token") { _, context in
+            // The app awaiting pushTokenUpdates: answers once ActivityKit has handed the token out.
+            let id = try context.parameters.require("device")
+            let activity = try context.parameters.require("activity")
+            let token: String
+            do { token = try await world.waitForPushToken(activityID: activity, on: id) } catch let e as SimulatorError { throw APIError(e) }
+            return ControlAPI.raw(["activityID": .string(activity), "token": .string(token)])
         }
         router.post("devices/:device/activities/:activity/:action") { request, context in
             let id = try context.parameters.require("device")
@@ -171,7 +203,10 @@ struct ControlAPI {
                 let state = o["contentState"]
                 if let state, state.objectValue == nil { throw APIError(.badRequest, "invalidArgument", "contentState must be an object", field: "contentState") }
                 let immediate = try ControlAPI.bool(o, "dismissImmediately") ?? false
-                try run { () throws(SimulatorError) in try world.appUpdate(activityID: activity, on: id, contentState: state, end: action == "end", dismissImmediately: immediate) }
+                let after = try ControlAPI.number(o, "dismissAt").map { Date(timeIntervalSince1970: $0) }
+                try run { () throws(SimulatorError) in
+                    try world.appUpdate(activityID: activity, on: id, contentState: state, end: action == "end", dismissImmediately: immediate, dismissAt: after)
+                }
             default:
                 throw APIError(.notFound, "notFound", "unknown action \(action); use dismiss, allow, rotate-token, update or end")
             }
@@ -257,7 +292,7 @@ struct ControlAPI {
             }
         }
         return SimulatorWorld.AppInstall(bundleID: bundle, environment: env, schemas: schemas, declaresFrequentUpdates: try bool(o, "frequentUpdates") ?? false,
-                                         localization: localization, widgets: widgets)
+                                         localization: localization, widgets: widgets, foreground: try bool(o, "foreground") ?? true)
     }
 }
 

@@ -18,6 +18,10 @@ public struct PushOutcome: Sendable, Hashable, Codable {
         case olderTimestamp, activityEnded, decodingFailed, throttled, deferredLowPriority
         case startWithoutAlert, unknownAttributesType, limitReached, tooLarge, liveActivitiesDisabled
         case channelNotFound, widgetsReloaded, widgetReloadDeferred, noWidgets, notDelivered
+        /// The device was offline: APNs stored the push (or, with `apns-expiration: 0`, did not).
+        case storedWhileOffline, expiredWhileOffline
+        /// The iOS version of the device does not have the feature the push needs.
+        case unsupportedOnThisVersion
     }
     public var code: Code
     public var sentence: String
@@ -73,6 +77,8 @@ public struct SimulatedActivity: Sendable, Hashable, Codable {
     public var lastTimestamp: Date?
     /// The per-activity update token (hex), if it has one.
     public var updateToken: String?
+    /// ActivityKit hands the token out after `request` returns (on `pushTokenUpdates`), at this time.
+    public var tokenDueAt: Date?
     /// A token the device will hand out once the user allows (push-to-start with withholding).
     public var withheldToken: String?
     /// The broadcast channel it is subscribed to.

@@ -309,7 +309,8 @@ public final class FakeAPNs: Sendable {
             let o = PushOutcome(.decodingFailed, "APNs accepted the push, but the payload is not a JSON object with aps; the device ignores it.")
             return (HTTP2ServerResponse(status: 200), nil, o)
         }
-        let result = await world.deliver(token: token.lowercased(), pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID)
+        let result = await world.deliver(token: token.lowercased(), pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID,
+                                         expiration: r.value("apns-expiration").flatMap { Int64($0) }, collapseID: r.value("apns-collapse-id"))
         if result.status == 200 { return (HTTP2ServerResponse(status: 200), nil, result.outcome) }
         return (Self.error(result.status, result.reason ?? "BadDeviceToken", timestamp: result.invalidSince), result.reason, result.outcome)
     }
@@ -328,14 +329,18 @@ public final class FakeAPNs: Sendable {
         guard let e = r.value("apns-expiration"), let expiration = Int64(e), expiration >= 0 else { return fail(400, "BadExpirationDate") }
         if r.body.isEmpty { return fail(400, "PayloadEmpty") }
         if r.body.count > 5120 { return fail(413, "PayloadTooLarge") }
-        if case .failure(let status, let reason) = world.readChannel(bundleID: bundle, id: channel) { return fail(status, reason) }
-        guard let payload = try? JSONParser.parse(r.body) else { return fail(400, "BadRequestPayload") }
-        guard let (policy, outcomes) = world.broadcast(bundleID: bundle, channelID: channel, priority: priority, payload: payload, requestID: requestID) else {
-            return fail(400, "ChannelNotRegistered")
+        let policy: Int
+        switch world.readChannel(bundleID: bundle, id: channel) {
+        case .found(let p): policy = p
+        case .failure(let status, let reason): return fail(status, reason)
+        default: return fail(400, "ChannelNotRegistered")
         }
-        _ = policy
-        if policy == 0, expiration != 0 {
-            return fail(400, "BadExpirationDate")
+        // Every check comes before the fan-out: nothing reaches a device for a non-2xx answer.
+        if policy == 0, expiration != 0 { return fail(400, "BadExpirationDate") }
+        guard let payload = try? JSONParser.parse(r.body) else { return fail(400, "BadRequestPayload") }
+        guard let (_, outcomes) = world.broadcast(bundleID: bundle, channelID: channel, priority: priority, payload: payload, requestID: requestID,
+                                                  expiration: expiration) else {
+            return fail(400, "ChannelNotRegistered")
         }
         let summary = PushOutcome(.applied, "Broadcast to \(outcomes.count) subscribed activit\(outcomes.count == 1 ? "y" : "ies"): " +
             Dictionary(grouping: outcomes, by: \.code).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))

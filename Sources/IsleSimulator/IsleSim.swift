@@ -119,6 +119,8 @@ public final class IsleSim: Service {
             group.addTask { try await self.apnsServer.run() }
             // run(), not runService(): the caller's ServiceGroup owns signals and graceful shutdown.
             group.addTask { try await self.application.run() }
+            // What comes due on its own in real time (push tokens after request, widget policy reloads).
+            group.addTask { try? await cancelWhenGracefulShutdown { await self.world.runTicker() } }
         }
     }
 

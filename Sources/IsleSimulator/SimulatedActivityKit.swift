@@ -19,6 +19,27 @@ public struct SimulatedActivityKit<Attributes: Codable & Sendable, ContentState:
         self.deviceID = deviceID
         self.bundleID = bundleID
         self.attributesType = attributesType
+        // The device decodes pushed content with this type too, independently of the schema.
+        world.registerContentDecoder(bundleID: bundleID, attributesType: attributesType) { json in
+            do {
+                _ = try JSONDecoder().decode(ContentState.self, from: Data(json.jsonBytes))
+                return nil
+            } catch let DecodingError.keyNotFound(key, context) {
+                return "key \(Self.path(context.codingPath + [key])) not found"
+            } catch let DecodingError.typeMismatch(type, context) {
+                return "\(Self.path(context.codingPath)): expected \(type)"
+            } catch let DecodingError.valueNotFound(type, context) {
+                return "\(Self.path(context.codingPath)): expected \(type), found null"
+            } catch let DecodingError.dataCorrupted(context) {
+                return "\(Self.path(context.codingPath)): \(context.debugDescription)"
+            } catch {
+                return "\(error)"
+            }
+        }
+    }
+
+    static func path(_ keys: [any CodingKey]) -> String {
+        keys.isEmpty ? "content-state" : "content-state." + keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
     }
 
     public enum PushType: Sendable, Hashable {

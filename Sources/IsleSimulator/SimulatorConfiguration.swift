@@ -9,6 +9,18 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     public var frequentHourlyBudget = 120
     /// How long a priority-5 push waits before the device applies it (0 = at once).
     public var lowPriorityDelay: TimeInterval = 0
+    /// When set, each priority-5 push waits a random time between `lowPriorityDelay` and this
+    /// ("realistic" mode), drawn from `seed` so a run can be replayed.
+    public var lowPriorityDelayMaximum: TimeInterval?
+    /// Seeds every random choice of the device model (priority-5 delays).
+    public var seed: UInt64 = 1
+    /// How long after `Activity.request` returns ActivityKit hands the push token out on
+    /// `pushTokenUpdates` (WWDC23: not available synchronously). Never synchronous, even at 0.
+    public var pushTokenDelay: TimeInterval = 0
+    /// How long APNs stores a push for an offline device when `apns-expiration` is absent.
+    public var defaultStorageDuration: TimeInterval = 30 * 86400
+    /// How long a channel with storage policy 1 keeps its most recent message.
+    public var channelStorageDuration: TimeInterval = 8 * 3600
     /// Longest an activity stays active before the system ends it.
     public var maximumActiveDuration: TimeInterval = 8 * 3600
     /// Longest an ended activity stays on the Lock Screen.
@@ -30,6 +42,17 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     public var widgetMinimumEntrySpacing: TimeInterval = 300
 
     public init() {}
+
+    /// Isle's "realistic" model: priority-5 pushes wait 1–60 s (Apple: "delivered opportunistically",
+    /// no published figure), push tokens arrive 0.5 s after `request`.
+    public static func realistic(seed: UInt64) -> SimulatorConfiguration {
+        var c = SimulatorConfiguration()
+        c.lowPriorityDelay = 1
+        c.lowPriorityDelayMaximum = 60
+        c.pushTokenDelay = 0.5
+        c.seed = seed
+        return c
+    }
 }
 
 /// APNs environment of a token, an app, or the fake APNs.

@@ -13,15 +13,16 @@ public struct DeliveryResult: Sendable, Hashable {
 
 extension SimulatorWorld {
     /// Routes a push that passed the fake APNs' request checks to the token's device.
-    /// Token checks answer like APNs (isle-decisions.md, Simulated device · Tokens).
-    public func deliver(token: String, pushType: String, topic: String, priority: Int, payload: JSONValue, apnsID: String) async -> DeliveryResult {
+    /// Token checks answer like APNs (isle-decisions.md, Simulated device · Tokens). An offline
+    /// device gets nothing now: APNs stores the push until `apns-expiration` (absent: the default
+    /// storage time; 0: not stored), one per app and activity, and delivers it when the device
+    /// comes back (``setOnline(_:_:)``).
+    public func deliver(token: String, pushType: String, topic: String, priority: Int, payload: JSONValue, apnsID: String,
+                        expiration: Int64? = nil, collapseID: String? = nil) async -> DeliveryResult {
         defer { changes.notify() }
         let now = clock.now
         let (result, widgetWork) = state.withLock { s -> (DeliveryResult, (String, String)?) in
-            guard let owner = s.tokens[token] else {
-                return (DeliveryResult(status: 400, reason: "BadDeviceToken", outcome: nil), nil)
-            }
-            guard owner.environment == environment else {
+            guard let owner = s.tokens[token], owner.environment == environment else {
                 return (DeliveryResult(status: 400, reason: "BadDeviceToken", outcome: nil), nil)
             }
             let expectedTopic: String
@@ -29,35 +30,26 @@ extension SimulatorWorld {
             case .widgets: expectedTopic = owner.bundleID + ".push-type.widgets"
             default: expectedTopic = owner.bundleID + ".push-type.liveactivity"
             }
+            if case .retired(let since) = owner.kind {
+                // A rotated-away token: no longer valid for the topic.
+                return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: since), nil)
+            }
             guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets) else {
                 return (DeliveryResult(status: 400, reason: "DeviceTokenNotForTopic", outcome: nil), nil)
             }
-            do { try advanceLocked(&s, deviceID: owner.deviceID, to: now) } catch { return (DeliveryResult(status: 400, reason: "BadDeviceToken"), nil) }
-            switch owner.kind {
-            case .widgets:
-                return (DeliveryResult(status: 200, deviceID: owner.deviceID), (owner.deviceID, owner.bundleID))
-            case .activity(let id):
-                guard let i = s.devices[owner.deviceID]!.activities.firstIndex(where: { $0.id == id }) else {
-                    // A rotated-away token: no longer valid for the topic.
-                    return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil)
-                }
-                var a = s.devices[owner.deviceID]!.activities[i]
-                if a.state == .dismissed {
-                    return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: a.dismissedAt), nil)
-                }
-                let app = s.devices[owner.deviceID]!.apps[owner.bundleID]!
-                // Moved out and back, not copied: the log grows in place.
-                var events = s.devices[owner.deviceID]!.events
-                s.devices[owner.deviceID]!.events = []
-                let outcome = engine.receive(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events)
-                s.devices[owner.deviceID]!.activities[i] = a
-                s.devices[owner.deviceID]!.events = events
-                return (DeliveryResult(status: 200, outcome: outcome, deviceID: owner.deviceID), nil)
-            case .pushToStart(let type):
-                let outcome = startFromPush(&s, owner: owner, tokenType: type, payload: payload, apnsID: apnsID, now: now)
-                return (DeliveryResult(status: 200, outcome: outcome, deviceID: owner.deviceID), nil)
+            if case .activity(let id) = owner.kind, let a = s.devices[owner.deviceID]?.activities.first(where: { $0.id == id }), a.state == .dismissed {
+                return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: a.dismissedAt), nil)
             }
+            guard s.devices[owner.deviceID]?.isOnline ?? false else {
+                let o = store(&s, StoredPush(token: token, channelID: nil, activityID: nil, pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID,
+                                             collapseID: collapseID, receivedAt: now, expiresAt: storageEnd(expiration, from: now, limit: configuration.defaultStorageDuration)),
+                              deviceID: owner.deviceID)
+                return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
+            }
+            return deliverLocked(&s, owner: owner, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now)
         }
+        // A push-to-start's activity gets its token after the start, like one the app requested.
+        if state.withLock({ !$0.tokensDue.isEmpty }) { scheduleTick(after: configuration.pushTokenDelay) }
         if let (deviceID, bundleID) = widgetWork {
             let outcome = await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: nil, reason: .push, apnsID: apnsID)
             var r = result
@@ -65,6 +57,133 @@ extension SimulatorWorld {
             return r
         }
         return result
+    }
+
+    /// A push reaching an online device (now, or later from APNs' storage).
+    func deliverLocked(_ s: inout State, owner: TokenOwner, pushType: String, payload: JSONValue, priority: Int, apnsID: String, now: Date) -> (DeliveryResult, (String, String)?) {
+        do { try advanceLocked(&s, deviceID: owner.deviceID, to: now) } catch { return (DeliveryResult(status: 400, reason: "BadDeviceToken"), nil) }
+        switch owner.kind {
+        case .widgets:
+            // WidgetKit reloads for the documented body only (apple-push.md §9.1).
+            guard payload["aps"]?["content-changed"] == .bool(true) else {
+                let o = PushOutcome(.notDelivered, "Ignored: a widgets push reloads timelines only with {\"aps\":{\"content-changed\":true}}; this one has \(payload["aps"]?.briefDescription ?? "no aps").",
+                                    field: "aps.content-changed", expected: "true", found: payload["aps"]?["content-changed"]?.briefDescription ?? "nothing")
+                s.devices[owner.deviceID]!.events.append(DeviceEvent(time: now, source: .push, apnsID: apnsID, outcome: o, message: o.sentence))
+                return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
+            }
+            return (DeliveryResult(status: 200, deviceID: owner.deviceID), (owner.deviceID, owner.bundleID))
+        case .activity(let id):
+            guard let i = s.devices[owner.deviceID]!.activities.firstIndex(where: { $0.id == id }) else {
+                return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil)
+            }
+            var a = s.devices[owner.deviceID]!.activities[i]
+            if a.state == .dismissed {
+                return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: a.dismissedAt), nil)
+            }
+            let app = s.devices[owner.deviceID]!.apps[owner.bundleID]!
+            // Moved out and back, not copied: the log grows in place.
+            var events = s.devices[owner.deviceID]!.events
+            s.devices[owner.deviceID]!.events = []
+            let before = a
+            var outcome = engine.receive(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events, random: &s.random)
+            if let refused = crossCheck(a, outcome, bundleID: owner.bundleID) {
+                // The app's own decoder would refuse what the schema let through: the device keeps
+                // what it showed, and the log says why.
+                a = before
+                outcome = refused
+                if let last = events.lastIndex(where: { $0.apnsID == apnsID && $0.activityID == a.id }) {
+                    events[last].outcome = refused
+                    events[last].message = refused.sentence
+                }
+            }
+            s.devices[owner.deviceID]!.activities[i] = a
+            s.devices[owner.deviceID]!.events = events
+            return (DeliveryResult(status: 200, outcome: outcome, deviceID: owner.deviceID), nil)
+        case .pushToStart(let type):
+            let outcome = startFromPush(&s, owner: owner, tokenType: type, payload: payload, apnsID: apnsID, now: now)
+            return (DeliveryResult(status: 200, outcome: outcome, deviceID: owner.deviceID), nil)
+        case .retired(let since):
+            return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: since), nil)
+        }
+    }
+
+    /// The independent decode: when the app (``SimulatedActivityKit``) registered its
+    /// `ContentState` type, content the schema applied must also decode with `JSONDecoder`;
+    /// answers the refusal when it does not (nil: it does, or no type is registered).
+    func crossCheck(_ a: SimulatedActivity, _ outcome: PushOutcome, bundleID: String) -> PushOutcome? {
+        guard outcome.code == .applied || outcome.code == .ended, let decode = contentDecoders.withLock({ $0[bundleID + "\n" + a.attributesType] }),
+              let problem = decode(a.contentState) else { return nil }
+        return PushOutcome(.decodingFailed, "Dropped: the content schema accepts this content-state, but the app's ContentState type does not decode it with JSONDecoder (\(problem)); the schema and the app disagree, and the device keeps what it showed.",
+                           field: "content-state", expected: "what the app's ContentState decodes", found: problem)
+    }
+
+    /// When APNs stops trying: `apns-expiration` (0: not stored; absent: `limit` from now).
+    func storageEnd(_ expiration: Int64?, from now: Date, limit: TimeInterval) -> Date {
+        guard let expiration else { return now.addingTimeInterval(limit) }
+        if expiration == 0 { return now }
+        return min(Date(timeIntervalSince1970: Double(expiration)), now.addingTimeInterval(limit))
+    }
+
+    /// Keeps `push` for an offline device, replacing the one stored for the same app and activity.
+    func store(_ s: inout State, _ push: StoredPush, deviceID: String) -> PushOutcome {
+        let key = { (p: StoredPush) in p.token.map { "t:\($0)" } ?? "c:\(p.channelID ?? ""):\(p.activityID ?? "")" }
+        let mine = key(push)
+        let now = push.receivedAt
+        guard push.expiresAt > now else {
+            let o = PushOutcome(.expiredWhileOffline, "Not delivered: the device is offline and apns-expiration 0 tells APNs not to store the push.")
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, activityID: push.activityID, apnsID: push.apnsID, outcome: o, message: o.sentence))
+            return o
+        }
+        var replaced: StoredPush?
+        s.devices[deviceID]!.storedPushes.removeAll { p in
+            guard key(p) == mine else { return false }
+            replaced = p
+            return true
+        }
+        s.devices[deviceID]!.storedPushes.append(push)
+        let why = replaced.map { r in
+            r.collapseID != nil && r.collapseID == push.collapseID ? "; it replaces the stored push with the same apns-collapse-id \(r.collapseID!)" : "; it replaces the one stored before (APNs keeps one per app and activity)"
+        } ?? ""
+        return PushOutcome(.storedWhileOffline, "Stored by APNs: the device is offline; delivered when it comes back, until \(Clock.text(push.expiresAt))\(why).")
+    }
+
+    /// Takes a device off the network or brings it back. Back online, it receives what APNs kept
+    /// for it (not expired), oldest first; what expired meanwhile is logged as missed.
+    public func setOnline(_ deviceID: String, _ online: Bool) async throws(SimulatorError) {
+        defer { changes.notify() }
+        let now = clock.now
+        let widgetWork = try state.withLock { (s) throws(SimulatorError) -> [(String, String, String)] in
+            guard s.devices[deviceID] != nil else { throw SimulatorError(.notFound, "no device \(deviceID)") }
+            guard s.devices[deviceID]!.isOnline != online else { return [] }
+            s.devices[deviceID]!.isOnline = online
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user, message: online ? "The device is back online." : "The device went offline: APNs stores what it may until it is back."))
+            guard online else { return [] }
+            let stored = s.devices[deviceID]!.storedPushes.sorted { $0.receivedAt < $1.receivedAt }
+            s.devices[deviceID]!.storedPushes = []
+            var work: [(String, String, String)] = []
+            for p in stored {
+                guard p.expiresAt > now else {
+                    let o = PushOutcome(.expiredWhileOffline, "Missed: APNs discarded a push stored at \(Clock.text(p.receivedAt)) when its expiration passed (\(Clock.text(p.expiresAt))) before the device came back.")
+                    s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, activityID: p.activityID, apnsID: p.apnsID, outcome: o, message: o.sentence))
+                    continue
+                }
+                if let token = p.token {
+                    guard let owner = s.tokens[token], owner.deviceID == deviceID else { continue }
+                    let (_, widgets) = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
+                    if let (d, b) = widgets { work.append((d, b, p.apnsID)) }
+                } else if let channel = p.channelID, let activityID = p.activityID {
+                    try? advanceLocked(&s, deviceID: deviceID, to: now)
+                    guard let i = s.devices[deviceID]!.activities.firstIndex(where: { $0.id == activityID && $0.channelID == channel }),
+                          let app = s.devices[deviceID]!.apps[s.devices[deviceID]!.activities[i].bundleID] else { continue }
+                    var d = s.devices[deviceID]!
+                    _ = engine.receive(p.payload, priority: p.priority, apnsID: p.apnsID, activity: &d.activities[i], app: app, now: now, events: &d.events, random: &s.random)
+                    s.devices[deviceID] = d
+                }
+            }
+            return work
+        }
+        if state.withLock({ !$0.tokensDue.isEmpty }) { scheduleTick(after: configuration.pushTokenDelay) }
+        for (d, b, apnsID) in widgetWork { await reloadWidgets(deviceID: d, bundleID: b, kinds: nil, reason: .push, apnsID: apnsID) }
     }
 
     /// A push-to-start (apple-push.md §6; isle-decisions.md, Push-to-start).
@@ -86,7 +205,12 @@ extension SimulatorWorld {
             return log(PushOutcome(.unknownAttributesType, "Dropped: attributes-type \"\(type)\" does not match this token's type \"\(tokenType)\" (exact Swift name, case-sensitive).",
                                    field: "attributes-type", expected: tokenType, found: type))
         }
+        let device = s.devices[deviceID]!
         if let problem = engine.checkTimestamp(aps, last: nil) { return log(problem) }
+        let wantsToken = aps["input-push-token"]?.numberValue?.exactInt64Value == 1
+        if !device.runs(atLeast: 18), aps["input-push-channel"] != nil {
+            return log(PushOutcome(.unsupportedOnThisVersion, "Not started: input-push-channel needs iOS 18; this device runs \(device.osVersion) (apple-push.md §6: \"the Live Activity will not start\")."))
+        }
         let attributes = aps["attributes"] ?? .null
         let contentState = aps["content-state"] ?? .null
         if case .failure(let o) = checkStart(s, deviceID: deviceID, app: app, attributesType: type, attributes: attributes, contentState: contentState) { return log(o) }
@@ -99,19 +223,30 @@ extension SimulatorWorld {
         }
         var a = newActivity(&s, deviceID: deviceID, app: app, attributesType: type, attributes: attributes, contentState: contentState, now: now, by: .push)
         a.channelID = channel
-        a.lastTimestamp = aps["timestamp"]?.numberValue?.exactInt64Value.map { Date(timeIntervalSince1970: Double($0)) }
+        a.lastTimestamp = ActivityEngine.apsDate(aps["timestamp"])
         a.relevanceScore = aps["relevance-score"]?.numberValue?.doubleValue ?? 0
-        a.staleDate = aps["stale-date"]?.numberValue?.exactInt64Value.map { Date(timeIntervalSince1970: Double($0)) }
+        a.staleDate = ActivityEngine.apsDate(aps["stale-date"])
         a.lastAlert = Localizer.resolve(aps["alert"]!.objectValue!, table: app.localization, at: now)
-        if channel == nil {
-            if configuration.withholdUpdateTokenUntilAllowed {
-                a.withheldToken = Self.newToken(bytes: 80)
-            } else {
-                issueUpdateToken(&s, &a, deviceID: deviceID, environment: app.environment)
-            }
+        // iOS 18 and later issue an update token only when the push asks with "input-push-token": 1
+        // (Isle's reading of apple-push.md §6, where Apple is ambiguous; isle-decisions.md); before 18
+        // a push-started activity always gets one.
+        var tokenNote: String
+        if channel != nil {
+            tokenNote = ""
+        } else if device.runs(atLeast: 18), !wantsToken {
+            tokenNote = "; it has no update token: the push did not ask with \"input-push-token\": 1 (iOS 18+), so the server can update it only by channel or a new start"
+        } else if configuration.withholdUpdateTokenUntilAllowed {
+            a.withheldToken = Self.newToken(bytes: 80)
+            tokenNote = "; its update token waits until the person allows"
+        } else {
+            a.tokenDueAt = now.addingTimeInterval(configuration.pushTokenDelay)
+            s.tokensDue.insert(deviceID)
+            tokenNote = "; its update token follows on pushTokenUpdates"
+        }
+        if let ts = aps["timestamp"]?.numberValue?.doubleValue, ts > 1e11 {
+            tokenNote += ". Flagged: timestamp \(aps["timestamp"]!.briefDescription) looks like milliseconds: every later update in seconds will be ignored as older"
         }
         s.devices[deviceID]!.activities.append(a)
-        let tokenNote = a.updateToken != nil ? "; the app received its update token" : a.withheldToken != nil ? "; its update token waits until the person allows" : ""
         return log(PushOutcome(.started, "Started a \(type) activity\(channel.map { " subscribed to channel \($0)" } ?? "")\(tokenNote)."), a.id)
     }
 
@@ -163,7 +298,9 @@ extension SimulatorWorld {
 
     /// Fans a broadcast out to every activity subscribed to the channel. Returns nil if the
     /// channel does not exist, else (storage policy, outcomes).
-    public func broadcast(bundleID: String, channelID: String, priority: Int, payload: JSONValue, requestID: String) -> (policy: Int, outcomes: [PushOutcome])? {
+    /// An offline subscriber gets, when it is back, the channel's most recent message if the
+    /// channel stores one (policy 1: up to 8 h, or `apns-expiration` if sooner); policy 0 stores none.
+    public func broadcast(bundleID: String, channelID: String, priority: Int, payload: JSONValue, requestID: String, expiration: Int64 = 0) -> (policy: Int, outcomes: [PushOutcome])? {
         defer { changes.notify() }
         let now = clock.now
         return state.withLock { s -> (Int, [PushOutcome])? in
@@ -173,8 +310,28 @@ extension SimulatorWorld {
                 guard let app = s.devices[deviceID]?.apps[bundleID], app.environment == environment else { continue }
                 try? advanceLocked(&s, deviceID: deviceID, to: now)
                 var d = s.devices[deviceID]!
-                for i in d.activities.indices where d.activities[i].bundleID == bundleID && d.activities[i].channelID == channelID && d.activities[i].state != .dismissed {
-                    outcomes.append(engine.receive(payload, priority: priority, apnsID: requestID, activity: &d.activities[i], app: app, now: now, events: &d.events))
+                let subscribed = d.activities.indices.filter { d.activities[$0].bundleID == bundleID && d.activities[$0].channelID == channelID && d.activities[$0].state != .dismissed }
+                guard d.isOnline else {
+                    for i in subscribed {
+                        let id = d.activities[i].id
+                        guard policy == 1 else {
+                            let o = PushOutcome(.expiredWhileOffline, "Missed: the device is offline and the channel stores no messages (storage policy 0).")
+                            d.events.append(DeviceEvent(time: now, source: .system, activityID: id, apnsID: requestID, outcome: o, message: o.sentence))
+                            outcomes.append(o)
+                            continue
+                        }
+                        let push = StoredPush(token: nil, channelID: channelID, activityID: id, pushType: "liveactivity", topic: bundleID, priority: priority, payload: payload,
+                                              apnsID: requestID, collapseID: nil, receivedAt: now,
+                                              expiresAt: storageEnd(expiration == 0 ? nil : expiration, from: now, limit: configuration.channelStorageDuration))
+                        s.devices[deviceID] = d
+                        outcomes.append(store(&s, push, deviceID: deviceID))
+                        d = s.devices[deviceID]!
+                    }
+                    s.devices[deviceID] = d
+                    continue
+                }
+                for i in subscribed {
+                    outcomes.append(engine.receive(payload, priority: priority, apnsID: requestID, activity: &d.activities[i], app: app, now: now, events: &d.events, random: &s.random))
                 }
                 s.devices[deviceID] = d
             }

@@ -79,6 +79,14 @@ extension SimulatorWorld {
         var sentence = "Reloaded \(plan.count) widget timeline\(plan.count == 1 ? "" : "s") of \(bundleID) (\(reason.rawValue))"
         if deferred > 0 { sentence += "; \(deferred) deferred by the budget" }
         if failures > 0 { sentence += "; \(failures) failed to load" }
+        // Allowed, but flagged: entries closer than the minimum spacing (isle-decisions.md, WidgetKit).
+        for case (_, .success(let t)) in results {
+            if let i = t.entries.indices.dropFirst().first(where: { t.entries[$0].date.timeIntervalSince(t.entries[$0 - 1].date) < configuration.widgetMinimumEntrySpacing }) {
+                let gap = Int(t.entries[i].date.timeIntervalSince(t.entries[i - 1].date))
+                sentence += ". Flagged: timeline entries \(i - 1) and \(i) are \(gap) s apart; WidgetKit is not meant to show entries closer than \(Int(configuration.widgetMinimumEntrySpacing / 60)) minutes"
+                break
+            }
+        }
         return logWidget(deviceID, apnsID, PushOutcome(.widgetsReloaded, sentence + "."))
     }
 
@@ -130,15 +138,5 @@ extension SimulatorWorld {
         for (deviceID, bundleID, kind) in due {
             await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: [kind], reason: .policy)
         }
-    }
-
-    /// Advances a manual clock and runs what became due (widget policy reloads). Activity
-    /// transitions are applied lazily whenever a device is read or receives a push.
-    public func advanceClock(by seconds: TimeInterval) async throws(SimulatorError) {
-        defer { changes.notify() }
-        guard let manual = clock as? ManualWallClock else { throw SimulatorError(.conflict, "the simulator runs in real time; its clock cannot be advanced") }
-        guard seconds >= 0 else { throw SimulatorError(.invalidArgument, "seconds must be ≥ 0", field: "seconds") }
-        manual.advance(by: seconds)
-        await runDueWidgetReloads()
     }
 }

@@ -6,15 +6,57 @@ import Synchronization
 public struct SimulatedDevice: Sendable, Hashable, Codable {
     public var id: String
     public var name: String
+    /// The iOS version ("26.0", "17.2", …): push-to-start needs 17.2, channels and `input-push-*`
+    /// 18, widget pushes 26 (apple-push.md §6, §7, §9.1).
+    public var osVersion: String
+    public var model: String
+    /// Without one, an alerting update shows the Lock Screen presentation as a banner (§10.7).
+    public var hasDynamicIsland: Bool
+    /// An offline device receives nothing; APNs stores what it may (``StoredPush``).
+    public var isOnline: Bool
     public var apps: [String: SimulatedApp]
     /// Activities in the order they started.
     public var activities: [SimulatedActivity]
     public var events: [DeviceEvent]
+    /// What APNs holds for the device while it is offline.
+    public var storedPushes: [StoredPush]
+
+    /// Whether the device runs at least `major.minor`.
+    public func runs(atLeast major: Int, _ minor: Int = 0) -> Bool {
+        let parts = osVersion.split(separator: ".").map { Int($0) ?? 0 }
+        let (ma, mi) = (parts.first ?? 0, parts.count > 1 ? parts[1] : 0)
+        return ma > major || (ma == major && mi >= minor)
+    }
+
+    /// Models without a Dynamic Island (the rest, iPhone 14 Pro and later, have one).
+    public static let modelsWithoutDynamicIsland: Set<String> = [
+        "iPhone SE (2nd generation)", "iPhone SE (3rd generation)", "iPhone 11", "iPhone 11 Pro", "iPhone 12", "iPhone 12 mini", "iPhone 12 Pro",
+        "iPhone 13", "iPhone 13 mini", "iPhone 13 Pro", "iPhone 14", "iPhone 14 Plus", "iPhone 16e",
+    ]
+}
+
+/// A push APNs keeps for an offline device (apple-push.md §2 `apns-expiration`, §7.2 storage
+/// policy, §11): one per app and activity (per token; per channel and activity for broadcasts),
+/// the newest replacing the older one.
+public struct StoredPush: Sendable, Hashable, Codable {
+    /// The device token it was sent to, or nil for a broadcast.
+    public var token: String?
+    public var channelID: String?
+    public var activityID: String?
+    public var pushType: String
+    public var topic: String
+    public var priority: Int
+    public var payload: JSONValue
+    public var apnsID: String
+    public var collapseID: String?
+    public var receivedAt: Date
+    public var expiresAt: Date
 }
 
 /// Who a token belongs to.
 struct TokenOwner: Sendable, Hashable {
-    enum Kind: Sendable, Hashable { case activity(String), pushToStart(String), widgets }
+    /// `retired`: rotated away or otherwise no longer valid, since that time (answers 410).
+    enum Kind: Sendable, Hashable { case activity(String), pushToStart(String), widgets, retired(Date) }
     var deviceID: String
     var bundleID: String
     var kind: Kind
@@ -41,14 +83,21 @@ public struct ScreenState: Sendable, Hashable, Codable {
     public var dynamicIsland: IslandMode
     /// Activity ids shown in the Dynamic Island: one for compact/expanded; attached then detached for minimal.
     public var islandActivities: [String]
+    /// On a device without a Dynamic Island, an alerting update shows as a banner for a moment.
+    public var banner: Banner?
     public var widgets: [WidgetView]
+
+    public struct Banner: Sendable, Hashable, Codable {
+        public var activityID: String
+        public var alert: ShownAlert
+    }
 }
 
 public struct SimulatorError: Error, Sendable, Hashable, CustomStringConvertible {
     public enum Code: String, Sendable, Hashable, Codable {
         case notFound, invalidArgument, conflict
         // ActivityAuthorizationError cases (apple-push.md §10.5)
-        case denied, targetMaximumExceeded, globalMaximumExceeded, attributesTooLarge, unsupported
+        case denied, targetMaximumExceeded, globalMaximumExceeded, attributesTooLarge, unsupported, visibility
     }
     public var code: Code
     public var message: String
@@ -69,6 +118,8 @@ public final class SimulatorWorld: Sendable {
     public let environment: SimulatedEnvironment
     let state: Mutex<State>
     let timelineProviders = ProviderRegistry()
+    /// The apps' own `ContentState` decoders (``SimulatedActivityKit``), by bundle id and attributes type.
+    let contentDecoders = Mutex<[String: @Sendable (JSONValue) -> String?]>([:])
     /// Notified after every change; the ActivityKit-shaped API follows it.
     public let changes = ChangeFeed()
     var engine: ActivityEngine { ActivityEngine(configuration: configuration) }
@@ -81,23 +132,50 @@ public final class SimulatorWorld: Sendable {
         var channels: [String: [String: Int]] = [:]
         var channelsDisabled: Set<String> = []
         var nextID = 0
+        /// Draws the model's random choices (priority-5 delays), seeded.
+        var random: SeededRandom
+        /// Devices with activities waiting for their push token.
+        var tokensDue: Set<String> = []
+        /// A tick is scheduled to run at once (see `scheduleTick(after:)`).
+        var tickPending = false
     }
 
     public init(configuration: SimulatorConfiguration = .init(), environment: SimulatedEnvironment = .sandbox, clock: any WallClock) {
         self.configuration = configuration
         self.environment = environment
         self.clock = clock
-        state = Mutex(State())
+        state = Mutex(State(random: SeededRandom(seed: configuration.seed)))
     }
 
     // MARK: Devices and apps
 
+    /// Registers the app's own decoder of an attributes type's content state: it answers nil when
+    /// the content decodes, else why not. Content the schema accepts but this refuses is dropped
+    /// with `decodingFailed` (the simulator's independent check on the shared schema code).
+    public func registerContentDecoder(bundleID: String, attributesType: String, _ decode: @escaping @Sendable (JSONValue) -> String?) {
+        contentDecoders.withLock { $0[bundleID + "\n" + attributesType] = decode }
+    }
+
     @discardableResult
     public func createDevice(name: String) -> String {
-        state.withLock { s in
+        // The defaults always pass the checks.
+        (try? createDevice(name: name, osVersion: "26.0", model: "iPhone 16 Pro")) ?? ""
+    }
+
+    /// A device of a given iOS version and model (`hasDynamicIsland` overrides what the model implies).
+    @discardableResult
+    public func createDevice(name: String, osVersion: String, model: String, hasDynamicIsland: Bool? = nil) throws(SimulatorError) -> String {
+        let parts = osVersion.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...3).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }), let major = Int(parts[0]), (16...99).contains(major) else {
+            throw SimulatorError(.invalidArgument, "osVersion must be an iOS version such as 26.0 or 17.2 (Live Activities need 16.1 or later)", field: "osVersion")
+        }
+        guard !model.isEmpty else { throw SimulatorError(.invalidArgument, "model must name an iPhone, such as iPhone 16 Pro", field: "model") }
+        let island = hasDynamicIsland ?? !SimulatedDevice.modelsWithoutDynamicIsland.contains(model)
+        return state.withLock { s in
             s.nextID += 1
             let id = "device-\(s.nextID)"
-            s.devices[id] = SimulatedDevice(id: id, name: name.isEmpty ? id : name, apps: [:], activities: [], events: [])
+            s.devices[id] = SimulatedDevice(id: id, name: name.isEmpty ? id : name, osVersion: osVersion, model: model, hasDynamicIsland: island, isOnline: true,
+                                            apps: [:], activities: [], events: [], storedPushes: [])
             s.deviceOrder.append(id)
             return id
         }
@@ -112,19 +190,22 @@ public final class SimulatorWorld: Sendable {
         public var declaresFrequentUpdates: Bool
         public var localization: [String: String]
         public var widgets: [SimulatedWidget.Configuration]
+        /// Whether the person has the app open (only a foreground app may call `Activity.request`).
+        public var foreground: Bool
         public init(bundleID: String, environment: SimulatedEnvironment = .sandbox, schemas: [ActivitySchema] = [], declaresFrequentUpdates: Bool = false,
-                    localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = []) {
+                    localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = [], foreground: Bool = true) {
             self.bundleID = bundleID
             self.environment = environment
             self.schemas = schemas
             self.declaresFrequentUpdates = declaresFrequentUpdates
             self.localization = localization
             self.widgets = widgets
+            self.foreground = foreground
         }
     }
 
     /// Installs an app: push-to-start tokens are issued for each attributes type (iOS 17.2+),
-    /// and a widget push token when it has widgets.
+    /// and a widget push token when it has widgets (iOS 26+).
     @discardableResult
     public func install(_ install: AppInstall, on deviceID: String) throws(SimulatorError) -> SimulatedApp {
         defer { changes.notify() }
@@ -139,13 +220,14 @@ public final class SimulatorWorld: Sendable {
                 schemas: Dictionary(install.schemas.map { ($0.attributesType, $0) }, uniquingKeysWith: { _, b in b }),
                 declaresFrequentUpdates: install.declaresFrequentUpdates, liveActivitiesEnabled: true, frequentUpdatesEnabled: install.declaresFrequentUpdates,
                 localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
-                widgets: install.widgets.map { SimulatedWidget(configuration: $0) }, isForeground: false)
-            for type in app.schemas.keys.sorted() {
+                widgets: install.widgets.map { SimulatedWidget(configuration: $0) }, isForeground: install.foreground)
+            let device = s.devices[deviceID]!
+            for type in app.schemas.keys.sorted() where device.runs(atLeast: 17, 2) {
                 let token = Self.newToken(bytes: 40)
                 app.pushToStartTokens[type] = token
                 s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: install.bundleID, kind: .pushToStart(type), environment: install.environment)
             }
-            if !app.widgets.isEmpty {
+            if !app.widgets.isEmpty, device.runs(atLeast: 26) {
                 let token = Self.newToken(bytes: 32)
                 app.widgetPushToken = token
                 s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: install.bundleID, kind: .widgets, environment: install.environment)
@@ -173,12 +255,29 @@ public final class SimulatorWorld: Sendable {
     @discardableResult
     public func rotatePushToStartToken(bundleID: String, attributesType: String, on deviceID: String) throws(SimulatorError) -> String {
         defer { changes.notify() }
+        let now = clock.now
         return try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
             guard let old = app.pushToStartTokens[attributesType] else { throw SimulatorError(.notFound, "\(bundleID) has no attributes type \(attributesType)", field: "attributesType") }
-            s.tokens[old] = nil
+            retire(&s, old, at: now)
             let token = Self.newToken(bytes: 40)
             app.pushToStartTokens[attributesType] = token
             s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: bundleID, kind: .pushToStart(attributesType), environment: app.environment)
+            return token
+        }
+    }
+
+    /// WidgetKit issues a new widget push token (iOS 26); the old one answers 410 from then on.
+    @discardableResult
+    public func rotateWidgetPushToken(bundleID: String, on deviceID: String) throws(SimulatorError) -> String {
+        defer { changes.notify() }
+        let now = clock.now
+        return try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
+            guard let old = app.widgetPushToken else { throw SimulatorError(.conflict, "\(bundleID) has no widget push token (no widgets, or iOS before 26)") }
+            retire(&s, old, at: now)
+            let token = Self.newToken(bytes: 32)
+            app.widgetPushToken = token
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: bundleID, kind: .widgets, environment: app.environment)
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, message: "WidgetKit issued a new widget push token for \(bundleID); the old one is no longer valid."))
             return token
         }
     }
@@ -231,14 +330,20 @@ public final class SimulatorWorld: Sendable {
                                 staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token, start: Date? = nil) throws(SimulatorError) -> SimulatedActivity {
         defer { changes.notify() }
         let now = clock.now
-        return try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
+        let activity = try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
             try advanceLocked(&s, deviceID: deviceID, to: now)
             guard let app = s.devices[deviceID]!.apps[bundleID] else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
+            guard app.isForeground else {
+                throw SimulatorError(.visibility, "Activity.request failed with ActivityAuthorizationError.visibility: \(bundleID) is not in the foreground. Start from the foreground app, a LiveActivityIntent, a push-to-start, or schedule it.")
+            }
             if case .failure(let outcome) = checkStart(s, deviceID: deviceID, app: app, attributesType: attributesType, attributes: attributes, contentState: contentState) {
                 throw SimulatorError(Self.authorizationCode(outcome.code, limit: outcome.sentence), outcome.sentence, field: outcome.field)
             }
             var channel: String?
             if case .channel(let id) = pushType {
+                guard s.devices[deviceID]!.runs(atLeast: 18) else {
+                    throw SimulatorError(.unsupported, "pushType .channel needs iOS 18; this device runs \(s.devices[deviceID]!.osVersion)", field: "pushType")
+                }
                 guard s.channels[bundleID]?[id] != nil else { throw SimulatorError(.invalidArgument, "channel \(id) does not exist; the activity fails to start", field: "pushType") }
                 channel = id
             }
@@ -250,15 +355,22 @@ public final class SimulatorWorld: Sendable {
                 a.state = .pending
                 a.startedAt = start
             }
-            if pushType == .token { issueUpdateToken(&s, &a, deviceID: deviceID, environment: app.environment) }
+            // The token is not there when request returns: it comes on pushTokenUpdates (WWDC23).
+            if pushType == .token {
+                a.tokenDueAt = now.addingTimeInterval(configuration.pushTokenDelay)
+                s.tokensDue.insert(deviceID)
+            }
             s.devices[deviceID]!.activities.append(a)
-            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, message: "The app \(a.state == .pending ? "scheduled" : "started") a \(attributesType) activity\(a.updateToken != nil ? " and got its push token" : "")\(channel.map { " subscribed to channel \($0)" } ?? "")."))
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, message: "The app \(a.state == .pending ? "scheduled" : "started") a \(attributesType) activity\(a.tokenDueAt != nil ? "; its push token follows on pushTokenUpdates" : "")\(channel.map { " subscribed to channel \($0)" } ?? "")."))
             return a
         }
+        if pushType == .token { scheduleTick(after: configuration.pushTokenDelay) }
+        return activity
     }
 
-    /// The app updates or ends its own activity (`activity.update` / `activity.end`).
-    public func appUpdate(activityID: String, on deviceID: String, contentState: JSONValue?, end: Bool = false, dismissImmediately: Bool = false) throws(SimulatorError) {
+    /// The app updates or ends its own activity (`activity.update` / `activity.end`); an end's
+    /// dismissal policy is `.default`, `.immediate` (`dismissImmediately`) or `.after(dismissAt)`.
+    public func appUpdate(activityID: String, on deviceID: String, contentState: JSONValue?, end: Bool = false, dismissImmediately: Bool = false, dismissAt: Date? = nil) throws(SimulatorError) {
         defer { changes.notify() }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
@@ -270,6 +382,7 @@ public final class SimulatorWorld: Sendable {
             var aps: JSONObject = ["timestamp": .int(ActivityKitEncoding.unixSeconds(now)), "event": end ? "end" : "update"]
             if let contentState { aps["content-state"] = contentState } else if !end { aps["content-state"] = a.contentState }
             if end, dismissImmediately { aps["dismissal-date"] = .int(ActivityKitEncoding.unixSeconds(now)) }
+            if end, !dismissImmediately, let dismissAt { aps["dismissal-date"] = .int(ActivityKitEncoding.unixSeconds(dismissAt)) }
             if let problem = engine.decode(aps["content-state"], required: false, attributesType: a.attributesType, app: app) {
                 throw SimulatorError(.invalidArgument, problem.sentence, field: problem.field)
             }
@@ -316,7 +429,7 @@ public final class SimulatorWorld: Sendable {
             guard a.updateToken != nil else { throw SimulatorError(.conflict, "the activity has no push token") }
             guard a.state.isOngoing else { throw SimulatorError(.conflict, "the activity has ended") }
             let env = s.devices[deviceID]!.apps[a.bundleID]!.environment
-            if let old = a.updateToken { retired(&s, old) }
+            if let old = a.updateToken { retire(&s, old, at: clock.now) }
             issueUpdateToken(&s, &a, deviceID: deviceID, environment: env)
             s.devices[deviceID]!.activities[i] = a
             s.devices[deviceID]!.events.append(DeviceEvent(time: clock.now, source: .system, activityID: a.id, message: "ActivityKit issued a new push token; the old one is no longer valid."))
@@ -347,7 +460,14 @@ public final class SimulatorWorld: Sendable {
                 shown = [alerted.id]
             }
             let widgets = d.apps.values.sorted { $0.bundleID < $1.bundleID }.flatMap { app in app.widgets.map { $0.view(bundleID: app.bundleID, at: now) } }
-            return ScreenState(time: now, lockScreen: items, dynamicIsland: mode, islandActivities: shown, widgets: widgets)
+            var banner: ScreenState.Banner?
+            if !d.hasDynamicIsland {
+                // No Dynamic Island: the alert shows the Lock Screen presentation as a banner instead.
+                if mode == .expanded, let id = shown.first, let alert = island.first(where: { $0.id == id })?.lastAlert { banner = .init(activityID: id, alert: alert) }
+                mode = .none
+                shown = []
+            }
+            return ScreenState(time: now, lockScreen: items, dynamicIsland: mode, islandActivities: shown, banner: banner, widgets: widgets)
         }
     }
 
@@ -423,10 +543,10 @@ public final class SimulatorWorld: Sendable {
         s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: a.bundleID, kind: .activity(a.id), environment: environment)
     }
 
-    /// A rotated-away token: unknown from now on (answers BadDeviceToken… no: 410, see retiredTokens).
-    func retired(_ s: inout State, _ token: String) {
+    /// A rotated-away token: APNs answers 410 Unregistered for it from now on.
+    func retire(_ s: inout State, _ token: String, at t: Date) {
         if var owner = s.tokens[token] {
-            owner.kind = .activity("retired")
+            owner.kind = .retired(t)
             s.tokens[token] = owner
         }
     }

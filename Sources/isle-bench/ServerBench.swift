@@ -89,7 +89,7 @@ struct ServerBench: AsyncParsableCommand {
             let backend = try await ServerSetup.createKey(store: store, bundleID: "com.example.scores", scope: .backend).secret
             var devices: [String] = []
             var pairs: [(String, String)] = []
-            var records: [ActivityRecord] = []
+            var started: [(device: String, activity: String)] = []
             for i in 0..<activityCount {
                 if i % 1000 == 0 {
                     let d = sim.world.createDevice(name: "d\(i / 1000)")
@@ -97,9 +97,15 @@ struct ServerBench: AsyncParsableCommand {
                     devices.append(d)
                 }
                 let a = try sim.world.requestActivity(bundleID: "com.example.scores", on: devices.last!, attributesType: "ScoreAttributes", attributes: ["match": "7"], contentState: ["home": 0, "away": 0])
-                let id = "act_\(i)"
-                records.append(ActivityRecord(id: id, bundleID: "com.example.scores", attributesType: "ScoreAttributes", state: .active, updateToken: a.updateToken, startedAt: Date(), topics: ["match-7"]))
-                pairs.append((a.id, id))
+                started.append((devices.last!, a.id))
+                pairs.append((a.id, "act_\(i)"))
+            }
+            // The tokens come after request returns, as on a device: hand them out, then read each phone once.
+            await sim.world.tick()
+            var tokens: [String: String] = [:]
+            for d in devices { for a in try sim.world.device(d).activities { tokens[a.id] = a.updateToken } }
+            let records = started.enumerated().map { i, s in
+                ActivityRecord(id: "act_\(i)", bundleID: "com.example.scores", attributesType: "ScoreAttributes", state: .active, updateToken: tokens[s.activity], startedAt: Date(), topics: ["match-7"])
             }
             for start in stride(from: 0, to: records.count, by: 10_000) {
                 _ = try await store.enqueue([], creating: Array(records[start..<min(records.count, start + 10_000)]), idempotency: nil, now: Date())

@@ -55,7 +55,7 @@ struct ClientAgainstSimulatorTests {
             #expect(activity.state == .active)
             // The Date range arrives as ActivityKit decodes it.
             #expect(activity.contentState["deliveryTimer"] == [.double(t.timeIntervalSinceReferenceDate), .double(t.timeIntervalSinceReferenceDate + 1500)])
-            let token = try DeviceToken(hex: activity.updateToken!)
+            let token = try DeviceToken(hex: try await r.sim.world.waitForPushToken(activityID: activity.id, on: r.device))
             r.clock.advance(by: 60)
             let update = try LiveActivityPayload.update(contentState: PizzaState(driverName: "Anne Johnson", deliveryTimer: t...t.addingTimeInterval(1500)), timestamp: r.clock.now)
             try await r.client.send(.liveActivity(update, token: token, bundleID: "com.example.pizza"))

@@ -36,7 +36,7 @@ struct ThirdPartyClientTests {
             process.arguments = ["--silent", "--show-error", "--http2", "--cacert", caPath, "--output", "/dev/null", "--write-out", "%{http_code} %{http_version}",
                                  "--header", "authorization: bearer \(jwt.out)", "--header", "apns-push-type: liveactivity",
                                  "--header", "apns-topic: com.example.pizza.push-type.liveactivity", "--header", "apns-priority: 5",
-                                 "--data", body, "\(sim.apnsURL)/3/device/\(activity.updateToken!)"]
+                                 "--data", body, "\(sim.apnsURL)/3/device/\(try await sim.world.waitForPushToken(activityID: activity.id, on: device))"]
             let out = Pipe()
             process.standardOutput = out
             try process.run()

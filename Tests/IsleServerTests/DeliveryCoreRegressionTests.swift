@@ -245,7 +245,7 @@ struct DeliveryCoreRegressionTests {
                 }
                 let started = try #require(try f.sim.world.device(device).activities.first { $0.startedBy == .push })
                 let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
-                    "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-7", "installationID": .string("inst-\(n)"),
+                    "attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: started.id, on: device)), "externalKey": "order-7", "installationID": .string("inst-\(n)"),
                 ], headers: [("Isle-Installation-Secret", secrets[n])])
                 #expect(link.status == 200 && link.json["installationID"] == .string("inst-\(n)"))
                 deviceActivities.append((device, started.id))

@@ -76,7 +76,7 @@ struct EndToEndTests {
             ])
             #expect(thief.status == 403 && thief.json["error"]?["code"] == "installationSecretRequired" && thief.json["error"]?["attributes"] == nil, "\(thief.json.jsonString)")
             let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
-                "attributesType": "PizzaDeliveryAttributes", "token": .string(started.updateToken!), "externalKey": "order-12345", "installationID": "inst-1",
+                "attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: started.id, on: f.device)), "externalKey": "order-12345", "installationID": "inst-1",
             ], headers: [("Isle-Installation-Secret", secret)])
             #expect(link.status == 200, "\(link.json.jsonString)")
             #expect(link.json["state"] == "active")
@@ -96,7 +96,7 @@ struct EndToEndTests {
             for i in 0..<1000 {
                 let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("Bill"))
                 let r = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
-                    "attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": .string("fan-\(i)"), "topics": ["match-7"],
+                    "attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)), "externalKey": .string("fan-\(i)"), "topics": ["match-7"],
                 ])
                 #expect(r.status == 201)
                 ids.append(a.id)

@@ -19,7 +19,7 @@ struct HTTPEdgeTests {
         try await ServerFixture.with { f in
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                     contentState: Pizza.state("Bill James"))
-            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": "race-order",
+            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)), "externalKey": "race-order",
                                    "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James")]
             let answers = try await withThrowingTaskGroup(of: ServerFixture.Answer.self) { group in
                 for _ in 0..<16 { group.addTask { try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body, headers: [("Idempotency-Key", "register-1")]) } }

@@ -99,11 +99,12 @@ struct MultiInstanceTests {
             for i in 0..<Self.activities {
                 let a = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                       contentState: Pizza.state("start"))
+                let token = try await sim.world.waitForPushToken(activityID: a.id, on: device)
                 let r = try await api.call("POST", "/v1/activities", key: deviceKey, idempotencyKey: "register-\(i)", body: [
-                    "attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": .string("order-\(i)"),
+                    "attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": .string("order-\(i)"),
                 ], startingAt: i)
                 let id = try #require(r["id"]?.stringValue, "registration answered \(r.jsonString)")
-                activities.append((id, a.updateToken!, a.id))
+                activities.append((id, token, a.id))
             }
 
             progress("\(activities.count) activities registered")

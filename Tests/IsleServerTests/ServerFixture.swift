@@ -144,9 +144,13 @@ final class ServerFixture: Sendable {
 
     // Device-side helpers: the simulated app starts an activity and registers its token with Isle.
     func appStartsActivity(key: String, topics: [String] = []) async throws -> (activity: SimulatedActivity, isleID: String) {
-        let a = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("Bill James"))
+        let requested = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                      contentState: Pizza.state("Bill James"))
+        // As app code does: the token arrives on pushTokenUpdates, after request returns.
+        let token = try await sim.world.waitForPushToken(activityID: requested.id, on: device)
+        let a = try deviceActivity(requested.id) ?? requested
         let r = try await call("POST", "/v1/activities", key: deviceKey, body: [
-            "attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": .string(key), "topics": .array(topics.map(JSONValue.string)),
+            "attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": .string(key), "topics": .array(topics.map(JSONValue.string)),
             "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James"),
         ])
         guard r.status == 201, let id = r.json["id"]?.stringValue else { throw DeadlineExceeded(what: "registration (\(r.status) \(r.json.jsonString))", after: .zero) }

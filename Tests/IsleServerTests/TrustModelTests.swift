@@ -83,9 +83,10 @@ struct TrustModelTests {
             let r = try await f.call("PUT", "/v1/installations/phone", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
             let secret = try #require(r.json["installationSecret"]?.stringValue)
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("A"))
-            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "externalKey": "o-9", "installationID": "phone"]
+            let token = try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)
+            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "o-9", "installationID": "phone"]
             #expect(try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body).status == 403)
-            let unknown = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!), "installationID": "ghost"])
+            let unknown = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "installationID": "ghost"])
             #expect(unknown.status == 400 && unknown.json["error"]?["field"] == "installationID")
             let registered = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body, headers: [(Self.secretHeader, secret)])
             #expect(registered.status == 201, "\(registered.json.jsonString)")
@@ -102,8 +103,9 @@ struct TrustModelTests {
     func sizes() async throws {
         try await ServerFixture.with { f in
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("A"))
+            let token = try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)
             func register(_ extra: JSONObject) async throws -> ServerFixture.Answer {
-                var body: JSONObject = ["attributesType": "PizzaDeliveryAttributes", "token": .string(a.updateToken!)]
+                var body: JSONObject = ["attributesType": "PizzaDeliveryAttributes", "token": .string(token)]
                 for (k, v) in extra { body[k] = v }
                 return try await f.call("POST", "/v1/activities", key: f.deviceKey, body: .object(body))
             }
@@ -120,7 +122,7 @@ struct TrustModelTests {
             let longInstallation = try await f.call("PUT", "/v1/installations/\(String(repeating: "i", count: 200))", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
             #expect(longInstallation.status == 400 && longInstallation.json["error"]?["field"] == "installation")
             let store = try SQLiteStore(path: f.databasePath)
-            #expect(try await store.activity(updateToken: a.updateToken!) == nil, "nothing refused was stored")
+            #expect(try await store.activity(updateToken: token) == nil, "nothing refused was stored")
             let ok = try await register(["externalKey": "o-sized", "contentState": Pizza.state("Fits"), "attributes": Pizza.attributes])
             #expect(ok.status == 201, "\(ok.json.jsonString)")
         }

@@ -53,7 +53,7 @@ struct ControlAPITests {
             #expect(app.status == 201)
             #expect(app.json["pushToStartTokens"]?["PizzaDeliveryAttributes"]?.stringValue?.count == 80)
             let a = try await c.call("POST", "/devices/\(id)/apps/com.example.pizza/activities",
-                                     #"{"attributesType":"PizzaDeliveryAttributes","attributes":\#(Pizza.attributes.jsonString),"contentState":\#(Pizza.state().jsonString),"relevanceScore":50}"#)
+                                     #"{"attributesType":"PizzaDeliveryAttributes","attributes":\#(Pizza.attributes.jsonString),"contentState":\#(Pizza.state().jsonString),"relevanceScore":50,"waitForPushToken":true}"#)
             #expect(a.status == 201)
             let activity = try #require(a.json["id"]?.stringValue)
             #expect(a.json["updateToken"]?.stringValue?.count == 160)

@@ -18,9 +18,19 @@ struct DeviceFixture {
         _ = try Pizza.install(world, on: device, frequent: frequent, localization: localization, widgets: widgets)
     }
 
-    func start(score: Double = 0) throws(SimulatorError) -> SimulatedActivity {
+    /// `Activity.request` alone (its token not awaited).
+    func request(score: Double = 0) throws(SimulatorError) -> SimulatedActivity {
         try world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                   contentState: Pizza.state(), relevanceScore: score)
+    }
+
+    /// Starts an activity the way app code does: request, then await its push token.
+    func start(score: Double = 0) async throws -> SimulatedActivity {
+        let a = try world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                          contentState: Pizza.state(), relevanceScore: score)
+        if world.configuration.pushTokenDelay > 0 { try await world.advanceClock(by: world.configuration.pushTokenDelay) }
+        _ = try await world.waitForPushToken(activityID: a.id, on: device)
+        return try activity(a.id)
     }
 
     @discardableResult
@@ -37,7 +47,7 @@ struct DeviceRuleTests {
     @Test("an update is applied and shown")
     func applied() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         let r = await f.push(a.updateToken!, Pizza.update(f.now, driver: "Anne Johnson"))
         #expect(r.status == 200 && r.outcome?.code == .applied)
         #expect(try f.activity(a.id).contentState["driverName"] == "Anne Johnson")
@@ -47,7 +57,7 @@ struct DeviceRuleTests {
     @Test("ordering: an older timestamp is ignored, an equal one applied (or ignored when strict)")
     func ordering() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(10), driver: "B"))
         #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(5), driver: "A")).outcome?.code == .olderTimestamp)
         #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(10), driver: "C")).outcome?.code == .applied)
@@ -55,7 +65,7 @@ struct DeviceRuleTests {
         var strict = SimulatorConfiguration()
         strict.strictTimestamps = true
         let g = try DeviceFixture(configuration: strict)
-        let b = try g.start()
+        let b = try await g.start()
         await g.push(b.updateToken!, Pizza.update(g.now))
         #expect(await g.push(b.updateToken!, Pizza.update(g.now)).outcome?.code == .olderTimestamp)
     }
@@ -63,7 +73,7 @@ struct DeviceRuleTests {
     @Test("content that does not decode is dropped with the field, the expectation and what was found")
     func decodingFailed() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         let bad: JSONValue = ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "update", "content-state": ["driverName": 7, "deliveryTimer": [1, 2]]]]
         let r = await f.push(a.updateToken!, bad)
         #expect(r.status == 200)
@@ -77,7 +87,7 @@ struct DeviceRuleTests {
     @Test("a Unix-time Date decodes 31 years late and is flagged")
     func unixTimeDate() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         let payload: JSONValue = ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "update",
                                           "content-state": ["driverName": "Anne", "deliveryTimer": [1_767_225_600, 1_767_227_100]]]]
         let r = await f.push(a.updateToken!, payload)
@@ -90,7 +100,7 @@ struct DeviceRuleTests {
     @Test("8 hours active, then the system ends it; 4 more hours on the Lock Screen; never past 12 h")
     func lifetime() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         f.clock.advance(by: 8 * 3600 - 1)
         #expect(try f.activity(a.id).state == .active)
         f.clock.advance(by: 1)
@@ -114,7 +124,7 @@ struct DeviceRuleTests {
         let cases: [(Double?, Double)] = [(nil, 14_400), (1800, 1800), (-60, 0), (21_600, 14_400)]
         for (dismissal, expected) in cases {
             let f = try DeviceFixture()
-            let a = try f.start()
+            let a = try await f.start()
             var aps: JSONObject = ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "end", "content-state": Pizza.state("Delivered")]
             if let dismissal { aps["dismissal-date"] = .int(Int64(f.now.addingTimeInterval(dismissal).timeIntervalSince1970)) }
             #expect(await f.push(a.updateToken!, ["aps": .object(aps)]).outcome?.code == .ended)
@@ -134,7 +144,7 @@ struct DeviceRuleTests {
     @Test("stale at the stale-date; an update with a later stale-date (or none) makes it active again")
     func stale() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         await f.push(a.updateToken!, Pizza.update(f.now, extra: ["stale-date": .int(Int64(f.now.addingTimeInterval(600).timeIntervalSince1970))]))
         f.clock.advance(by: 599)
         #expect(try f.activity(a.id).state == .active)
@@ -149,7 +159,7 @@ struct DeviceRuleTests {
     @Test("budget: the 16th priority-10 push in an hour is deferred; the newest deferred content is applied when budget frees")
     func budget() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         for i in 0..<15 {
             f.clock.advance(by: 60)
             #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "d\(i)"), priority: 10).outcome?.code == .applied)
@@ -171,7 +181,7 @@ struct DeviceRuleTests {
     @Test("frequent updates raise the budget; turning the setting off ends the app's activities")
     func frequent() async throws {
         let f = try DeviceFixture(frequent: true)
-        let a = try f.start()
+        let a = try await f.start()
         for i in 0..<30 {
             #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(Double(i)), driver: "d\(i)"), priority: 10).outcome?.code == .applied)
         }
@@ -185,7 +195,7 @@ struct DeviceRuleTests {
         var c = SimulatorConfiguration()
         c.lowPriorityDelay = 30
         let f = try DeviceFixture(configuration: c)
-        let a = try f.start()
+        let a = try await f.start()
         #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "later"), priority: 5).outcome?.code == .deferredLowPriority)
         #expect(try f.activity(a.id).contentState["driverName"] == "Bill James")
         f.clock.advance(by: 30)
@@ -195,24 +205,24 @@ struct DeviceRuleTests {
     @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
     func limits() async throws {
         let f = try DeviceFixture()
-        for _ in 0..<5 { _ = try f.start() }
-        #expect(throws: SimulatorError.self) { try f.start() }
-        do throws(SimulatorError) { _ = try f.start() } catch { #expect(error.code == .targetMaximumExceeded) }
+        for _ in 0..<5 { _ = try await f.start() }
+        #expect(throws: SimulatorError.self) { try f.request() }
+        do throws(SimulatorError) { _ = try f.request() } catch { #expect(error.code == .targetMaximumExceeded) }
         var c = SimulatorConfiguration()
         c.maximumActivitiesPerDevice = 2
         let g = try DeviceFixture(configuration: c)
-        _ = try g.start()
-        _ = try g.start()
-        do throws(SimulatorError) { _ = try g.start(); Issue.record("started") } catch { #expect(error.code == .globalMaximumExceeded) }
+        _ = try await g.start()
+        _ = try await g.start()
+        do throws(SimulatorError) { _ = try g.request(); Issue.record("started") } catch { #expect(error.code == .globalMaximumExceeded) }
         let h = try DeviceFixture()
         try h.world.updateSettings(bundleID: Pizza.bundleID, on: h.device, liveActivitiesEnabled: false)
-        do throws(SimulatorError) { _ = try h.start(); Issue.record("started") } catch { #expect(error.code == .denied) }
+        do throws(SimulatorError) { _ = try h.request(); Issue.record("started") } catch { #expect(error.code == .denied) }
     }
 
     @Test("the user dismissing an activity: its token answers 410")
     func userDismissal() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         try f.world.userDismiss(activityID: a.id, on: f.device)
         let r = await f.push(a.updateToken!, Pizza.update(f.now))
         #expect(r.status == 410 && r.reason == "Unregistered")
@@ -221,7 +231,7 @@ struct DeviceRuleTests {
     @Test("token rotation: the old token answers 410, the new one works")
     func rotation() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         let new = try f.world.rotateUpdateToken(activityID: a.id, on: f.device)
         #expect(new != a.updateToken)
         #expect(await f.push(a.updateToken!, Pizza.update(f.now)).status == 410)
@@ -236,7 +246,7 @@ struct DeviceRuleTests {
         return ["aps": .object(aps)]
     }
 
-    @Test("push-to-start: starts with an update token; the alert is localized")
+    @Test("push-to-start: starts, its update token follows; the alert is localized")
     func pushToStart() async throws {
         let f = try DeviceFixture(localization: ["ORDER_%@": "Order %@"])
         let token = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
@@ -244,12 +254,13 @@ struct DeviceRuleTests {
         #expect(r.outcome?.code == .started)
         let a = try #require(try f.world.device(f.device).activities.first)
         #expect(a.startedBy == .push)
-        #expect(a.updateToken != nil)
         #expect(a.lastAlert?.title == "Order 12345")
-        #expect(await f.push(a.updateToken!, Pizza.update(f.now)).outcome?.code == .applied)
-        // A rotated push-to-start token: the old one is gone.
+        // Its update token follows the start (asked for with input-push-token).
+        let updateToken = try await f.world.waitForPushToken(activityID: a.id, on: f.device)
+        #expect(await f.push(updateToken, Pizza.update(f.now)).outcome?.code == .applied)
+        // A rotated push-to-start token: the old one answers 410 from then on.
         let newToken = try f.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: f.device)
-        #expect(await f.push(token, Self.startPayload(f.now)).status == 400)
+        #expect(await f.push(token, Self.startPayload(f.now)).status == 410)
         #expect(await f.push(newToken, Self.startPayload(f.now)).outcome?.code == .started)
     }
 
@@ -302,12 +313,12 @@ struct DeviceRuleTests {
     @Test("Lock Screen orders by relevance then start; Dynamic Island compact → minimal → expanded on an alert")
     func presentations() async throws {
         let f = try DeviceFixture()
-        let first = try f.start(score: 10)
+        let first = try await f.start(score: 10)
         #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .compact)
         f.clock.advance(by: 60)
-        let second = try f.start(score: 50)
+        let second = try await f.start(score: 50)
         f.clock.advance(by: 60)
-        let third = try f.start(score: 10)
+        let third = try await f.start(score: 10)
         let screen = try f.world.screen(deviceID: f.device)
         #expect(screen.lockScreen.map(\.activityID) == [second.id, first.id, third.id])
         #expect(screen.dynamicIsland == .minimal)
@@ -329,7 +340,7 @@ struct DeviceRuleTests {
     @Test("every push leaves an outcome in the device's event log")
     func eventLog() async throws {
         let f = try DeviceFixture()
-        let a = try f.start()
+        let a = try await f.start()
         let id = UUID().uuidString.lowercased()
         _ = await f.world.deliver(token: a.updateToken!, pushType: "liveactivity", topic: Pizza.bundleID + ".push-type.liveactivity", priority: 5, payload: Pizza.update(f.now), apnsID: id)
         let event = try #require(try f.world.device(f.device).events.last)
@@ -348,7 +359,7 @@ struct SchedulingTests {
                                             contentState: Pizza.state(), start: f.now.addingTimeInterval(3600))
         #expect(a.state == .pending)
         #expect(try f.world.screen(deviceID: f.device).lockScreen.isEmpty)
-        #expect(throws: SimulatorError.self) { try f.start() }
+        #expect(throws: SimulatorError.self) { try f.request() }
         f.clock.advance(by: 3600)
         #expect(try f.activity(a.id).state == .active)
         #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .compact)

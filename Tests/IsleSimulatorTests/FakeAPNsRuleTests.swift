@@ -28,7 +28,9 @@ struct SimFixture {
         return try await IsleSim.withRunning(configuration: configuration, clock: clock) { sim in
             let device = sim.world.createDevice(name: "iPhone")
             _ = try Pizza.install(sim.world, on: device)
-            let activity = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+            let requested = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+            _ = try await sim.world.waitForPushToken(activityID: requested.id, on: device)
+            let activity = try #require(try sim.world.device(device).activities.first { $0.id == requested.id })
             let raw = try RawAPNs(sim: sim)
             do {
                 let r = try await body(SimFixture(sim: sim, raw: raw, clock: clock, device: device, activity: activity))
@@ -102,7 +104,7 @@ enum Rules {
             let d = f.sim.world.createDevice(name: "prod")
             _ = try Pizza.install(f.sim.world, on: d, environment: .production)
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: d, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
-            return try await device(f, token: a.updateToken!)
+            return try await device(f, token: try await f.sim.world.waitForPushToken(activityID: a.id, on: d))
         },
         RuleCase(name: "token of a dismissed activity", status: 410, reason: "Unregistered") { f in
             try f.sim.world.userDismiss(activityID: f.activity.id, on: f.device)

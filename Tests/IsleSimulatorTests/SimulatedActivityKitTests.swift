@@ -69,11 +69,12 @@ struct SimulatedActivityKitTests {
         #expect(startToken == kit.pushToStartToken)
         let hex = startToken.map { String(format: "%02x", $0) }.joined()
         let start = try LiveActivityPayload.start(attributes: Self.attributes, contentState: Self.state, timestamp: f.now,
-                                                  alert: LiveActivityAlert(title: "Order", body: "Started"))
+                                                  alert: LiveActivityAlert(title: "Order", body: "Started"), inputPushToken: true)
         await f.push(hex, start.jsonValue)
         let started = try await nextValue(of: kit.activityUpdates, "the push-started activity")
         #expect(started.content == Self.state)
-        #expect(started.pushToken != nil)
+        // Its update token comes after the start, on pushTokenUpdates (iOS 18+: asked for with input-push-token).
+        #expect(try await nextValue(of: started.pushTokenUpdates, "the push-started activity's token").count == 80)
         // Rotation reaches pushToStartTokenUpdates.
         let updates = kit.pushToStartTokenUpdates
         let rotated = try f.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: f.device)

@@ -49,6 +49,7 @@ struct WidgetTests {
         var c = SimulatorConfiguration()
         c.widgetDailyReloadBudget = 3
         let f = try DeviceFixture(configuration: c, widgets: [.init(kind: "favorite", source: .fixed(Self.timeline(Pizza.t0, ["A"], policy: .never)))])
+        try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: false)
         let token = try f.world.app(Pizza.bundleID, on: f.device).widgetPushToken!
         for _ in 0..<3 { #expect(await f.push(token, ["aps": ["content-changed": true]], type: "widgets").outcome?.code == .widgetsReloaded) }
         #expect(await f.push(token, ["aps": ["content-changed": true]], type: "widgets").outcome?.code == .widgetReloadDeferred)

@@ -1,0 +1,111 @@
+public import Foundation
+public import IsleCore
+
+extension SimulatorWorld {
+    // MARK: What happens later on its own
+
+    /// Runs what has come due by now: push tokens ActivityKit hands out after `request` (or a
+    /// push-to-start), and widget reloads asked for by timeline policies or deferred by the budget.
+    /// ``IsleSim`` calls it a few times a second in real time; ``advanceClock(by:)`` calls it on a
+    /// manual clock; a request schedules one for its token.
+    public func tick() async {
+        handOutDueTokens()
+        await runDueWidgetReloads()
+    }
+
+    /// Tokens whose time has come go to their activities, each with an event (the app sees them on
+    /// `pushTokenUpdates`).
+    func handOutDueTokens() {
+        let now = clock.now
+        let issued = state.withLock { s -> Int in
+            var n = 0
+            for deviceID in s.tokensDue.sorted() {
+                guard s.devices[deviceID] != nil else { continue }
+                var waiting = false
+                for i in s.devices[deviceID]!.activities.indices {
+                    var a = s.devices[deviceID]!.activities[i]
+                    guard let due = a.tokenDueAt else { continue }
+                    guard due <= now else {
+                        waiting = true
+                        continue
+                    }
+                    a.tokenDueAt = nil
+                    guard a.state != .dismissed, let app = s.devices[deviceID]!.apps[a.bundleID] else { continue }
+                    issueUpdateToken(&s, &a, deviceID: deviceID, environment: app.environment)
+                    s.devices[deviceID]!.activities[i] = a
+                    s.devices[deviceID]!.events.append(DeviceEvent(time: due, source: .system, activityID: a.id, message: "ActivityKit handed the activity its push token (pushTokenUpdates)."))
+                    n += 1
+                }
+                if !waiting { s.tokensDue.remove(deviceID) }
+            }
+            return n
+        }
+        if issued > 0 { changes.notify() }
+    }
+
+    /// A tick after `delay` seconds: on a manual clock only when the delay is 0 (later ones wait for
+    /// ``advanceClock(by:)``); never inside the caller's call, so a token is never there synchronously.
+    func scheduleTick(after delay: TimeInterval) {
+        if clock is ManualWallClock, delay > 0 { return }
+        if delay <= 0 {
+            // One pending tick serves every request made before it runs.
+            guard state.withLock({ s in
+                defer { s.tickPending = true }
+                return !s.tickPending
+            }) else { return }
+            Task {
+                state.withLock { $0.tickPending = false }
+                await self.tick()
+            }
+            return
+        }
+        Task {
+            try? await Task.sleep(for: .milliseconds(Int(saturating: delay * 1000)))
+            await self.tick()
+        }
+    }
+
+    /// Waits until the activity has its push token, as app code awaits `pushTokenUpdates`.
+    /// Fails at once for an activity that will get none (no push type, a channel, withheld until
+    /// allowed, started without `input-push-token`), and after `timeout` otherwise.
+    public func waitForPushToken(activityID: String, on deviceID: String, timeout: Duration = .seconds(10)) async throws(SimulatorError) -> String {
+        let feed = changes.subscribe()
+        let deadline = ContinuousClock.now + timeout
+        var iterator = feed.makeAsyncIterator()
+        while true {
+            let d = try device(deviceID)
+            guard let a = d.activities.first(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
+            if let token = a.updateToken { return token }
+            guard a.tokenDueAt != nil else { throw SimulatorError(.conflict, "activity \(activityID) gets no push token (\(a.withheldToken != nil ? "withheld until the person allows" : "it was not started for token updates"))") }
+            if ContinuousClock.now >= deadline {
+                throw SimulatorError(.conflict, "activity \(activityID) got no push token within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
+            }
+            // Wakes on the next change, or at the deadline.
+            let waker = Task {
+                try? await Task.sleep(until: deadline)
+                self.changes.notify()
+            }
+            _ = await iterator.next()
+            waker.cancel()
+        }
+    }
+
+    /// Advances a manual clock and runs what became due (tokens, widget policy reloads). Activity
+    /// transitions are applied lazily whenever a device is read or receives a push.
+    public func advanceClock(by seconds: TimeInterval) async throws(SimulatorError) {
+        defer { changes.notify() }
+        guard let manual = clock as? ManualWallClock else { throw SimulatorError(.conflict, "the simulator runs in real time; its clock cannot be advanced") }
+        guard seconds >= 0 else { throw SimulatorError(.invalidArgument, "seconds must be ≥ 0", field: "seconds") }
+        manual.advance(by: seconds)
+        await tick()
+    }
+
+    /// Runs ``tick()`` every `interval` until cancelled (real time only; ``IsleSim`` runs it).
+    public func runTicker(every interval: Duration = .milliseconds(200)) async {
+        guard !(clock is ManualWallClock) else { return }
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            await tick()
+        }
+    }
+}

@@ -1,0 +1,327 @@
+import Foundation
+import IsleCore
+import IsleSimulator
+import IsleTesting
+import Testing
+
+/// Issue 12, "a test that passes here must not fail on an iPhone": one test per place where the
+/// simulator was kinder than a device or APNs (or simply wrong), each failing on the old model.
+/// The rules and their sources are listed in docs/simulator.md.
+@Suite("Simulator fidelity: what an iPhone and APNs really do")
+struct FidelityTests {
+    typealias Kit = SimulatedActivityKit<PizzaDeliveryAttributes, PizzaDeliveryAttributes.ContentState>
+    static let attributes = PizzaDeliveryAttributes(numberOfPizzas: 3, totalAmount: "$42.00", orderNumber: "12345")
+    static let state = PizzaDeliveryAttributes.ContentState(driverName: "Bill James", deliveryTimer: Pizza.t0...Pizza.t0.addingTimeInterval(1500))
+
+    // 1. apple-push.md §10.6: the token is "not available synchronously right after request".
+    @Test("1 · the push token is not there when request returns; it arrives on pushTokenUpdates")
+    func tokenArrivesLater() async throws {
+        var c = SimulatorConfiguration()
+        c.pushTokenDelay = 2
+        let f = try DeviceFixture(configuration: c)
+        let kit = Kit(world: f.world, deviceID: f.device, bundleID: Pizza.bundleID)
+        let activity = try kit.request(attributes: Self.attributes, content: Self.state)
+        #expect(activity.pushToken == nil, "ActivityKit has no token synchronously after request")
+        let tokens = activity.pushTokenUpdates
+        try await f.world.advanceClock(by: 1)
+        #expect(activity.pushToken == nil)
+        try await f.world.advanceClock(by: 1)
+        #expect(try await nextValue(of: tokens, "the push token").count == 80)
+        #expect(try f.world.device(f.device).events.contains { $0.message.contains("pushTokenUpdates") })
+        // Even with no delay, request's own answer never carries it.
+        let g = try DeviceFixture()
+        let a = try g.world.requestActivity(bundleID: Pizza.bundleID, on: g.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+        #expect(a.updateToken == nil && a.tokenDueAt != nil)
+        #expect(try await g.world.waitForPushToken(activityID: a.id, on: g.device).count == 160)
+    }
+
+    // 2. apple-push.md §6: iOS 18+ "input-push-token": 1 → "start and receive a new update push token".
+    @Test("2 · a push-to-start without input-push-token gets no update token on iOS 18+; with it, or before 18, it does")
+    func inputPushToken() async throws {
+        let f = try DeviceFixture()
+        let pts = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        var start = DeviceRuleTests.startPayload(f.now)
+        start = Self.removing("input-push-token", from: start)
+        let r = await f.push(pts, start, priority: 10)
+        #expect(r.outcome?.code == .started)
+        #expect(r.outcome?.sentence.contains("input-push-token") == true, "\(r.outcome?.sentence ?? "")")
+        let started = try #require(try f.world.device(f.device).activities.first)
+        await #expect(throws: SimulatorError.self) { try await f.world.waitForPushToken(activityID: started.id, on: f.device) }
+        // Asked for: the token follows.
+        let second = await f.push(pts, DeviceRuleTests.startPayload(f.now.addingTimeInterval(1)), priority: 10)
+        #expect(second.outcome?.code == .started)
+        let asked = try #require(try f.world.device(f.device).activities.last)
+        #expect(try await f.world.waitForPushToken(activityID: asked.id, on: f.device).count == 160)
+        // iOS 17.2 knows no input-push-token: a push-started activity always gets one.
+        let old = try f.world.createDevice(name: "old", osVersion: "17.2", model: "iPhone 15")
+        _ = try Pizza.install(f.world, on: old)
+        let oldPTS = try f.world.app(Pizza.bundleID, on: old).pushToStartTokens["PizzaDeliveryAttributes"]!
+        #expect(await f.push(oldPTS, start, priority: 10).outcome?.code == .started)
+        let oldActivity = try #require(try f.world.device(old).activities.first)
+        #expect(try await f.world.waitForPushToken(activityID: oldActivity.id, on: old).count == 160)
+    }
+
+    // 3. apple-push.md §2 (apns-expiration, apns-collapse-id), §7.2 (storage policy), §11 (one stored per app).
+    @Test("3 · an offline device gets, when back, only the last stored push within apns-expiration; 0 is not stored")
+    func offlineStorage() async throws {
+        let f = try DeviceFixture()
+        let a = try await f.start()
+        try await f.world.setOnline(f.device, false)
+        let notStored = await f.world.deliver(token: a.updateToken!, pushType: "liveactivity", topic: Pizza.bundleID + ".push-type.liveactivity", priority: 10,
+                                               payload: Pizza.update(f.now, driver: "never"), apnsID: "00000000-0000-0000-0000-000000000001", expiration: 0)
+        #expect(notStored.status == 200 && notStored.outcome?.code == .expiredWhileOffline)
+        for (i, driver) in ["first", "second", "third"].enumerated() {
+            let r = await f.world.deliver(token: a.updateToken!, pushType: "liveactivity", topic: Pizza.bundleID + ".push-type.liveactivity", priority: 10,
+                                          payload: Pizza.update(f.now.addingTimeInterval(Double(i)), driver: driver), apnsID: "00000000-0000-0000-0000-00000000001\(i)",
+                                          collapseID: "eta")
+            #expect(r.status == 200 && r.outcome?.code == .storedWhileOffline)
+        }
+        #expect(try f.activity(a.id).contentState["driverName"] == "Bill James", "nothing reaches an offline device")
+        #expect(try f.world.device(f.device).storedPushes.count == 1, "APNs keeps one per app and activity")
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.activity(a.id).contentState["driverName"] == "third")
+        let applied = try f.world.device(f.device).events.filter { $0.outcome?.code == .applied }
+        #expect(applied.count == 1, "only the last stored push is delivered")
+        // A stored push whose expiration passes while offline is missed.
+        try await f.world.setOnline(f.device, false)
+        let soon = Int64(f.now.timeIntervalSince1970) + 60
+        _ = await f.world.deliver(token: a.updateToken!, pushType: "liveactivity", topic: Pizza.bundleID + ".push-type.liveactivity", priority: 10,
+                                  payload: Pizza.update(f.now.addingTimeInterval(10), driver: "late"), apnsID: "00000000-0000-0000-0000-000000000020", expiration: soon)
+        try await f.world.advanceClock(by: 120)
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.activity(a.id).contentState["driverName"] == "third")
+        #expect(try f.world.device(f.device).events.last { $0.outcome?.code == .expiredWhileOffline }?.message.contains("Missed") == true)
+    }
+
+    @Test("3 · a broadcast channel's storage policy decides what an offline subscriber gets: 1 keeps the latest up to 8 h, 0 nothing")
+    func channelStorage() async throws {
+        let f = try DeviceFixture()
+        guard case .created(let keeping) = f.world.createChannel(bundleID: Pizza.bundleID, storagePolicy: 1),
+              case .created(let none) = f.world.createChannel(bundleID: Pizza.bundleID, storagePolicy: 0) else { Issue.record("channels not created"); return }
+        let kept = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                               contentState: Pizza.state(), pushType: .channel(keeping))
+        let lost = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                               contentState: Pizza.state(), pushType: .channel(none))
+        try await f.world.setOnline(f.device, false)
+        _ = f.world.broadcast(bundleID: Pizza.bundleID, channelID: keeping, priority: 10, payload: Pizza.update(f.now, driver: "one"), requestID: "r1")
+        _ = f.world.broadcast(bundleID: Pizza.bundleID, channelID: keeping, priority: 10, payload: Pizza.update(f.now.addingTimeInterval(1), driver: "two"), requestID: "r2")
+        let missed = f.world.broadcast(bundleID: Pizza.bundleID, channelID: none, priority: 10, payload: Pizza.update(f.now, driver: "gone"), requestID: "r3")
+        #expect(missed?.outcomes.map(\.code) == [.expiredWhileOffline])
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.activity(kept.id).contentState["driverName"] == "two")
+        #expect(try f.activity(lost.id).contentState["driverName"] == "Bill James")
+        // Policy 1 keeps a message 8 hours at most.
+        try await f.world.setOnline(f.device, false)
+        _ = f.world.broadcast(bundleID: Pizza.bundleID, channelID: keeping, priority: 10, payload: Pizza.update(f.now.addingTimeInterval(2), driver: "stale news"), requestID: "r4")
+        try await f.world.advanceClock(by: 7 * 3600)
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.activity(kept.id).contentState["driverName"] == "stale news", "within 8 h")
+        try await f.world.setOnline(f.device, false)
+        _ = f.world.broadcast(bundleID: Pizza.bundleID, channelID: keeping, priority: 10, payload: Pizza.update(f.now.addingTimeInterval(3), driver: "too old"), requestID: "r5")
+        try await f.world.advanceClock(by: 8 * 3600 + 1)
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.world.device(f.device).activities.first { $0.id == kept.id }?.contentState["driverName"] != "too old")
+    }
+
+    @Test("3 · realistic mode: priority 5 waits a seeded random 1–60 s; the same seed replays the same delays")
+    func realisticLowPriority() async throws {
+        func delays(seed: UInt64) async throws -> [String] {
+            let f = try DeviceFixture(configuration: .realistic(seed: seed))
+            let a = try await f.start()
+            var out: [String] = []
+            for i in 0..<5 {
+                let r = await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(Double(i)), driver: "d\(i)"), priority: 5)
+                #expect(r.outcome?.code == .deferredLowPriority)
+                out.append(r.outcome?.sentence ?? "")
+            }
+            return out
+        }
+        let first = try await delays(seed: 7)
+        #expect(try await delays(seed: 7) == first)
+        #expect(try await delays(seed: 8) != first)
+    }
+
+    // 4. apple-push.md §7.4: a non-2xx broadcast is not delivered.
+    @Test("4 · a broadcast APNs rejects reaches no subscriber")
+    func rejectedBroadcast() async throws {
+        try await SimFixture.with { f in
+            let id = try await Rules.withChannel(f, policy: 0)
+            let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                    contentState: Pizza.state(), pushType: .channel(id))
+            let body = Array(Pizza.update(f.clock.now, driver: "Rejected").jsonBytes)
+            let r = try await f.raw.send("/4/broadcasts/apps/\(Pizza.bundleID)", headers: Rules.bheaders(f, [("apns-channel-id", id), ("apns-expiration", "1767229200")]), body: body)
+            #expect(r.status == 400 && r.reason == "BadExpirationDate")
+            let shown = try #require(try f.sim.world.device(f.device).activities.first { $0.id == a.id })
+            #expect(shown.contentState["driverName"] == "Bill James", "nothing may reach a device for a non-2xx answer")
+        }
+    }
+
+    // 5. apple-push.md §10.5: request "only in the foreground (else ActivityAuthorizationError.visibility)".
+    @Test("5 · Activity.request from the background throws visibility")
+    func backgroundRequest() async throws {
+        let f = try DeviceFixture()
+        try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: false)
+        let kit = Kit(world: f.world, deviceID: f.device, bundleID: Pizza.bundleID)
+        #expect(throws: SimulatorError.self) { _ = try kit.request(attributes: Self.attributes, content: Self.state) }
+        do {
+            _ = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+        } catch {
+            #expect(error.code == .visibility && error.message.contains("foreground"))
+        }
+        #expect(try f.world.device(f.device).activities.isEmpty)
+        // A push-to-start still works from the background.
+        let pts = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        #expect(await f.push(pts, DeviceRuleTests.startPayload(f.now), priority: 10).outcome?.code == .started)
+    }
+
+    // 6. isle-decisions.md, WidgetKit: reloads "per policy", also in real time.
+    @Test("6 · in real time, a timeline's after(date) policy reloads by itself")
+    func realTimePolicyReload() async throws {
+        try await IsleSim.withRunning(clock: SystemWallClock()) { sim in
+            // Each load asks to be reloaded 0.3 s later, as a widget extension's provider would.
+            sim.world.registerTimelineProvider("score") { now in
+                WidgetTimeline(entries: [.init(date: now, content: ["score": 1])], policy: .after(now.addingTimeInterval(0.3)))
+            }
+            let device = sim.world.createDevice(name: "iPhone")
+            _ = try Pizza.install(sim.world, on: device, widgets: [.init(kind: "score", source: .provider("score"))])
+            await sim.world.reloadWidgets(deviceID: device, bundleID: Pizza.bundleID, kinds: nil, reason: .app)
+            #expect(try sim.world.device(device).apps[Pizza.bundleID]!.widgets[0].reloadCount == 1)
+            let world = sim.world
+            try await withDeadline(.seconds(10), "the policy reload") {
+                let changes = world.changes.subscribe()
+                if try world.device(device).apps[Pizza.bundleID]!.widgets[0].reloadCount >= 2 { return }
+                for await _ in changes where try world.device(device).apps[Pizza.bundleID]!.widgets[0].reloadCount >= 2 { return }
+            }
+            #expect(try sim.world.device(device).events.contains { $0.outcome?.sentence.contains("(policy)") == true })
+        }
+    }
+
+    // 7. apple-push.md §9.1: a widgets push body is {"aps":{"content-changed":true}}.
+    @Test("7 · a widgets push reloads only with content-changed: true, and says why not otherwise")
+    func widgetsBody() async throws {
+        let timeline = WidgetTimeline(entries: [.init(date: Pizza.t0, content: ["score": 1])], policy: .never)
+        let f = try DeviceFixture(widgets: [.init(kind: "score", source: .fixed(timeline))])
+        let token = try #require(try f.world.app(Pizza.bundleID, on: f.device).widgetPushToken)
+        let wrong = await f.push(token, ["aps": ["content-available": 1]], type: "widgets")
+        #expect(wrong.status == 200 && wrong.outcome?.code == .notDelivered && wrong.outcome?.field == "aps.content-changed")
+        #expect(try f.world.device(f.device).apps[Pizza.bundleID]!.widgets[0].reloadCount == 0)
+        let right = await f.push(token, ["aps": ["content-changed": true]], type: "widgets")
+        #expect(right.outcome?.code == .widgetsReloaded)
+    }
+
+    // 9. Numbers: apple-push.md §5.1 says "number"; docs/simulator.md, "Numbers".
+    @Test("9 · aps dates: 1767225600.0 is an integer, a fraction is taken (and warned about by the validator), milliseconds are flagged")
+    func numbers() async throws {
+        let f = try DeviceFixture()
+        let a = try await f.start()
+        let t = Int64(f.now.timeIntervalSince1970)
+        let fractional = try JSONParser.parse(#"{"aps":{"timestamp":\#(t).5,"event":"update","content-state":{"driverName":"Half","deliveryTimer":[788918400,788919900]},"stale-date":\#(t + 600).25}}"#)
+        let r = await f.push(a.updateToken!, fractional)
+        #expect(r.outcome?.code == .applied, "\(r.outcome?.sentence ?? "")")
+        #expect(try f.activity(a.id).staleDate == Date(timeIntervalSince1970: Double(t + 600) + 0.25), "a fractional stale-date is kept, not cleared")
+        let integral = try JSONParser.parse(#"{"aps":{"timestamp":\#(t + 1).0,"event":"update","content-state":{"driverName":"Whole","deliveryTimer":[788918400,788919900]}}}"#)
+        #expect(await f.push(a.updateToken!, integral).outcome?.code == .applied)
+        // The validator agrees with the device.
+        let v = PayloadValidator(options: .init(now: f.now))
+        #expect(v.validate(bytes: integral.jsonBytes).issues.isEmpty, "\(v.validate(bytes: integral.jsonBytes).issues)")
+        let warned = v.validate(bytes: fractional.jsonBytes)
+        #expect(warned.isValid && warned.issues.contains { $0.code == .fractionalSeconds })
+        // A start in milliseconds starts, and says what will go wrong next.
+        let pts = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        var start = DeviceRuleTests.startPayload(f.now)
+        if case .object(var root) = start, case .object(var aps)? = root["aps"] {
+            aps["timestamp"] = .int(t * 1000)
+            root["aps"] = .object(aps)
+            start = .object(root)
+        }
+        let ms = await f.push(pts, start, priority: 10)
+        #expect(ms.outcome?.code == .started && ms.outcome?.sentence.contains("milliseconds") == true)
+    }
+
+    // 10. apple-push.md §6 (17.2), §7 (18), §9.1 (26), §10.7 (banner without a Dynamic Island).
+    @Test("10 · iOS versions gate push-to-start, channels and widget pushes; without a Dynamic Island an alert is a banner")
+    func versionsAndModels() async throws {
+        let f = try DeviceFixture()
+        let old = try f.world.createDevice(name: "16", osVersion: "17.1", model: "iPhone 15 Pro")
+        let widgets: [SimulatedWidget.Configuration] = [.init(kind: "score", source: .fixed(WidgetTimeline(entries: [], policy: .never)))]
+        let app = try Pizza.install(f.world, on: old, widgets: widgets)
+        #expect(app.pushToStartTokens.isEmpty && app.widgetPushToken == nil)
+        guard case .created(let channel) = f.world.createChannel(bundleID: Pizza.bundleID, storagePolicy: 0) else { Issue.record("no channel"); return }
+        do {
+            _ = try f.world.requestActivity(bundleID: Pizza.bundleID, on: old, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state(),
+                                            pushType: .channel(channel))
+            Issue.record("a channel activity started on iOS 17")
+        } catch {
+            #expect(error.code == .unsupported && error.message.contains("iOS 18"))
+        }
+        let s172 = try f.world.createDevice(name: "17.2", osVersion: "17.2", model: "iPhone 15")
+        #expect(try Pizza.install(f.world, on: s172, widgets: widgets).pushToStartTokens.count == 1)
+        #expect(try f.world.app(Pizza.bundleID, on: s172).widgetPushToken == nil, "widget pushes need iOS 26")
+        #expect(throws: SimulatorError.self) { try f.world.createDevice(name: "x", osVersion: "twenty", model: "iPhone") }
+        // An iPhone 13 has no Dynamic Island: the alert shows as a banner.
+        let se = try f.world.createDevice(name: "13", osVersion: "18.0", model: "iPhone 13")
+        _ = try Pizza.install(f.world, on: se)
+        let a = try f.world.requestActivity(bundleID: Pizza.bundleID, on: se, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+        let token = try await f.world.waitForPushToken(activityID: a.id, on: se)
+        _ = await f.push(token, Pizza.update(f.now, extra: ["alert": ["title": "Delivery", "body": "Soon"]]), priority: 10)
+        let screen = try f.world.screen(deviceID: se)
+        #expect(screen.dynamicIsland == .none && screen.banner?.alert.title == "Delivery")
+        #expect(try f.world.screen(deviceID: f.device).banner == nil)
+    }
+
+    @Test("also · rotated push-to-start and widget tokens answer 410; the app's end with .after(date) stays until then")
+    func rotationsAndAfterDismissal() async throws {
+        let timeline = WidgetTimeline(entries: [], policy: .never)
+        let f = try DeviceFixture(widgets: [.init(kind: "score", source: .fixed(timeline))])
+        let oldPTS = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        _ = try f.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: f.device)
+        let r = await f.push(oldPTS, DeviceRuleTests.startPayload(f.now), priority: 10)
+        #expect(r.status == 410 && r.reason == "Unregistered")
+        let oldWidget = try #require(try f.world.app(Pizza.bundleID, on: f.device).widgetPushToken)
+        let newWidget = try f.world.rotateWidgetPushToken(bundleID: Pizza.bundleID, on: f.device)
+        #expect(newWidget != oldWidget)
+        #expect(await f.push(oldWidget, ["aps": ["content-changed": true]], type: "widgets").status == 410)
+        #expect(await f.push(newWidget, ["aps": ["content-changed": true]], type: "widgets").status == 200)
+        let a = try await f.start()
+        try f.world.appUpdate(activityID: a.id, on: f.device, contentState: nil, end: true, dismissAt: f.now.addingTimeInterval(600))
+        try await f.world.advanceClock(by: 599)
+        #expect(try f.activity(a.id).state == .ended)
+        try await f.world.advanceClock(by: 2)
+        #expect(try f.activity(a.id).state == .dismissed)
+    }
+
+    @Test("also · widget timeline entries closer than 5 minutes are flagged")
+    func entrySpacing() async throws {
+        let timeline = WidgetTimeline(entries: [.init(date: Pizza.t0, content: ["n": 1]), .init(date: Pizza.t0.addingTimeInterval(60), content: ["n": 2])], policy: .never)
+        let f = try DeviceFixture(widgets: [.init(kind: "score", source: .fixed(timeline))])
+        let o = await f.world.reloadWidgets(deviceID: f.device, bundleID: Pizza.bundleID, kinds: nil, reason: .app)
+        #expect(o.code == .widgetsReloaded && o.sentence.contains("60 s apart"))
+    }
+
+    /// A ContentState whose Swift type needs a key the registered schema does not know.
+    struct StricterState: Codable, Sendable, Equatable {
+        var driverName: String
+        var deliveryTimer: ClosedRange<Date>
+        var eta: Int
+    }
+
+    // Independence: the device decodes with the app's own type too (docs/simulator.md).
+    @Test("independence · content the schema accepts but the app's JSONDecoder refuses is dropped with the reason, not applied")
+    func independentDecode() async throws {
+        let f = try DeviceFixture()
+        let kit = SimulatedActivityKit<PizzaDeliveryAttributes, StricterState>(world: f.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+        let handle = try kit.request(attributes: Self.attributes, content: StricterState(driverName: "Bill James", deliveryTimer: Pizza.t0...Pizza.t0.addingTimeInterval(60), eta: 5))
+        let token = try await f.world.waitForPushToken(activityID: handle.id, on: f.device)
+        let r = await f.push(token, Pizza.update(f.now, driver: "No ETA"))
+        #expect(r.outcome?.code == .decodingFailed && r.outcome?.sentence.contains("eta") == true, "\(r.outcome?.sentence ?? "")")
+        #expect(handle.content?.driverName == "Bill James")
+        #expect(try f.world.device(f.device).events.last { $0.apnsID != nil }?.outcome?.code == .decodingFailed)
+    }
+
+    static func removing(_ key: String, from payload: JSONValue) -> JSONValue {
+        guard case .object(var root) = payload, case .object(var aps)? = root["aps"] else { return payload }
+        aps[key] = nil
+        root["aps"] = .object(aps)
+        return .object(root)
+    }
+}
