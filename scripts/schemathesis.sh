@@ -25,7 +25,7 @@ PORT=18190
 SERVE=""; SIM=""
 trap 'kill $SERVE $SIM 2>/dev/null; wait $SERVE $SIM 2>/dev/null; rm -rf "$DIR"' EXIT
 # APNs is the simulator (channel creation and deletion go to it).
-.build/debug/isle sim --dir "$DIR/sim" --apns-port 18443 --control-port 18180 --device iPhone --app com.example.pizza \
+.build/debug/isle sim --dir "$DIR/sim" --apns-port 18443 --broadcast-port 18444 --management-port 18445 --control-port 18180 --device iPhone --app com.example.pizza \
   --schema Examples/PizzaDeliveryAttributes.schema.json > "$DIR/sim.log" 2>&1 &
 SIM=$!
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:18180/health" >/dev/null && break; sleep 0.1; done
@@ -35,7 +35,8 @@ isle app add --bundle-id com.example.pizza --key "$DIR/sim/AuthKey_SIMKEY0001.p8
   --schema Examples/PizzaDeliveryAttributes.schema.json >/dev/null
 BACKEND=$(isle key create --bundle-id com.example.pizza --scope backend 2>/dev/null)
 DEVICE=$(isle key create --bundle-id com.example.pizza --scope device 2>/dev/null)
-.build/debug/isle serve --port $PORT --apns-url https://127.0.0.1:18443 --apns-ca-cert "$DIR/sim/ca.pem" > "$DIR/serve.log" 2>&1 &
+.build/debug/isle serve --port $PORT --apns-url https://127.0.0.1:18443 --apns-broadcast-url https://127.0.0.1:18444 \
+  --apns-management-url https://127.0.0.1:18445 --apns-ca-cert "$DIR/sim/ca.pem" > "$DIR/serve.log" 2>&1 &
 SERVE=$!
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
 status=0

@@ -73,14 +73,16 @@ public enum APNsEnvironment: Sendable, Hashable {
     case production
     case sandbox
     /// Any server that speaks APNs (such as Isle's simulator), with the CA certificates (PEM) to
-    /// trust for it; `nil` trusts the system's roots.
-    case custom(url: String, trustRootsPEM: String?)
+    /// trust for it; `nil` trusts the system's roots. Broadcasts and channel management go to
+    /// their own URLs when given (Apple serves them on other hosts; so does Isle's simulator),
+    /// else to `url`.
+    case custom(url: String, broadcastURL: String? = nil, managementURL: String? = nil, trustRootsPEM: String?)
 
     public var name: String {
         switch self {
         case .production: "production"
         case .sandbox: "sandbox"
-        case .custom(let url, _): "custom (\(url))"
+        case .custom(let url, _, _, _): "custom (\(url))"
         }
     }
 
@@ -90,12 +92,12 @@ public enum APNsEnvironment: Sendable, Hashable {
             APNsEndpoints(device: "https://api.push.apple.com:443", broadcast: "https://api-broadcast.push.apple.com:443", channelManagement: "https://api-manage-broadcast.push.apple.com:2196")
         case .sandbox:
             APNsEndpoints(device: "https://api.sandbox.push.apple.com:443", broadcast: "https://api-broadcast.sandbox.push.apple.com:443", channelManagement: "https://api-manage-broadcast.sandbox.push.apple.com:2195")
-        case .custom(let url, _):
-            APNsEndpoints(device: url, broadcast: url, channelManagement: url)
+        case .custom(let url, let broadcast, let management, _):
+            APNsEndpoints(device: url, broadcast: broadcast ?? url, channelManagement: management ?? url)
         }
     }
 
-    public var trustRootsPEM: String? { if case .custom(_, let roots) = self { roots } else { nil } }
+    public var trustRootsPEM: String? { if case .custom(_, _, _, let roots) = self { roots } else { nil } }
 }
 
 /// The three APNs services' base URLs; each can be overridden.

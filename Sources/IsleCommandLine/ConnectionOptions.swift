@@ -27,6 +27,12 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Send to this APNs-compatible server instead, e.g. Isle's simulator (env ISLE_APNS_URL).", valueName: "url"))
     var url: String?
 
+    @Option(name: .customLong("broadcast-url"), help: ArgumentHelp("With --url: where broadcasts go, if not --url (env ISLE_APNS_BROADCAST_URL; isle sim prints it).", valueName: "url"))
+    var broadcastURL: String?
+
+    @Option(name: .customLong("management-url"), help: ArgumentHelp("With --url: where channel management goes, if not --url (env ISLE_APNS_MANAGEMENT_URL).", valueName: "url"))
+    var managementURL: String?
+
     @Option(name: .customLong("ca-cert"), help: ArgumentHelp("PEM file of the CA to trust for --url (env ISLE_APNS_CA_CERT).", valueName: "file"))
     var caCert: String?
 
@@ -66,9 +72,17 @@ struct ConnectionOptions: ParsableArguments {
                 roots = String(decoding: try Inputs.read(path, flag: "--ca-cert"), as: UTF8.self)
                 guard roots!.contains("BEGIN CERTIFICATE") else { throw CLIError("--ca-cert: \(path) has no PEM certificate") }
             }
-            return .custom(url: url, trustRootsPEM: roots)
+            var others: [String?] = []
+            for (flag, value) in [("--broadcast-url", broadcastURL ?? env("ISLE_APNS_BROADCAST_URL")), ("--management-url", managementURL ?? env("ISLE_APNS_MANAGEMENT_URL"))] {
+                if let value {
+                    guard let p = URL(string: value), p.scheme == "https", p.host != nil else { throw CLIError("\(flag): \"\(value)\" must be an https URL") }
+                }
+                others.append(value)
+            }
+            return .custom(url: url, broadcastURL: others[0], managementURL: others[1], trustRootsPEM: roots)
         }
         if caCert != nil { throw CLIError("--ca-cert only applies with --url") }
+        if broadcastURL != nil || managementURL != nil { throw CLIError("--broadcast-url and --management-url only apply with --url") }
         if production { return .production }
         if sandbox { return .sandbox }
         switch env("ISLE_APNS_ENV")?.lowercased() {

@@ -74,6 +74,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Send to APNs' development environment (default).") var sandbox = false
     @Flag(help: "Send to APNs' production environment.") var production = false
     @Option(name: .customLong("apns-url"), help: "Send to this APNs-compatible server, e.g. isle sim (env ISLE_APNS_URL).") var apnsURL: String?
+    @Option(name: .customLong("apns-broadcast-url"), help: "With --apns-url: where broadcasts go, if not there (env ISLE_APNS_BROADCAST_URL; isle sim prints it).") var apnsBroadcastURL: String?
+    @Option(name: .customLong("apns-management-url"), help: "With --apns-url: where channel management goes, if not there (env ISLE_APNS_MANAGEMENT_URL).") var apnsManagementURL: String?
     @Option(name: .customLong("apns-ca-cert"), help: "PEM CA to trust for --apns-url (env ISLE_APNS_CA_CERT).") var apnsCACert: String?
     @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 64).") var concurrency: Int?
     @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
@@ -86,7 +88,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let config {
             let value = try Inputs.json("@" + config, flag: "--config")
             guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
-            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease"]
+            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsBroadcastURL", "apnsManagementURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease"]
             if let unknown = o.keys.first(where: { !known.contains($0) }) { throw CLIError("--config: unknown setting \"\(unknown)\"; known: \(known.sorted().joined(separator: ", "))") }
             file = o
         }
@@ -122,7 +124,13 @@ struct ServeCommand: AsyncParsableCommand {
             guard URL(string: url)?.scheme == "https" else { throw CLIError("apns-url: \(url) must be an https URL") }
             let caPath = pick(apnsCACert, "ISLE_APNS_CA_CERT", "apnsCACert")
             let pem = try caPath.map { String(decoding: try Inputs.read($0, flag: "--apns-ca-cert"), as: UTF8.self) }
-            c.apns = .custom(url: url, trustRootsPEM: pem)
+            var others: [String?] = []
+            for (flag, value) in [("apns-broadcast-url", pick(apnsBroadcastURL, "ISLE_APNS_BROADCAST_URL", "apnsBroadcastURL")),
+                                  ("apns-management-url", pick(apnsManagementURL, "ISLE_APNS_MANAGEMENT_URL", "apnsManagementURL"))] {
+                if let value, URL(string: value)?.scheme != "https" { throw CLIError("\(flag): \(value) must be an https URL") }
+                others.append(value)
+            }
+            c.apns = .custom(url: url, broadcastURL: others[0], managementURL: others[1], trustRootsPEM: pem)
         } else if production || (!sandbox && (env["ISLE_APNS_ENV"] ?? file["apnsEnvironment"]?.stringValue) == "production") {
             c.apns = .production
         }

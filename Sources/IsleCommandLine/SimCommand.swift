@@ -15,8 +15,14 @@ struct SimCommand: AsyncParsableCommand {
 
     @Option(help: "Address to listen on (loopback only unless --allow-non-loopback).")
     var host = "127.0.0.1"
-    @Option(name: .customLong("apns-port"), help: "Port of the fake APNs (0 = any free port).")
+    @Option(name: .customLong("apns-port"), help: "Port of the fake APNs' device host (0 = any free port).")
     var apnsPort = 0
+    @Option(name: .customLong("broadcast-port"), help: "Port of its broadcast host (0 = any free port).")
+    var broadcastPort = 0
+    @Option(name: .customLong("management-port"), help: "Port of its channel-management host (0 = any free port).")
+    var managementPort = 0
+    @Flag(name: .customLong("single-host"), help: "Serve device pushes, broadcasts and channel management on --apns-port alone (for clients with one APNs URL).")
+    var singleHost = false
     @Option(name: .customLong("control-port"), help: "Port of the control API (0 = any free port).")
     var controlPort = 0
     @Flag(name: .customLong("allow-non-loopback"), help: "Allow listening on a non-loopback address (the control API has no authentication).")
@@ -78,7 +84,8 @@ struct SimCommand: AsyncParsableCommand {
         }
         if lowPriorityDelay < 0 || maxActiveHours <= 0 || maxEndedHours < 0 || pushTokenDelay < 0 { throw CLIError("durations must be positive") }
         if let m = lowPriorityDelayMaximum, m < lowPriorityDelay { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
-        if !(0...65535).contains(apnsPort) || !(0...65535).contains(controlPort) { throw CLIError("ports are 0…65535") }
+        if ![apnsPort, broadcastPort, managementPort, controlPort].allSatisfy({ (0...65535).contains($0) }) { throw CLIError("ports are 0…65535") }
+        if singleHost, broadcastPort != 0 || managementPort != 0 { throw CLIError("--single-host serves everything on --apns-port; leave out --broadcast-port and --management-port") }
     }
 
     func run() async throws {
@@ -90,6 +97,9 @@ struct SimCommand: AsyncParsableCommand {
         c.host = host
         c.controlHost = host
         c.apnsPort = apnsPort
+        c.broadcastPort = broadcastPort
+        c.managementPort = managementPort
+        c.singleHost = singleHost
         c.controlPort = controlPort
         c.allowNonLoopback = allowNonLoopback
         c.environment = production ? .production : .sandbox
@@ -154,13 +164,15 @@ struct SimCommand: AsyncParsableCommand {
             let control = await sim.controlURL()
             say("""
                 Isle simulator (\(c.environment.rawValue)\(virtualClock ? ", virtual clock" : ""))
-                  APNs:     \(sim.apnsURL)   (HTTP/2 + TLS)
+                  APNs:     \(sim.apnsURL)   (HTTP/2 + TLS; device pushes)
+                  broadcast: \(sim.broadcastURL)   channels: \(sim.managementURL)
                   CA:       \(folder)/ca.pem
                   control:  \(control)
                   key:      \(keyPath)   key id \(keyID)   team id \(teamID)
                 \(deviceLine.isEmpty ? "" : deviceLine + "\n")
                 Point any client at it:
                   export ISLE_APNS_URL=\(sim.apnsURL) ISLE_APNS_CA_CERT=\(folder)/ca.pem
+                  export ISLE_APNS_BROADCAST_URL=\(sim.broadcastURL) ISLE_APNS_MANAGEMENT_URL=\(sim.managementURL)
                   export ISLE_APNS_KEY=\(keyPath) ISLE_APNS_KEY_ID=\(keyID) ISLE_APNS_TEAM_ID=\(teamID)
                 Ctrl-C stops it.
                 """)

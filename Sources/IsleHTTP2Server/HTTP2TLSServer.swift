@@ -45,7 +45,7 @@ public struct HTTP2ServerResponse: Sendable {
     /// Instead of answering, close the TCP connection at once (a connection reset): every open
     /// stream on it is left without an answer.
     public var dropConnection: Bool
-    /// After answering, send a SETTINGS frame with this SETTINGS_MAX_CONCURRENT_STREAMS (as APNs
+    /// With the answer, send a SETTINGS frame with this SETTINGS_MAX_CONCURRENT_STREAMS (as APNs
     /// raises the limit once it has seen a valid provider token).
     public var maxConcurrentStreams: Int?
 
@@ -264,6 +264,12 @@ public final class HTTP2TLSServer: Service {
                     try? await connection.channel.close()
                     return (nil, true, nil)
                 }
+                if let limit = response.maxConcurrentStreams {
+                    // Sent before the answer, while the stream is still open: a client must not
+                    // see the new limit on an idle connection only (some pools assume it is busy).
+                    let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)])))
+                    try? await connection.channel.writeAndFlush(frame)
+                }
                 var headers = HPACKHeaders([(":status", String(response.status))])
                 for (name, value) in response.headers { headers.add(name: name.lowercased(), value: value) }
                 if response.body.isEmpty {
@@ -272,7 +278,7 @@ public final class HTTP2TLSServer: Service {
                     try await outbound.write(.headers(.init(headers: headers, endStream: false)))
                     try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: response.body)), endStream: true)))
                 }
-                return (response.goAwayReason, false, response.maxConcurrentStreams)
+                return (response.goAwayReason, false, nil)
             }
             drop = action.drop
             if let limit = action.settings {

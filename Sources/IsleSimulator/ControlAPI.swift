@@ -86,7 +86,15 @@ struct ControlAPI {
                 guard let v = SimulatedEnvironment(rawValue: e) else { throw APIError(.badRequest, "invalidArgument", "environment must be sandbox or production", field: "environment") }
                 return v
             }
-            let key = RegisteredKey(keyID: try ControlAPI.string(o, "keyID")!, teamID: try ControlAPI.string(o, "teamID")!, publicKeyPEM: try ControlAPI.string(o, "publicKeyPEM")!, environment: env)
+            var bundles: Set<String>?
+            if let list = o["bundleIDs"] {
+                guard let items = list.arrayValue?.compactMap(\.stringValue), items.count == list.arrayValue?.count, !items.isEmpty else {
+                    throw APIError(.badRequest, "invalidArgument", "bundleIDs must be a non-empty array of bundle ids the key may push to", field: "bundleIDs")
+                }
+                bundles = Set(items)
+            }
+            let key = RegisteredKey(keyID: try ControlAPI.string(o, "keyID")!, teamID: try ControlAPI.string(o, "teamID")!, publicKeyPEM: try ControlAPI.string(o, "publicKeyPEM")!,
+                                    environment: env, bundleIDs: bundles)
             try run { () throws(SimulatorError) in try apns.register(key) }
             return ControlAPI.raw(["keyID": .string(key.keyID), "teamID": .string(key.teamID)], status: .created)
         }

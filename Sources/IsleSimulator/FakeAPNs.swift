@@ -12,11 +12,15 @@ public struct RegisteredKey: Sendable, Hashable {
     public var publicKeyPEM: String
     /// Restrict the key to one environment (team-scoped keys can be); nil = both.
     public var environment: SimulatedEnvironment?
-    public init(keyID: String, teamID: String, publicKeyPEM: String, environment: SimulatedEnvironment? = nil) {
+    /// The team's bundle ids the key may push to (a topic-specific key, or the team's apps);
+    /// nil = any bundle id.
+    public var bundleIDs: Set<String>?
+    public init(keyID: String, teamID: String, publicKeyPEM: String, environment: SimulatedEnvironment? = nil, bundleIDs: Set<String>? = nil) {
         self.keyID = keyID
         self.teamID = teamID
         self.publicKeyPEM = publicKeyPEM
         self.environment = environment
+        self.bundleIDs = bundleIDs
     }
 }
 
@@ -54,6 +58,10 @@ public struct LoggedRequest: Sendable, Hashable, Codable {
     public var reason: String?
     public var apnsID: String?
     public var outcome: PushOutcome?
+    /// Requests of this connection in flight when it arrived (itself included), and whether the
+    /// connection had shown a valid provider token by then: before that, APNs allows one stream.
+    public var concurrentStreams: Int = 1
+    public var afterValidToken: Bool = false
 }
 
 /// A strict fake APNs: Apple's paths, status codes, reasons and response headers, over HTTP/2 + TLS.
@@ -67,6 +75,17 @@ public final class FakeAPNs: Sendable {
         var jwt: String?
         var jwtSetAt: Date?
         var teamID: String?
+        /// The key of the first push: APNs binds the connection to it (apple-push.md §1.4).
+        var keyID: String?
+        /// A valid provider token has been seen (more than one stream allowed from then on).
+        var validated = false
+        /// After `TooManyProviderTokenUpdates` the connection is unusable until then (§1.3).
+        var unusableUntil: Date?
+    }
+
+    /// Which of Apple's hosts a listener stands for (apple-push.md §1.1, §7; isle-decisions.md, Wire).
+    public enum Host: String, Sendable {
+        case device, broadcast, management
     }
 
     struct State {
@@ -77,6 +96,8 @@ public final class FakeAPNs: Sendable {
         /// Entries before this index are past the cap (dropped in batches).
         var logStart = 0
         var verifiedJWTs: [String: Bool] = [:]
+        /// Connections whose stream limit was raised.
+        var raisedStreams: Set<Int> = []
     }
 
     public static let maximumLoggedRequests = 10_000
@@ -116,11 +137,12 @@ public final class FakeAPNs: Sendable {
 
     // MARK: Serving
 
-    public func handle(_ request: HTTP2ServerRequest) async -> HTTP2ServerResponse {
+    public func handle(_ request: HTTP2ServerRequest, on host: Host? = nil) async -> HTTP2ServerResponse {
         let apnsID = request.value("apns-id").flatMap { Self.isUUID($0) ? $0.lowercased() : nil } ?? UUID().uuidString.lowercased()
         let requestID = request.value("apns-request-id").flatMap { Self.isUUID($0) ? $0.lowercased() : nil } ?? UUID().uuidString.lowercased()
         let isDevice = request.path.hasPrefix("/3/device")
         let token = isDevice ? String(request.path.dropFirst("/3/device/".count)) : nil
+        let validatedBefore = state.withLock { $0.connections[request.connectionID]?.validated ?? false }
 
         var response: HTTP2ServerResponse
         var reason: String?
@@ -137,8 +159,14 @@ public final class FakeAPNs: Sendable {
             reason = failure.reason
             response = Self.error(status, failure.reason ?? "InternalServerError")
         } else {
-            (response, reason, outcome) = await route(request, token: token, apnsID: apnsID, requestID: requestID)
+            (response, reason, outcome) = await route(request, token: token, apnsID: apnsID, requestID: requestID, host: host)
         }
+        // The first valid provider token on a connection lifts the one-stream limit.
+        if state.withLock({ s -> Bool in
+            guard let c = s.connections[request.connectionID], c.validated, !s.raisedStreams.contains(request.connectionID) else { return false }
+            s.raisedStreams.insert(request.connectionID)
+            return true
+        }) { response.maxConcurrentStreams = 1000 }
         if let failure {
             if let ms = failure.latencyMilliseconds { response.delay = .milliseconds(ms) }
             if failure.goAway { response.goAwayReason = failure.reason ?? "Shutdown" }
@@ -153,7 +181,8 @@ public final class FakeAPNs: Sendable {
         let entry = LoggedRequest(
             time: world.clock.now, connectionID: request.connectionID, method: request.method, path: Self.redactPath(request.path),
             headers: request.headers.map { [$0.name, $0.name == "authorization" ? Self.redactJWT($0.value) : $0.value] },
-            body: String(decoding: request.body.prefix(8192), as: UTF8.self), status: response.status, reason: reason, apnsID: isDevice ? apnsID : requestID, outcome: outcome)
+            body: String(decoding: request.body.prefix(8192), as: UTF8.self), status: response.status, reason: reason, apnsID: isDevice ? apnsID : requestID, outcome: outcome,
+            concurrentStreams: request.concurrentStreams, afterValidToken: validatedBefore)
         state.withLock { s in
             // The newest `maximumLoggedRequests` are kept; older ones are cut in one go once as many
             // again have piled up, so a long run does not shift the whole log on every request.
@@ -167,7 +196,7 @@ public final class FakeAPNs: Sendable {
         return response
     }
 
-    func route(_ r: HTTP2ServerRequest, token: String?, apnsID: String, requestID: String) async -> (HTTP2ServerResponse, String?, PushOutcome?) {
+    func route(_ r: HTTP2ServerRequest, token: String?, apnsID: String, requestID: String, host: Host?) async -> (HTTP2ServerResponse, String?, PushOutcome?) {
         func fail(_ status: Int, _ reason: String, timestamp: Date? = nil) -> (HTTP2ServerResponse, String?, PushOutcome?) {
             (Self.error(status, reason, timestamp: timestamp), reason, nil)
         }
@@ -187,6 +216,16 @@ public final class FakeAPNs: Sendable {
         } else {
             return fail(404, "BadPath")
         }
+        // Each host serves its own paths: a broadcast sent to the device host (or the reverse) is
+        // a path that host does not have.
+        if let host {
+            let served: Bool = switch endpoint {
+            case .device: host == .device
+            case .broadcast: host == .broadcast
+            case .channels, .allChannels: host == .management
+            }
+            if !served { return fail(404, "BadPath") }
+        }
         // Method.
         switch endpoint {
         case .device, .broadcast: if r.method != "POST" { return fail(405, "MethodNotAllowed") }
@@ -196,8 +235,16 @@ public final class FakeAPNs: Sendable {
         // Duplicate headers.
         let names = r.headers.map(\.name)
         if Set(names).count != names.count { return fail(400, "DuplicateHeaders") }
-        // Provider token.
-        if let problem = checkJWT(r) { return fail(problem.0, problem.1) }
+        // Provider token, and the topic it may push to.
+        let bundle: String
+        switch endpoint {
+        case .device:
+            let topic = r.value("apns-topic") ?? ""
+            bundle = Self.suffixes.values.filter { !$0.isEmpty && topic.hasSuffix($0) }.max(by: { $0.count < $1.count }).map { String(topic.dropLast($0.count)) } ?? topic
+        case .broadcast(let b), .channels(let b), .allChannels(let b):
+            bundle = b
+        }
+        if let problem = checkJWT(r, bundle: bundle, isDevice: { if case .device = endpoint { true } else { false } }()) { return fail(problem.0, problem.1) }
 
         switch endpoint {
         case .device:
@@ -220,7 +267,7 @@ public final class FakeAPNs: Sendable {
 
     // MARK: JWT (apple-push.md §1.2–1.4, §11.1)
 
-    func checkJWT(_ r: HTTP2ServerRequest) -> (Int, String)? {
+    func checkJWT(_ r: HTTP2ServerRequest, bundle: String, isDevice: Bool) -> (Int, String)? {
         guard let auth = r.value("authorization"), !auth.isEmpty else { return (403, "MissingProviderToken") }
         guard auth.lowercased().hasPrefix("bearer ") else { return (403, "InvalidProviderToken") }
         let jwt = String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)
@@ -244,6 +291,9 @@ public final class FakeAPNs: Sendable {
         let (kid, iss, iat, signature) = (decoded.kid, decoded.iss, decoded.iat, decoded.signature)
         let now = world.clock.now
         return state.withLock { s -> (Int, String)? in
+            var c = s.connections[r.connectionID] ?? Connection()
+            // A connection that asked for new tokens too often stays unusable for a while (§1.3).
+            if let until = c.unusableUntil, now < until { return (429, "TooManyProviderTokenUpdates") }
             guard let key = s.keys[kid], key.teamID == iss else { return (403, "InvalidProviderToken") }
             if let env = key.environment, env != world.environment { return (403, "BadEnvironmentKeyIdInToken") }
             if s.verifiedJWTs[jwt] == nil {
@@ -257,16 +307,29 @@ public final class FakeAPNs: Sendable {
             let age = now.timeIntervalSince1970 - Double(iat)
             if age > 3600 { return (403, "ExpiredProviderToken") }
             if age < -300 { return (403, "InvalidProviderToken") }
-            var c = s.connections[r.connectionID] ?? Connection()
+            // One team per connection; the first push binds its key: another key of the team may
+            // follow only if both are team-scoped for any bundle (§1.4).
             if let team = c.teamID, team != iss { return (403, "UnrelatedKeyIdInToken") }
+            if let first = c.keyID, first != kid, let firstKey = s.keys[first], firstKey.bundleIDs != nil || key.bundleIDs != nil || firstKey.environment != key.environment {
+                return (403, "UnrelatedKeyIdInToken")
+            }
+            // The key's topics: a device push elsewhere is disallowed, a broadcast or channel
+            // request for another bundle does not match (§3.4, §7.4).
+            if let bundles = key.bundleIDs, !bundles.contains(bundle) { return isDevice ? (400, "TopicDisallowed") : (403, "TopicMismatch") }
             if let previous = c.jwt, previous != jwt {
-                if let at = c.jwtSetAt, now.timeIntervalSince(at) < 20 * 60 { return (429, "TooManyProviderTokenUpdates") }
+                if let at = c.jwtSetAt, now.timeIntervalSince(at) < 20 * 60 {
+                    c.unusableUntil = at.addingTimeInterval(20 * 60)
+                    s.connections[r.connectionID] = c
+                    return (429, "TooManyProviderTokenUpdates")
+                }
             }
             if c.jwt != jwt {
                 c.jwt = jwt
                 c.jwtSetAt = now
             }
             c.teamID = iss
+            if c.keyID == nil { c.keyID = kid }
+            c.validated = true
             s.connections[r.connectionID] = c
             return nil
         }

@@ -11,8 +11,14 @@ import Synchronization
 public final class IsleSim: Service {
     public struct Configuration: Sendable {
         public var host = "127.0.0.1"
-        /// 0 picks a free port.
+        /// 0 picks a free port. Device pushes (`api.push.apple.com`).
         public var apnsPort = 0
+        /// Broadcasts (`api-broadcast.push.apple.com`) and channel management
+        /// (`api-manage-broadcast.push.apple.com`) are served apart, as Apple does, so a client
+        /// that mixes the hosts is caught; `singleHost` serves all three on `apnsPort` instead.
+        public var broadcastPort = 0
+        public var managementPort = 0
+        public var singleHost = false
         public var controlHost = "127.0.0.1"
         public var controlPort = 0
         /// Binding anything but loopback needs this (the control API has no authentication).
@@ -30,12 +36,19 @@ public final class IsleSim: Service {
     public let world: SimulatorWorld
     public let apns: FakeAPNs
     public let apnsServer: HTTP2TLSServer
+    public let broadcastServer: HTTP2TLSServer?
+    public let managementServer: HTTP2TLSServer?
     /// PEM of the CA that signed the fake APNs' certificate (nil when the user supplied one).
     public let caCertificatePEM: String?
     let application: Application<RouterResponder<BasicRequestContext>>
     let controlPortBox = ControlPort()
 
+    /// Device pushes (`/3/device/…`).
     public var apnsURL: String { apnsServer.baseURL }
+    /// Broadcasts (`/4/broadcasts/…`); the device URL when served on a single host.
+    public var broadcastURL: String { broadcastServer?.baseURL ?? apnsServer.baseURL }
+    /// Channel management (`/1/apps/…/channels`); the device URL when served on a single host.
+    public var managementURL: String { managementServer?.baseURL ?? apnsServer.baseURL }
 
     /// Whether `host` (a name or an address, IPv6 with or without brackets) is this machine's
     /// loopback: `localhost`, 127.0.0.0/8, `::1` or `::ffff:127.x.y.z`. Parsed as an address, so
@@ -88,10 +101,23 @@ public final class IsleSim: Service {
             try pem.write(toFile: path, atomically: true, encoding: .utf8)
         }
         let fake = apns
-        apnsServer = try await HTTP2TLSServer.bind(
-            configuration: .init(host: configuration.host, port: configuration.apnsPort, certificateChainPEM: chain!, privateKeyPEM: key!),
-            logger: logger
-        ) { request in await fake.handle(request) }
+        // APNs allows one stream until it has seen a valid provider token (apple-push.md §1.1);
+        // FakeAPNs raises the limit with a SETTINGS frame then.
+        func bind(_ port: Int, _ host: FakeAPNs.Host?) async throws -> HTTP2TLSServer {
+            try await HTTP2TLSServer.bind(
+                configuration: .init(host: configuration.host, port: port, certificateChainPEM: chain!, privateKeyPEM: key!, maxConcurrentStreams: 1),
+                logger: logger
+            ) { request in await fake.handle(request, on: host) }
+        }
+        if configuration.singleHost {
+            apnsServer = try await bind(configuration.apnsPort, nil)
+            broadcastServer = nil
+            managementServer = nil
+        } else {
+            apnsServer = try await bind(configuration.apnsPort, .device)
+            broadcastServer = try await bind(configuration.broadcastPort, .broadcast)
+            managementServer = try await bind(configuration.managementPort, .management)
+        }
         let router = Router()
         if !configuration.allowNonLoopback { router.add(middleware: LoopbackOnlyMiddleware()) }
         ControlAPI(world: world, apns: apns, allowsNonLoopbackURLs: configuration.allowNonLoopback).addRoutes(to: router)
@@ -117,6 +143,8 @@ public final class IsleSim: Service {
     public func run() async throws {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await self.apnsServer.run() }
+            if let b = self.broadcastServer { group.addTask { try await b.run() } }
+            if let m = self.managementServer { group.addTask { try await m.run() } }
             // run(), not runService(): the caller's ServiceGroup owns signals and graceful shutdown.
             group.addTask { try await self.application.run() }
             // What comes due on its own in real time (push tokens after request, widget policy reloads).

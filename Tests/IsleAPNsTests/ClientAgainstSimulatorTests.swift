@@ -30,7 +30,7 @@ struct ClientAgainstSimulatorTests {
             let device = sim.world.createDevice(name: "iPhone")
             try sim.world.install(.init(bundleID: "com.example.pizza", schemas: [schema]), on: device)
             let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
-            let client = try APNsClient(configuration: .init(environment: .custom(url: sim.apnsURL, trustRootsPEM: sim.caCertificatePEM), credentials: credentials), clock: clock, logger: Logger(label: "t"))
+            let client = try APNsClient(configuration: .init(environment: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM), credentials: credentials), clock: clock, logger: Logger(label: "t"))
             do {
                 try await body(Rig(sim: sim, client: client, clock: clock, device: device))
                 try await client.shutdown()

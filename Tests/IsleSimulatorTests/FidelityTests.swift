@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import IsleCore
 import IsleSimulator
@@ -323,5 +324,93 @@ struct FidelityTests {
         aps[key] = nil
         root["aps"] = .object(aps)
         return .object(root)
+    }
+}
+
+/// Point 8: keys, hosts and connections as APNs has them (apple-push.md §1.1, §1.3, §1.4, §7).
+@Suite("Simulator fidelity: the fake APNs' hosts, keys and connections")
+struct FakeAPNsFidelityTests {
+    @Test("8 · device pushes, broadcasts and channel management are served on their own hosts; a client that mixes them gets 404 BadPath")
+    func separateHosts() async throws {
+        try await SimFixture.with { f in
+            #expect(Set([f.sim.apnsURL, f.sim.broadcastURL, f.sim.managementURL]).count == 3)
+            let auth = [("authorization", "bearer \(f.raw.jwt(iat: f.clock.now))")]
+            let body = Array(#"{"message-storage-policy":0,"push-type":"LiveActivity"}"#.utf8)
+            let onDeviceHost = try await f.raw.send("POST", "/1/apps/\(Pizza.bundleID)/channels", headers: auth, body: body, host: f.sim.apnsURL)
+            #expect(onDeviceHost.status == 404 && onDeviceHost.reason == "BadPath")
+            let created = try await f.raw.send("POST", "/1/apps/\(Pizza.bundleID)/channels", headers: auth, body: body)
+            #expect(created.status == 201)
+            let channel = try #require(created.header("apns-channel-id"))
+            let push = Array(Pizza.update(f.clock.now).jsonBytes)
+            let broadcastOnDevice = try await f.raw.send("POST", "/4/broadcasts/apps/\(Pizza.bundleID)", headers: Rules.bheaders(f, [("apns-channel-id", channel)]), body: push,
+                                                         host: f.sim.apnsURL)
+            #expect(broadcastOnDevice.status == 404)
+            #expect(try await f.raw.send("POST", "/4/broadcasts/apps/\(Pizza.bundleID)", headers: Rules.bheaders(f, [("apns-channel-id", channel)]), body: push).status == 200)
+            let deviceOnBroadcast = try await f.raw.send("POST", "/3/device/\(f.token)", headers: f.headers(), body: push, host: f.sim.broadcastURL)
+            #expect(deviceOnBroadcast.status == 404)
+        }
+    }
+
+    @Test("8 · a key pushes only to its bundles: TopicDisallowed for a device push, TopicMismatch for channels")
+    func keyBoundToBundles() async throws {
+        try await SimFixture.with { f in
+            let other = try RawAPNs(sim: f.sim, keyID: "KEY0000002", teamID: "TEAM000001", register: false)
+            try f.sim.apns.register(RegisteredKey(keyID: other.keyID, teamID: other.teamID, publicKeyPEM: other.key.publicKey.pemRepresentation, bundleIDs: ["com.example.other"]))
+            let push = Array(Pizza.update(f.clock.now).jsonBytes)
+            let h = f.headers(jwt: other.jwt(iat: f.clock.now))
+            let device = try await other.send("/3/device/\(f.token)", headers: h, body: push)
+            #expect(device.status == 400 && device.reason == "TopicDisallowed")
+            let channels = try await other.send("POST", "/1/apps/\(Pizza.bundleID)/channels", headers: [("authorization", "bearer \(other.jwt(iat: f.clock.now))")],
+                                                body: Array(#"{"message-storage-policy":0,"push-type":"LiveActivity"}"#.utf8))
+            #expect(channels.status == 403 && channels.reason == "TopicMismatch")
+            try await other.shutdown()
+        }
+    }
+
+    @Test("8 · one connection, one key: a second, topic-specific key of the team is UnrelatedKeyIdInToken")
+    func unrelatedKey() async throws {
+        try await SimFixture.with { f in
+            let push = Array(Pizza.update(f.clock.now).jsonBytes)
+            #expect(try await f.raw.send("/3/device/\(f.token)", headers: f.headers(), body: push).status == 200)
+            let second = P256.Signing.PrivateKey()
+            try f.sim.apns.register(RegisteredKey(keyID: "KEY0000003", teamID: f.raw.teamID, publicKeyPEM: second.publicKey.pemRepresentation, bundleIDs: [Pizza.bundleID]))
+            let h = f.headers(jwt: f.raw.jwt(iat: f.clock.now, kid: "KEY0000003", signer: second))
+            let r = try await f.raw.send("/3/device/\(f.token)", headers: h, body: push)
+            #expect(r.status == 403 && r.reason == "UnrelatedKeyIdInToken")
+        }
+    }
+
+    @Test("8 · after TooManyProviderTokenUpdates the connection is unusable until 20 minutes have passed")
+    func unusableAfter429() async throws {
+        try await SimFixture.with { f in
+            let push = Array(Pizza.update(f.clock.now).jsonBytes)
+            let first = f.raw.jwt(iat: f.clock.now)
+            func send(_ jwt: String) async throws -> RawAPNs.Answer {
+                try await f.raw.send("/3/device/\(f.token)", headers: f.headers(jwt: jwt), body: push)
+            }
+            #expect(try await send(first).status == 200)
+            f.clock.advance(by: 60)
+            #expect(try await send(f.raw.jwt(iat: f.clock.now)).status == 429)
+            // Even the token that worked a minute ago: the connection is unusable for now.
+            let again = try await send(first)
+            #expect(again.status == 429 && again.reason == "TooManyProviderTokenUpdates")
+            f.clock.advance(by: 19 * 60)
+            #expect(try await send(first).status == 200)
+        }
+    }
+
+    @Test("8 · one stream until a valid provider token: nothing runs beside the first request until it is validated")
+    func oneStreamFirst() async throws {
+        try await SimFixture.with { f in
+            f.sim.apns.addFailure(FailureRule(token: nil, status: nil, remaining: 12, latencyMilliseconds: 30))
+            let push = Array(Pizza.update(f.clock.now).jsonBytes)
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<12 { group.addTask { try await f.raw.send("/3/device/\(f.token)", headers: f.headers(), body: push).status } }
+                for try await status in group { #expect(status == 200) }
+            }
+            let log = f.sim.apns.requestLog
+            #expect(log.filter { !$0.afterValidToken }.allSatisfy { $0.concurrentStreams == 1 }, "\(log.map { ($0.connectionID, $0.concurrentStreams, $0.afterValidToken) })")
+            #expect(log.map(\.concurrentStreams).max() ?? 0 > 1, "the limit is raised once a valid token was seen")
+        }
     }
 }

@@ -12,7 +12,10 @@ import Synchronization
 /// code with IsleAPNs: the simulator is tested on its own.
 final class RawAPNs: Sendable {
     let client: HTTPClient
+    /// The device host; broadcasts and channel management have their own, as at Apple.
     let baseURL: String
+    let broadcastURL: String
+    let managementURL: String
     let key: P256.Signing.PrivateKey
     let keyID: String
     let teamID: String
@@ -24,6 +27,8 @@ final class RawAPNs: Sendable {
         config.httpVersion = .automatic
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
         baseURL = sim.apnsURL
+        broadcastURL = sim.broadcastURL
+        managementURL = sim.managementURL
         self.key = key
         self.keyID = keyID
         self.teamID = teamID
@@ -70,8 +75,11 @@ final class RawAPNs: Sendable {
         try await send("POST", path, headers: headers, body: body)
     }
 
-    func send(_ method: String, _ path: String, headers: [(String, String)], body: [UInt8] = []) async throws -> Answer {
-        var request = HTTPClientRequest(url: baseURL + path)
+    /// Sends to the host Apple serves `path` on (`/3/` device, `/4/` broadcast, `/1/` channel
+    /// management), or to `host` when given (a client that mixes them up).
+    func send(_ method: String, _ path: String, headers: [(String, String)], body: [UInt8] = [], host: String? = nil) async throws -> Answer {
+        let base = host ?? (path.hasPrefix("/4/") ? broadcastURL : path.hasPrefix("/1/") ? managementURL : baseURL)
+        var request = HTTPClientRequest(url: base + path)
         request.method = .init(rawValue: method)
         for (n, v) in headers { request.headers.add(name: n, value: v) }
         if !body.isEmpty { request.body = .bytes(ByteBuffer(bytes: body)) }
