@@ -45,6 +45,10 @@ struct SimCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("device"), help: "Create a device with this name at start.")
     var deviceName: String?
+    @Option(name: .customLong("os-version"), help: "The --device's iOS version (push-to-start needs 17.2, channels 18, widget pushes 26).")
+    var osVersion = "26.0"
+    @Option(name: .customLong("model"), help: "The --device's model (an iPhone without a Dynamic Island shows alerts as a banner).")
+    var model = "iPhone 16 Pro"
     @Option(name: .customLong("app"), help: "Install this bundle id on that device.")
     var app: String?
     @Option(name: .customLong("schema"), parsing: .singleValue, help: ArgumentHelp("An attributes-type schema for --app (repeat for more).", valueName: "file"))
@@ -145,8 +149,9 @@ struct SimCommand: AsyncParsableCommand {
 
         var deviceLine = ""
         if let deviceName {
-            let device = sim.world.createDevice(name: deviceName)
-            deviceLine = "  device:   \(device) (\(deviceName))"
+            let device: String
+            do { device = try sim.world.createDevice(name: deviceName, osVersion: osVersion, model: model) } catch { throw CLIError("--os-version/--model: \(error.message)") }
+            deviceLine = "  device:   \(device) (\(deviceName), \(model), iOS \(osVersion))"
             if let app {
                 var parsed: [ActivitySchema] = []
                 for path in schemas { parsed.append(try Inputs.schema(path)!) }

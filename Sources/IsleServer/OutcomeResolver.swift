@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 
 /// Maps what APNs (or the network) answered to what happens to the job: sent; retried at a time
 /// (backoff with jitter, capped, honouring `retry-after`, until the job can no longer matter); the
