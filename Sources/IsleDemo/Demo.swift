@@ -120,6 +120,8 @@ public struct Demo: Sendable {
                     let widgetURL = "http://127.0.0.1:\(await widgetPort.wait())/favorite"
                     let control = await sim.controlURL()
                     progress("ready: Isle server \(serverURL) · fake APNs \(sim.apnsURL) · simulator control \(control)")
+                    // The script's phone is the simulator's first device.
+                    progress("watch the phone in a browser: \(control)/phone/device-1\(options.step ? "" : " (add --step to go at your own pace)")")
                     let script = Script(view: DemoView(json: options.json, out: out), options: options, http: http,
                                         endpoints: .init(server: serverURL, control: control, backendKey: backendKey, deviceKey: deviceKey, widgetURL: widgetURL,
                                                          keyID: Self.keyID, teamID: Self.teamID, publicKeyPEM: key.publicKey.pemRepresentation),

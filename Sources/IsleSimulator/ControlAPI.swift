@@ -68,6 +68,7 @@ struct ControlAPI {
 
     func addRoutes(to router: Router<BasicRequestContext>) {
         router.get("health") { _, _ in ControlAPI.raw(["status": "ok"]) }
+        PhonePage.routes(router, world: world)
 
         router.get("clock") { _, _ in
             ControlAPI.raw(["now": .string(ISO8601DateFormatter().string(from: world.clock.now)), "unix": .double(world.clock.now.timeIntervalSince1970),

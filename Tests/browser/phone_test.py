@@ -1,0 +1,112 @@
+"""The phone page in a real headless Chromium (Debian's chromium + chromium-driver, driven by
+selenium from PyPI; nothing is downloaded at run time). Run by scripts/browser-test.sh, which
+starts `isle sim` and `isle serve` and passes their URLs and keys in the environment.
+
+It checks what a person would: the Lock Screen text changes without a reload when the backend
+updates the activity through Isle's API, a second activity turns the Dynamic Island minimal, and
+content state is shown as text, never run. Screenshots go to $ISLE_SCREENSHOTS."""
+import json
+import os
+import sys
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+SIM = os.environ["ISLE_SIM_CONTROL"]
+SERVER = os.environ["ISLE_SERVER"]
+BACKEND = os.environ["ISLE_BACKEND_KEY"]
+DEVICE_KEY = os.environ["ISLE_DEVICE_KEY"]
+SHOTS = os.environ.get("ISLE_SCREENSHOTS", "artifacts/screenshots")
+os.makedirs(SHOTS, exist_ok=True)
+
+
+def call(method, url, body=None, key=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("content-type", "application/json")
+    if key:
+        request.add_header("authorization", "Bearer " + key)
+    with urllib.request.urlopen(request, timeout=20) as response:
+        text = response.read().decode()
+        return response.status, (json.loads(text) if text else None)
+
+
+def window(minutes):
+    """A delivery window from now, as ActivityKit encodes a ClosedRange<Date>: seconds since 2001."""
+    now = time.time() - 978307200
+    return [now, now + minutes * 60]
+
+
+def start_activity(order, driver, score):
+    status, activity = call("POST", SIM + "/devices/device-1/apps/com.example.pizza/activities", {
+        "attributesType": "PizzaDeliveryAttributes",
+        "attributes": {"numberOfPizzas": 2, "totalAmount": "$28.00", "orderNumber": order},
+        "contentState": {"driverName": driver, "deliveryTimer": window(25 if order == "12345" else 40)},
+        "relevanceScore": score, "waitForPushToken": True})
+    assert status == 201, status
+    status, _ = call("POST", SERVER + "/v1/activities", {
+        "attributesType": "PizzaDeliveryAttributes", "token": activity["updateToken"], "externalKey": "order-" + order}, key=DEVICE_KEY)
+    assert status == 201, status
+
+
+def lock_text(browser):
+    """The Lock Screen's visible text, whitespace (and wrapping) collapsed."""
+    return " ".join(browser.find_element(By.CSS_SELECTOR, "section.lock").text.split())
+
+
+def main():
+    options = Options()
+    options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,900"]:
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")), options=options)
+    wait = WebDriverWait(browser, 20)
+    try:
+        start_activity("12345", "Bill James", 50)
+        browser.get(SIM + "/phone/device-1")
+        wait.until(lambda b: "Bill James" in lock_text(b))
+        assert browser.find_element(By.CSS_SELECTOR, ".island").get_attribute("data-mode") == "compact"
+        browser.save_screenshot(os.path.join(SHOTS, "phone-1-started.png"))
+
+        # A marker that a reload would wipe: the update must arrive live.
+        browser.execute_script("window.__stillTheSamePage = true")
+        status, answer = call("POST", SERVER + "/v1/activities/by-key/order-12345/update",
+                              {"contentState": {"driverName": "Anne Johnson", "deliveryTimer": window(19)}}, key=BACKEND)
+        assert status == 202, (status, answer)
+        wait.until(lambda b: "Anne Johnson" in lock_text(b))
+        assert browser.execute_script("return window.__stillTheSamePage === true"), "the page reloaded"
+        browser.save_screenshot(os.path.join(SHOTS, "phone-2-updated.png"))
+
+        # A second activity: the Dynamic Island goes minimal.
+        start_activity("12346", "Carol", 100)
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, ".island").get_attribute("data-mode") == "minimal")
+        cards = browser.find_elements(By.CSS_SELECTOR, "section.lock article.activity")
+        assert len(cards) == 2 and "Carol" in cards[0].text, [c.text for c in cards]  # relevance 100 first
+        browser.save_screenshot(os.path.join(SHOTS, "phone-3-two-activities.png"))
+
+        # Content state is data: a <script> in it is shown as text and never runs.
+        alerts = []
+        status, _ = call("POST", SERVER + "/v1/activities/by-key/order-12346/update",
+                         {"contentState": {"driverName": "<script>window.__pwned = true</script><img src=x onerror=\"window.__pwned=true\">",
+                                           "deliveryTimer": window(40)}}, key=BACKEND)
+        assert status == 202
+        wait.until(lambda b: "<script>window.__pwned = true</script>" in lock_text(b))
+        assert browser.execute_script("return window.__pwned === undefined"), "content state ran as code"
+        assert browser.find_elements(By.CSS_SELECTOR, "section.lock img") == []
+        browser.save_screenshot(os.path.join(SHOTS, "phone-4-escaped.png"))
+        print("phone page in Chromium: ok (screenshots in %s)" % SHOTS)
+    except Exception:
+        browser.save_screenshot(os.path.join(SHOTS, "failure.png"))
+        print(browser.page_source[:4000], file=sys.stderr)
+        raise
+    finally:
+        browser.quit()
+
+
+if __name__ == "__main__":
+    main()
