@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The web pages in a real headless Chromium: Debian's chromium and chromium-driver, selenium from
+# The web pages (the simulator's phone, the server's console) in a real headless Chromium: Debian's chromium and chromium-driver, selenium from
 # PyPI in a virtual environment of its own (nothing downloaded at run time besides the wheel).
 # Screenshots are written to artifacts/screenshots (CI prints where).
 set -euo pipefail
@@ -27,14 +27,15 @@ isle app add --bundle-id com.example.pizza --key "$DIR/sim/AuthKey_SIMKEY0001.p8
   --schema Examples/PizzaDeliveryAttributes.schema.json >/dev/null
 BACKEND=$(isle key create --bundle-id com.example.pizza --scope backend 2>/dev/null)
 DEVICE=$(isle key create --bundle-id com.example.pizza --scope device 2>/dev/null)
+ADMIN=$(isle key create --bundle-id com.example.pizza --scope admin 2>/dev/null)
 .build/debug/isle serve --port 18690 --apns-url https://127.0.0.1:18643 --apns-broadcast-url https://127.0.0.1:18644 \
   --apns-management-url https://127.0.0.1:18645 --apns-ca-cert "$DIR/sim/ca.pem" > "$DIR/serve.log" 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18690/health
 
 rm -rf artifacts/screenshots && mkdir -p artifacts/screenshots
-ISLE_SIM_CONTROL=http://127.0.0.1:18680 ISLE_SERVER=http://127.0.0.1:18690 ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" \
+ISLE_SIM_CONTROL=http://127.0.0.1:18680 ISLE_SERVER=http://127.0.0.1:18690 ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" ISLE_ADMIN_KEY="$ADMIN" \
   ISLE_SCREENSHOTS="$PWD/artifacts/screenshots" CHROMIUM="$CHROMIUM" CHROMEDRIVER="$CHROMEDRIVER" \
-  .venv-browser/bin/python Tests/browser/phone_test.py
+  .venv-browser/bin/python Tests/browser/pages_test.py
 echo "screenshots: $PWD/artifacts/screenshots"
 ls -1 artifacts/screenshots

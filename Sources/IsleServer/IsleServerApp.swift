@@ -33,7 +33,7 @@ public final class IsleServerApp: Service {
         clients = APNsClients(environment: configuration.apns, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger),
+        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apns.name),
                                       limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
         let box = portBox
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
@@ -56,6 +56,8 @@ public final class IsleServerApp: Service {
         ActivityController(services: services).addRoutes(to: v1)
         ChannelController(services: services).addRoutes(to: v1)
         DeliveryController(services: services).addRoutes(to: v1)
+        // The operator console: HTML pages behind an admin key, outside the API.
+        ConsoleController(services: services).addRoutes(to: router)
         return router
     }
 

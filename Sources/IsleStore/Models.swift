@@ -33,6 +33,8 @@ public enum APIKeyScope: String, Sendable, Hashable, Codable, CaseIterable {
     case backend
     /// The app on a device: register tokens and report state.
     case device
+    /// An operator: the web console (`/console`) only, never the API.
+    case admin
 }
 
 /// An API key, stored as a SHA-256 hash of the secret.

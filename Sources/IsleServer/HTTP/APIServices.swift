@@ -12,6 +12,8 @@ struct APIServices: Sendable {
     let engine: DeliveryEngine
     let clock: any WallClock
     let logger: Logger
+    /// Where pushes go (APNs production, sandbox, or a custom server such as isle sim).
+    var environmentName = "sandbox"
 
     /// The app, as the engine sees it (read at most once a second).
     func app(_ bundleID: String) async throws -> AppRecord {

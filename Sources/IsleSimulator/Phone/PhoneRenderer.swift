@@ -1,25 +1,6 @@
 import Foundation
 import IsleCore
-
-/// Text for HTML: every character that could open markup or end an attribute is escaped.
-/// Content state, attributes, alerts and event sentences are user data; all of it goes through here.
-enum HTML {
-    static func escape(_ s: String) -> String {
-        var out = ""
-        out.reserveCapacity(s.utf8.count)
-        for c in s.unicodeScalars {
-            switch c {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.unicodeScalars.append(c)
-            }
-        }
-        return out
-    }
-}
+import IsleHTTPAPI
 
 /// Draws what the person sees on a simulated iPhone as HTML: the Lock Screen with its Live
 /// Activities in relevance order (stale and ended looks), the Dynamic Island (compact, minimal,

@@ -15,12 +15,14 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.support.ui import WebDriverWait
 
 SIM = os.environ["ISLE_SIM_CONTROL"]
 SERVER = os.environ["ISLE_SERVER"]
 BACKEND = os.environ["ISLE_BACKEND_KEY"]
 DEVICE_KEY = os.environ["ISLE_DEVICE_KEY"]
+ADMIN = os.environ["ISLE_ADMIN_KEY"]
 SHOTS = os.environ.get("ISLE_SCREENSHOTS", "artifacts/screenshots")
 os.makedirs(SHOTS, exist_ok=True)
 
@@ -65,7 +67,8 @@ def main():
     for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,900"]:
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")), options=options)
-    wait = WebDriverWait(browser, 20)
+    # Pages change under the test (live updates, form posts): a vanished element is looked up again.
+    wait = WebDriverWait(browser, 20, ignored_exceptions=[NoSuchElementException, StaleElementReferenceException])
     try:
         start_activity("12345", "Bill James", 50)
         browser.get(SIM + "/phone/device-1")
@@ -99,13 +102,46 @@ def main():
         assert browser.execute_script("return window.__pwned === undefined"), "content state ran as code"
         assert browser.find_elements(By.CSS_SELECTOR, "section.lock img") == []
         browser.save_screenshot(os.path.join(SHOTS, "phone-4-escaped.png"))
-        print("phone page in Chromium: ok (screenshots in %s)" % SHOTS)
+        print("phone page in Chromium: ok")
+        console(browser, wait)
+        print("console in Chromium: ok (screenshots in %s)" % SHOTS)
     except Exception:
         browser.save_screenshot(os.path.join(SHOTS, "failure.png"))
         print(browser.page_source[:4000], file=sys.stderr)
         raise
     finally:
         browser.quit()
+
+
+def sign_in(browser, wait, key):
+    browser.get(SERVER + "/console")
+    field = wait.until(lambda b: b.find_element(By.ID, "key"))
+    field.send_keys(key)
+    browser.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
+
+
+def console(browser, wait):
+    # A backend key is refused.
+    sign_in(browser, wait, BACKEND)
+    wait.until(lambda b: "admin key only" in b.find_element(By.CSS_SELECTOR, ".error").text)
+    # The admin key signs in; the dashboard names the app.
+    sign_in(browser, wait, ADMIN)
+    wait.until(lambda b: b.find_element(By.TAG_NAME, "h1").text == "com.example.pizza")
+    browser.save_screenshot(os.path.join(SHOTS, "console-1-dashboard.png"))
+    # Find the activity by its key; its timeline shows the delivery with status 200.
+    field = browser.find_element(By.CSS_SELECTOR, "form.search input[name='key']")
+    field.send_keys("order-12345")
+    browser.find_element(By.CSS_SELECTOR, "form.search button").click()
+    wait.until(lambda b: b.find_element(By.LINK_TEXT, "order-12345")).click()
+    wait.until(lambda b: any(td.text == "200" for td in b.find_elements(By.CSS_SELECTOR, "td.status")))
+    browser.save_screenshot(os.path.join(SHOTS, "console-2-timeline.png"))
+    # An invalid update: the validator's error, inline.
+    body = browser.find_element(By.ID, "body")
+    body.clear()
+    body.send_keys('{"contentState": {"driverName": 5}}')
+    browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
+    wait.until(lambda b: "contentState.driverName" in b.find_element(By.CSS_SELECTOR, ".error").text)
+    browser.save_screenshot(os.path.join(SHOTS, "console-3-invalid-update.png"))
 
 
 if __name__ == "__main__":

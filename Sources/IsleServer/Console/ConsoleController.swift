@@ -1,0 +1,234 @@
+import Crypto
+import Foundation
+import Hummingbird
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+import Synchronization
+
+/// The operator console (`/console`): the app and its status, live queue depth and delivery
+/// rates, activities found by key, state or topic with each one's delivery timeline, and a form
+/// that validates an update or end with IsleCore's validator before it is queued.
+///
+/// Never open: a key of the `admin` scope signs in (`isle key create --scope admin`), backend and
+/// device keys are refused. The session is a random token in an HttpOnly, SameSite=Strict cookie
+/// (the key itself is not stored in the browser); `Authorization: Bearer <admin key>` works too.
+/// Every page is server-rendered and escapes what it prints.
+struct ConsoleController: Sendable {
+    let services: APIServices
+    let sessions = ConsoleSessions()
+
+    func addRoutes(to router: Router<IsleRequestContext>) {
+        router.get("console") { request, _ in
+            guard let admin = try await admin(request) else { return page("Sign in", ConsolePages.login(error: nil), status: .ok) }
+            return page(admin.bundleID, try await dashboard(admin))
+        }
+        router.post("console/login") { request, _ in
+            try checkOrigin(request)
+            let form = try await Self.form(request)
+            let secret = form["key"] ?? ""
+            guard !secret.isEmpty, let key = try await services.store.apiKey(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else {
+                return page("Sign in", ConsolePages.login(error: "That key is not an Isle key (or it was revoked)."), status: .forbidden)
+            }
+            guard key.scope == .admin else {
+                return page("Sign in", ConsolePages.login(error: "That is a \(key.scope.rawValue) key; the console takes an admin key only (isle key create --scope admin)."), status: .forbidden)
+            }
+            let token = sessions.open(bundleID: key.bundleID, keyID: key.id, now: services.clock.now)
+            var r = Response(status: .seeOther, headers: [.location: "/console"])
+            r.headers[.setCookie] = "\(ConsoleSessions.cookie)=\(token); Path=/console; HttpOnly; SameSite=Strict; Max-Age=\(Int(ConsoleSessions.lifetime))"
+            return r
+        }
+        router.post("console/logout") { request, _ in
+            try checkOrigin(request)
+            if let token = Self.cookie(request) { sessions.close(token) }
+            var r = Response(status: .seeOther, headers: [.location: "/console"])
+            r.headers[.setCookie] = "\(ConsoleSessions.cookie)=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"
+            return r
+        }
+        router.get("console/stats") { request, _ in
+            let admin = try await required(request)
+            return JSONResponse.make(try await stats(admin))
+        }
+        router.get("console/activities") { request, _ in
+            let admin = try await required(request)
+            let q = request.uri.queryParameters
+            let query = ConsolePages.Query(key: q["key"].map(String.init) ?? "", state: q["state"].map(String.init) ?? "", topic: q["topic"].map(String.init) ?? "")
+            return page("Activities", ConsolePages.search(query, results: try await search(admin, query)))
+        }
+        router.get("console/activities/:activity") { request, context in
+            let admin = try await required(request)
+            let a = try await activity(admin, try context.parameters.require("activity"))
+            return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: try await services.store.deliveries(activityID: a.id, before: nil, limit: 200), compose: .init()))
+        }
+        router.post("console/activities/:activity/compose") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request)
+            let a = try await activity(admin, try context.parameters.require("activity"))
+            let form = try await Self.form(request)
+            var compose = ConsolePages.Compose(event: form["event"] == "end" ? "end" : "update", body: form["body"] ?? "")
+            do {
+                compose.result = try await enqueue(admin, a, compose)
+            } catch let e as APIError {
+                compose.error = e
+            }
+            let deliveries = try await services.store.deliveries(activityID: a.id, before: nil, limit: 200)
+            return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, compose: compose), status: compose.error == nil ? .ok : .unprocessableContent)
+        }
+    }
+
+    // MARK: Who is asking
+
+    struct Admin: Sendable {
+        var bundleID: String
+        var keyID: String
+    }
+
+    /// The signed-in operator, from the session cookie or an admin key in `Authorization`.
+    func admin(_ request: Request) async throws -> Admin? {
+        if let token = Self.cookie(request), let s = sessions.find(token, now: services.clock.now) { return Admin(bundleID: s.bundleID, keyID: s.keyID) }
+        guard let auth = request.headers[.authorization], auth.lowercased().hasPrefix("bearer ") else { return nil }
+        guard let key = try await services.store.apiKey(secretHash: APIKeys.hash(String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces))), key.revokedAt == nil else {
+            throw APIError(.unauthorized, "unknownKey", "the API key is not valid")
+        }
+        guard key.scope == .admin else { throw APIError(.forbidden, "wrongScope", "the console takes an admin key; this is a \(key.scope.rawValue) key") }
+        return Admin(bundleID: key.bundleID, keyID: key.id)
+    }
+
+    func required(_ request: Request) async throws -> Admin {
+        guard let a = try await admin(request) else { throw APIError(.unauthorized, "signInRequired", "sign in at /console with an admin key") }
+        return a
+    }
+
+    /// A form post must come from the console's own page (the cookie is SameSite=Strict too).
+    func checkOrigin(_ request: Request) throws {
+        guard let origin = request.headers[.origin] else { return }
+        let host = request.head.authority ?? ""
+        guard origin == "http://\(host)" || origin == "https://\(host)" else {
+            throw APIError(.forbidden, "forbiddenOrigin", "the console accepts forms from its own pages only (Origin: \(origin))", field: "Origin")
+        }
+    }
+
+    // MARK: Data
+
+    func dashboard(_ admin: Admin) async throws -> String {
+        let app = try await services.app(admin.bundleID)
+        let circuit = services.engine.circuits.circuit(admin.bundleID)
+        let status: String = switch circuit.mode {
+        case .running: "sending"
+        case .backingOff(let until, let reason): "backing off until \(ISO8601DateFormatter().string(from: until)): \(reason)"
+        case .paused(let until, let reason, _): "paused by a configuration error until \(ISO8601DateFormatter().string(from: until)): \(reason)"
+        }
+        return ConsolePages.dashboard(app: app, status: status, environment: services.environmentName, stats: try await stats(admin))
+    }
+
+    func stats(_ admin: Admin) async throws -> JSONValue {
+        let open = try await services.store.openJobCounts()
+        let counts = services.engine.counters.snapshot
+        return ["queued": .int(Int64(open[.queued] ?? 0)), "scheduled": .int(Int64(open[.scheduled] ?? 0)), "inFlight": .int(Int64(open[.claimed] ?? 0)),
+                "sent": .int(Int64(counts["sent"] ?? 0)), "failed": .int(Int64(counts["failed"] ?? 0)), "retried": .int(Int64(counts["retried"] ?? 0)),
+                "at": .double(services.clock.now.timeIntervalSince1970)]
+    }
+
+    func search(_ admin: Admin, _ q: ConsolePages.Query) async throws -> [ActivityRecord]? {
+        var found: [ActivityRecord]
+        if !q.key.isEmpty {
+            found = try await services.store.liveActivities(bundleID: admin.bundleID, externalKey: q.key)
+            if found.isEmpty, let a = try await services.store.activity(bundleID: admin.bundleID, externalKey: q.key) { found = [a] }
+            if !q.topic.isEmpty { found = found.filter { $0.topics.contains(q.topic) } }
+        } else if !q.topic.isEmpty {
+            found = try await services.store.activities(bundleID: admin.bundleID, topic: q.topic)
+        } else {
+            return nil
+        }
+        if !q.state.isEmpty { found = found.filter { $0.state.rawValue == q.state } }
+        return found
+    }
+
+    func activity(_ admin: Admin, _ id: String) async throws -> ActivityRecord {
+        guard let a = try await services.store.activity(id: id), a.bundleID == admin.bundleID else { throw APIError.notFound("activity \(id)") }
+        return a
+    }
+
+    /// The same checks and queueing as `POST /v1/activities/{id}/update|end`.
+    func enqueue(_ admin: Admin, _ a: ActivityRecord, _ compose: ConsolePages.Compose) async throws -> String {
+        let object: JSONObject
+        do {
+            guard let o = try JSONParser.parse(Array(compose.body.utf8)).objectValue else { throw APIError.invalid("body", "the request must be a JSON object such as {\"contentState\": {…}}") }
+            object = o
+        } catch let e as APIError {
+            throw e
+        } catch {
+            throw APIError.invalid("body", "the request is not JSON: \(error)")
+        }
+        let push = try ActivityPush(Body(object: object), event: compose.event == "end" ? .end : .update)
+        let app = try await services.app(admin.bundleID)
+        let now = services.clock.now
+        let warnings = try PayloadCheck(now: now).validate(push.aps, schema: app.schema(a.attributesType), priority: push.priority)
+        guard a.state.acceptsPushes else { throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue); Isle sends nothing more to it") }
+        let job = NewPushJob(bundleID: admin.bundleID, kind: compose.event == "end" ? .end : .update, activityID: a.id, aps: .object(push.aps), hasAlert: push.hasAlert,
+                             requestedPriority: push.priority, runAt: max(push.sendAt ?? now, now))
+        let ids = try await services.store.enqueue([job], idempotency: nil, now: now)
+        services.engine.wake()
+        var text = "Queued as job \(ids.first.map(String.init) ?? "?")."
+        for w in warnings { text += " Warning: \(w["message"]?.stringValue ?? "")" }
+        return text
+    }
+
+    // MARK: HTTP
+
+    func page(_ title: String, _ body: String, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store", .init("X-Frame-Options")!: "DENY",
+                                           .init("Content-Security-Policy")!: "default-src 'self'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'"],
+                 body: .init(byteBuffer: .init(string: ConsolePages.document(title: title, body: body))))
+    }
+
+    static func cookie(_ request: Request) -> String? {
+        for header in request.headers[values: .cookie] {
+            for part in header.split(separator: ";") {
+                let kv = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+                if kv.count == 2, kv[0] == ConsoleSessions.cookie { return String(kv[1]) }
+            }
+        }
+        return nil
+    }
+
+    /// An `application/x-www-form-urlencoded` body.
+    static func form(_ request: Request) async throws -> [String: String] {
+        let buffer = try await request.body.collect(upTo: Limits.body)
+        let text = String(buffer: buffer).replacingOccurrences(of: "+", with: " ")
+        var out: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = kv.first?.removingPercentEncoding else { continue }
+            out[name] = kv.count > 1 ? (String(kv[1]).removingPercentEncoding ?? "") : ""
+        }
+        return out
+    }
+}
+
+/// Signed-in operators: random tokens, for 8 hours, in memory (a restart signs everyone out).
+final class ConsoleSessions: Sendable {
+    static let cookie = "isle_console"
+    static let lifetime: TimeInterval = 8 * 3600
+    struct Session: Sendable {
+        var bundleID: String
+        var keyID: String
+        var expires: Date
+    }
+    private let sessions = Mutex<[String: Session]>([:])
+
+    func open(bundleID: String, keyID: String, now: Date) -> String {
+        let token = Hex.encode((0..<32).map { _ in UInt8.random(in: 0...255) })
+        sessions.withLock { s in
+            s = s.filter { $0.value.expires > now }
+            s[token] = Session(bundleID: bundleID, keyID: keyID, expires: now.addingTimeInterval(Self.lifetime))
+        }
+        return token
+    }
+
+    func find(_ token: String, now: Date) -> Session? {
+        sessions.withLock { s in s[token].flatMap { $0.expires > now ? $0 : nil } }
+    }
+
+    func close(_ token: String) { _ = sessions.withLock { $0.removeValue(forKey: token) } }
+}

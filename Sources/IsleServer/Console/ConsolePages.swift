@@ -1,0 +1,165 @@
+import Foundation
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// The console's HTML, server-rendered. Everything printed goes through `HTML.escape`.
+enum ConsolePages {
+    struct Query: Sendable {
+        var key = ""
+        var state = ""
+        var topic = ""
+    }
+
+    struct Compose: Sendable {
+        var event = "update"
+        var body = ""
+        var error: APIError?
+        var result: String?
+    }
+
+    static func e(_ s: String) -> String { HTML.escape(s) }
+
+    static func document(title: String, body: String) -> String {
+        """
+        <!doctype html>
+        <html lang="en">
+        <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>\(e(title)) · Isle console</title><style>\(css)</style></head>
+        <body><header class="top"><a href="/console">Isle console</a><nav><a href="/console/activities">Activities</a>
+        <form method="post" action="/console/logout"><button type="submit" aria-label="Sign out">Sign out</button></form></nav></header>
+        <main>\(body)</main></body></html>
+        """
+    }
+
+    static func login(error: String?) -> String {
+        var h = "<h1>Sign in</h1><p>The console takes an <b>admin</b> key: <code>isle key create --bundle-id … --scope admin</code>.</p>"
+        if let error { h += "<p class=\"error\" role=\"alert\">\(e(error))</p>" }
+        h += """
+        <form method="post" action="/console/login"><label for="key">Admin key</label>
+        <input id="key" name="key" type="password" autocomplete="off" required>
+        <button type="submit">Sign in</button></form>
+        """
+        return h
+    }
+
+    static func dashboard(app: AppRecord, status: String, environment: String, stats: JSONValue) -> String {
+        func n(_ k: String) -> String { stats[k].map { $0.briefDescription } ?? "0" }
+        return """
+        <h1>\(e(app.bundleID))</h1>
+        <table class="facts"><tr><th>Team</th><td>\(e(app.teamID))</td></tr><tr><th>Key</th><td>\(e(app.keyID))</td></tr>
+        <tr><th>APNs</th><td>\(e(environment))</td></tr><tr><th>Status</th><td id="status">\(e(status))</td></tr>
+        <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
+        <h2>Queue</h2>
+        <dl class="stats" aria-live="polite"><dt>Queued</dt><dd id="queued">\(n("queued"))</dd><dt>Scheduled</dt><dd id="scheduled">\(n("scheduled"))</dd>
+        <dt>In flight</dt><dd id="inFlight">\(n("inFlight"))</dd><dt>Sent</dt><dd id="sent">\(n("sent"))</dd><dt>Sent per second</dt><dd id="rate">–</dd>
+        <dt>Failed</dt><dd id="failed">\(n("failed"))</dd><dt>Retried</dt><dd id="retried">\(n("retried"))</dd></dl>
+        \(searchForm(Query()))
+        <script>\(liveStats)</script>
+        """
+    }
+
+    /// Polls `/console/stats` every two seconds; the rate is sent per second between polls.
+    static let liveStats = """
+    (() => {
+      let last = null;
+      async function poll() {
+        try {
+          const r = await fetch('/console/stats', { credentials: 'same-origin' });
+          if (!r.ok) return;
+          const s = await r.json();
+          for (const k of ['queued', 'scheduled', 'inFlight', 'sent', 'failed', 'retried']) {
+            const el = document.getElementById(k); if (el) el.textContent = String(s[k]);
+          }
+          if (last && s.at > last.at) document.getElementById('rate').textContent = ((s.sent - last.sent) / (s.at - last.at)).toFixed(1);
+          last = s;
+        } catch (e) {}
+      }
+      poll(); setInterval(poll, 2000);
+    })();
+    """
+
+    static func searchForm(_ q: Query) -> String {
+        let states = ["", "starting", "active", "ended", "dismissed", "unreachable"]
+        return """
+        <form class="search" method="get" action="/console/activities" role="search">
+        <label for="key">External key</label><input id="key" name="key" value="\(e(q.key))">
+        <label for="state">State</label><select id="state" name="state">\(states.map { "<option value=\"\(e($0))\"\($0 == q.state ? " selected" : "")>\($0.isEmpty ? "any" : e($0))</option>" }.joined())</select>
+        <label for="topic">Topic</label><input id="topic" name="topic" value="\(e(q.topic))">
+        <button type="submit">Find</button></form>
+        """
+    }
+
+    static func search(_ q: Query, results: [ActivityRecord]?) -> String {
+        var h = "<h1>Activities</h1>" + searchForm(q)
+        guard let results else { return h + "<p class=\"muted\">Give an external key or a topic (and a state, if you like).</p>" }
+        if results.isEmpty { return h + "<p>No activity matches.</p>" }
+        h += "<table class=\"list\"><thead><tr><th>External key</th><th>Type</th><th>State</th><th>Started</th><th>Topics</th></tr></thead><tbody>"
+        for a in results {
+            h += "<tr><td><a href=\"/console/activities/\(e(a.id))\">\(e(a.externalKey ?? a.id))</a></td><td>\(e(a.attributesType))</td><td>\(e(a.state.rawValue))</td>"
+            h += "<td>\(e(time(a.startedAt)))</td><td>\(e(a.topics.joined(separator: ", ")))</td></tr>"
+        }
+        return h + "</tbody></table>"
+    }
+
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], compose: Compose) -> String {
+        var h = "<h1>\(e(a.externalKey ?? a.id))</h1><table class=\"facts\">"
+        h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
+        h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
+        h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
+        h += "<h2>Timeline</h2>"
+        if deliveries.isEmpty { h += "<p class=\"muted\">Nothing sent yet.</p>" }
+        else {
+            h += "<table class=\"list timeline\"><thead><tr><th>At</th><th>Job</th><th>Attempt</th><th>Priority</th><th>Status</th><th>Reason</th><th>Latency</th><th>apns-id</th></tr></thead><tbody>"
+            var attempts: [Int64: Int] = [:]
+            for d in deliveries {
+                attempts[d.jobID, default: 0] += 1
+                let priority = "\(d.priority)\(d.downgraded ? " (downgraded from 10)" : "")"
+                h += "<tr class=\"s\(d.status)\"><td>\(e(time(d.at)))</td><td>\(d.jobID)</td><td>\(attempts[d.jobID]!)</td><td>\(e(priority))</td>"
+                h += "<td class=\"status\">\(d.status == 0 ? "no answer" : String(d.status))</td><td>\(e(d.reason ?? ""))</td><td>\(String(format: "%.1f", d.latencyMS)) ms</td><td><code>\(e(d.apnsID ?? ""))</code></td></tr>"
+            }
+            h += "</tbody></table>"
+        }
+        h += "<h2>Send an update or end</h2>"
+        if let error = compose.error {
+            h += "<p class=\"error\" role=\"alert\"><b>\(e(error.code))</b>\(error.field.map { " (" + e($0) + ")" } ?? ""): \(e(error.message))</p>"
+        }
+        if let result = compose.result { h += "<p class=\"ok\" role=\"status\">\(e(result))</p>" }
+        let example = #"{"contentState": {}, "alert": {"title": "…", "body": "…"}, "priority": 10}"#
+        h += """
+        <form method="post" action="/console/activities/\(e(a.id))/compose">
+        <label for="event">Event</label><select id="event" name="event"><option value="update"\(compose.event == "update" ? " selected" : "")>update</option>
+        <option value="end"\(compose.event == "end" ? " selected" : "")>end</option></select>
+        <label for="body">Request (as for POST /v1/activities/{id}/update)</label>
+        <textarea id="body" name="body" rows="8" placeholder="\(e(example))">\(e(compose.body))</textarea>
+        <button type="submit">Validate and queue</button></form>
+        """
+        return h
+    }
+
+    static func time(_ d: Date) -> String { ISO8601DateFormatter().string(from: d) }
+
+    static let css = """
+    :root { color-scheme: light dark; --fg: #1c1c1e; --bg: #fff; --muted: #6e6e73; --line: #d1d1d6; --err: #c0392b; --ok: #1e8449; }
+    @media (prefers-color-scheme: dark) { :root { --fg: #f2f2f7; --bg: #1c1c1e; --muted: #aeaeb2; --line: #3a3a3c; --err: #ff6b5b; --ok: #5ad17a; } }
+    body { margin: 0; font: 15px/1.4 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
+    .top { display: flex; justify-content: space-between; align-items: center; padding: 10px 16px; border-bottom: 1px solid var(--line); }
+    .top nav { display: flex; gap: 12px; align-items: center; }
+    .top form { margin: 0; }
+    main { padding: 16px; max-width: 1100px; }
+    a { color: #0a84ff; }
+    table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
+    th, td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: anywhere; }
+    .facts th { width: 160px; color: var(--muted); font-weight: 500; }
+    .stats { display: grid; grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); gap: 8px; }
+    .stats dt { color: var(--muted); } .stats dd { margin: 0 0 8px; font-size: 22px; font-variant-numeric: tabular-nums; }
+    form { display: grid; gap: 6px; max-width: 720px; margin: 12px 0; }
+    form.search { grid-template-columns: auto 1fr; align-items: center; }
+    input, select, textarea, button { font: inherit; padding: 6px 8px; border: 1px solid var(--line); border-radius: 6px; background: transparent; color: inherit; }
+    button { cursor: pointer; justify-self: start; }
+    textarea { font-family: ui-monospace, monospace; }
+    .error { color: var(--err); } .ok { color: var(--ok); } .muted { color: var(--muted); }
+    tr.s200 .status { color: var(--ok); }
+    @media (max-width: 600px) { .timeline th:nth-child(8), .timeline td:nth-child(8) { display: none; } form.search { grid-template-columns: 1fr; } }
+    """
+}
