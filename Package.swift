@@ -14,6 +14,8 @@ let package = Package(
         .library(name: "IsleAPNs", targets: ["IsleAPNs"]),
         .library(name: "IsleTesting", targets: ["IsleTesting"]),
         .library(name: "IsleSimulator", targets: ["IsleSimulator"]),
+        .library(name: "IsleClient", targets: ["IsleClient"]),
+        .library(name: "IsleClientSimulator", targets: ["IsleClientSimulator"]),
         .executable(name: "isle", targets: ["isle"]),
     ],
     dependencies: [
@@ -98,6 +100,10 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The app side (issue 14): Foundation only (URLSession; FoundationNetworking on Linux).
+        .target(name: "IsleClient", swiftSettings: swiftSettings),
+        // IsleClient against the simulated iPhone: SimulatedActivityKit as IsleClient's ActivityKit.
+        .target(name: "IsleClientSimulator", dependencies: ["IsleClient", "IsleSimulator"], swiftSettings: swiftSettings),
         // Durable storage: apps, keys, installations, activities, the delivery queue.
         .target(
             name: "IsleStore",
@@ -201,7 +207,7 @@ let package = Package(
         .testTarget(
             name: "IsleServerTests",
             dependencies: [
-                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting",
+                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleClient", "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -59,6 +59,8 @@ public protocol IsleRegistry: Sendable {
     func activity(updateToken: String) async throws -> ActivityRecord?
     /// Live activities following a topic.
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
+    /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
+    func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
 
     // Channels
     func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws

@@ -172,6 +172,13 @@ public final class MemoryStore: IsleStore {
     public func activity(updateToken: String) async throws -> ActivityRecord? {
         state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.first { $0.updateToken == updateToken } }
     }
+    public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        self.state.withLock { s in
+            Array(s.activityOrder.reversed().compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && (state == nil || $0.state == state) }
+                .sorted { ($0.startedAt, $0.id) > ($1.startedAt, $1.id) }.prefix(max(0, limit)))
+        }
+    }
+
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
         state.withLock { s in
             s.activityOrder.compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && $0.state.acceptsPushes && $0.topics.contains(topic) }

@@ -85,7 +85,7 @@ public struct InstallationRecord: Sendable, Hashable {
 }
 
 /// The server's record of an activity's state: the same rules as the device.
-public enum ActivityRecordState: String, Sendable, Hashable, Codable {
+public enum ActivityRecordState: String, Sendable, Hashable, Codable, CaseIterable {
     /// Started by push-to-start; no update token yet.
     case starting
     case active

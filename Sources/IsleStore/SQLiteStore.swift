@@ -334,6 +334,17 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT * FROM activities WHERE bundle_id = ? AND (? IS NULL OR state = ?) ORDER BY started_at DESC, id DESC LIMIT ?
+                """), arguments: [bundleID, state?.rawValue, state?.rawValue, max(0, limit)])
+            return try rows.map { r in
+                Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+            }
+        }
+    }
+
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
         try await pool.read { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """

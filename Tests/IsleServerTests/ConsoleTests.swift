@@ -87,6 +87,11 @@ struct ConsoleTests {
             let cookie = try await Self.signIn(f)
             let found = try await Self.send(f, "GET", "/console/activities?key=order-%3Cb%3E1%3C%2Fb%3E", cookie: cookie)
             #expect(found.status == 200 && found.text.contains("/console/activities/\(id)") && found.text.contains("order-&lt;b&gt;1&lt;/b&gt;") && !found.text.contains("<b>1</b>"))
+            // Without a key or topic: the newest, filtered by state.
+            let active = try await Self.send(f, "GET", "/console/activities?state=active", cookie: cookie)
+            #expect(active.status == 200 && active.text.contains("/console/activities/\(id)"))
+            #expect(!(try await Self.send(f, "GET", "/console/activities?state=ended", cookie: cookie)).text.contains("/console/activities/\(id)"))
+            #expect(try await Self.send(f, "GET", "/console/activities?state=bogus", cookie: cookie).status == 400)
             let page = try await Self.send(f, "GET", "/console/activities/\(id)", cookie: cookie)
             #expect(page.text.contains("<td class=\"status\">200</td>"))
             // Invalid: the validator's error, nothing queued.

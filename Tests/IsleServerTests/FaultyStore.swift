@@ -67,6 +67,9 @@ final class FaultyStore: IsleStore {
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, externalKey: externalKey) }
     func activity(updateToken: String) async throws -> ActivityRecord? { try await base.activity(updateToken: updateToken) }
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] { try await base.activities(bundleID: bundleID, topic: topic) }
+    func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        try await base.recentActivities(bundleID: bundleID, state: state, limit: limit)
+    }
     func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws { try await base.insertChannel(channel, idempotency: idempotency) }
     func channels(bundleID: String) async throws -> [ChannelRecord] { try await base.channels(bundleID: bundleID) }
     func channel(id: String) async throws -> ChannelRecord? { try await base.channel(id: id) }

@@ -450,6 +450,21 @@ struct StoreContractTests {
         #expect(try await s.activity(id: "s9") == nil)
     }
 
+    @Test("recent activities: newest first, of the app only, filtered by state, bounded", arguments: StoreKind.allCases)
+    func recentActivities(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 0)
+        try await s.upsertApp(AppRecord(bundleID: "com.example.other", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        for i in 0..<5 {
+            try await s.insertActivity(ActivityRecord(id: "r\(i)", bundleID: "com.example.pizza", externalKey: "k\(i)", attributesType: "T", state: i % 2 == 0 ? .active : .ended,
+                                                      updateToken: "tok\(i)", startedAt: t0.addingTimeInterval(Double(i)), topics: ["t\(i)"]))
+        }
+        try await s.insertActivity(ActivityRecord(id: "other", bundleID: "com.example.other", attributesType: "T", state: .active, startedAt: t0.addingTimeInterval(99)))
+        #expect(try await s.recentActivities(bundleID: "com.example.pizza", state: nil, limit: 10).map(\.id) == ["r4", "r3", "r2", "r1", "r0"])
+        #expect(try await s.recentActivities(bundleID: "com.example.pizza", state: .ended, limit: 10).map(\.id) == ["r3", "r1"])
+        let two = try await s.recentActivities(bundleID: "com.example.pizza", state: .active, limit: 2)
+        #expect(two.map(\.id) == ["r4", "r2"] && two[0].topics == ["t4"])
+    }
+
     @Test("read-modify-write is one transaction: 100 concurrent changes all land", arguments: StoreKind.allCases)
     func concurrentModifications(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)

@@ -129,7 +129,7 @@ struct ConsoleController: Sendable {
                 "at": .double(services.clock.now.timeIntervalSince1970)]
     }
 
-    func search(_ admin: Admin, _ q: ConsolePages.Query) async throws -> [ActivityRecord]? {
+    func search(_ admin: Admin, _ q: ConsolePages.Query) async throws -> [ActivityRecord] {
         var found: [ActivityRecord]
         if !q.key.isEmpty {
             found = try await services.store.liveActivities(bundleID: admin.bundleID, externalKey: q.key)
@@ -138,7 +138,9 @@ struct ConsoleController: Sendable {
         } else if !q.topic.isEmpty {
             found = try await services.store.activities(bundleID: admin.bundleID, topic: q.topic)
         } else {
-            return nil
+            // Neither: the newest 100 (in the state asked for, if any).
+            guard q.state.isEmpty || ActivityRecordState(rawValue: q.state) != nil else { throw APIError.invalid("state", "state must be one of \(ActivityRecordState.allCases.map(\.rawValue).joined(separator: ", "))") }
+            return try await services.store.recentActivities(bundleID: admin.bundleID, state: ActivityRecordState(rawValue: q.state), limit: 100)
         }
         if !q.state.isEmpty { found = found.filter { $0.state.rawValue == q.state } }
         return found

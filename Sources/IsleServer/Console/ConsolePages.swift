@@ -80,7 +80,7 @@ enum ConsolePages {
     """
 
     static func searchForm(_ q: Query) -> String {
-        let states = ["", "starting", "active", "ended", "dismissed", "unreachable"]
+        let states = [""] + ActivityRecordState.allCases.map(\.rawValue)
         return """
         <form class="search" method="get" action="/console/activities" role="search">
         <label for="key">External key</label><input id="key" name="key" value="\(e(q.key))">
@@ -90,9 +90,9 @@ enum ConsolePages {
         """
     }
 
-    static func search(_ q: Query, results: [ActivityRecord]?) -> String {
+    static func search(_ q: Query, results: [ActivityRecord]) -> String {
         var h = "<h1>Activities</h1>" + searchForm(q)
-        guard let results else { return h + "<p class=\"muted\">Give an external key or a topic (and a state, if you like).</p>" }
+        if q.key.isEmpty, q.topic.isEmpty { h += "<p class=\"muted\">The newest 100\(q.state.isEmpty ? "" : " " + e(q.state)); find others by external key or topic.</p>" }
         if results.isEmpty { return h + "<p>No activity matches.</p>" }
         h += "<table class=\"list\"><thead><tr><th>External key</th><th>Type</th><th>State</th><th>Started</th><th>Topics</th></tr></thead><tbody>"
         for a in results {

@@ -534,6 +534,14 @@ public final class PostgresStore: IsleStore {
         return try await read { conn in try await Self.activities(conn, where: "update_token = $1 ORDER BY ord LIMIT 1", [.text(updateToken)], logger: log).first }
     }
 
+    public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        let log = logger
+        return try await read { conn in
+            try await Self.activities(conn, where: "bundle_id = $1 AND ($2::text IS NULL OR state = $2) ORDER BY started_at DESC, id DESC LIMIT $3",
+                                      [.text(bundleID), .text(state?.rawValue), .int(max(0, limit))], logger: log)
+        }
+    }
+
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in

@@ -1,0 +1,326 @@
+public import Foundation
+#if canImport(FoundationNetworking)
+public import FoundationNetworking
+#endif
+
+/// The app side of Isle: hands the server every activity's push token (and each rotation), the
+/// push-to-start tokens, the widget push token, the person's Live Activity settings, and what the
+/// person did (dismissed, ended) — and keeps doing it across a flaky network and app restarts.
+///
+/// ```swift
+/// let isle = try IsleClient(serverURL: url, deviceKey: "isle_device_…", storage: FileStorage(path: …))
+/// isle.track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { activity in activity.orderNumber }
+/// ```
+///
+/// Every report goes into a persisted outbox first and is sent in order per activity, each with
+/// its own `Idempotency-Key`, retried with backoff until the server has it; a newer token report
+/// replaces one not yet sent.
+public actor IsleClient {
+    public struct Configuration: Sendable {
+        public var serverURL: URL
+        public var deviceKey: String
+        /// Backoff after a failed send: doubles from `firstRetry` up to `maximumRetry` (or the
+        /// server's `Retry-After`).
+        public var firstRetry: TimeInterval = 1
+        public var maximumRetry: TimeInterval = 60
+        public var requestTimeout: TimeInterval = 30
+        public init(serverURL: URL, deviceKey: String) {
+            self.serverURL = serverURL
+            self.deviceKey = deviceKey
+        }
+    }
+
+    public let configuration: Configuration
+    let storage: any IsleClientStorage
+    let session: URLSession
+    var state: ClientState
+    var flushing = false
+    var wakeup: AsyncStream<Void>.Continuation?
+    var tasks: [Task<Void, Never>] = []
+
+    /// Loads what an earlier launch kept (a new installation id the first time).
+    public init(configuration: Configuration, storage: any IsleClientStorage, session: URLSession = .shared) throws {
+        self.configuration = configuration
+        self.storage = storage
+        self.session = session
+        if let data = try storage.load() {
+            state = try JSONDecoder().decode(ClientState.self, from: data)
+        } else {
+            state = ClientState(installationID: UUID().uuidString.lowercased())
+        }
+    }
+
+    public var installationID: String { state.installationID }
+    /// Reports waiting to be sent.
+    public var pendingReports: Int { state.outbox.count }
+    /// Reports the server refused for good, with its reason.
+    public var refusedReports: [String] { state.refused }
+    /// The server's id for an activity, once its registration went through.
+    public func serverID(of activityID: String) -> String? { state.serverIDs[activityID] }
+
+    // MARK: What the app reports
+
+    /// The installation: push-to-start tokens (by attributes type), the widget push token, the
+    /// person's settings. Only what is given changes.
+    public func reportInstallation(pushToStartToken: (type: String, token: Data)? = nil, widgetToken: Data? = nil, liveActivitiesEnabled: Bool? = nil,
+                                   frequentPushesEnabled: Bool? = nil) {
+        if let (type, token) = pushToStartToken { state.pushToStartTokens[type] = token.hex }
+        if let widgetToken { state.widgetToken = widgetToken.hex }
+        if let liveActivitiesEnabled { state.liveActivitiesEnabled = liveActivitiesEnabled }
+        if let frequentPushesEnabled { state.frequentPushesEnabled = frequentPushesEnabled }
+        add(.installation, lane: ClientState.installationLane)
+    }
+
+    /// An activity's push token: the first registers the activity, later ones are rotations.
+    public func reportToken(activityID: String, attributesType: String, token: Data, externalKey: String?, topics: [String] = []) {
+        if state.registered.insert(activityID).inserted {
+            add(.register(local: activityID, attributesType: attributesType, token: token.hex, externalKey: externalKey, topics: topics), lane: ClientState.lane(activityID))
+        } else {
+            add(.token(local: activityID, token: token.hex), lane: ClientState.lane(activityID))
+        }
+    }
+
+    /// The person dismissed the activity (`dismissed`), or it ended (`ended`).
+    public func reportState(activityID: String, _ s: LiveActivityState) {
+        guard s == .dismissed || s == .ended, state.registered.contains(activityID) else { return }
+        add(.state(local: activityID, report: s == .dismissed ? "dismissed" : "ended"), lane: ClientState.lane(activityID))
+    }
+
+    func add(_ kind: Report.Kind, lane: String) {
+        state.add(Report(key: UUID().uuidString.lowercased(), lane: lane, kind: kind))
+        persist()
+        wakeup?.yield()
+    }
+
+    func persist() {
+        // A failed save loses nothing in memory; the next change saves again.
+        if let data = try? JSONEncoder().encode(state) { try? storage.save(data) }
+    }
+
+    // MARK: Observing ActivityKit
+
+    /// Keeps the server in step with one attributes type: the activities that exist now and their
+    /// current tokens first (nothing issued while the app was not running is missed), then every
+    /// token, state and activity as it comes; the push-to-start token and the settings too.
+    /// `externalKey` names an activity for the backend (a push-started one is matched by it).
+    public func track<Kit: LiveActivityKit>(_ kit: Kit, topics: @escaping @Sendable (Kit.Handle) -> [String] = { _ in [] },
+                                            externalKey: @escaping @Sendable (Kit.Handle) -> String?) {
+        let type = kit.attributesType
+        reportInstallation(liveActivitiesEnabled: kit.areActivitiesEnabled, frequentPushesEnabled: kit.frequentPushesEnabled)
+        if let token = kit.pushToStartToken { reportInstallation(pushToStartToken: (type, token)) }
+        var seen = Set<String>()
+        for a in kit.activities {
+            seen.insert(a.id)
+            observe(a, type: type, topics: topics, externalKey: externalKey)
+        }
+        let already = seen
+        tasks.append(Task { [weak self] in
+            var known = already
+            for await a in kit.activityUpdates where known.insert(a.id).inserted {
+                await self?.observe(a, type: type, topics: topics, externalKey: externalKey)
+            }
+        })
+        tasks.append(Task { [weak self] in
+            for await token in kit.pushToStartTokenUpdates { await self?.reportInstallation(pushToStartToken: (type, token)) }
+        })
+        tasks.append(Task { [weak self] in
+            for await on in kit.activityEnablementUpdates { await self?.reportInstallation(liveActivitiesEnabled: on) }
+        })
+        tasks.append(Task { [weak self] in
+            for await on in kit.frequentPushEnablementUpdates { await self?.reportInstallation(frequentPushesEnabled: on) }
+        })
+    }
+
+    func observe<H: LiveActivityHandle>(_ a: H, type: String, topics: @escaping @Sendable (H) -> [String], externalKey: @escaping @Sendable (H) -> String?) {
+        if let token = a.pushToken { reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), topics: topics(a)) }
+        tasks.append(Task { [weak self] in
+            for await token in a.pushTokenUpdates {
+                await self?.reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), topics: topics(a))
+            }
+        })
+        tasks.append(Task { [weak self] in
+            for await s in a.activityStateUpdates { await self?.reportState(activityID: a.id, s) }
+        })
+    }
+
+    /// Stops observing and sending.
+    public func stop() {
+        for t in tasks { t.cancel() }
+        tasks.removeAll()
+        wakeup?.finish()
+    }
+
+    // MARK: Sending
+
+    /// Sends reports until the outbox is empty or nothing more is due; runs until ``stop()``.
+    /// Call it once, in a task of the app's.
+    public func run() async {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        wakeup = continuation
+        continuation.yield()
+        var iterator = stream.makeAsyncIterator()
+        while !Task.isCancelled {
+            let wait = await flush()
+            if let wait {
+                // Woken by a new report, or when the next retry is due.
+                let timer = Task { [weak self] in
+                    try? await Task.sleep(for: .milliseconds(Int(max(0.01, wait) * 1000)))
+                    await self?.wakeup?.yield()
+                }
+                guard await iterator.next(isolation: self) != nil else { timer.cancel(); return }
+                timer.cancel()
+            } else {
+                guard await iterator.next(isolation: self) != nil else { return }
+            }
+        }
+    }
+
+    /// Sends every report that is due, in order per lane. Answers how long until the next retry
+    /// is due (nil: nothing is waiting).
+    @discardableResult
+    public func flush() async -> TimeInterval? {
+        guard !flushing else { return configuration.firstRetry }
+        flushing = true
+        defer { flushing = false }
+        while true {
+            let now = Date()
+            // The head of each lane, if due.
+            var heads: [String: Report] = [:]
+            for r in state.outbox where heads[r.lane] == nil { heads[r.lane] = r }
+            // Activities are registered under the installation: until it has its secret, they wait.
+            if state.secret == nil {
+                if heads[ClientState.installationLane] == nil { state.add(Report(key: UUID().uuidString.lowercased(), lane: ClientState.installationLane, kind: .installation)) }
+                heads = heads.filter { $0.key == ClientState.installationLane }
+                if let i = state.outbox.first(where: { $0.lane == ClientState.installationLane }) { heads[ClientState.installationLane] = i }
+            }
+            let due = heads.values.filter { $0.notBefore <= now }.sorted { ($0.lane == ClientState.installationLane ? "" : $0.lane) < ($1.lane == ClientState.installationLane ? "" : $1.lane) }
+            if due.isEmpty {
+                let next = heads.values.map(\.notBefore).min()
+                return next.map { max(0, $0.timeIntervalSince(now)) }
+            }
+            for r in due { await send(r) }
+        }
+    }
+
+    enum Outcome {
+        case done(serverID: String?, secret: String?)
+        case retry(after: TimeInterval?)
+        case refused(String)
+        /// The installation's secret is lost: start over under a new installation id.
+        case newInstallation
+    }
+
+    func send(_ report: Report) async {
+        guard let i = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        state.outbox[i].attempts += 1
+        persist()
+        let outcome = await perform(report)
+        guard let j = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        switch outcome {
+        case .done(let id, let secret):
+            if let secret { state.secret = secret }
+            if case .register(let local, _, _, _, _) = report.kind, let id { state.serverIDs[local] = id }
+            state.outbox.remove(at: j)
+        case .retry(let after):
+            let attempts = state.outbox[j].attempts
+            let backoff = min(configuration.maximumRetry, configuration.firstRetry * pow(2, Double(max(0, attempts - 1))))
+            state.outbox[j].notBefore = Date().addingTimeInterval(max(after ?? 0, backoff))
+        case .refused(let why):
+            state.refused.append(why)
+            state.outbox.remove(at: j)
+            // Nothing after a refused registration can reach the server.
+            if case .register(let local, _, _, _, _) = report.kind {
+                state.outbox.removeAll { $0.lane == ClientState.lane(local) }
+                state.registered.remove(local)
+            }
+        case .newInstallation:
+            state.installationID = UUID().uuidString.lowercased()
+            state.secret = nil
+            state.outbox[j].attempts = 0
+            state.outbox[j].key = UUID().uuidString.lowercased()
+        }
+        persist()
+    }
+
+    /// One request with a completion handler, not `URLSession.data(for:)`: on Linux
+    /// (swift-corelibs-foundation), cancelling a task whose `data(for:)` is finishing can deadlock
+    /// the session's queue against the task's status lock (seen in this SDK's tests). A request is
+    /// bounded by `requestTimeout` instead of by cancellation.
+    func transfer(_ request: URLRequest) async throws -> (Data, URLResponse) {
+        let session = self.session
+        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<(Data, URLResponse), any Error>) in
+            session.dataTask(with: request) { data, response, error in
+                if let error {
+                    c.resume(throwing: error)
+                } else if let response {
+                    c.resume(returning: (data ?? Data(), response))
+                } else {
+                    c.resume(throwing: URLError(.badServerResponse))
+                }
+            }.resume()
+        }
+    }
+
+    func perform(_ report: Report) async -> Outcome {
+        var body: [String: Any] = [:]
+        let method: String
+        let path: String
+        switch report.kind {
+        case .installation:
+            method = "PUT"
+            path = "/v1/installations/\(state.installationID)"
+            if !state.pushToStartTokens.isEmpty { body["pushToStartTokens"] = state.pushToStartTokens }
+            if let w = state.widgetToken { body["widgetToken"] = w }
+            if let e = state.liveActivitiesEnabled { body["liveActivitiesEnabled"] = e }
+            if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
+        case .register(_, let type, let token, let key, let topics):
+            method = "POST"
+            path = "/v1/activities"
+            body = ["attributesType": type, "token": token, "installationID": state.installationID]
+            if let key { body["externalKey"] = key }
+            if !topics.isEmpty { body["topics"] = topics }
+        case .token(let local, let token):
+            guard let id = state.serverIDs[local] else { return .refused("token rotation for activity \(local), which the server never registered") }
+            method = "PUT"
+            path = "/v1/activities/\(id)/token"
+            body = ["token": token]
+        case .state(let local, let what):
+            guard let id = state.serverIDs[local] else { return .refused("\(what) for activity \(local), which the server never registered") }
+            method = "POST"
+            path = "/v1/activities/\(id)/\(what)"
+        }
+        guard let url = URL(string: configuration.serverURL.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + path) else { return .refused("bad URL \(path)") }
+        var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
+        request.httpMethod = method
+        request.setValue("Bearer \(configuration.deviceKey)", forHTTPHeaderField: "Authorization")
+        request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if let secret = state.secret { request.setValue(secret, forHTTPHeaderField: "Isle-Installation-Secret") }
+        request.httpBody = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
+        let data: Data
+        let response: HTTPURLResponse
+        do {
+            let (d, r) = try await transfer(request)
+            guard let http = r as? HTTPURLResponse else { return .retry(after: nil) }
+            (data, response) = (d, http)
+        } catch {
+            // The network, or the server away: try again later.
+            return .retry(after: nil)
+        }
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        switch response.statusCode {
+        case 200..<300:
+            return .done(serverID: json?["id"] as? String, secret: json?["installationSecret"] as? String)
+        case 429, 500..<600:
+            return .retry(after: response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init))
+        case 403 where report.kind == .installation && state.secret == nil:
+            // Registered before, but its one-time secret was lost with an answer: a new installation.
+            return .newInstallation
+        case 409 where (json?["error"] as? [String: Any])?["code"] as? String == "idempotencyKeyInUse":
+            return .retry(after: 1)
+        default:
+            let error = json?["error"] as? [String: Any]
+            return .refused("\(method) \(path): \(response.statusCode) \(error?["code"] as? String ?? "") \(error?["message"] as? String ?? "")")
+        }
+    }
+}
