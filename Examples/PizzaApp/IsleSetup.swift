@@ -1,0 +1,28 @@
+// The app: hand everything to Isle once, at launch.
+import ActivityKit
+import Foundation
+import IsleClient
+
+enum Isle {
+    /// One client for the app's lifetime. The device key is public (it ships in every copy of the
+    /// app); the installation's own secret stays on the device (a file in Application Support here;
+    /// the Keychain is the better home in a shipping app).
+    static let client: IsleClient = {
+        let folder = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask)[0]
+        try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        return try! IsleClient(configuration: .init(serverURL: URL(string: "https://isle.example.com")!, deviceKey: "isle_device_…"),
+                               storage: FileStorage(path: folder.appendingPathComponent("isle-client.json").path))
+    }()
+
+    /// Call from `application(_:didFinishLaunchingWithOptions:)` or the App's `init`.
+    static func start() {
+        Task { await client.run() }
+        Task {
+            // Every activity of this type — started here or by a push-to-start — is named for the
+            // backend by its order number: the backend updates "order-12345" without knowing tokens.
+            await client.track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { handle in
+                "order-" + handle.activity.attributes.orderNumber
+            }
+        }
+    }
+}
