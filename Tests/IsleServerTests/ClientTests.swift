@@ -69,6 +69,40 @@ struct ClientTests {
         }
     }
 
+    @Test("a push-to-start token rotation reaches the server; a backend start works on the new token and the started activity is linked, not duplicated")
+    func pushToStartRotation() async throws {
+        try await ServerFixture.with { f in
+            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+            let client = try await Self.client(f, storage: Self.storagePath())
+            let runner = Task { await client.run() }
+            await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+            let installation = await client.installationID
+            let store = try SQLiteStore(path: f.databasePath)
+            let first = try #require(kit.pushToStartToken).map { String(format: "%02x", $0) }.joined()
+            try await eventually("the push-to-start token reported") { try await store.installation(id: installation)?.pushToStartTokens["PizzaDeliveryAttributes"] == first }
+            let rotated = try f.sim.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: f.device)
+            try await eventually("the rotation reported") { try await store.installation(id: installation)?.pushToStartTokens["PizzaDeliveryAttributes"] == rotated }
+            // The backend starts an order on this installation: it goes to the new token.
+            let started = try await f.call("POST", "/v1/installations/\(installation)/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "externalKey": "order-777", "attributes": ["numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": "777"],
+                "contentState": Pizza.state("Bill James"), "alert": ["title": "Order 777", "body": "In the oven"],
+            ])
+            #expect(started.status == 202, "\(started.json.jsonString)")
+            try await f.waitForDevice("the push-started activity") { d in d.activities.contains { $0.startedBy == .push } }
+            let onPhone = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
+            // IsleClient sees it on activityUpdates and hands its token back: the server links the
+            // `starting` record by key and installation, it does not register a second activity.
+            try await eventually("the push-started activity linked") { await client.serverID(of: onPhone.id) != nil }
+            let linked = try #require(await client.serverID(of: onPhone.id))
+            let record = try #require(try await store.activity(id: linked))
+            #expect(record.externalKey == "order-777" && record.state == .active && record.installationID == installation)
+            #expect(try await store.liveActivities(bundleID: Pizza.bundleID, externalKey: "order-777").count == 1)
+            #expect(await client.refusedReports.isEmpty)
+            await client.stop()
+            runner.cancel()
+        }
+    }
+
     @Test("the server is down and the app restarts with reports unsent: they are sent once it is back, in order, the latest token winning")
     func outageAndRestart() async throws {
         // The server comes back on the port it first had (0 until then: any free one).
