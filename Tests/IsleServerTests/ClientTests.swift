@@ -36,6 +36,15 @@ struct ClientTests {
         return try IsleClient(configuration: c, storage: FileStorage(path: storage))
     }
 
+    /// The app: the simulated phone's ActivityKit, an IsleClient sending and tracking it.
+    static func app(_ f: ServerFixture) async throws -> (Kit, IsleClient, Task<Void, Never>) {
+        let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+        let client = try await client(f, storage: storagePath())
+        let runner = Task { await client.run() }
+        await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+        return (kit, client, runner)
+    }
+
     static func storagePath() -> String { FileManager.default.temporaryDirectory.appendingPathComponent("isle-client-\(UUID().uuidString).json").path }
 
     func serverActivity(_ f: ServerFixture, _ id: String) async throws -> ActivityRecord? { try await SQLiteStore(path: f.databasePath).activity(id: id) }
@@ -43,10 +52,7 @@ struct ClientTests {
     @Test("the app starts an activity and the backend's by-key update reaches the phone; a rotation is used, a dismissal stops pushes")
     func lifecycle() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
-            let client = try await Self.client(f, storage: Self.storagePath())
-            let runner = Task { await client.run() }
-            await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+            let (kit, client, runner) = try await Self.app(f)
             let activity = try kit.request(attributes: Self.attributes, content: Self.state)
             try await eventually("the activity registered") { await client.serverID(of: activity.id) != nil }
             let id = try #require(await client.serverID(of: activity.id))
@@ -72,10 +78,7 @@ struct ClientTests {
     @Test("a push-to-start token rotation reaches the server; a backend start works on the new token and the started activity is linked, not duplicated")
     func pushToStartRotation() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
-            let client = try await Self.client(f, storage: Self.storagePath())
-            let runner = Task { await client.run() }
-            await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+            let (kit, client, runner) = try await Self.app(f)
             let installation = await client.installationID
             let store = try SQLiteStore(path: f.databasePath)
             let first = try #require(kit.pushToStartToken).map { String(format: "%02x", $0) }.joined()
