@@ -164,7 +164,7 @@ public actor IsleClient {
             if let wait {
                 // Woken by a new report, or when the next retry is due.
                 let timer = Task { [weak self] in
-                    try? await Task.sleep(for: .milliseconds(Int(max(0.01, wait) * 1000)))
+                    try? await Task.sleep(for: .milliseconds(Int(min(3600, max(0.01, wait)) * 1000)))
                     await self?.wakeup?.yield()
                 }
                 guard await iterator.next(isolation: self) != nil else { timer.cancel(); return }
@@ -312,7 +312,9 @@ public actor IsleClient {
         case 200..<300:
             return .done(serverID: json?["id"] as? String, secret: json?["installationSecret"] as? String)
         case 429, 500..<600:
-            return .retry(after: response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init))
+            // Retry-After in seconds, bounded: a server's odd value never parks the outbox for ever.
+            let after = response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init).map { $0.isFinite ? min(3600, max(0, $0)) : 60 }
+            return .retry(after: after)
         case 403 where report.kind == .installation && state.secret == nil:
             // Registered before, but its one-time secret was lost with an answer: a new installation.
             return .newInstallation

@@ -318,11 +318,12 @@ public struct PayloadValidator: Sendable {
 
         /// Unix seconds from an aps-level date. Apple documents a number and the device takes any
         /// finite one ≥ 0, so `1767225600.0` is the integer it looks like; a fraction is kept but
-        /// warned about (Isle sends whole seconds; docs/simulator.md, "Numbers"). Nil: not a number.
+        /// warned about (Isle sends whole seconds; docs/simulator.md, "Numbers"). Nil: not a number
+        /// of seconds (negative, or beyond any date: `1e30` is not a time).
         mutating func seconds(_ value: JSONValue, path: String, key: String) -> Int64? {
             guard let n = value.numberValue, n.doubleValue.isFinite, n.doubleValue >= 0 else { return nil }
             if let exact = n.exactInt64Value { return exact }
-            let whole = Int64(n.doubleValue.rounded(.down))
+            guard let whole = Int64(exactly: n.doubleValue.rounded(.down)) else { return nil }
             add(.fractionalSeconds, path, "\"\(key)\" is \(n.literal): the device takes the fraction, but Isle and most servers send whole seconds.",
                 fix: "Send \(whole).")
             return whole

@@ -110,7 +110,8 @@ struct ActivityEngine {
     /// Unix seconds as text, the fraction only when there is one.
     static func seconds(_ d: Date) -> String {
         let t = d.timeIntervalSince1970
-        return t == t.rounded() ? String(Int64(t)) : String(t)
+        if t == t.rounded(), let whole = Int64(exactly: t) { return String(whole) }
+        return String(t)
     }
 
     func decode(_ state: JSONValue?, required: Bool, attributesType: String, app: SimulatedApp) -> PushOutcome? {

@@ -212,7 +212,10 @@ struct ControlAPI {
                 let state = o["contentState"]
                 if let state, state.objectValue == nil { throw APIError(.badRequest, "invalidArgument", "contentState must be an object", field: "contentState") }
                 let immediate = try ControlAPI.bool(o, "dismissImmediately") ?? false
-                let after = try ControlAPI.number(o, "dismissAt").map { Date(timeIntervalSince1970: $0) }
+                let after = try ControlAPI.number(o, "dismissAt").map { t throws -> Date in
+                    guard t.isFinite, (0...1e11).contains(t) else { throw APIError(.badRequest, "invalidArgument", "dismissAt must be Unix seconds", field: "dismissAt") }
+                    return Date(timeIntervalSince1970: t)
+                }
                 try run { () throws(SimulatorError) in
                     try world.appUpdate(activityID: activity, on: id, contentState: state, end: action == "end", dismissImmediately: immediate, dismissAt: after)
                 }

@@ -82,7 +82,7 @@ extension SimulatorWorld {
         // Allowed, but flagged: entries closer than the minimum spacing (isle-decisions.md, WidgetKit).
         for case (_, .success(let t)) in results {
             if let i = t.entries.indices.dropFirst().first(where: { t.entries[$0].date.timeIntervalSince(t.entries[$0 - 1].date) < configuration.widgetMinimumEntrySpacing }) {
-                let gap = Int(t.entries[i].date.timeIntervalSince(t.entries[i - 1].date))
+                let gap = Int(saturating: t.entries[i].date.timeIntervalSince(t.entries[i - 1].date))
                 sentence += ". Flagged: timeline entries \(i - 1) and \(i) are \(gap) s apart; WidgetKit is not meant to show entries closer than \(Int(configuration.widgetMinimumEntrySpacing / 60)) minutes"
                 break
             }

@@ -227,6 +227,12 @@ struct FidelityTests {
         #expect(v.validate(bytes: integral.jsonBytes).issues.isEmpty, "\(v.validate(bytes: integral.jsonBytes).issues)")
         let warned = v.validate(bytes: fractional.jsonBytes)
         #expect(warned.isValid && warned.issues.contains { $0.code == .fractionalSeconds })
+        // A number beyond any date is refused by the validator and ignored as older-than by nothing:
+        // neither traps (1e30 does not fit Int64).
+        let huge = try JSONParser.parse(#"{"aps":{"timestamp":1e30,"event":"update","content-state":{"driverName":"Far","deliveryTimer":[788918400,788919900]}}}"#)
+        #expect(v.validate(bytes: huge.jsonBytes).errors.contains { $0.code == .timestampNotInteger })
+        #expect(await f.push(a.updateToken!, huge).outcome != nil)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(5))).outcome?.code == .olderTimestamp)
         // A start in milliseconds starts, and says what will go wrong next.
         let pts = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
         var start = DeviceRuleTests.startPayload(f.now)

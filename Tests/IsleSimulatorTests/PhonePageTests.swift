@@ -45,11 +45,22 @@ struct PhonePageTests {
             try sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema, adventure, score]), on: device)
             _ = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "AdventureAttributes", attributes: ["hero": "Power Panda"],
                                               contentState: ["currentHealthLevel": 0.75, "eventDescription": "Found a treasure"])
+            // Data, not a promise: a health far out of range draws (as full), it does not trap.
+            _ = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "AdventureAttributes", attributes: ["hero": "Overflow"],
+                                              contentState: ["currentHealthLevel": .number(JSONNumber(1e300)), "eventDescription": "Too much"])
             _ = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "ScoreAttributes", attributes: ["match": "7"], contentState: ["home": 2, "away": 1])
             let page = try await Self.get(await sim.controlURL() + "/phone/\(device)").body
             #expect(page.contains("Power Panda") && page.contains("<meter") && page.contains("Found a treasure"))
             #expect(page.contains("<dt>home</dt><dd>2</dd>") && page.contains("ScoreAttributes"))
-            #expect(page.contains("data-mode=\"minimal\""))
+            #expect(page.contains("data-mode=\"minimal\"") && page.contains("Overflow"))
+            // An app-side end at a date beyond any time is a 400 naming the field, not a trap.
+            let activity = try #require(try sim.world.device(device).activities.first)
+            var end = HTTPClientRequest(url: await sim.controlURL() + "/devices/\(device)/activities/\(activity.id)/end")
+            end.method = .POST
+            end.body = .bytes(ByteBuffer(string: #"{"dismissAt":1e300}"#))
+            let answer = try await HTTPClient.shared.execute(end, timeout: .seconds(10))
+            #expect(answer.status.code == 400)
+            #expect(String(buffer: try await answer.body.collect(upTo: 1 << 16)).contains("dismissAt"))
         }
     }
 

@@ -135,15 +135,21 @@ struct PhoneRenderer {
     /// WWDC23's Emoji Rangers: the hero, a health bar, what just happened.
     static let adventure = Template(
         lockScreen: { a in
-            let health = min(1, max(0, a.contentState["currentHealthLevel"]?.numberValue?.doubleValue ?? 0))
+            let health = healthLevel(a)
             return "<h3>\(HTML.escape(a.attributes["hero"]?.stringValue ?? "Hero"))</h3>"
                 + "<meter min=\"0\" max=\"1\" value=\"\(health)\" aria-label=\"Health\">\(Int(health * 100)) %</meter>"
                 + "<p>\(HTML.escape(a.contentState["eventDescription"]?.stringValue ?? ""))</p>"
         },
         compactLeading: { a in HTML.escape(a.attributes["hero"]?.stringValue ?? "🦸") },
-        compactTrailing: { a in "\(Int((a.contentState["currentHealthLevel"]?.numberValue?.doubleValue ?? 0) * 100)) %" },
-        minimal: { a in "\(Int((a.contentState["currentHealthLevel"]?.numberValue?.doubleValue ?? 0) * 100))" },
+        compactTrailing: { a in "\(Int(healthLevel(a) * 100)) %" },
+        minimal: { a in "\(Int(healthLevel(a) * 100))" },
         expanded: { a in "<h3>\(HTML.escape(a.attributes["hero"]?.stringValue ?? ""))</h3><p>\(HTML.escape(a.contentState["eventDescription"]?.stringValue ?? ""))</p>" })
+
+    /// The hero's health, 0…1 whatever the content says (it is data, not a promise).
+    static func healthLevel(_ a: ScreenState.Item) -> Double {
+        let v = a.contentState["currentHealthLevel"]?.numberValue?.doubleValue ?? 0
+        return v.isFinite ? min(1, max(0, v)) : 0
+    }
 
     /// Any other type: its fields, as they are.
     static let generic = Template(
