@@ -134,7 +134,7 @@ let package = Package(
         .target(
             name: "IsleDemo",
             dependencies: [
-                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator",
+                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator", "IsleClient", "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -5,14 +5,10 @@ import IsleClient
 
 enum Isle {
     /// One client for the app's lifetime. The device key is public (it ships in every copy of the
-    /// app); the installation's own secret stays on the device (a file in Application Support here;
-    /// the Keychain is the better home in a shipping app).
-    static let client: IsleClient = {
-        let folder = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask)[0]
-        try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        return try! IsleClient(configuration: .init(serverURL: URL(string: "https://isle.example.com")!, deviceKey: "isle_device_…"),
-                               storage: FileStorage(path: folder.appendingPathComponent("isle-client.json").path))
-    }()
+    /// app); the installation's own secret stays on the device, in the Keychain. The APNs
+    /// environment (sandbox for a debug build, production from TestFlight and the App Store) is
+    /// read from the build and sent with every token.
+    static let client: IsleClient = try! IsleClient(serverURL: URL(string: "https://isle.example.com")!, deviceKey: "isle_device_…")
 
     /// Call from `application(_:didFinishLaunchingWithOptions:)` or the App's `init`.
     static func start() {

@@ -8,8 +8,9 @@ public import FoundationNetworking
 /// person did (dismissed, ended) — and keeps doing it across a flaky network and app restarts.
 ///
 /// ```swift
-/// let isle = try IsleClient(serverURL: url, deviceKey: "isle_device_…", storage: FileStorage(path: …))
-/// isle.track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { activity in activity.orderNumber }
+/// let isle = try IsleClient(serverURL: url, deviceKey: "isle_device_…")   // Keychain storage
+/// await isle.track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { $0.activity.attributes.orderNumber }
+/// Task { await isle.run() }
 /// ```
 ///
 /// Every report goes into a persisted outbox first and is sent in order per activity, each with
@@ -24,10 +25,31 @@ public actor IsleClient {
         public var firstRetry: TimeInterval = 1
         public var maximumRetry: TimeInterval = 60
         public var requestTimeout: TimeInterval = 30
-        public init(serverURL: URL, deviceKey: String) {
+        /// The APNs environment of this build's tokens, reported with the installation and every
+        /// activity. Read from the build (``Environment/ofRunningBuild(bundle:)``) unless given;
+        /// nil leaves it to the server's default.
+        public var environment: Environment?
+        /// Called after every request the client makes (a debug log, a test's eyes). Never given
+        /// the installation secret or a whole token.
+        public var log: (@Sendable (LogEntry) -> Void)?
+        public init(serverURL: URL, deviceKey: String, environment: Environment? = Environment.ofRunningBuild()) {
             self.serverURL = serverURL
             self.deviceKey = deviceKey
+            self.environment = environment
         }
+    }
+
+    /// One request the client made, and how it ended.
+    public struct LogEntry: Sendable, Hashable, CustomStringConvertible {
+        /// What the report was: `installation`, `register`, `token`, `dismissed`, `ended`.
+        public var report: String
+        public var method: String
+        public var path: String
+        /// The server's status; nil when no answer came (network, server away).
+        public var status: Int?
+        /// `sent`, `retrying`, `refused` or `new installation`.
+        public var outcome: String
+        public var description: String { "\(report): \(method) \(path) → \(status.map(String.init) ?? "no answer") (\(outcome))" }
     }
 
     public let configuration: Configuration
@@ -37,6 +59,23 @@ public actor IsleClient {
     var flushing = false
     var wakeup: AsyncStream<Void>.Continuation?
     var tasks: [Task<Void, Never>] = []
+
+    /// The shared client of an app: its state in the Keychain on Apple platforms (a file in the
+    /// caches directory elsewhere), the environment read from the build.
+    public init(serverURL: URL, deviceKey: String, storage: (any IsleClientStorage)? = nil) throws {
+        try self.init(configuration: Configuration(serverURL: serverURL, deviceKey: deviceKey), storage: storage ?? Self.defaultStorage())
+    }
+
+    /// Where the state lives when the app does not choose: the Keychain on Apple platforms,
+    /// `isle-client.json` in the user's caches directory elsewhere.
+    public static func defaultStorage() -> any IsleClientStorage {
+        #if canImport(Security) && (os(iOS) || os(macOS) || os(watchOS) || os(tvOS) || os(visionOS))
+        return KeychainStorage()
+        #else
+        let directory = FileManager.default.urls(for: .cachesDirectory, in: .userDomainMask).first ?? URL(fileURLWithPath: NSTemporaryDirectory())
+        return FileStorage(path: directory.appendingPathComponent("isle-client.json").path)
+        #endif
+    }
 
     /// Loads what an earlier launch kept (a new installation id the first time).
     public init(configuration: Configuration, storage: any IsleClientStorage, session: URLSession = .shared) throws {
@@ -73,6 +112,8 @@ public actor IsleClient {
 
     /// An activity's push token: the first registers the activity, later ones are rotations.
     public func reportToken(activityID: String, attributesType: String, token: Data, externalKey: String?, topics: [String] = []) {
+        guard state.lastTokens[activityID] != token.hex else { return }
+        state.lastTokens[activityID] = token.hex
         if state.registered.insert(activityID).inserted {
             add(.register(local: activityID, attributesType: attributesType, token: token.hex, externalKey: externalKey, topics: topics), lane: ClientState.lane(activityID))
         } else {
@@ -273,12 +314,14 @@ public actor IsleClient {
             if let w = state.widgetToken { body["widgetToken"] = w }
             if let e = state.liveActivitiesEnabled { body["liveActivitiesEnabled"] = e }
             if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
+            if let e = configuration.environment { body["environment"] = e.rawValue }
         case .register(_, let type, let token, let key, let topics):
             method = "POST"
             path = "/v1/activities"
             body = ["attributesType": type, "token": token, "installationID": state.installationID]
             if let key { body["externalKey"] = key }
             if !topics.isEmpty { body["topics"] = topics }
+            if let e = configuration.environment { body["environment"] = e.rawValue }
         case .token(let local, let token):
             guard let id = state.serverIDs[local] else { return .refused("token rotation for activity \(local), which the server never registered") }
             method = "PUT"
@@ -299,15 +342,41 @@ public actor IsleClient {
         request.httpBody = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
         let data: Data
         let response: HTTPURLResponse
+        let name = Self.name(report.kind)
         do {
             let (d, r) = try await transfer(request)
-            guard let http = r as? HTTPURLResponse else { return .retry(after: nil) }
+            guard let http = r as? HTTPURLResponse else { return logged(.retry(after: nil), name, method, path, nil) }
             (data, response) = (d, http)
         } catch {
             // The network, or the server away: try again later.
-            return .retry(after: nil)
+            return logged(.retry(after: nil), name, method, path, nil)
         }
         let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        return logged(Self.outcome(response, json: json, report: report, hasSecret: state.secret != nil, method: method, path: path), name, method, path, response.statusCode)
+    }
+
+    static func name(_ kind: Report.Kind) -> String {
+        switch kind {
+        case .installation: "installation"
+        case .register: "register"
+        case .token: "token"
+        case .state(_, let what): what
+        }
+    }
+
+    func logged(_ outcome: Outcome, _ report: String, _ method: String, _ path: String, _ status: Int?) -> Outcome {
+        guard let log = configuration.log else { return outcome }
+        let text = switch outcome {
+        case .done: "sent"
+        case .retry: "retrying"
+        case .refused: "refused"
+        case .newInstallation: "new installation"
+        }
+        log(LogEntry(report: report, method: method, path: path, status: status, outcome: text))
+        return outcome
+    }
+
+    static func outcome(_ response: HTTPURLResponse, json: [String: Any]?, report: Report, hasSecret: Bool, method: String, path: String) -> Outcome {
         switch response.statusCode {
         case 200..<300:
             return .done(serverID: json?["id"] as? String, secret: json?["installationSecret"] as? String)
@@ -315,7 +384,7 @@ public actor IsleClient {
             // Retry-After in seconds, bounded: a server's odd value never parks the outbox for ever.
             let after = response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init).map { $0.isFinite ? min(3600, max(0, $0)) : 60 }
             return .retry(after: after)
-        case 403 where report.kind == .installation && state.secret == nil:
+        case 403 where report.kind == .installation && !hasSecret:
             // Registered before, but its one-time secret was lost with an answer: a new installation.
             return .newInstallation
         case 409 where (json?["error"] as? [String: Any])?["code"] as? String == "idempotencyKeyInUse":

@@ -51,9 +51,35 @@ struct ClientState: Codable, Sendable {
     var serverIDs: [String: String] = [:]
     /// Activities whose first token was reported.
     var registered: Set<String> = []
+    /// The last token reported for each activity: the same token again (ActivityKit's
+    /// `pushTokenUpdates` starts with the current one) is not a rotation.
+    var lastTokens: [String: String] = [:]
     var outbox: [Report] = []
     /// Reports the server refused for good (4xx other than rate limits): kept for the app to see.
     var refused: [String] = []
+
+    init(installationID: String) { self.installationID = installationID }
+
+    enum CodingKeys: String, CodingKey {
+        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, serverIDs, registered, lastTokens, outbox, refused
+    }
+
+    /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
+    /// so an app update never loses the installation, its secret or the unsent reports.
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        installationID = try c.decode(String.self, forKey: .installationID)
+        secret = try c.decodeIfPresent(String.self, forKey: .secret)
+        pushToStartTokens = try c.decodeIfPresent([String: String].self, forKey: .pushToStartTokens) ?? [:]
+        widgetToken = try c.decodeIfPresent(String.self, forKey: .widgetToken)
+        liveActivitiesEnabled = try c.decodeIfPresent(Bool.self, forKey: .liveActivitiesEnabled)
+        frequentPushesEnabled = try c.decodeIfPresent(Bool.self, forKey: .frequentPushesEnabled)
+        serverIDs = try c.decodeIfPresent([String: String].self, forKey: .serverIDs) ?? [:]
+        registered = try c.decodeIfPresent(Set<String>.self, forKey: .registered) ?? []
+        lastTokens = try c.decodeIfPresent([String: String].self, forKey: .lastTokens) ?? [:]
+        outbox = try c.decodeIfPresent([Report].self, forKey: .outbox) ?? []
+        refused = try c.decodeIfPresent([String].self, forKey: .refused) ?? []
+    }
 
     static let installationLane = "installation"
     static func lane(_ local: String) -> String { "activity:" + local }
@@ -81,3 +107,53 @@ struct ClientState: Codable, Sendable {
         outbox.append(report)
     }
 }
+
+#if canImport(Security) && (os(iOS) || os(macOS) || os(watchOS) || os(tvOS) || os(visionOS))
+import Security
+
+/// The Keychain: one generic-password item holds the SDK's state (the installation secret among
+/// it). Readable after the first unlock (a Live Activity wakes the app in the background) and
+/// never copied to another device by a backup (`ThisDeviceOnly`): a restored phone registers as
+/// a new installation with its own tokens. Kept to the four calls Apple documents; it cannot be
+/// compiled on the Linux machines Isle is built on.
+public struct KeychainStorage: IsleClientStorage {
+    public let service: String
+    public let account: String
+    public init(service: String = "dev.isle.client", account: String = "state") {
+        self.service = service
+        self.account = account
+    }
+
+    var query: [String: Any] {
+        [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service, kSecAttrAccount as String: account]
+    }
+
+    public func load() throws -> Data? {
+        var q = query
+        q[kSecReturnData as String] = true
+        q[kSecMatchLimit as String] = kSecMatchLimitOne
+        var result: AnyObject?
+        let status = SecItemCopyMatching(q as CFDictionary, &result)
+        if status == errSecItemNotFound { return nil }
+        guard status == errSecSuccess else { throw KeychainError(status: status) }
+        return result as? Data
+    }
+
+    public func save(_ data: Data) throws {
+        let update = SecItemUpdate(query as CFDictionary, [kSecValueData as String: data] as CFDictionary)
+        if update == errSecSuccess { return }
+        guard update == errSecItemNotFound else { throw KeychainError(status: update) }
+        var add = query
+        add[kSecValueData as String] = data
+        add[kSecAttrAccessible as String] = kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly
+        let status = SecItemAdd(add as CFDictionary, nil)
+        guard status == errSecSuccess else { throw KeychainError(status: status) }
+    }
+}
+
+/// A Keychain call failed (`OSStatus`).
+public struct KeychainError: Error, Sendable, CustomStringConvertible {
+    public let status: OSStatus
+    public var description: String { "Keychain error \(status)" }
+}
+#endif

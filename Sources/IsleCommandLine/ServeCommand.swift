@@ -71,12 +71,14 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to listen on (env ISLE_HOST; default 127.0.0.1).") var host: String?
     @Option(help: "Port (env ISLE_PORT; default 8080; 0 = any).") var port: Int?
     @OptionGroup var database: DatabaseOption
-    @Flag(help: "Send to APNs' development environment (default).") var sandbox = false
-    @Flag(help: "Send to APNs' production environment.") var production = false
-    @Option(name: .customLong("apns-url"), help: "Send to this APNs-compatible server, e.g. isle sim (env ISLE_APNS_URL).") var apnsURL: String?
+    @Flag(help: "Tokens whose app does not say their APNs environment are sandbox tokens (default; env ISLE_APNS_ENV=sandbox).") var sandbox = false
+    @Flag(help: "Tokens whose app does not say their APNs environment are production tokens (env ISLE_APNS_ENV=production).") var production = false
+    @Option(name: .customLong("apns-url"), help: "Send both environments' pushes to this APNs-compatible server, e.g. isle sim (env ISLE_APNS_URL).") var apnsURL: String?
+    @Option(name: .customLong("apns-sandbox-url"), help: "Send sandbox tokens' pushes to this APNs-compatible server, broadcasts and channel management included (env ISLE_APNS_SANDBOX_URL; e.g. isle sim --single-host).") var apnsSandboxURL: String?
+    @Option(name: .customLong("apns-production-url"), help: "Send production tokens' pushes to this APNs-compatible server, broadcasts and channel management included (env ISLE_APNS_PRODUCTION_URL; e.g. isle sim --production --single-host).") var apnsProductionURL: String?
     @Option(name: .customLong("apns-broadcast-url"), help: "With --apns-url: where broadcasts go, if not there (env ISLE_APNS_BROADCAST_URL; isle sim prints it).") var apnsBroadcastURL: String?
     @Option(name: .customLong("apns-management-url"), help: "With --apns-url: where channel management goes, if not there (env ISLE_APNS_MANAGEMENT_URL).") var apnsManagementURL: String?
-    @Option(name: .customLong("apns-ca-cert"), help: "PEM CA to trust for --apns-url (env ISLE_APNS_CA_CERT).") var apnsCACert: String?
+    @Option(name: .customLong("apns-ca-cert"), help: "PEM file of the CA certificate(s) to trust for --apns-url, --apns-sandbox-url and --apns-production-url (env ISLE_APNS_CA_CERT; concatenate several).") var apnsCACert: String?
     @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 64).") var concurrency: Int?
     @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
     @Option(help: ArgumentHelp("Seconds a claimed push belongs to this server before another may take it over (env ISLE_LEASE; default 120; at least 2). Shorter brings a crashed instance's work back sooner; it must stay longer than a send can take.", valueName: "seconds")) var lease: Int?
@@ -88,7 +90,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let config {
             let value = try Inputs.json("@" + config, flag: "--config")
             guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
-            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsBroadcastURL", "apnsManagementURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease"]
+            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease"]
             if let unknown = o.keys.first(where: { !known.contains($0) }) { throw CLIError("--config: unknown setting \"\(unknown)\"; known: \(known.sorted().joined(separator: ", "))") }
             file = o
         }
@@ -120,19 +122,29 @@ struct ServeCommand: AsyncParsableCommand {
             c.apnsTransport = kind
         }
         if sandbox && production { throw CLIError("--sandbox and --production exclude each other") }
-        if let url = pick(apnsURL, "ISLE_APNS_URL", "apnsURL") {
-            guard URL(string: url)?.scheme == "https" else { throw CLIError("apns-url: \(url) must be an https URL") }
-            let caPath = pick(apnsCACert, "ISLE_APNS_CA_CERT", "apnsCACert")
-            let pem = try caPath.map { String(decoding: try Inputs.read($0, flag: "--apns-ca-cert"), as: UTF8.self) }
-            var others: [String?] = []
-            for (flag, value) in [("apns-broadcast-url", pick(apnsBroadcastURL, "ISLE_APNS_BROADCAST_URL", "apnsBroadcastURL")),
-                                  ("apns-management-url", pick(apnsManagementURL, "ISLE_APNS_MANAGEMENT_URL", "apnsManagementURL"))] {
-                if let value, URL(string: value)?.scheme != "https" { throw CLIError("\(flag): \(value) must be an https URL") }
-                others.append(value)
-            }
-            c.apns = .custom(url: url, broadcastURL: others[0], managementURL: others[1], trustRootsPEM: pem)
-        } else if production || (!sandbox && (env["ISLE_APNS_ENV"] ?? file["apnsEnvironment"]?.stringValue) == "production") {
-            c.apns = .production
+        let defaultName = env["ISLE_APNS_ENV"].flatMap { $0.isEmpty ? nil : $0 } ?? file["apnsEnvironment"]?.stringValue
+        if production {
+            c.defaultEnvironment = .production
+        } else if !sandbox, let defaultName {
+            guard let e = PushEnvironment(reported: defaultName) else { throw CLIError("apnsEnvironment: \"\(defaultName)\" is not sandbox or production") }
+            c.defaultEnvironment = e
+        }
+        let caPath = pick(apnsCACert, "ISLE_APNS_CA_CERT", "apnsCACert")
+        let pem = try caPath.map { String(decoding: try Inputs.read($0, flag: "--apns-ca-cert"), as: UTF8.self) }
+        func https(_ flag: String, _ value: String?) throws -> String? {
+            if let value, URL(string: value)?.scheme != "https" { throw CLIError("\(flag): \(value) must be an https URL") }
+            return value
+        }
+        if let url = try https("apns-url", pick(apnsURL, "ISLE_APNS_URL", "apnsURL")) {
+            let broadcast = try https("apns-broadcast-url", pick(apnsBroadcastURL, "ISLE_APNS_BROADCAST_URL", "apnsBroadcastURL"))
+            let management = try https("apns-management-url", pick(apnsManagementURL, "ISLE_APNS_MANAGEMENT_URL", "apnsManagementURL"))
+            let target = APNsEnvironment.custom(url: url, broadcastURL: broadcast, managementURL: management, trustRootsPEM: pem)
+            c.apnsTargets = [.sandbox: target, .production: target]
+        }
+        for (environment, flag, value) in [(PushEnvironment.sandbox, "apns-sandbox-url", pick(apnsSandboxURL, "ISLE_APNS_SANDBOX_URL", "apnsSandboxURL")),
+                                           (.production, "apns-production-url", pick(apnsProductionURL, "ISLE_APNS_PRODUCTION_URL", "apnsProductionURL"))] {
+            guard let url = try https(flag, value) else { continue }
+            c.apnsTargets[environment] = .custom(url: url, trustRootsPEM: pem)
         }
         var logger = Logger(label: "isle.server")
         let level = pick(logLevel, "ISLE_LOG_LEVEL", "logLevel") ?? "info"
@@ -163,7 +175,7 @@ struct ServeCommand: AsyncParsableCommand {
                 throw CLIError("the server stopped before it could listen")
             }
             let apps = try await store.apps()
-            say("Isle server on http://\(c.host):\(p)  database \(shown)  APNs \(c.apns.name)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
+            say("Isle server on http://\(c.host):\(p)  database \(shown)  APNs \(c.apnsDescription)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
             try await tasks.next()
         }
     }

@@ -111,3 +111,21 @@ extension String {
         return String(s)
     }
 }
+
+/// The APNs environment a device token belongs to (apple-push.md §1.1): a token works only on its
+/// own environment's hosts, anywhere else APNs answers 400 `BadDeviceToken` (apple-push.md §3.4);
+/// channels cannot be shared across environments either (§7.1).
+/// Debug builds hold `sandbox` tokens; TestFlight and App Store builds `production` ones.
+public enum PushEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
+    case sandbox, production
+
+    /// Reads a reported environment: `sandbox`, `production`, or the `aps-environment`
+    /// entitlement's own values (`development`, `production`), exactly; nil for anything else.
+    public init?(reported text: String) {
+        switch text {
+        case "sandbox", "development": self = .sandbox
+        case "production": self = .production
+        default: return nil
+        }
+    }
+}

@@ -11,9 +11,9 @@ import NIOCore
 import ServiceLifecycle
 import Synchronization
 
-/// `isle demo`: a simulated iPhone with the pizza-delivery app, the Isle server on a temporary
-/// SQLite file, and a scripted backend — every step over HTTP, the server talking HTTP/2 + TLS to
-/// the fake APNs. Each step checks what the phone shows and fails the demo if it does not.
+/// `isle demo`: a simulated iPhone with the pizza-delivery app (ActivityKit + IsleClient, in
+/// Swift), the Isle server on a temporary SQLite file, and a scripted backend over HTTP, the
+/// server talking HTTP/2 + TLS to the fake APNs. Each step checks what the phone shows and fails the demo if it does not.
 public struct Demo: Sendable {
     public struct Options: Sendable {
         /// Virtual seconds per real second while the demo waits for time to pass.
@@ -125,7 +125,7 @@ public struct Demo: Sendable {
                     let script = Script(view: DemoView(json: options.json, out: out), options: options, http: http,
                                         endpoints: .init(server: serverURL, control: control, backendKey: backendKey, deviceKey: deviceKey, widgetURL: widgetURL,
                                                          keyID: Self.keyID, teamID: Self.teamID, publicKeyPEM: key.publicKey.pemRepresentation),
-                                        favorite: favorite, waitForEnter: waitForEnter)
+                                        favorite: favorite, world: sim.world, appStorage: dir.appendingPathComponent("isle-client.json").path, waitForEnter: waitForEnter)
                     try await script.play()
                     try await http.shutdown()
                     await group.triggerGracefulShutdown()

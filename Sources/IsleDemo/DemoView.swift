@@ -35,6 +35,32 @@ final class DemoView: Sendable {
         out("  \(String(repeating: " ", count: 17)) \(method) \(path) → \(status)")
     }
 
+    /// The app calling ActivityKit on the phone (the simulator's `SimulatedActivityKit`).
+    func activityKit(_ call: String, says: String) {
+        if json { return emit("activityKit", ["call": .string(call), "says": .string(says)]) }
+        out("  \("app (ActivityKit)".padding(toLength: 17, withPad: " ", startingAt: 0)) \(says)")
+        out("  \(String(repeating: " ", count: 17)) \(call)")
+    }
+
+    /// A request IsleClient made on its own: what the app's SDK handed to the server.
+    func sdk(report: String, method: String, path: String, status: Int?, outcome: String) {
+        if json {
+            return emit("sdk", ["report": .string(report), "method": .string(method), "path": .string(Self.redactedPath(path)), "status": status.map { .int(Int64($0)) } ?? .null,
+                                "outcome": .string(outcome)])
+        }
+        let what = switch report {
+        case "installation": "reports the installation: push-to-start token, widget token, settings, sandbox"
+        case "register" where status == 200: "hands a push-started activity's token over: the server links its starting record"
+        case "register": "hands a new activity's update token to the server"
+        case "token": "hands a rotated update token to the server"
+        case "dismissed": "reports that the activity was dismissed"
+        case "ended": "reports that the activity ended"
+        default: report
+        }
+        out("  \("app (IsleClient)".padding(toLength: 17, withPad: " ", startingAt: 0)) \(what)")
+        out("  \(String(repeating: " ", count: 17)) \(method) \(Self.redactedPath(path)) → \(status.map(String.init) ?? "no answer")\(outcome == "sent" ? "" : " (\(outcome))")")
+    }
+
     func wire(_ w: WireRecord, compact: String?) {
         if json {
             var f: JSONObject = ["pushType": .string(w.pushType), "priority": .int(w.priority), "apnsID": .string(w.apnsID), "status": .int(w.status), "path": .string(Self.redactedPath(w.path))]

@@ -5,10 +5,10 @@ import IsleSimulator
 import NIOCore
 import NIOHTTP1
 
-/// The scenario: the pizza-delivery story of WWDC23 10185, told through the public HTTP APIs. The
-/// "app" talks to the simulator's control API (as ActivityKit would on a phone) and to the server
-/// with a device key; the "backend" talks to the server with a backend key; the server talks to
-/// the fake APNs over HTTP/2 + TLS. After each push the script reads what went over the wire (the
+/// The scenario: the pizza-delivery story of WWDC23 10185. The app is Swift, as on a phone: it
+/// calls ActivityKit (the simulator's `SimulatedActivityKit`) and IsleClient hands its tokens and
+/// state to the server with the device key; the "backend" talks to the server's HTTP API with a
+/// backend key; the server talks to the fake APNs over HTTP/2 + TLS. After each push the script reads what went over the wire (the
 /// fake APNs' request log) and what the phone shows (the device's screen and event log) and checks
 /// it against what the step should have reached.
 actor Script {
@@ -29,6 +29,13 @@ actor Script {
     let e: Endpoints
     let favorite: FavoritePizza
     let waitForEnter: @Sendable () async -> Void
+    /// The simulated phones, for the app's ActivityKit.
+    let world: SimulatorWorld
+    /// Where the app's IsleClient keeps its state between launches.
+    let appStorage: String
+    var app: DemoApp?
+    /// The installation id the app's IsleClient chose.
+    var installation = ""
 
     var device = ""
     var requestCursor = 0
@@ -37,12 +44,12 @@ actor Script {
 
     static let bundleID = Demo.bundleID
     static let type = "PizzaDeliveryAttributes"
-    static let installation = "iphone-1"
-    /// What the app keeps in its Keychain after registering its installation.
-    var installationSecret: String?
     static let user = "user-1"
 
-    init(view: DemoView, options: Demo.Options, http: HTTPClient, endpoints: Endpoints, favorite: FavoritePizza, waitForEnter: @escaping @Sendable () async -> Void) {
+    init(view: DemoView, options: Demo.Options, http: HTTPClient, endpoints: Endpoints, favorite: FavoritePizza, world: SimulatorWorld, appStorage: String,
+         waitForEnter: @escaping @Sendable () async -> Void) {
+        self.world = world
+        self.appStorage = appStorage
         self.view = view
         self.options = options
         self.http = http
@@ -62,6 +69,7 @@ actor Script {
         try await step5()
         try await step6()
         try await step7()
+        await app?.stop()
         let metrics = try await call(.GET, e.server + "/metrics")
         try await showDeviceEvents()
         view.finish(steps: step, metrics: metrics.text)
@@ -78,30 +86,30 @@ actor Script {
         _ = try await control(.POST, "/devices/\(device)/apps", ["bundleID": .string(Self.bundleID), "schemas": [schema], "widgets": [["kind": "favorite", "url": .string(e.widgetURL)]]],
                               expect: 201, says: "\(Self.bundleID) installed, with a \"favorite pizza\" widget", actor: "setup")
         _ = try await control(.POST, "/devices/\(device)/apps/\(Self.bundleID)/widgets/reload", [:], expect: 200, says: "the widget loads its first timeline")
+        // The app launches: IsleClient registers the installation on its own (push-to-start token,
+        // settings, environment) and tracks every pizza activity by its order number.
+        let view = self.view
+        guard let serverURL = URL(string: e.server) else { throw fail("a server URL", found: e.server) }
+        let app = try await DemoApp(world: world, device: device, bundleID: Self.bundleID, serverURL: serverURL, deviceKey: e.deviceKey, storage: appStorage) { entry in
+            view.sdk(report: entry.report, method: entry.method, path: entry.path, status: entry.status, outcome: entry.outcome)
+        }
+        self.app = app
+        installation = await app.client.installationID
+        view.activityKit("IsleClient(serverURL:deviceKey:) · track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { $0.attributes.orderNumber }",
+                         says: "the app launches and hands ActivityKit to IsleClient")
+        // WidgetKit hands the app its widget push token (iOS 26); the app passes it on.
+        if let widget = try? world.app(Self.bundleID, on: device).widgetPushToken { await app.reportWidgetToken(widget) }
+        _ = try await until("IsleClient registered the installation") { () async -> Bool? in await app.client.pendingReports == 0 ? true : nil }
         try await showScreen()
     }
 
     func step1() async throws {
         try await begin(1, "The app starts a Live Activity for order 12345")
         let t = try await now()
-        let a = try await control(.POST, "/devices/\(device)/apps/\(Self.bundleID)/activities", [
-            "attributesType": .string(Self.type), "attributes": Self.attributes(order: "12345", pizzas: 3, total: "$42.00"),
-            "contentState": Self.state("Bill James", t, t.addingTimeInterval(25 * 60)), "waitForPushToken": true,
-        ], expect: 201, says: "Activity.request(…, pushType: .token), then the token on pushTokenUpdates")
-        guard let token = a.json["updateToken"]?.stringValue else { throw fail("the started activity has a push token", found: a.text) }
-        let d = try await control(.GET, "/devices/\(device)")
-        let appState = d.json["apps"]?[Self.bundleID]
-        guard let ptst = appState?["pushToStartTokens"]?[Self.type]?.stringValue, let widget = appState?["widgetPushToken"]?.stringValue else {
-            throw fail("the app has a push-to-start token and a widget push token", found: "none")
-        }
-        let registered = try await app(.PUT, "/v1/installations/\(Self.installation)", ["pushToStartTokens": [Self.type: .string(ptst)], "widgetToken": .string(widget)],
-                                       expect: 200, says: "registers its installation: push-to-start token (\(DemoView.short(ptst))) and widget token (\(DemoView.short(widget)))")
-        guard let secret = registered.json["installationSecret"]?.stringValue else { throw fail("the first registration returns the installation's secret", found: registered.text) }
-        installationSecret = secret
-        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12345", "token": .string(token), "installationID": .string(Self.installation),
-                                                    "attributes": Self.attributes(order: "12345", pizzas: 3, total: "$42.00")], expect: 201,
-                          says: "hands its update token (\(DemoView.short(token))) to the server, with its installation secret")
-        _ = try await backend(.PUT, "/v1/installations/\(Self.installation)/user", ["userID": .string(Self.user)], expect: 200,
+        let started = try activityKit { app in try app.startOrder("12345", pizzas: 3, total: "$42.00", driver: "Bill James", until: t.addingTimeInterval(25 * 60), now: t) }
+        view.activityKit("Activity<PizzaDeliveryAttributes>.request(attributes:content:pushType: .token)", says: "starts a Live Activity for order 12345")
+        try await registered(started.id, "12345")
+        _ = try await backend(.PUT, "/v1/installations/\(installation)/user", ["userID": .string(Self.user)], expect: 200,
                               says: "binds the installation to its customer \(Self.user) (the device never says who it is)")
         let s = try await showScreen()
         try check(s.lockScreen.count == 1 && s.lockScreen.first?.driver == "Bill James", "the Lock Screen shows order 12345 with Bill James", found: s.summary)
@@ -191,21 +199,21 @@ actor Script {
         try await advance(30 * 60 + 1, "30 minutes pass")
         s = try await showScreen()
         try check(s.lockScreen.isEmpty, "the activity left the Lock Screen at its dismissal date", found: s.summary)
+        // ActivityKit reported the dismissal to the app; IsleClient passed it on.
+        _ = try await until("IsleClient reported the dismissal") { () async -> Bool? in await self.app?.client.pendingReports == 0 ? true : nil }
         let record = try await backend(.GET, "/v1/activities/by-key/12345", nil, expect: 200, says: "reads the order's activity")
-        try check(record.json["state"]?.stringValue == "ended", "the server's record says ended", found: record.json["state"]?.jsonString ?? "nothing")
+        try check(record.json["state"]?.stringValue == "dismissed", "the server's record says dismissed (IsleClient reported it)", found: record.json["state"]?.jsonString ?? "nothing")
     }
 
     func step6() async throws {
         try await begin(6, "Two orders at once: started by the app and by push-to-start")
         try await advance(10 * 60, "a new order from the app")
         var t = try await now()
-        let a = try await control(.POST, "/devices/\(device)/apps/\(Self.bundleID)/activities", [
-            "attributesType": .string(Self.type), "attributes": Self.attributes(order: "12346", pizzas: 1, total: "$14.00"),
-            "contentState": Self.state("Bill James", t, t.addingTimeInterval(30 * 60)), "relevanceScore": 50, "waitForPushToken": true,
-        ], expect: 201, says: "Activity.request for order 12346 (relevance 50), then its token")
-        guard let token = a.json["updateToken"]?.stringValue else { throw fail("order 12346 has a push token", found: a.text) }
-        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12346", "token": .string(token), "installationID": .string(Self.installation)],
-                          expect: 201, says: "hands its update token to the server")
+        let second = try activityKit { app in
+            try app.startOrder("12346", pizzas: 1, total: "$14.00", driver: "Bill James", until: t.addingTimeInterval(30 * 60), now: t, relevance: 50)
+        }
+        view.activityKit("Activity<PizzaDeliveryAttributes>.request(attributes:content:pushType: .token), relevance 50", says: "starts a Live Activity for order 12346")
+        try await registered(second.id, "12346")
         var s = try await showScreen()
         try check(s.dynamicIsland == .compact, "one live activity: the Dynamic Island is compact", found: s.dynamicIsland.rawValue)
 
@@ -217,14 +225,12 @@ actor Script {
             "alert": ["title": "Order 12347", "body": "Your second order is in the oven", "sound": "default"],
         ], says: "push-to-start order 12347 on the user's phone (relevance 100)")
         try await delivered(started)
-        // The app, launched in the background, hands the new activity's token to the server.
+        // The app, launched in the background, sees the new activity on activityUpdates and its
+        // IsleClient hands the token over: the server links it to its `starting` record.
         let d = try await control(.GET, "/devices/\(device)")
         let pushed = d.json["activities"]?.arrayValue?.first { $0["attributes"]?["orderNumber"]?.stringValue == "12347" }
         guard let pushedID = pushed?["id"]?.stringValue else { throw fail("the push-started activity is on the phone", found: "no activity") }
-        let tokenAnswer = try await control(.GET, "/devices/\(device)/activities/\(pushedID)/push-token", expect: 200, says: "pushTokenUpdates hands the new activity its token")
-        guard let newToken = tokenAnswer.json["token"]?.stringValue else { throw fail("the push-started activity has an update token", found: tokenAnswer.text) }
-        _ = try await app(.POST, "/v1/activities", ["attributesType": .string(Self.type), "externalKey": "12347", "token": .string(newToken), "installationID": .string(Self.installation)], expect: 200,
-                          says: "the app reports the push-started activity's token (\(DemoView.short(newToken)))")
+        try await registered(pushedID, "12347")
         s = try await showScreen()
         try check(s.lockScreen.count == 2, "two activities on the Lock Screen", found: s.summary)
         try await advance(10, "the alert's expanded presentation ends")
@@ -242,7 +248,7 @@ actor Script {
         try await begin(7, "The \"favorite pizza\" widget reloads on a widgets push")
         favorite.set("Diavola")
         view.note("The backend's favorite pizza is now Diavola (the widget's timeline source).")
-        let r = try await backend(.POST, "/v1/installations/\(Self.installation)/widgets/reload", [:], says: "reload the installation's widgets")
+        let r = try await backend(.POST, "/v1/installations/\(installation)/widgets/reload", [:], says: "reload the installation's widgets")
         let wire = try await delivered(r)
         try check(wire.first?.pushType == "widgets", "a widgets push went over the wire", found: wire.first?.pushType ?? "nothing")
         let s = try await until("the widget shows Diavola") { () async throws -> ScreenView? in
@@ -403,13 +409,24 @@ actor Script {
         return r
     }
 
-    /// The server's API with the device key: what the app hands to its server.
-    func app(_ method: HTTPMethod, _ path: String, _ body: JSONValue, expect: Int, says: String) async throws -> Reply {
-        let r = try await call(method, e.server + path, key: e.deviceKey, body: body, idempotent: true,
-                               headers: installationSecret.map { [("Isle-Installation-Secret", $0)] } ?? [])
-        view.request(actor: "app", method: method.rawValue, path: path, status: r.status, says: says, channel: "isle")
-        guard r.status == expect else { throw fail("\(method.rawValue) \(path) answers \(expect)", found: "\(r.status) \(Self.errorText(r))") }
-        return r
+    /// Runs an ActivityKit call of the app's.
+    func activityKit<T>(_ call: (DemoApp) throws -> T) throws -> T {
+        guard let app else { throw fail("the app is running", found: "no app") }
+        return try call(app)
+    }
+
+    /// Waits until the app's IsleClient has handed `activity`'s token to the server, and shows
+    /// what the server now knows of the order.
+    func registered(_ activity: String, _ order: String) async throws {
+        guard let app else { throw fail("the app is running", found: "no app") }
+        try await showDeviceEvents()
+        _ = try await until("IsleClient registered order \(order) with the server") { () async -> Bool? in
+            let id = await app.client.serverID(of: activity), pending = await app.client.pendingReports
+            return id != nil && pending == 0 ? true : nil
+        }
+        let record = try await backend(.GET, "/v1/activities/by-key/\(order)", nil, expect: 200, says: "reads order \(order) by its own key", compact: true)
+        try check(record.json["hasToken"] == true && record.json["state"] == "active", "the server holds order \(order)'s update token (active)",
+                  found: "\(record.json["state"]?.jsonString ?? "nothing"), hasToken \(record.json["hasToken"]?.jsonString ?? "nothing")")
     }
 
     /// The server's API with the backend key: what the pizza shop's backend does.

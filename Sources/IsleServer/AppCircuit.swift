@@ -1,4 +1,5 @@
 public import Foundation
+public import IsleCore
 import Synchronization
 
 /// Per app: whether Isle sends for it now. A configuration error (a revoked key, the wrong
@@ -29,10 +30,11 @@ public struct AppCircuit: Sendable, Hashable {
     }
 
     public enum Signal: Sendable, Hashable {
-        case accepted
+        /// APNs accepted a push to a token (or channel) of this environment.
+        case accepted(PushEnvironment)
         case unavailable(String)
         case configuration(String)
-        case badDeviceToken(token: String)
+        case badDeviceToken(token: String, environment: PushEnvironment)
     }
 
     public enum Transition: Sendable, Hashable {
@@ -43,16 +45,19 @@ public struct AppCircuit: Sendable, Hashable {
     }
 
     public private(set) var mode: Mode = .running
-    /// A push of this app was accepted since the process started: its environment is right, so
-    /// `BadDeviceToken` means a bad token.
-    public private(set) var environmentConfirmed = false
+    /// The environments in which a push of this app was accepted since the process started: there
+    /// the target is right, so `BadDeviceToken` means a bad token.
+    public private(set) var confirmedEnvironments: Set<PushEnvironment> = []
     var consecutiveUnavailable = 0
-    var suspects: Set<String> = []
+    var suspects: [PushEnvironment: Set<String>] = [:]
     var backoffs = 0
     var pauses = 0
     public var settings: Settings
 
     public init(settings: Settings = Settings()) { self.settings = settings }
+
+    /// A push of this app to `environment` was accepted since the process started.
+    public func environmentConfirmed(_ environment: PushEnvironment) -> Bool { confirmedEnvironments.contains(environment) }
 
     /// Whether the app's jobs may be claimed at `now` (during a pause: once the probe time came).
     public func admits(_ now: Date) -> Bool {
@@ -72,10 +77,10 @@ public struct AppCircuit: Sendable, Hashable {
 
     public mutating func record(_ signal: Signal, now: Date) -> Transition {
         switch signal {
-        case .accepted:
-            environmentConfirmed = true
+        case .accepted(let environment):
+            confirmedEnvironments.insert(environment)
             consecutiveUnavailable = 0
-            suspects.removeAll()
+            suspects[environment] = nil
             backoffs = 0
             pauses = 0
             guard mode != .running else { return .none }
@@ -94,11 +99,15 @@ public struct AppCircuit: Sendable, Hashable {
             return .backingOff(until: until, reason: reason)
         case .configuration(let why):
             return pause("APNs refused the app's configuration: \(why)", now: now)
-        case .badDeviceToken(let token):
-            guard !environmentConfirmed else { return .none }
-            suspects.insert(token)
-            guard suspects.count >= settings.suspectTokenThreshold else { return .none }
-            return pause("BadDeviceToken for \(suspects.count) different tokens and no push accepted yet: the tokens are probably for the other APNs environment (sandbox vs production)", now: now)
+        case .badDeviceToken(let token, let environment):
+            // Evidence of a wrong target only while no push of the app was accepted at all: once
+            // another environment works, the app's credentials are right and pausing it would stop
+            // that environment's pushes for the sake of this one's (whose jobs keep retrying).
+            guard confirmedEnvironments.isEmpty else { return .none }
+            suspects[environment, default: []].insert(token)
+            let count = suspects[environment]?.count ?? 0
+            guard count >= settings.suspectTokenThreshold else { return .none }
+            return pause("BadDeviceToken for \(count) different \(environment.rawValue) tokens and no push accepted yet: the tokens are probably for the other APNs environment (check the environment the app reports, or --sandbox/--production for apps that do not say)", now: now)
         }
     }
 

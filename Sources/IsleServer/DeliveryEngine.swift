@@ -223,7 +223,7 @@ public final class DeliveryEngine: Service {
                 return JobCompletion(claim: c, result: .retry(at: now, reason: "the server stopped during the send"))
             }
             let resolution = random.withLock { r in
-                resolver.resolve(outcome, attempt: job.attempts, deadline: deadline, now: sentAt, environmentConfirmed: circuit.environmentConfirmed, random: &r)
+                resolver.resolve(outcome, attempt: job.attempts, deadline: deadline, now: sentAt, environmentConfirmed: circuit.environmentConfirmed(push.environment ?? clients.defaultEnvironment), random: &r)
             }
             let delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
                                           reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
@@ -235,10 +235,11 @@ public final class DeliveryEngine: Service {
     /// Feeds the app's circuit and logs its transitions.
     func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, now: Date) {
         let signal: AppCircuit.Signal? = switch resolution {
-        case .sent: .accepted
+        case .sent: .accepted(push.environment ?? clients.defaultEnvironment)
         case .pauseApp(let why): .configuration(why)
         case .suspectToken:
-            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t) } else if case .widgets(let t) = push.target { .badDeviceToken(token: t) } else { nil }
+            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment) }
+            else if case .widgets(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment) } else { nil }
         case .retry:
             switch outcome {
             case .unreachable(let why, _): .unavailable(why)
@@ -271,7 +272,7 @@ public final class DeliveryEngine: Service {
             return JobCompletion(claim: c, result: .retry(at: at, reason: why), delivery: delivery)
         case .suspectToken(let why, let at):
             counters.retried()
-            return JobCompletion(claim: c, result: .retry(at: at, reason: "\(why) (kept: no push of this app was accepted yet, so the environment may be wrong)"), delivery: delivery)
+            return JobCompletion(claim: c, result: .retry(at: at, reason: "\(why) (kept: no push of this app to this APNs environment was accepted yet, so the environment may be wrong)"), delivery: delivery)
         case .pauseApp(let why):
             let circuit = circuits.circuit(job.bundleID)
             return JobCompletion(claim: c, result: .retry(at: circuit.resumesAt(now), reason: "app paused: \(why)"), delivery: delivery)
@@ -317,7 +318,7 @@ public final class DeliveryEngine: Service {
     /// Performs the planned push; never throws.
     func send(_ push: DeliveryPlanner.Push, c: ClaimedJob, app: AppRecord) async -> (OutcomeResolver.Outcome, APNsResponse?, Double) {
         let client: APNsClient
-        do { client = try clients.client(for: app) } catch {
+        do { client = try clients.client(for: app, environment: push.environment) } catch {
             return (.unreachable("the app's APNs credentials are unusable: \(error)", configuration: true), nil, 0)
         }
         let start = ContinuousClock.now
@@ -385,9 +386,13 @@ final class AppCache: Sendable {
     }
 }
 
-/// One APNs client per app, made on first use and shared by every worker (one JWT per key).
+/// One APNs client per app and environment, made on first use and shared by every worker (one JWT
+/// per key): an app's sandbox and production tokens go to their own hosts, side by side.
 public final class APNsClients: Sendable {
-    let environment: APNsEnvironment
+    /// Where each environment's pushes go.
+    let targets: [PushEnvironment: APNsEnvironment]
+    /// The environment of records that do not name one.
+    public let defaultEnvironment: PushEnvironment
     let requestTimeout: Duration
     let transport: APNsTransportKind
     let masterKey: MasterKey?
@@ -397,9 +402,18 @@ public final class APNsClients: Sendable {
     /// Clients replaced after a key change, closed at shutdown.
     private let retired = Mutex<[APNsClient]>([])
 
-    public init(environment: APNsEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default, masterKey: MasterKey? = nil,
-                clock: any WallClock = SystemWallClock(), logger: Logger) {
-        self.environment = environment
+    /// Every environment to `environment`'s hosts (one fake APNs for all, or one Apple environment).
+    public convenience init(environment: APNsEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default, masterKey: MasterKey? = nil,
+                            clock: any WallClock = SystemWallClock(), logger: Logger) {
+        let name: PushEnvironment = environment == .production ? .production : .sandbox
+        self.init(targets: [.sandbox: environment, .production: environment], defaultEnvironment: name, requestTimeout: requestTimeout, transport: transport,
+                  masterKey: masterKey, clock: clock, logger: logger)
+    }
+
+    public init(targets: [PushEnvironment: APNsEnvironment], defaultEnvironment: PushEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default,
+                masterKey: MasterKey? = nil, clock: any WallClock = SystemWallClock(), logger: Logger) {
+        self.targets = targets
+        self.defaultEnvironment = defaultEnvironment
         self.requestTimeout = requestTimeout
         self.transport = transport
         self.masterKey = masterKey
@@ -407,15 +421,24 @@ public final class APNsClients: Sendable {
         self.logger = logger
     }
 
-    public func client(for app: AppRecord) throws -> APNsClient {
+    /// Where `environment`'s pushes go.
+    public func target(_ environment: PushEnvironment) -> APNsEnvironment {
+        targets[environment] ?? (environment == .production ? .production : .sandbox)
+    }
+
+    /// The client for the app's pushes to `environment` (nil: the default environment).
+    public func client(for app: AppRecord, environment: PushEnvironment? = nil) throws -> APNsClient {
+        let environment = environment ?? defaultEnvironment
+        let key = app.bundleID + "|" + environment.rawValue
         var replaced: APNsClient?
         let client = try clients.withLock { c throws -> APNsClient in
-            if let existing = c[app.bundleID], existing.keyID == app.keyID { return existing.client }
+            if let existing = c[key], existing.keyID == app.keyID { return existing.client }
             // Made under the lock: two workers must not each make one and drop the other unclosed.
             let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: try MasterKey.openKey(of: app, with: masterKey))
-            let client = try APNsClient(configuration: .init(environment: environment, credentials: credentials, requestTimeout: requestTimeout, transport: transport), clock: clock, logger: logger)
-            replaced = c[app.bundleID]?.client
-            c[app.bundleID] = (app.keyID, client)
+            let client = try APNsClient(configuration: .init(environment: target(environment), credentials: credentials, requestTimeout: requestTimeout, transport: transport),
+                                        clock: clock, logger: logger)
+            replaced = c[key]?.client
+            c[key] = (app.keyID, client)
             return client
         }
         if let replaced { retired.withLock { $0.append(replaced) } }

@@ -41,6 +41,8 @@ public struct DeliveryPlanner: Sendable {
         public var attributesType: String?
         /// What the activity's record becomes once APNs accepts the push.
         public var patch: ActivityPatch?
+        /// The APNs environment of the token or channel (nil: the server's default).
+        public var environment: PushEnvironment?
     }
 
     /// When a job can no longer matter, and why.
@@ -113,7 +115,7 @@ public struct DeliveryPlanner: Sendable {
             guard let i = c.installation, let token = i.widgetToken else { return .fail("the installation has no widget push token") }
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
-            return .send(Push(target: .widgets(token: token), payload: [], priority: 10, downgraded: false), d)
+            return .send(Push(target: .widgets(token: token), payload: [], priority: 10, downgraded: false, environment: i.environment), d)
         case .broadcast:
             guard let channel = c.channel, channel.bundleID == job.bundleID else { return .drop("the channel no longer exists", nil) }
             let d = deadline(job, activity: nil)
@@ -121,7 +123,7 @@ public struct DeliveryPlanner: Sendable {
             let priority = Self.wantsHighPriority(job) ? 10 : 5
             let kind: PushJobKind = job.aps["event"]?.stringValue == "end" ? .end : .update
             return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job.aps, timestamp: c.job.timestamp),
-                              priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now)), d)
+                              priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now), environment: channel.environment), d)
         }
     }
 
@@ -148,7 +150,7 @@ public struct DeliveryPlanner: Sendable {
             if c.highPriorityUsed >= budget { downgraded = true } else { priority = 10 }
         }
         return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
-                          attributesType: a.attributesType, patch: Self.patch(job.aps, kind: job.kind, now: c.now)), d)
+                          attributesType: a.attributesType, patch: Self.patch(job.aps, kind: job.kind, now: c.now), environment: a.environment), d)
     }
 
     func planStart(_ c: Context) -> Plan {
@@ -158,7 +160,7 @@ public struct DeliveryPlanner: Sendable {
         guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
         let d = deadline(job, activity: c.activity)
         guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
-        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: 10, downgraded: false, attributesType: type), d)
+        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: 10, downgraded: false, attributesType: type, environment: i.environment), d)
     }
 
     /// What a delivered update or end changes in the server's record of the activity.

@@ -30,10 +30,10 @@ public final class IsleServerApp: Service {
         self.store = store
         self.clock = clock
         self.logger = logger
-        clients = APNsClients(environment: configuration.apns, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
+        clients = APNsClients(targets: configuration.apnsTargets, defaultEnvironment: configuration.defaultEnvironment, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apns.name),
+        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription),
                                       limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
         let box = portBox
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),

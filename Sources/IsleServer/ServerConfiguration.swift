@@ -1,5 +1,6 @@
 public import Foundation
 public import IsleAPNs
+public import IsleCore
 public import IsleStore
 
 /// How `isle serve` runs. Built in one place from flags > environment > file > defaults.
@@ -8,7 +9,31 @@ public struct ServerConfiguration: Sendable {
     public var port = 8080
     /// The SQLite file.
     public var databasePath = "./isle.sqlite"
-    public var apns: APNsEnvironment = .sandbox
+    /// The environment of tokens whose installation did not say (`--sandbox`, `--production`).
+    public var defaultEnvironment: PushEnvironment = .sandbox
+    /// Where each environment's pushes go: Apple's hosts, or any APNs-compatible server (such as
+    /// isle sim) per environment.
+    public var apnsTargets: [PushEnvironment: APNsEnvironment] = [.sandbox: .sandbox, .production: .production]
+    /// The default environment's target. Setting `.sandbox` or `.production` picks the default
+    /// environment (Apple's hosts for both); setting `.custom` sends both environments there.
+    public var apns: APNsEnvironment {
+        get { target(defaultEnvironment) }
+        set {
+            switch newValue {
+            case .sandbox: defaultEnvironment = .sandbox
+            case .production: defaultEnvironment = .production
+            case .custom: apnsTargets = [.sandbox: newValue, .production: newValue]
+            }
+        }
+    }
+    /// "sandbox (default) → sandbox; production → custom (https://…)".
+    public var apnsDescription: String {
+        PushEnvironment.allCases.map { e in "\(e.rawValue)\(e == defaultEnvironment ? " (default)" : "") → \(target(e).name)" }.joined(separator: "; ")
+    }
+
+    public func target(_ environment: PushEnvironment) -> APNsEnvironment {
+        apnsTargets[environment] ?? (environment == .production ? .production : .sandbox)
+    }
     /// Concurrent deliveries in flight.
     public var concurrency = 64
     /// How long a claimed job belongs to a worker before the sweep may hand it to another. Longer

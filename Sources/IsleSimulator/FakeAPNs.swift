@@ -125,6 +125,8 @@ public final class FakeAPNs: Sendable {
         state.withLock { $0.keys[key.keyID] = key }
     }
 
+    /// The provider keys it accepts.
+    public var registeredKeys: [RegisteredKey] { state.withLock { Array($0.keys.values) } }
     public func addFailure(_ rule: FailureRule) { state.withLock { $0.failures.append(rule) } }
     public func clearFailures() { state.withLock { $0.failures.removeAll() } }
     public var requestLog: [LoggedRequest] { state.withLock { Array($0.log[$0.logStart...]) } }

@@ -70,9 +70,13 @@ public struct InstallationRecord: Sendable, Hashable {
     /// SHA-256 (hex) of the installation secret the app got at its first registration; device
     /// calls for this installation and its activities must present the secret.
     public var secretHash: String?
+    /// The APNs environment of the installation's tokens (its build's `aps-environment`); nil:
+    /// the server's default (`isle serve --sandbox/--production`).
+    public var environment: PushEnvironment?
     public init(id: String, bundleID: String, userID: String? = nil, pushToStartTokens: [String: String] = [:], widgetToken: String? = nil,
-                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date, secretHash: String? = nil) {
+                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date, secretHash: String? = nil, environment: PushEnvironment? = nil) {
         self.secretHash = secretHash
+        self.environment = environment
         self.id = id
         self.bundleID = bundleID
         self.userID = userID
@@ -118,10 +122,15 @@ public struct ActivityRecord: Sendable, Hashable {
     public var lastTimestamp: Int64?
     public var topics: [String]
     public var stateReason: String?
+    /// The APNs environment of its update token (from the app's report or its installation's);
+    /// nil: the server's default.
+    public var environment: PushEnvironment?
 
     public init(id: String, bundleID: String, externalKey: String? = nil, installationID: String? = nil, attributesType: String, attributes: JSONValue? = nil,
                 content: JSONValue? = nil, state: ActivityRecordState = .active, updateToken: String? = nil, channelID: String? = nil, relevanceScore: Double? = nil,
-                staleDate: Date? = nil, startedAt: Date, endedAt: Date? = nil, dismissedAt: Date? = nil, lastTimestamp: Int64? = nil, topics: [String] = [], stateReason: String? = nil) {
+                staleDate: Date? = nil, startedAt: Date, endedAt: Date? = nil, dismissedAt: Date? = nil, lastTimestamp: Int64? = nil, topics: [String] = [], stateReason: String? = nil,
+                environment: PushEnvironment? = nil) {
+        self.environment = environment
         self.id = id
         self.bundleID = bundleID
         self.externalKey = externalKey
@@ -155,7 +164,11 @@ public struct ChannelRecord: Sendable, Hashable {
     public var bundleID: String
     public var storagePolicy: Int
     public var createdAt: Date
-    public init(id: String, bundleID: String, storagePolicy: Int, createdAt: Date) {
+    /// The environment it was created in: a channel lives in one (apple-push.md §7.1); nil: the
+    /// server's default.
+    public var environment: PushEnvironment?
+    public init(id: String, bundleID: String, storagePolicy: Int, createdAt: Date, environment: PushEnvironment? = nil) {
+        self.environment = environment
         self.id = id
         self.bundleID = bundleID
         self.storagePolicy = storagePolicy

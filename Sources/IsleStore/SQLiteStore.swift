@@ -148,6 +148,13 @@ public final class SQLiteStore: IsleStore {
         """
         ALTER TABLE installations ADD COLUMN secret_hash TEXT;
         """,
+        // The APNs environment of each installation's, activity's and channel's tokens (NULL: the
+        // server's default).
+        """
+        ALTER TABLE installations ADD COLUMN environment TEXT;
+        ALTER TABLE activities ADD COLUMN environment TEXT;
+        ALTER TABLE channels ADD COLUMN environment TEXT;
+        """,
     ]
 
     public func migrate() async throws {
@@ -242,12 +249,14 @@ public final class SQLiteStore: IsleStore {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
         do {
             try db.execute(sql: """
-                INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens,
                     widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled,
-                    frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash
-                """, arguments: [i.id, i.bundleID, i.userID, tokens, i.widgetToken, i.liveActivitiesEnabled, i.frequentPushesEnabled, i.updatedAt.timeIntervalSince1970, i.secretHash])
+                    frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash,
+                    environment = excluded.environment
+                """, arguments: [i.id, i.bundleID, i.userID, tokens, i.widgetToken, i.liveActivitiesEnabled, i.frequentPushesEnabled, i.updatedAt.timeIntervalSince1970, i.secretHash,
+                                 i.environment?.rawValue])
         }
     }
 
@@ -278,7 +287,8 @@ public final class SQLiteStore: IsleStore {
         for (k, v) in (try? JSONParser.parse(r["push_to_start_tokens"] as String))?.objectValue ?? [:] { tokens[k] = v.stringValue }
         return InstallationRecord(id: r["id"], bundleID: r["bundle_id"], userID: r["user_id"], pushToStartTokens: tokens, widgetToken: r["widget_token"],
                                   liveActivitiesEnabled: r["live_activities_enabled"], frequentPushesEnabled: r["frequent_pushes_enabled"],
-                                  updatedAt: Date(timeIntervalSince1970: r["updated_at"]), secretHash: r["secret_hash"])
+                                  updatedAt: Date(timeIntervalSince1970: r["updated_at"]), secretHash: r["secret_hash"],
+                                  environment: (r["environment"] as String?).flatMap(PushEnvironment.init(rawValue:)))
     }
 
     // MARK: Activities
@@ -286,10 +296,10 @@ public final class SQLiteStore: IsleStore {
     static func activityArguments(_ a: ActivityRecord) -> StatementArguments {
         [a.id, a.bundleID, a.externalKey, a.installationID, a.attributesType, a.attributes?.jsonString, a.content?.jsonString, a.state.rawValue, a.updateToken,
          a.channelID, a.relevanceScore, a.staleDate?.timeIntervalSince1970, a.startedAt.timeIntervalSince1970, a.endedAt?.timeIntervalSince1970,
-         a.dismissedAt?.timeIntervalSince1970, a.lastTimestamp, a.stateReason]
+         a.dismissedAt?.timeIntervalSince1970, a.lastTimestamp, a.stateReason, a.environment?.rawValue]
     }
 
-    static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason"
+    static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason, environment"
 
     public func insertActivity(_ a: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
         try await writer.write { db in
@@ -298,7 +308,7 @@ public final class SQLiteStore: IsleStore {
                                               [a.bundleID, key, a.installationID]) {
                 throw StoreError(.conflict, "\(key) is the key of live activity \(holder.id)")
             }
-            try db.execute(sql: "INSERT INTO activities (\(Self.activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: Self.activityArguments(a))
+            try db.execute(sql: "INSERT INTO activities (\(Self.activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: Self.activityArguments(a))
             try Self.writeTopics(db, a)
             if let idempotency { try Self.insertIdempotency(db, idempotency) }
         }
@@ -362,7 +372,7 @@ public final class SQLiteStore: IsleStore {
         try db.execute(sql: """
             UPDATE activities SET id = ?, bundle_id = ?, external_key = ?, installation_id = ?, attributes_type = ?, attributes = ?, content = ?, state = ?,
                 update_token = ?, channel_id = ?, relevance_score = ?, stale_date = ?, started_at = ?, ended_at = ?, dismissed_at = ?, last_timestamp = ?,
-                state_reason = ? WHERE id = ?
+                state_reason = ?, environment = ? WHERE id = ?
             """, arguments: args)
         if db.changesCount == 0 { throw StoreError(.notFound, "no activity \(a.id)") }
         try writeTopics(db, a)
@@ -400,7 +410,8 @@ public final class SQLiteStore: IsleStore {
             state: ActivityRecordState(rawValue: r["state"]) ?? .active, updateToken: r["update_token"], channelID: r["channel_id"], relevanceScore: r["relevance_score"],
             staleDate: (r["stale_date"] as Double?).map(Date.init(timeIntervalSince1970:)), startedAt: Date(timeIntervalSince1970: r["started_at"]),
             endedAt: (r["ended_at"] as Double?).map(Date.init(timeIntervalSince1970:)), dismissedAt: (r["dismissed_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
-            lastTimestamp: r["last_timestamp"], topics: topics, stateReason: r["state_reason"])
+            lastTimestamp: r["last_timestamp"], topics: topics, stateReason: r["state_reason"],
+            environment: (r["environment"] as String?).flatMap(PushEnvironment.init(rawValue:)))
     }
 
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
@@ -414,7 +425,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     static func insertActivity(_ db: Database, _ a: ActivityRecord) throws {
-        try db.execute(sql: "INSERT INTO activities (\(activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: activityArguments(a))
+        try db.execute(sql: "INSERT INTO activities (\(activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: activityArguments(a))
         try writeTopics(db, a)
     }
 
@@ -786,14 +797,15 @@ public final class SQLiteStore: IsleStore {
 
     public func insertChannel(_ c: ChannelRecord, idempotency: IdempotencyRecord?) async throws {
         try await writer.write { db in
-            try db.execute(sql: "INSERT INTO channels (id, bundle_id, storage_policy, created_at) VALUES (?, ?, ?, ?)",
-                           arguments: [c.id, c.bundleID, c.storagePolicy, c.createdAt.timeIntervalSince1970])
+            try db.execute(sql: "INSERT INTO channels (id, bundle_id, storage_policy, created_at, environment) VALUES (?, ?, ?, ?, ?)",
+                           arguments: [c.id, c.bundleID, c.storagePolicy, c.createdAt.timeIntervalSince1970, c.environment?.rawValue])
             if let idempotency { try Self.insertIdempotency(db, idempotency) }
         }
     }
 
     static func channel(_ r: Row) -> ChannelRecord {
-        ChannelRecord(id: r["id"], bundleID: r["bundle_id"], storagePolicy: r["storage_policy"], createdAt: Date(timeIntervalSince1970: r["created_at"]))
+        ChannelRecord(id: r["id"], bundleID: r["bundle_id"], storagePolicy: r["storage_policy"], createdAt: Date(timeIntervalSince1970: r["created_at"]),
+                      environment: (r["environment"] as String?).flatMap(PushEnvironment.init(rawValue:)))
     }
 
     public func channels(bundleID: String) async throws -> [ChannelRecord] {

@@ -224,6 +224,16 @@ struct ServeExclusiveTests {
         #expect(lines.count == 1 && lines.first?.contains("another isle serve is already using \(path)") == true, "\(r.err)")
     }
 
+    @Test("APNs targets and the default environment are checked before anything opens, naming the setting")
+    func environmentSettings() async {
+        let http = await IsleCLI.capture(["serve", "--port", "0", "--apns-production-url", "http://127.0.0.1:1"])
+        #expect(http.status != 0 && http.err.contains("apns-production-url: http://127.0.0.1:1 must be an https URL"), "\(http.err)")
+        let env = await IsleCLI.capture(["serve", "--port", "0"], environment: ["ISLE_APNS_ENV": "staging"])
+        #expect(env.status != 0 && env.err.contains("\"staging\" is not sandbox or production"), "\(env.err)")
+        let both = await IsleCLI.capture(["serve", "--port", "0", "--sandbox", "--production"])
+        #expect(both.status != 0 && both.err.contains("exclude each other"), "\(both.err)")
+    }
+
     @Test("an empty ISLE_DATABASE is refused, not a temporary database")
     func emptyDatabase() async {
         let r = await IsleCLI.capture(["serve", "--port", "0"], environment: ["ISLE_DATABASE": ""])

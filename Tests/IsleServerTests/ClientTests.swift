@@ -1,4 +1,5 @@
 import Foundation
+import IsleAPNs
 import IsleClient
 import IsleClientSimulator
 import IsleCore
@@ -26,10 +27,10 @@ struct ClientTests {
     static let attributes = PizzaAttributes(numberOfPizzas: 3, totalAmount: "$42.00", orderNumber: "12345")
     static let state = PizzaState(driverName: "Bill James", deliveryTimer: Pizza.t0...Pizza.t0.addingTimeInterval(1500))
 
-    static func client(_ f: ServerFixture, storage: String, port: Int? = nil) async throws -> IsleClient {
+    static func client(_ f: ServerFixture, storage: String, port: Int? = nil, environment: IsleClient.Environment? = nil) async throws -> IsleClient {
         let resolved: Int
         if let port { resolved = port } else { resolved = await f.server.port }
-        var c = IsleClient.Configuration(serverURL: URL(string: "http://127.0.0.1:\(resolved)")!, deviceKey: f.deviceKey)
+        var c = IsleClient.Configuration(serverURL: URL(string: "http://127.0.0.1:\(resolved)")!, deviceKey: f.deviceKey, environment: environment)
         c.firstRetry = 0.05
         c.maximumRetry = 0.5
         c.requestTimeout = 5
@@ -37,9 +38,9 @@ struct ClientTests {
     }
 
     /// The app: the simulated phone's ActivityKit, an IsleClient sending and tracking it.
-    static func app(_ f: ServerFixture) async throws -> (Kit, IsleClient, Task<Void, Never>) {
-        let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
-        let client = try await client(f, storage: storagePath())
+    static func app(_ f: ServerFixture, world: SimulatorWorld? = nil, device: String? = nil, environment: IsleClient.Environment? = nil) async throws -> (Kit, IsleClient, Task<Void, Never>) {
+        let kit = Kit(world: world ?? f.sim.world, deviceID: device ?? f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+        let client = try await client(f, storage: storagePath(), environment: environment)
         let runner = Task { await client.run() }
         await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
         return (kit, client, runner)
@@ -106,6 +107,92 @@ struct ClientTests {
         }
     }
 
+    @Test("a sandbox (debug) and a production (TestFlight) installation of one app are served side by side, each push on its own APNs host")
+    func sandboxAndProductionSideBySide() async throws {
+        // Two fake APNs, one per environment, like Apple's two hosts: a token is known only to
+        // its own (the other answers 400 BadDeviceToken), so a push sent to the wrong host would
+        // never reach its phone.
+        var productionConfiguration = IsleSim.Configuration()
+        productionConfiguration.environment = .production
+        productionConfiguration.singleHost = true
+        try await IsleSim.withRunning(configuration: productionConfiguration, clock: ManualWallClock(Pizza.t0)) { production in
+            let target = APNsEnvironment.custom(url: production.apnsURL, trustRootsPEM: production.caCertificatePEM)
+            // The server's default stays sandbox: the production installation must say so itself.
+            try await ServerFixture.with(server: { c in c.apnsTargets[.production] = target }) { f in
+                let key = try #require(f.sim.apns.registeredKeys.first)
+                try production.apns.register(key)
+                let phone = production.world.createDevice(name: "Tester's iPhone")
+                try production.world.install(.init(bundleID: Pizza.bundleID, environment: .production, schemas: [Pizza.schema]), on: phone)
+
+                let (debugKit, debugClient, debugRunner) = try await Self.app(f, environment: .sandbox)
+                let (storeKit, storeClient, storeRunner) = try await Self.app(f, world: production.world, device: phone, environment: .production)
+                let store = try SQLiteStore(path: f.databasePath)
+                let debugInstallation = await debugClient.installationID, storeInstallation = await storeClient.installationID
+                try await eventually("both installations registered") {
+                    let debug = try await store.installation(id: debugInstallation), tester = try await store.installation(id: storeInstallation)
+                    return debug?.environment == .sandbox && tester?.environment == .production
+                }
+
+                // Each starts an order; the backend updates both by key.
+                let debugActivity = try debugKit.request(attributes: PizzaAttributes(numberOfPizzas: 1, totalAmount: "$9.00", orderNumber: "dev"), content: Self.state)
+                let storeActivity = try storeKit.request(attributes: PizzaAttributes(numberOfPizzas: 2, totalAmount: "$18.00", orderNumber: "prod"), content: Self.state)
+                try await eventually("both activities registered") {
+                    let debug = await debugClient.serverID(of: debugActivity.id), tester = await storeClient.serverID(of: storeActivity.id)
+                    return debug != nil && tester != nil
+                }
+                let debugID = try #require(await debugClient.serverID(of: debugActivity.id))
+                let storeID = try #require(await storeClient.serverID(of: storeActivity.id))
+                let debugRecord = try #require(try await store.activity(id: debugID))
+                let storeRecord = try #require(try await store.activity(id: storeID))
+                #expect(debugRecord.environment == .sandbox && storeRecord.environment == .production)
+                let debugView = try await f.call("GET", "/v1/activities/\(debugRecord.id)", key: f.backendKey)
+                #expect(debugView.json["environment"]?.stringValue == "sandbox")
+                for order in ["dev", "prod"] {
+                    let r = try await f.call("POST", "/v1/activities/by-key/order-\(order)/update", key: f.backendKey, body: ["contentState": Pizza.state("Driver \(order)")])
+                    #expect(r.status == 202, "\(r.json.jsonString)")
+                }
+                try await f.waitForDevice("the debug phone's update") { d in d.activities.first { $0.id == debugActivity.id }?.contentState["driverName"] == "Driver dev" }
+                try await withDeadline(.seconds(20), "the TestFlight phone's update") {
+                    let changes = production.world.changes.subscribe()
+                    func arrived() throws -> Bool { try production.world.device(phone).activities.first { $0.id == storeActivity.id }?.contentState["driverName"] == "Driver prod" }
+                    if try arrived() { return }
+                    for await _ in changes where try arrived() { return }
+                }
+                // Each host saw only its own environment's tokens, and answered every push 200 (the
+                // log shows a token's last 6 hex digits).
+                func tail(_ token: String?) -> String { "…" + String((token ?? "-").suffix(6)) }
+                let sandboxPushes = f.sim.apns.requestLog.filter { $0.path.hasPrefix("/3/device/") }
+                let productionPushes = production.apns.requestLog.filter { $0.path.hasPrefix("/3/device/") }
+                #expect(sandboxPushes.contains { $0.path.hasSuffix(tail(debugRecord.updateToken)) } && !sandboxPushes.contains { $0.path.hasSuffix(tail(storeRecord.updateToken)) })
+                #expect(productionPushes.contains { $0.path.hasSuffix(tail(storeRecord.updateToken)) } && !productionPushes.contains { $0.path.hasSuffix(tail(debugRecord.updateToken)) })
+                #expect((sandboxPushes + productionPushes).allSatisfy { $0.status == 200 }, "\((sandboxPushes + productionPushes).map { "\($0.status) \($0.reason ?? "")" })")
+
+                // A push-to-start to the production installation goes to the production host too.
+                try await eventually("the production push-to-start token reported") { try await store.installation(id: storeInstallation)?.pushToStartTokens.isEmpty == false }
+                let started = try await f.call("POST", "/v1/installations/\(storeInstallation)/start", key: f.backendKey, body: [
+                    "attributesType": "PizzaDeliveryAttributes", "externalKey": "order-tf", "attributes": ["numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": "tf"],
+                    "contentState": Pizza.state("Bill James"), "alert": ["title": "Order tf", "body": "In the oven"],
+                ])
+                #expect(started.status == 202, "\(started.json.jsonString)")
+                try await withDeadline(.seconds(20), "the push-started activity on the TestFlight phone") {
+                    let changes = production.world.changes.subscribe()
+                    if try production.world.device(phone).activities.contains(where: { $0.startedBy == .push }) { return }
+                    for await _ in changes where try production.world.device(phone).activities.contains(where: { $0.startedBy == .push }) { return }
+                }
+                // A broadcast channel lives in one environment: created where it was asked for.
+                let channel = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 0, "environment": "production"])
+                #expect(channel.status == 201 && channel.json["environment"]?.stringValue == "production", "\(channel.json.jsonString)")
+                #expect(production.apns.requestLog.contains { $0.method == "POST" && $0.path.contains("/channels") && $0.status == 201 })
+                #expect(!f.sim.apns.requestLog.contains { $0.method == "POST" && $0.path.contains("/channels") })
+                let refused = await debugClient.refusedReports + storeClient.refusedReports
+                #expect(refused.isEmpty, "\(refused)")
+                for c in [debugClient, storeClient] { await c.stop() }
+                debugRunner.cancel()
+                storeRunner.cancel()
+            }
+        }
+    }
+
     @Test("the server is down and the app restarts with reports unsent: they are sent once it is back, in order, the latest token winning")
     func outageAndRestart() async throws {
         // The server comes back on the port it first had (0 until then: any free one).
@@ -145,5 +232,33 @@ struct ClientTests {
             await second.stop()
             again.cancel()
         }
+    }
+}
+
+@Suite("IsleClient environment")
+struct ClientEnvironmentTests {
+    /// A provisioning profile as Xcode embeds it: a signed envelope (binary) around an XML plist.
+    static func profile(_ entitlements: String) -> Data {
+        var d = Data([0x30, 0x82, 0x3c, 0x3f, 0x00, 0x06, 0x09, 0x2a])
+        d.append(Data("""
+            <?xml version="1.0" encoding="UTF-8"?>
+            <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+            <plist version="1.0"><dict><key>AppIDName</key><string>Pizza</string>
+            <key>Entitlements</key><dict>\(entitlements)<key>get-task-allow</key><true/></dict></dict></plist>
+            """.utf8))
+        d.append(Data([0xa0, 0x82, 0x0b, 0x00, 0x3c, 0x2f]))
+        return d
+    }
+
+    @Test("the environment is read from the build's provisioning profile: development is the sandbox; no entitlement, no answer")
+    func provisioningProfile() {
+        #expect(IsleClient.Environment.fromProvisioningProfile(Self.profile("<key>aps-environment</key><string>development</string>")) == .sandbox)
+        #expect(IsleClient.Environment.fromProvisioningProfile(Self.profile("<key>aps-environment</key><string>production</string>")) == .production)
+        #expect(IsleClient.Environment.fromProvisioningProfile(Self.profile("<key>com.apple.developer.aps-environment</key><string>production</string>")) == .production)
+        #expect(IsleClient.Environment.fromProvisioningProfile(Self.profile("")) == nil)
+        #expect(IsleClient.Environment.fromProvisioningProfile(Data("not a profile".utf8)) == nil)
+        #expect(IsleClient.Environment.fromProvisioningProfile(Data()) == nil)
+        // Linux has no app bundle: the server's default applies.
+        #expect(IsleClient.Environment.ofRunningBuild() == nil)
     }
 }

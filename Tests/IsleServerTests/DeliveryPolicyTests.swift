@@ -118,7 +118,7 @@ struct DeliveryPolicyTests {
         // The probe fails again: twice as long.
         guard case .paused(let until, _) = c.record(.configuration("403 InvalidProviderToken"), now: Self.t0.addingTimeInterval(30)) else { Issue.record("not paused"); return }
         #expect(until == Self.t0.addingTimeInterval(90))
-        #expect(c.record(.accepted, now: Self.t0.addingTimeInterval(91)) == .resumed)
+        #expect(c.record(.accepted(.sandbox), now: Self.t0.addingTimeInterval(91)) == .resumed)
         #expect(c.mode == .running)
     }
 
@@ -132,14 +132,21 @@ struct DeliveryPolicyTests {
         #expect(again == Self.t0.addingTimeInterval(3))
 
         var env = AppCircuit()
-        for i in 0..<4 { #expect(env.record(.badDeviceToken(token: "t\(i)"), now: Self.t0) == .none) }
-        #expect(env.record(.badDeviceToken(token: "t0"), now: Self.t0) == .none)  // the same token again is not more evidence
-        guard case .paused(_, let why) = env.record(.badDeviceToken(token: "t4"), now: Self.t0) else { Issue.record("not paused"); return }
-        #expect(why.contains("environment"))
+        for i in 0..<4 { #expect(env.record(.badDeviceToken(token: "t\(i)", environment: .production), now: Self.t0) == .none) }
+        #expect(env.record(.badDeviceToken(token: "t0", environment: .production), now: Self.t0) == .none)  // the same token again is not more evidence
+        // Evidence is counted per environment: a sandbox token adds nothing to production's.
+        #expect(env.record(.badDeviceToken(token: "s0", environment: .sandbox), now: Self.t0) == .none)
+        guard case .paused(_, let why) = env.record(.badDeviceToken(token: "t4", environment: .production), now: Self.t0) else { Issue.record("not paused"); return }
+        #expect(why.contains("environment") && why.contains("production"))
         // Once a push was accepted, BadDeviceToken is about the token, not the app.
         var ok = AppCircuit()
-        _ = ok.record(.accepted, now: Self.t0)
-        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "t\(i)"), now: Self.t0) == .none) }
-        #expect(ok.environmentConfirmed)
+        _ = ok.record(.accepted(.sandbox), now: Self.t0)
+        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "t\(i)", environment: .sandbox), now: Self.t0) == .none) }
+        #expect(ok.environmentConfirmed(.sandbox))
+        // Sandbox works, production's tokens fail: the app's credentials are right, so production's
+        // failures never pause the app (sandbox keeps sending); production stays unconfirmed, so
+        // its BadDeviceTokens are kept and retried rather than taken as dead tokens.
+        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "p\(i)", environment: .production), now: Self.t0) == .none) }
+        #expect(!ok.environmentConfirmed(.production) && ok.mode == .running)
     }
 }

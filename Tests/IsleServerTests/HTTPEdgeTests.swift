@@ -77,6 +77,39 @@ struct HTTPEdgeTests {
         }
     }
 
+    @Test("environment: a wrong value is refused by name and changes nothing; development is the sandbox; a later report moves the installation")
+    func environmentField() async throws {
+        try await ServerFixture.with { f in
+            let first = try await f.call("PUT", "/v1/installations/inst-env", key: f.deviceKey, body: ["environment": "development"])
+            #expect(first.status == 200 && first.json["environment"] == "sandbox", "\(first.json.jsonString)")
+            let secret = try #require(first.json["installationSecret"]?.stringValue)
+            let headers = [("Isle-Installation-Secret", secret)]
+            for bad: JSONValue in ["staging", "Production", 1, ["sandbox"]] {
+                let r = try await f.call("PUT", "/v1/installations/inst-env", key: f.deviceKey, body: ["environment": bad, "liveActivitiesEnabled": false], headers: headers)
+                #expect(r.status == 400 && r.json["error"]?["field"] == "environment", "\(bad.jsonString): \(r.json.jsonString)")
+            }
+            let store = try SQLiteStore(path: f.databasePath)
+            let kept = try #require(try await store.installation(id: "inst-env"))
+            #expect(kept.environment == .sandbox && kept.liveActivitiesEnabled)
+            // Unsaid keeps it; said moves it (a TestFlight build over a debug one keeps its Keychain).
+            #expect(try await f.call("PUT", "/v1/installations/inst-env", key: f.deviceKey, body: ["frequentPushesEnabled": true], headers: headers).json["environment"] == "sandbox")
+            #expect(try await f.call("PUT", "/v1/installations/inst-env", key: f.deviceKey, body: ["environment": "production"], headers: headers).json["environment"] == "production")
+            // An activity takes its installation's environment unless it says; a bad one is refused.
+            let token = String(repeating: "ab", count: 32)
+            let bad = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "installationID": "inst-env", "environment": "prod"], headers: headers)
+            #expect(bad.status == 400 && bad.json["error"]?["field"] == "environment", "\(bad.json.jsonString)")
+            let inherited = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "installationID": "inst-env"], headers: headers)
+            #expect(inherited.status == 201 && inherited.json["environment"] == "production", "\(inherited.json.jsonString)")
+            let unsaid = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "cd", count: 32))])
+            #expect(unsaid.status == 201 && unsaid.json["environment"] == .null, "\(unsaid.json.jsonString)")
+            let channel = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["environment": "qa"])
+            #expect(channel.status == 400 && channel.json["error"]?["field"] == "environment", "\(channel.json.jsonString)")
+            // Created in the server's default (sandbox here), and recorded as such.
+            let made = try await f.call("POST", "/v1/channels", key: f.backendKey, body: [:])
+            #expect(made.status == 201 && made.json["environment"] == "sandbox", "\(made.json.jsonString)")
+        }
+    }
+
     @Test("who is calling is settled once, before any route: no key 401, an unknown key 401 even on a route that does not exist, a key of the other scope 403")
     func callerInContext() async throws {
         try await ServerFixture.with { f in

@@ -139,6 +139,42 @@ struct StoreContractTests {
         #expect(try await s.activity(updateToken: "tok1")?.id == "a1")
     }
 
+    @Test("the APNs environment of installations, activities and channels round-trips, through every write and the claim (apple-push.md §1.1, §7.1)", arguments: StoreKind.allCases)
+    func environments(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 0)
+        try await s.upsertInstallation(InstallationRecord(id: "dev", bundleID: "com.example.pizza", updatedAt: t0, environment: .sandbox))
+        try await s.upsertInstallation(InstallationRecord(id: "unsaid", bundleID: "com.example.pizza", updatedAt: t0))
+        #expect(try await s.installation(id: "dev")?.environment == .sandbox)
+        #expect(try await s.installation(id: "unsaid")?.environment == nil)
+        // A TestFlight build over a debug one (the same Keychain, so the same installation).
+        let moved = try await s.modifyInstallation(id: "dev", create: { InstallationRecord(id: "dev", bundleID: "com.example.pizza", updatedAt: self.t0) }) { $0.environment = .production }
+        #expect(moved.environment == .production)
+        #expect(try await s.installation(id: "dev")?.environment == .production)
+
+        try await s.insertActivity(ActivityRecord(id: "p", bundleID: "com.example.pizza", attributesType: "T", updateToken: "aa", startedAt: t0, environment: .production))
+        try await s.insertActivity(ActivityRecord(id: "d", bundleID: "com.example.pizza", attributesType: "T", updateToken: "bb", startedAt: t0))
+        #expect(try await s.activity(id: "p")?.environment == .production)
+        #expect(try await s.activity(id: "d")?.environment == nil)
+        _ = try await s.modifyActivity(id: "d") { $0.environment = .sandbox }
+        #expect(try await s.activity(updateToken: "bb")?.environment == .sandbox)
+        // Push-to-start: the starting record keeps its installation's environment when linked.
+        try await s.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: "s", installationID: "dev", aps: ["event": "start"], hasAlert: true, runAt: t0)],
+                            creating: [ActivityRecord(id: "s", bundleID: "com.example.pizza", externalKey: "order", installationID: "dev", attributesType: "T", state: .starting,
+                                                      startedAt: t0, environment: .production)], idempotency: nil, now: t0)
+        let linked = try await s.linkStartedActivity(bundleID: "com.example.pizza", externalKey: "order", attributesType: "T", installationID: "dev", token: "cc", topics: [])
+        #expect(linked?.environment == .production)
+        try await s.enqueue([update("p", "1")], idempotency: nil, now: t0)
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
+        #expect(claimed.first { $0.job.activityID == "p" }?.activity?.environment == .production)
+        #expect(try await s.recentActivities(bundleID: "com.example.pizza", state: nil, limit: 10).map(\.environment).contains(.sandbox))
+
+        try await s.insertChannel(ChannelRecord(id: "ch-prod", bundleID: "com.example.pizza", storagePolicy: 0, createdAt: t0, environment: .production))
+        try await s.insertChannel(ChannelRecord(id: "ch-dev", bundleID: "com.example.pizza", storagePolicy: 1, createdAt: t0, environment: .sandbox))
+        #expect(try await s.channel(id: "ch-prod")?.environment == .production)
+        #expect(Set(try await s.channels(bundleID: "com.example.pizza").map(\.environment)) == [.production, .sandbox])
+        #expect(try await s.channel(id: "ch-dev")?.environment == .sandbox)
+    }
+
     @Test("one job per activity at a time, in order; other activities are not blocked", arguments: StoreKind.allCases)
     func ordering(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
@@ -465,11 +501,15 @@ struct StoreContractTests {
         #expect(two.map(\.id) == ["r4", "r2"] && two[0].topics == ["t4"])
     }
 
-    @Test("read-modify-write is one transaction: 100 concurrent changes all land", arguments: StoreKind.allCases)
+    @Test("read-modify-write is one transaction: 40 concurrent changes of one row all land", arguments: StoreKind.allCases)
     func concurrentModifications(_ kind: StoreKind) async throws {
+        // 40 of each, not 100: the changes of one row serialize on its lock, so every call also
+        // waits for all those before it, and on a loaded 2-core machine (the whole suite, the
+        // PostgreSQL server included) 200 of them queued past the store's 35-second call bound.
+        // A lost update shows with any two; 40 racing writers on a pool of connections are plenty.
         let s = try await seeded(kind)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for i in 0..<100 {
+            for i in 0..<40 {
                 group.addTask { _ = try await s.modifyActivity(id: "a0") { $0.topics.append("t\(i)") } }
                 group.addTask {
                     _ = try await s.modifyInstallation(id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: Date(timeIntervalSince1970: 0)) }) {
@@ -479,8 +519,8 @@ struct StoreContractTests {
             }
             try await group.waitForAll()
         }
-        #expect(try await s.activity(id: "a0")?.topics.count == 101)
-        #expect(try await s.installation(id: "i1")?.pushToStartTokens.count == 100)
+        #expect(try await s.activity(id: "a0")?.topics.count == 41)
+        #expect(try await s.installation(id: "i1")?.pushToStartTokens.count == 40)
     }
 
     @Test("group commit: concurrent writers share transactions, and one failing write fails alone", arguments: StoreKind.allCases)

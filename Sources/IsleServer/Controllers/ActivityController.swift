@@ -71,11 +71,13 @@ struct ActivityController {
             throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
         }
         let (attributes, contentState) = try r.checked(app.schema(r.attributesType))
+        var installation: InstallationRecord?
         if let installationID = r.installationID {
             guard let inst = try await store.installation(id: installationID), inst.bundleID == caller.bundleID else {
                 throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
             }
             try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
+            installation = inst
         }
         if let key = r.externalKey, r.installationID == nil,
            try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.state == .starting && $0.installationID != nil }) {
@@ -97,7 +99,8 @@ struct ActivityController {
         }
         let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: r.externalKey, installationID: r.installationID,
                                attributesType: r.attributesType, attributes: attributes, content: contentState, state: .active, updateToken: r.token, channelID: r.channelID,
-                               relevanceScore: r.relevanceScore, startedAt: services.clock.now, topics: r.topics)
+                               relevanceScore: r.relevanceScore, startedAt: services.clock.now, topics: r.topics,
+                               environment: r.environment ?? installation?.environment)
         let value = Views.activity(a)
         do {
             try await store.insertActivity(a, idempotency: context.idempotencyRecord(.created, value))

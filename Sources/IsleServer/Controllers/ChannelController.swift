@@ -29,18 +29,20 @@ struct ChannelController {
         let creation = try ChannelCreation(try await Body.read(request))
         let app = try await services.app(caller.bundleID)
         let channel: BroadcastChannel
+        // A channel lives in one environment: the one asked for, else the server's default now.
+        let environment = creation.environment ?? services.engine.clients.defaultEnvironment
         do {
-            channel = try await services.engine.clients.client(for: app).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: creation.storagePolicy)!)
+            channel = try await services.engine.clients.client(for: app, environment: environment).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: creation.storagePolicy)!)
         } catch let e as APNsError {
             throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)")
         }
-        let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: creation.storagePolicy, createdAt: services.clock.now)
+        let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: creation.storagePolicy, createdAt: services.clock.now, environment: environment)
         let value = Views.channel(record)
         do {
             try await store.insertChannel(record, idempotency: context.idempotencyRecord(.created, value))
         } catch let error as StoreError where error.code == .idempotencyKeyTaken {
             // A concurrent request with the same key made its own channel first: this one's goes.
-            try? await services.engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: channel.id)
+            try? await services.engine.clients.client(for: app, environment: environment).deleteChannel(bundleID: app.bundleID, channelID: channel.id)
             throw error
         }
         return JSONResponse.make(value, status: .created)
@@ -51,7 +53,7 @@ struct ChannelController {
         let id = try context.parameters.decoded("channel")
         guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
         let app = try await services.app(caller.bundleID)
-        do { try await services.engine.clients.client(for: app).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
+        do { try await services.engine.clients.client(for: app, environment: c.environment).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
             throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)")
         }
         var record = context.idempotency

@@ -100,7 +100,7 @@ struct InstallationController {
             }
             let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: start.externalKey, installationID: i.id,
                                    attributesType: start.attributesType, attributes: start.attributes, content: start.contentState, state: .starting,
-                                   relevanceScore: start.relevanceScore, startedAt: now, topics: start.topics)
+                                   relevanceScore: start.relevanceScore, startedAt: now, topics: start.topics, environment: i.environment)
             activities.append(a)
             jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(start.aps), hasAlert: true, requestedPriority: 10, runAt: now))
             started.append(["activityID": .string(a.id), "installationID": .string(i.id)])

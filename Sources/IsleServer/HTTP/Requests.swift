@@ -83,6 +83,20 @@ struct Body {
         return topics
     }
 
+    /// `environment`: the APNs environment of the caller's tokens — `sandbox` or `production`
+    /// (`development`, the `aps-environment` entitlement's name for the sandbox, is accepted too).
+    func environment(_ k: String = "environment") throws -> PushEnvironment? {
+        switch object[k] {
+        case nil, .null?: return nil
+        case .string(let s)?:
+            guard let e = PushEnvironment(reported: s) else {
+                throw APIError.invalid(k, "\(k) must be sandbox or production (the build's aps-environment: development is the sandbox); got \"\(s.prefix(40))\"")
+            }
+            return e
+        default: throw APIError.invalid(k, "\(k) must be a string: sandbox or production")
+        }
+    }
+
     func token(_ k: String, required: Bool) throws -> String? {
         guard let s = try string(k, required: required) else { return nil }
         do { return try DeviceToken(hex: s).hex } catch { throw APIError.invalid(k, "\(k): \(error.reason)") }
@@ -155,6 +169,8 @@ struct InstallationReport {
     var widget = WidgetChange.keep
     var liveActivitiesEnabled: Bool?
     var frequentPushesEnabled: Bool?
+    /// The APNs environment of the installation's tokens; nil keeps what is stored.
+    var environment: PushEnvironment?
 
     init(_ b: Body) throws {
         if b.object["userID"] != nil {
@@ -177,6 +193,7 @@ struct InstallationReport {
         }
         liveActivitiesEnabled = try b.bool("liveActivitiesEnabled")
         frequentPushesEnabled = try b.bool("frequentPushesEnabled")
+        environment = try b.environment()
     }
 
     func apply(to inst: inout InstallationRecord, now: Date) {
@@ -188,6 +205,7 @@ struct InstallationReport {
         }
         if let liveActivitiesEnabled { inst.liveActivitiesEnabled = liveActivitiesEnabled }
         if let frequentPushesEnabled { inst.frequentPushesEnabled = frequentPushesEnabled }
+        if let environment { inst.environment = environment }
         inst.updatedAt = now
     }
 }
@@ -203,9 +221,12 @@ struct ActivityRegistration {
     var attributes: JSONValue?
     var contentState: JSONValue?
     var relevanceScore: Double?
+    /// The APNs environment of `token`; nil: the installation's (or the server's default).
+    var environment: PushEnvironment?
 
     init(_ b: Body) throws {
         attributesType = try b.bounded("attributesType", Limits.attributesType, required: true)!
+        environment = try b.environment()
         channelID = try b.bounded("channelID", Limits.id)
         token = try b.token("token", required: channelID == nil)
         externalKey = try b.bounded("externalKey", Limits.externalKey)
@@ -312,8 +333,11 @@ struct StartRequest {
 /// `POST /v1/channels`.
 struct ChannelCreation {
     var storagePolicy: Int
+    /// Where the channel is created (a channel lives in one environment); nil: the server's default.
+    var environment: PushEnvironment?
     init(_ b: Body) throws {
-        try b.only(["storagePolicy"])
+        try b.only(["storagePolicy", "environment"])
+        environment = try b.environment()
         // Compared as a number first: converting an out-of-range Double to Int would trap.
         let requested = try b.number("storagePolicy") ?? 0
         guard requested == 0 || requested == 1 else { throw APIError.invalid("storagePolicy", "storagePolicy must be 0 (no message stored) or 1 (most recent stored)") }

@@ -19,7 +19,7 @@ enum Views {
     static func installation(_ i: InstallationRecord) -> JSONValue {
         ["id": .string(i.id), "bundleID": .string(i.bundleID), "userID": i.userID.map(JSONValue.string) ?? .null,
          "pushToStartTypes": .array(i.pushToStartTokens.keys.sorted().map(JSONValue.string)), "hasWidgetToken": .bool(i.widgetToken != nil),
-         "liveActivitiesEnabled": .bool(i.liveActivitiesEnabled), "frequentPushesEnabled": .bool(i.frequentPushesEnabled), "updatedAt": date(i.updatedAt)]
+         "liveActivitiesEnabled": .bool(i.liveActivitiesEnabled), "frequentPushesEnabled": .bool(i.frequentPushesEnabled), "updatedAt": date(i.updatedAt), "environment": environment(i.environment)]
     }
 
     static func activity(_ a: ActivityRecord) -> JSONValue {
@@ -27,7 +27,7 @@ enum Views {
          "attributesType": .string(a.attributesType), "attributes": a.attributes ?? .null, "contentState": a.content ?? .null, "state": .string(a.state.rawValue),
          "stateReason": a.stateReason.map(JSONValue.string) ?? .null, "hasToken": .bool(a.updateToken != nil), "topics": .array(a.topics.map(JSONValue.string)),
          "relevanceScore": a.relevanceScore.map(JSONValue.double) ?? .null, "staleDate": date(a.staleDate), "startedAt": date(a.startedAt), "endedAt": date(a.endedAt),
-         "dismissedAt": date(a.dismissedAt)]
+         "dismissedAt": date(a.dismissedAt), "environment": environment(a.environment)]
     }
 
     static func delivery(_ d: DeliveryRecord) -> JSONValue {
@@ -36,5 +36,8 @@ enum Views {
          "latencyMS": .double(d.latencyMS), "priority": .int(d.priority), "downgraded": .bool(d.downgraded), "at": date(d.at)]
     }
 
-    static func channel(_ c: ChannelRecord) -> JSONValue { ["id": .string(c.id), "storagePolicy": .int(c.storagePolicy)] }
+    static func channel(_ c: ChannelRecord) -> JSONValue { ["id": .string(c.id), "storagePolicy": .int(c.storagePolicy), "environment": environment(c.environment)] }
+
+    /// `sandbox`, `production`, or null: the server's default (`isle serve --sandbox/--production`).
+    static func environment(_ e: PushEnvironment?) -> JSONValue { e.map { .string($0.rawValue) } ?? .null }
 }

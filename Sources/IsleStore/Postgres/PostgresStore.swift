@@ -230,6 +230,13 @@ public final class PostgresStore: IsleStore {
             body TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (bundle_id, key));
         CREATE INDEX idempotency_created ON idempotency(created_at);
         """,
+        // The APNs environment of each installation's, activity's and channel's tokens (NULL: the
+        // server's default).
+        """
+        ALTER TABLE installations ADD COLUMN environment TEXT;
+        ALTER TABLE activities ADD COLUMN environment TEXT;
+        ALTER TABLE channels ADD COLUMN environment TEXT;
+        """,
     ]
 
     public func migrate() async throws {
@@ -347,11 +354,11 @@ public final class PostgresStore: IsleStore {
     static func writeInstallation(_ conn: PostgresConnection, _ i: InstallationRecord, onConflict: String? = nil, logger: Logger) async throws {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
         try await conn.rows("""
-            INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-            ON CONFLICT (id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash")
+            INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            ON CONFLICT (id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment")
             """, [.text(i.id), .text(i.bundleID), .text(i.userID), .text(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
-                  .date(i.updatedAt), .text(i.secretHash)], logger: logger)
+                  .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue)], logger: logger)
     }
 
     static func installation(_ r: PGRow) throws -> InstallationRecord {
@@ -359,7 +366,8 @@ public final class PostgresStore: IsleStore {
         for (k, v) in (try? JSONParser.parse(try r.string("push_to_start_tokens")))?.objectValue ?? [:] { tokens[k] = v.stringValue }
         return InstallationRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), userID: try r.optionalString("user_id"), pushToStartTokens: tokens,
                                   widgetToken: try r.optionalString("widget_token"), liveActivitiesEnabled: try r.bool("live_activities_enabled"),
-                                  frequentPushesEnabled: try r.bool("frequent_pushes_enabled"), updatedAt: try r.date("updated_at"), secretHash: try r.optionalString("secret_hash"))
+                                  frequentPushesEnabled: try r.bool("frequent_pushes_enabled"), updatedAt: try r.date("updated_at"), secretHash: try r.optionalString("secret_hash"),
+                                  environment: try r.optionalString("environment").flatMap(PushEnvironment.init(rawValue:)))
     }
 
     public func upsertInstallation(_ i: InstallationRecord) async throws {
@@ -399,16 +407,16 @@ public final class PostgresStore: IsleStore {
 
     // MARK: Activities
 
-    static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason"
+    static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason, environment"
 
     static func activityArguments(_ a: ActivityRecord) -> [PGArg] {
         [.text(a.id), .text(a.bundleID), .text(a.externalKey), .text(a.installationID), .text(a.attributesType), .text(a.attributes?.jsonString), .text(a.content?.jsonString),
          .text(a.state.rawValue), .text(a.updateToken), .text(a.channelID), .double(a.relevanceScore), .date(a.staleDate), .date(a.startedAt), .date(a.endedAt),
-         .date(a.dismissedAt), .int(a.lastTimestamp), .text(a.stateReason)]
+         .date(a.dismissedAt), .int(a.lastTimestamp), .text(a.stateReason), .text(a.environment?.rawValue)]
     }
 
     static func insertActivity(_ conn: PostgresConnection, _ a: ActivityRecord, logger: Logger) async throws {
-        try await conn.rows("INSERT INTO activities (\(activityColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        try await conn.rows("INSERT INTO activities (\(activityColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
                             activityArguments(a), logger: logger)
         try await writeTopics(conn, a, logger: logger)
     }
@@ -417,7 +425,7 @@ public final class PostgresStore: IsleStore {
         let changed = try await conn.rows("""
             UPDATE activities SET id = $1, bundle_id = $2, external_key = $3, installation_id = $4, attributes_type = $5, attributes = $6, content = $7, state = $8,
                 update_token = $9, channel_id = $10, relevance_score = $11, stale_date = $12, started_at = $13, ended_at = $14, dismissed_at = $15, last_timestamp = $16,
-                state_reason = $17 WHERE id = $1 RETURNING id
+                state_reason = $17, environment = $18 WHERE id = $1 RETURNING id
             """, activityArguments(a), logger: logger)
         if changed.isEmpty { throw StoreError(.notFound, "no activity \(a.id)") }
         try await writeTopics(conn, a, logger: logger)
@@ -437,7 +445,8 @@ public final class PostgresStore: IsleStore {
             content: try r.optionalString("content").flatMap { try? JSONParser.parse($0) }, state: ActivityRecordState(rawValue: try r.string("state")) ?? .active,
             updateToken: try r.optionalString("update_token"), channelID: try r.optionalString("channel_id"), relevanceScore: try r.optionalDouble("relevance_score"),
             staleDate: try r.optionalDate("stale_date"), startedAt: try r.date("started_at"), endedAt: try r.optionalDate("ended_at"), dismissedAt: try r.optionalDate("dismissed_at"),
-            lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"))
+            lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"),
+            environment: try r.optionalString("environment").flatMap(PushEnvironment.init(rawValue:)))
     }
 
     /// Activities matching `clause`, with their topics: in one statement for a read; for a change
@@ -556,14 +565,15 @@ public final class PostgresStore: IsleStore {
     public func insertChannel(_ c: ChannelRecord, idempotency: IdempotencyRecord?) async throws {
         let log = logger
         try await transaction { conn in
-            try await conn.rows("INSERT INTO channels (id, bundle_id, storage_policy, created_at) VALUES ($1, $2, $3, $4)",
-                                [.text(c.id), .text(c.bundleID), .int(c.storagePolicy), .date(c.createdAt)], logger: log)
+            try await conn.rows("INSERT INTO channels (id, bundle_id, storage_policy, created_at, environment) VALUES ($1, $2, $3, $4, $5)",
+                                [.text(c.id), .text(c.bundleID), .int(c.storagePolicy), .date(c.createdAt), .text(c.environment?.rawValue)], logger: log)
             if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
         }
     }
 
     static func channel(_ r: PGRow) throws -> ChannelRecord {
-        ChannelRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), storagePolicy: Int(try r.int("storage_policy")), createdAt: try r.date("created_at"))
+        ChannelRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), storagePolicy: Int(try r.int("storage_policy")), createdAt: try r.date("created_at"),
+                      environment: try r.optionalString("environment").flatMap(PushEnvironment.init(rawValue:)))
     }
 
     public func channels(bundleID: String) async throws -> [ChannelRecord] {

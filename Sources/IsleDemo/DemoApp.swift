@@ -1,0 +1,73 @@
+import Foundation
+import IsleClient
+import IsleClientSimulator
+import IsleSimulator
+
+/// The pizza app on the simulated iPhone, written as an iOS app is: ActivityKit (here the
+/// simulator's `SimulatedActivityKit`, the same shape) starts activities, and IsleClient hands
+/// every token, rotation, push-started activity and dismissal to the Isle server — no
+/// hand-written HTTP on the app side.
+final class DemoApp: Sendable {
+    /// The app's `ActivityAttributes`, as in Apple's sample.
+    struct PizzaDeliveryAttributes: Codable, Sendable {
+        var numberOfPizzas: Int
+        var totalAmount: String
+        var orderNumber: String
+    }
+    /// Its `ContentState`: `JSONEncoder` turns the dates into seconds since 2001, as ActivityKit does.
+    struct ContentState: Codable, Sendable, Equatable {
+        var driverName: String
+        var deliveryTimer: ClosedRange<Date>
+    }
+    typealias Kit = SimulatedActivityKit<PizzaDeliveryAttributes, ContentState>
+
+    let kit: Kit
+    let client: IsleClient
+    let runner: Task<Void, Never>
+
+    /// Launches the app: IsleClient restores its state (a file in the demo's directory; the
+    /// Keychain on a phone), starts sending, and tracks every pizza activity by order number.
+    init(world: SimulatorWorld, device: String, bundleID: String, serverURL: URL, deviceKey: String, storage: String,
+         log: @escaping @Sendable (IsleClient.LogEntry) -> Void) async throws {
+        kit = Kit(world: world, deviceID: device, bundleID: bundleID, attributesType: "PizzaDeliveryAttributes")
+        var configuration = IsleClient.Configuration(serverURL: serverURL, deviceKey: deviceKey, environment: .sandbox)
+        configuration.firstRetry = 0.1
+        configuration.maximumRetry = 2
+        configuration.requestTimeout = 10
+        configuration.log = log
+        let client = try IsleClient(configuration: configuration, storage: FileStorage(path: storage))
+        self.client = client
+        runner = Task { await client.run() }
+        await client.track(SimulatedLiveActivities(kit)) { $0.attributes?.orderNumber }
+    }
+
+    /// `Activity<PizzaDeliveryAttributes>.request(attributes:content:pushType: .token)`.
+    func startOrder(_ order: String, pizzas: Int, total: String, driver: String, until end: Date, now: Date, relevance: Double = 0) throws -> Kit.Handle {
+        try kit.request(attributes: PizzaDeliveryAttributes(numberOfPizzas: pizzas, totalAmount: total, orderNumber: order),
+                        content: ContentState(driverName: driver, deliveryTimer: now...end), relevanceScore: relevance)
+    }
+
+    /// The widget push token WidgetKit hands the app (iOS 26), passed on to IsleClient.
+    func reportWidgetToken(_ hex: String) async {
+        guard let data = Self.bytes(hex) else { return }
+        await client.reportInstallation(widgetToken: data)
+    }
+
+    func stop() async {
+        await client.stop()
+        runner.cancel()
+    }
+
+    static func bytes(_ hex: String) -> Data? {
+        guard hex.count % 2 == 0 else { return nil }
+        var d = Data()
+        var i = hex.startIndex
+        while i < hex.endIndex {
+            let j = hex.index(i, offsetBy: 2)
+            guard let b = UInt8(hex[i..<j], radix: 16) else { return nil }
+            d.append(b)
+            i = j
+        }
+        return d
+    }
+}
