@@ -16,8 +16,8 @@ enum Isle {
         Task {
             // Every activity of this type — started here or by a push-to-start — is named for the
             // backend by its order number: the backend updates "order-12345" without knowing tokens.
-            await client.track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { handle in
-                "order-" + handle.activity.attributes.orderNumber
+            await client.track(activitiesOf: PizzaDeliveryAttributes.self) { activity in
+                "order-" + activity.attributes.orderNumber
             }
         }
     }

@@ -30,6 +30,15 @@ public struct ActivityKitAdapter<Attributes: ActivityAttributes>: LiveActivityKi
 }
 
 @available(iOS 17.2, *)
+extension IsleClient {
+    /// Tracks every activity of `type`: `await isle.track(activitiesOf: PizzaDeliveryAttributes.self) { $0.attributes.orderNumber }`.
+    public func track<Attributes: ActivityAttributes>(activitiesOf type: Attributes.Type, topics: @escaping @Sendable (Activity<Attributes>) -> [String] = { _ in [] },
+                                                      externalKey: @escaping @Sendable (Activity<Attributes>) -> String?) {
+        track(ActivityKitAdapter<Attributes>(), topics: { topics($0.activity) }, externalKey: { externalKey($0.activity) })
+    }
+}
+
+@available(iOS 17.2, *)
 extension LiveActivityState {
     init(_ s: ActivityState) {
         switch s {

@@ -9,7 +9,7 @@ public import FoundationNetworking
 ///
 /// ```swift
 /// let isle = try IsleClient(serverURL: url, deviceKey: "isle_device_…")   // Keychain storage
-/// await isle.track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { $0.activity.attributes.orderNumber }
+/// await isle.track(activitiesOf: PizzaDeliveryAttributes.self) { $0.attributes.orderNumber }
 /// Task { await isle.run() }
 /// ```
 ///

@@ -106,6 +106,7 @@ enum ConsolePages {
         var h = "<h1>\(e(a.externalKey ?? a.id))</h1><table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
+        h += "<tr><th>APNs environment</th><td>\(e(a.environment?.rawValue ?? "the server's default"))</td></tr>"
         h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
         h += "<h2>Timeline</h2>"
         if deliveries.isEmpty { h += "<p class=\"muted\">Nothing sent yet.</p>" }
