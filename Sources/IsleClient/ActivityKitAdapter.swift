@@ -36,6 +36,11 @@ extension IsleClient {
                                                       externalKey: @escaping @Sendable (Activity<Attributes>) -> String?) {
         track(ActivityKitAdapter<Attributes>(), topics: { topics($0.activity) }, externalKey: { externalKey($0.activity) })
     }
+
+    /// Tracks one activity: `let activity = try Activity.request(…); await isle.track(activity, externalKey: "order-12345")`.
+    public func track<Attributes: ActivityAttributes>(_ activity: Activity<Attributes>, topics: [String] = [], externalKey: String?) {
+        track(activity: ActivityKitAdapter<Attributes>.Handle(activity: activity), attributesType: String(describing: Attributes.self), topics: topics, externalKey: externalKey)
+    }
 }
 
 @available(iOS 17.2, *)

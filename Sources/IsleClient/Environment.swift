@@ -15,12 +15,13 @@ extension IsleClient {
         public static func ofRunningBuild(bundle: Bundle = .main) -> Environment? {
             #if targetEnvironment(simulator)
             return .sandbox
-            #elseif os(iOS) || os(watchOS) || os(tvOS) || os(visionOS)
-            guard let url = bundle.url(forResource: "embedded", withExtension: "mobileprovision") else { return .production }
+            #elseif os(macOS) || targetEnvironment(macCatalyst)
+            // A Mac app's profile sits in Contents/; without one the app cannot say.
+            let url = bundle.bundleURL.appendingPathComponent("Contents/embedded.provisionprofile")
             guard let data = try? Data(contentsOf: url) else { return nil }
             return fromProvisioningProfile(data)
-            #elseif os(macOS)
-            let url = bundle.bundleURL.appendingPathComponent("Contents/embedded.provisionprofile")
+            #elseif os(iOS) || os(watchOS) || os(tvOS) || os(visionOS)
+            guard let url = bundle.url(forResource: "embedded", withExtension: "mobileprovision") else { return .production }
             guard let data = try? Data(contentsOf: url) else { return nil }
             return fromProvisioningProfile(data)
             #else

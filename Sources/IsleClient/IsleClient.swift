@@ -172,6 +172,12 @@ public actor IsleClient {
         })
     }
 
+    /// Keeps the server in step with one activity (its token, rotations, dismissal, end), for an
+    /// app that tracks activities one by one rather than a whole attributes type.
+    public func track<H: LiveActivityHandle>(activity: H, attributesType: String, topics: [String] = [], externalKey: String?) {
+        observe(activity, type: attributesType, topics: { _ in topics }, externalKey: { _ in externalKey })
+    }
+
     func observe<H: LiveActivityHandle>(_ a: H, type: String, topics: @escaping @Sendable (H) -> [String], externalKey: @escaping @Sendable (H) -> String?) {
         if let token = a.pushToken { reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), topics: topics(a)) }
         tasks.append(Task { [weak self] in

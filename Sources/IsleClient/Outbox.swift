@@ -15,7 +15,12 @@ public struct FileStorage: IsleClientStorage {
     public func load() throws -> Data? {
         FileManager.default.fileExists(atPath: path) ? try Data(contentsOf: URL(fileURLWithPath: path)) : nil
     }
-    public func save(_ data: Data) throws { try data.write(to: URL(fileURLWithPath: path), options: .atomic) }
+    public func save(_ data: Data) throws {
+        let url = URL(fileURLWithPath: path)
+        // The first save may come before anything made the directory (a caches folder on Linux).
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try data.write(to: url, options: .atomic)
+    }
 }
 
 /// One thing the server must hear, kept until it has: in order per lane (the installation, or one

@@ -11,6 +11,7 @@ public struct SimulatedLiveActivities<Attributes: Codable & Sendable, ContentSta
 
     public struct Handle: LiveActivityHandle {
         public let handle: SimulatedActivityKit<Attributes, ContentState>.Handle
+        public init(_ handle: SimulatedActivityKit<Attributes, ContentState>.Handle) { self.handle = handle }
         public var id: String { handle.id }
         public var pushToken: Data? { handle.pushToken }
         public var pushTokenUpdates: AsyncStream<Data> { handle.pushTokenUpdates }

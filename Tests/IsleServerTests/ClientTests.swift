@@ -107,6 +107,25 @@ struct ClientTests {
         }
     }
 
+    @Test("one activity tracked on its own: registered under its key, its rotation used")
+    func oneActivity() async throws {
+        try await ServerFixture.with { f in
+            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+            let client = try await Self.client(f, storage: Self.storagePath())
+            let runner = Task { await client.run() }
+            let activity = try kit.request(attributes: Self.attributes, content: Self.state)
+            await client.track(activity: SimulatedLiveActivities<PizzaAttributes, PizzaState>.Handle(activity), attributesType: kit.attributesType, externalKey: "order-solo")
+            try await eventually("the activity registered") { await client.serverID(of: activity.id) != nil }
+            let rotated = try f.sim.world.rotateUpdateToken(activityID: activity.id, on: f.device)
+            let id = try #require(await client.serverID(of: activity.id))
+            try await eventually("the rotation reported") { try await serverActivity(f, id)?.updateToken == rotated }
+            #expect(try await f.call("POST", "/v1/activities/by-key/order-solo/update", key: f.backendKey, body: ["contentState": Pizza.state("Solo")]).status == 202)
+            try await f.waitForDevice("the update") { d in d.activities.first { $0.id == activity.id }?.contentState["driverName"] == "Solo" }
+            await client.stop()
+            runner.cancel()
+        }
+    }
+
     @Test("a sandbox (debug) and a production (TestFlight) installation of one app are served side by side, each push on its own APNs host")
     func sandboxAndProductionSideBySide() async throws {
         // Two fake APNs, one per environment, like Apple's two hosts: a token is known only to
@@ -260,5 +279,32 @@ struct ClientEnvironmentTests {
         #expect(IsleClient.Environment.fromProvisioningProfile(Data()) == nil)
         // Linux has no app bundle: the server's default applies.
         #expect(IsleClient.Environment.ofRunningBuild() == nil)
+    }
+}
+
+@Suite("IsleClient storage")
+struct ClientStorageTests {
+    @Test("a file storage makes its directory on the first save, and reads back what it saved")
+    func fileStorageMakesItsDirectory() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-client-\(UUID().uuidString)/nested")
+        let storage = FileStorage(path: dir.appendingPathComponent("state.json").path)
+        #expect(try storage.load() == nil)
+        try storage.save(Data("{}".utf8))
+        #expect(try storage.load() == Data("{}".utf8))
+    }
+
+    @Test("state saved by an earlier SDK (fewer fields) still loads: the installation, its secret and the unsent reports survive an app update")
+    func earlierStateLoads() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-client-\(UUID().uuidString).json").path
+        // What the first version wrote: no lastTokens.
+        let earlier = """
+            {"installationID":"inst-old","secret":"isle_inst_x","pushToStartTokens":{},"serverIDs":{"a1":"act_1"},"registered":["a1"],
+             "outbox":[{"key":"k1","lane":"activity:a1","kind":{"state":{"local":"a1","report":"dismissed"}},"attempts":1,"notBefore":0}],"refused":[]}
+            """
+        try Data(earlier.utf8).write(to: URL(fileURLWithPath: path))
+        let client = try IsleClient(configuration: .init(serverURL: URL(string: "http://127.0.0.1:1")!, deviceKey: "k", environment: nil), storage: FileStorage(path: path))
+        #expect(await client.installationID == "inst-old")
+        #expect(await client.pendingReports == 1)
+        #expect(await client.serverID(of: "a1") == "act_1")
     }
 }
