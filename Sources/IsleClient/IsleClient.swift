@@ -57,6 +57,8 @@ public actor IsleClient {
     let session: URLSession
     var state: ClientState
     var flushing = false
+    /// After ``stop()`` nothing is added, sent or saved.
+    var stopped = false
     var wakeup: AsyncStream<Void>.Continuation?
     var tasks: [Task<Void, Never>] = []
 
@@ -103,10 +105,17 @@ public actor IsleClient {
     /// person's settings. Only what is given changes.
     public func reportInstallation(pushToStartToken: (type: String, token: Data)? = nil, widgetToken: Data? = nil, liveActivitiesEnabled: Bool? = nil,
                                    frequentPushesEnabled: Bool? = nil) {
+        let before = (state.pushToStartTokens, state.widgetToken, state.liveActivitiesEnabled, state.frequentPushesEnabled, state.environment)
         if let (type, token) = pushToStartToken { state.pushToStartTokens[type] = token.hex }
         if let widgetToken { state.widgetToken = widgetToken.hex }
         if let liveActivitiesEnabled { state.liveActivitiesEnabled = liveActivitiesEnabled }
         if let frequentPushesEnabled { state.frequentPushesEnabled = frequentPushesEnabled }
+        state.environment = configuration.environment?.rawValue
+        // Every launch reports what it reads; the server hears only what changed (or everything,
+        // until the installation is registered).
+        let unchanged = before.0 == state.pushToStartTokens && before.1 == state.widgetToken && before.2 == state.liveActivitiesEnabled
+            && before.3 == state.frequentPushesEnabled && before.4 == state.environment
+        if unchanged, state.secret != nil { return }
         add(.installation, lane: ClientState.installationLane)
     }
 
@@ -115,6 +124,7 @@ public actor IsleClient {
         guard state.lastTokens[activityID] != token.hex else { return }
         state.lastTokens[activityID] = token.hex
         if state.registered.insert(activityID).inserted {
+            state.types[activityID] = attributesType
             add(.register(local: activityID, attributesType: attributesType, token: token.hex, externalKey: externalKey, topics: topics), lane: ClientState.lane(activityID))
         } else {
             add(.token(local: activityID, token: token.hex), lane: ClientState.lane(activityID))
@@ -124,16 +134,23 @@ public actor IsleClient {
     /// The person dismissed the activity (`dismissed`), or it ended (`ended`).
     public func reportState(activityID: String, _ s: LiveActivityState) {
         guard s == .dismissed || s == .ended, state.registered.contains(activityID) else { return }
-        add(.state(local: activityID, report: s == .dismissed ? "dismissed" : "ended"), lane: ClientState.lane(activityID))
+        let report = s == .dismissed ? "dismissed" : "ended"
+        // Once dismissed, nothing more; an end is not reported again after a relaunch.
+        guard state.reportedStates[activityID] != "dismissed", state.reportedStates[activityID] != report else { return }
+        state.reportedStates[activityID] = report
+        if s == .dismissed { state.types[activityID] = nil }
+        add(.state(local: activityID, report: report), lane: ClientState.lane(activityID))
     }
 
     func add(_ kind: Report.Kind, lane: String) {
+        guard !stopped else { return }
         state.add(Report(key: UUID().uuidString.lowercased(), lane: lane, kind: kind))
         persist()
         wakeup?.yield()
     }
 
     func persist() {
+        guard !stopped else { return }
         // A failed save loses nothing in memory; the next change saves again.
         if let data = try? JSONEncoder().encode(state) { try? storage.save(data) }
     }
@@ -153,6 +170,11 @@ public actor IsleClient {
         for a in kit.activities {
             seen.insert(a.id)
             observe(a, type: type, topics: topics, externalKey: externalKey)
+        }
+        // Registered earlier, and no longer listed: the person or the system dismissed it while
+        // the app was not running (ActivityKit lists no dismissed activity).
+        for (local, t) in state.types where t == type && !seen.contains(local) {
+            reportState(activityID: local, .dismissed)
         }
         let already = seen
         tasks.append(Task { [weak self] in
@@ -192,6 +214,7 @@ public actor IsleClient {
 
     /// Stops observing and sending.
     public func stop() {
+        stopped = true
         for t in tasks { t.cancel() }
         tasks.removeAll()
         wakeup?.finish()
@@ -229,7 +252,7 @@ public actor IsleClient {
         guard !flushing else { return configuration.firstRetry }
         flushing = true
         defer { flushing = false }
-        while true {
+        while !stopped {
             let now = Date()
             // The head of each lane, if due.
             var heads: [String: Report] = [:]
@@ -247,6 +270,7 @@ public actor IsleClient {
             }
             for r in due { await send(r) }
         }
+        return nil
     }
 
     enum Outcome {
@@ -258,11 +282,27 @@ public actor IsleClient {
     }
 
     func send(_ report: Report) async {
-        guard let i = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        guard !stopped, let i = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        // The request is fixed at its first attempt and every retry repeats it exactly: its
+        // Idempotency-Key stands for this one request (the server refuses the key with another
+        // body), and what changed since goes in a newer report.
+        if state.outbox[i].request == nil {
+            switch makeRequest(state.outbox[i]) {
+            case .success(let r): state.outbox[i].request = r
+            case .failure(let why):
+                state.refused.append(why.message)
+                state.outbox.remove(at: i)
+                persist()
+                return
+            }
+        }
         state.outbox[i].attempts += 1
         persist()
-        let outcome = await perform(report)
-        guard let j = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        let frozen = state.outbox[i]
+        let outcome = await perform(frozen)
+        // Stopped meanwhile (the app is going away): like a process that died here, the answer is
+        // not written; the next launch repeats the request with the same key.
+        guard !stopped, let j = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
         switch outcome {
         case .done(let id, let secret):
             if let secret { state.secret = secret }
@@ -279,12 +319,17 @@ public actor IsleClient {
             if case .register(let local, _, _, _, _) = report.kind {
                 state.outbox.removeAll { $0.lane == ClientState.lane(local) }
                 state.registered.remove(local)
+                state.types[local] = nil
             }
         case .newInstallation:
             state.installationID = UUID().uuidString.lowercased()
             state.secret = nil
-            state.outbox[j].attempts = 0
-            state.outbox[j].key = UUID().uuidString.lowercased()
+            // Every request made for the old id is made anew, under a new key.
+            for k in state.outbox.indices where state.outbox[k].request != nil || k == j {
+                state.outbox[k].attempts = 0
+                state.outbox[k].key = UUID().uuidString.lowercased()
+                state.outbox[k].request = nil
+            }
         }
         persist()
     }
@@ -308,7 +353,10 @@ public actor IsleClient {
         }
     }
 
-    func perform(_ report: Report) async -> Outcome {
+    struct RequestError: Error { var message: String }
+
+    /// The report as a request, from the state as it is now.
+    func makeRequest(_ report: Report) -> Result<Report.Request, RequestError> {
         var body: [String: Any] = [:]
         let method: String
         let path: String
@@ -329,15 +377,22 @@ public actor IsleClient {
             if !topics.isEmpty { body["topics"] = topics }
             if let e = configuration.environment { body["environment"] = e.rawValue }
         case .token(let local, let token):
-            guard let id = state.serverIDs[local] else { return .refused("token rotation for activity \(local), which the server never registered") }
+            guard let id = state.serverIDs[local] else { return .failure(RequestError(message: "token rotation for activity \(local), which the server never registered")) }
             method = "PUT"
             path = "/v1/activities/\(id)/token"
             body = ["token": token]
         case .state(let local, let what):
-            guard let id = state.serverIDs[local] else { return .refused("\(what) for activity \(local), which the server never registered") }
+            guard let id = state.serverIDs[local] else { return .failure(RequestError(message: "\(what) for activity \(local), which the server never registered")) }
             method = "POST"
             path = "/v1/activities/\(id)/\(what)"
         }
+        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return .success(Report.Request(method: method, path: path, body: data))
+    }
+
+    func perform(_ report: Report) async -> Outcome {
+        guard let frozen = report.request else { return .retry(after: nil) }
+        let method = frozen.method, path = frozen.path
         guard let url = URL(string: configuration.serverURL.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + path) else { return .refused("bad URL \(path)") }
         var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
         request.httpMethod = method
@@ -345,7 +400,7 @@ public actor IsleClient {
         request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         if let secret = state.secret { request.setValue(secret, forHTTPHeaderField: "Isle-Installation-Secret") }
-        request.httpBody = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
+        request.httpBody = frozen.body
         let data: Data
         let response: HTTPURLResponse
         let name = Self.name(report.kind)

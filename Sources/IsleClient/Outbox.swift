@@ -41,6 +41,32 @@ struct Report: Codable, Sendable, Hashable {
     var kind: Kind
     var attempts = 0
     var notBefore = Date.distantPast
+    /// The request as first sent; every retry repeats it byte for byte.
+    var request: Request?
+
+    struct Request: Codable, Sendable, Hashable {
+        var method: String
+        var path: String
+        var body: Data
+    }
+
+    init(key: String, lane: String, kind: Kind) {
+        self.key = key
+        self.lane = lane
+        self.kind = kind
+    }
+
+    enum CodingKeys: String, CodingKey { case key, lane, kind, attempts, notBefore, request }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        key = try c.decode(String.self, forKey: .key)
+        lane = try c.decode(String.self, forKey: .lane)
+        kind = try c.decode(Kind.self, forKey: .kind)
+        attempts = try c.decodeIfPresent(Int.self, forKey: .attempts) ?? 0
+        notBefore = try c.decodeIfPresent(Date.self, forKey: .notBefore) ?? .distantPast
+        request = try c.decodeIfPresent(Request.self, forKey: .request)
+    }
 }
 
 /// What the SDK persists (``IsleClientStorage``).
@@ -52,6 +78,8 @@ struct ClientState: Codable, Sendable {
     var widgetToken: String?
     var liveActivitiesEnabled: Bool?
     var frequentPushesEnabled: Bool?
+    /// The APNs environment last reported (`sandbox`, `production`; nil: not said).
+    var environment: String?
     /// ActivityKit's activity id → the server's.
     var serverIDs: [String: String] = [:]
     /// Activities whose first token was reported.
@@ -59,6 +87,11 @@ struct ClientState: Codable, Sendable {
     /// The last token reported for each activity: the same token again (ActivityKit's
     /// `pushTokenUpdates` starts with the current one) is not a rotation.
     var lastTokens: [String: String] = [:]
+    /// Each registered activity's attributes type, until it is reported dismissed: at the next
+    /// launch, one that ActivityKit no longer lists was dismissed while the app was not running.
+    var types: [String: String] = [:]
+    /// The last state reported for each activity (`ended`, `dismissed`): not reported twice.
+    var reportedStates: [String: String] = [:]
     var outbox: [Report] = []
     /// Reports the server refused for good (4xx other than rate limits): kept for the app to see.
     var refused: [String] = []
@@ -66,7 +99,7 @@ struct ClientState: Codable, Sendable {
     init(installationID: String) { self.installationID = installationID }
 
     enum CodingKeys: String, CodingKey {
-        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, serverIDs, registered, lastTokens, outbox, refused
+        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused
     }
 
     /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
@@ -79,9 +112,12 @@ struct ClientState: Codable, Sendable {
         widgetToken = try c.decodeIfPresent(String.self, forKey: .widgetToken)
         liveActivitiesEnabled = try c.decodeIfPresent(Bool.self, forKey: .liveActivitiesEnabled)
         frequentPushesEnabled = try c.decodeIfPresent(Bool.self, forKey: .frequentPushesEnabled)
+        environment = try c.decodeIfPresent(String.self, forKey: .environment)
         serverIDs = try c.decodeIfPresent([String: String].self, forKey: .serverIDs) ?? [:]
         registered = try c.decodeIfPresent(Set<String>.self, forKey: .registered) ?? []
         lastTokens = try c.decodeIfPresent([String: String].self, forKey: .lastTokens) ?? [:]
+        types = try c.decodeIfPresent([String: String].self, forKey: .types) ?? [:]
+        reportedStates = try c.decodeIfPresent([String: String].self, forKey: .reportedStates) ?? [:]
         outbox = try c.decodeIfPresent([Report].self, forKey: .outbox) ?? []
         refused = try c.decodeIfPresent([String].self, forKey: .refused) ?? []
     }

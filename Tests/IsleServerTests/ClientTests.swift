@@ -126,6 +126,134 @@ struct ClientTests {
         }
     }
 
+    /// ActivityKit after a relaunch that lists none of the app's activities.
+    struct NothingListed: LiveActivityKit {
+        struct Handle: LiveActivityHandle {
+            var id: String
+            var pushToken: Data? { nil }
+            var pushTokenUpdates: AsyncStream<Data> { AsyncStream { $0.finish() } }
+            var activityState: LiveActivityState { .dismissed }
+            var activityStateUpdates: AsyncStream<LiveActivityState> { AsyncStream { $0.finish() } }
+        }
+        var attributesType: String
+        var activities: [Handle] { [] }
+        var activityUpdates: AsyncStream<Handle> { AsyncStream { $0.finish() } }
+        var pushToStartToken: Data? { nil }
+        var pushToStartTokenUpdates: AsyncStream<Data> { AsyncStream { $0.finish() } }
+        var areActivitiesEnabled: Bool { true }
+        var activityEnablementUpdates: AsyncStream<Bool> { AsyncStream { $0.finish() } }
+        var frequentPushesEnabled: Bool { false }
+        var frequentPushEnablementUpdates: AsyncStream<Bool> { AsyncStream { $0.finish() } }
+    }
+
+    @Test("an activity dismissed while the app was not running (ActivityKit no longer lists it) is reported dismissed at the next launch, once")
+    func dismissedWhileNotRunning() async throws {
+        try await ServerFixture.with { f in
+            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+            let storage = Self.storagePath()
+            let first = try await Self.client(f, storage: storage)
+            let runner = Task { await first.run() }
+            await first.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+            let activity = try kit.request(attributes: Self.attributes, content: Self.state)
+            try await eventually("the activity registered") { await first.serverID(of: activity.id) != nil }
+            let id = try #require(await first.serverID(of: activity.id))
+            await first.stop()
+            runner.cancel()
+            // Relaunched: the activity is gone from ActivityKit's list.
+            let second = try await Self.client(f, storage: storage)
+            let again = Task { await second.run() }
+            await second.track(NothingListed(attributesType: "PizzaDeliveryAttributes")) { _ in nil }
+            try await eventually("the dismissal reported") { try await serverActivity(f, id)?.state == .dismissed }
+            try await eventually("nothing left to send") { await second.pendingReports == 0 }
+            await second.stop()
+            again.cancel()
+            // A third launch has nothing more to say about it.
+            let third = try await Self.client(f, storage: storage)
+            await third.track(NothingListed(attributesType: "PizzaDeliveryAttributes")) { _ in nil }
+            #expect(await third.pendingReports == 0)
+            await third.stop()
+        }
+    }
+
+    @Test("seeded random: starts, rotations, dismissals, server outages and app relaunches interleave; once all is sent the server is in step with the phone")
+    func randomizedConvergence() async throws {
+        let seed = ProcessInfo.processInfo.environment["ISLE_SEED"].flatMap(UInt64.init) ?? 20_261_123
+        var random = SeededRandom(seed: seed)
+        let chosen = Locked(0)
+        try await ServerFixture.with(server: { c in c.port = chosen.withLock { $0 } }) { f in
+            let port = await f.server.port
+            chosen.withLock { $0 = port }
+            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
+            let storage = Self.storagePath()
+            func launch() async throws -> (IsleClient, Task<Void, Never>) {
+                let client = try await Self.client(f, storage: storage, port: port)
+                let runner = Task { await client.run() }
+                await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+                return (client, runner)
+            }
+            var (client, runner) = try await launch()
+            var serverUp = true
+            var log: [String] = []
+            for step in 0..<40 {
+                let live = kit.activities.filter { $0.activityState == .active }
+                let ongoing = kit.activities.filter { $0.activityState != .dismissed }.count
+                switch random.next() % 6 {
+                case 0 where ongoing < 4, 1 where ongoing < 4:
+                    let a = try kit.request(attributes: PizzaAttributes(numberOfPizzas: 1, totalAmount: "$9.00", orderNumber: "r\(step)"), content: Self.state)
+                    log.append("start \(a.id)")
+                case 1 where !live.isEmpty:
+                    let a = live[Int(random.next() % UInt64(live.count))]
+                    if a.pushToken != nil {
+                        _ = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
+                        log.append("rotate \(a.id)")
+                    }
+                case 2 where !live.isEmpty:
+                    let a = live[Int(random.next() % UInt64(live.count))]
+                    try f.sim.world.userDismiss(activityID: a.id, on: f.device)
+                    log.append("dismiss \(a.id)")
+                case 3:
+                    if serverUp { await f.kill() } else { try await f.start() }
+                    serverUp.toggle()
+                    log.append(serverUp ? "server up" : "server down")
+                case 4:
+                    await client.stop()
+                    runner.cancel()
+                    (client, runner) = try await launch()
+                    log.append("relaunch")
+                default:
+                    // Let what is queued go (or fail) before the next change.
+                    _ = await client.flush()
+                    log.append("flush")
+                }
+            }
+            if !serverUp { try await f.start() }
+            let last = client
+            try await eventually(within: .seconds(60), "everything sent") { await last.pendingReports == 0 }
+            let installation = await client.installationID
+            let records = try await SQLiteStore(path: f.databasePath).recentActivities(bundleID: Pizza.bundleID, state: nil, limit: 500).filter { $0.installationID == installation }
+            let onPhone = try f.sim.world.device(f.device).activities.filter { $0.bundleID == Pizza.bundleID && $0.updateToken != nil }
+            let context = "seed \(seed) (ISLE_SEED=\(seed) replays it): \(log.joined(separator: ", "))"
+            // One server record per activity that ever had a token, none for anything else.
+            #expect(records.count == onPhone.count, "\(records.count) records for \(onPhone.count) activities; \(context)")
+            for d in onPhone {
+                let id = await client.serverID(of: d.id)
+                let r = records.first { $0.id == id }
+                #expect(r != nil, "\(d.id) not registered; \(context)")
+                guard let r else { continue }
+                #expect(records.filter { $0.externalKey == r.externalKey }.count == 1, "\(d.id) registered twice; \(context)")
+                if d.state == .dismissed {
+                    #expect(r.state == .dismissed, "\(d.id) dismissed on the phone, \(r.state) on the server; \(context)")
+                } else {
+                    #expect(r.state == .active && r.updateToken == d.updateToken, "\(d.id): server \(r.state) with another token; \(context)")
+                }
+            }
+            let refused = await client.refusedReports
+            #expect(refused.isEmpty, "\(refused); \(context)")
+            await client.stop()
+            runner.cancel()
+        }
+    }
+
     @Test("a sandbox (debug) and a production (TestFlight) installation of one app are served side by side, each push on its own APNs host")
     func sandboxAndProductionSideBySide() async throws {
         // Two fake APNs, one per environment, like Apple's two hosts: a token is known only to
