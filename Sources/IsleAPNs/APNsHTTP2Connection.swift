@@ -23,7 +23,11 @@ final class APNsConnection: Sendable {
         self.key = key
         self.loop = loop
         self.pool = pool
-        let counters = APNsConnectionCounters(limit: min(100, pool.configuration.maximumStreamsPerConnection))
+        // One stream until the server's SETTINGS say more: APNs "allows only one stream until you
+        // post a request with a valid authentication token" (apple-push.md §1.1). Counting a
+        // connection still connecting as roomier sent whole bursts to its queue, to wait there
+        // one at a time while the pool could have opened others.
+        let counters = APNsConnectionCounters(limit: 1)
         self.counters = counters
         // Everything the handler needs is given here, so a request that reaches it before the
         // connection has started (another caller picked this connection first) is accounted for.

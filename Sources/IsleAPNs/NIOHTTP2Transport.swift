@@ -15,6 +15,9 @@ import Synchronization
 /// - Each connection honours the server's `SETTINGS_MAX_CONCURRENT_STREAMS` (APNs raises it after
 ///   the first valid provider token); requests beyond it wait on the connection, and another
 ///   connection is opened while every open one is full, up to ``Configuration/maximumConnectionsPerHost``.
+///   A connection counts as one stream until its server's first SETTINGS, as APNs allows one
+///   stream until a valid provider token: a cold burst spreads over new connections instead of
+///   queueing behind one whose limit is not known yet.
 /// - `GOAWAY`: streams above the server's `lastStreamID` (never processed) and requests still waiting
 ///   are sent again on another connection; streams the server may have processed are reported,
 ///   never sent twice. A connection lost without `GOAWAY` reports its open streams the same way.

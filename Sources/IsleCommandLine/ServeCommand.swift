@@ -135,9 +135,13 @@ struct ServeCommand: AsyncParsableCommand {
             if let value, URL(string: value)?.scheme != "https" { throw CLIError("\(flag): \(value) must be an https URL") }
             return value
         }
-        if let url = try https("apns-url", pick(apnsURL, "ISLE_APNS_URL", "apnsURL")) {
-            let broadcast = try https("apns-broadcast-url", pick(apnsBroadcastURL, "ISLE_APNS_BROADCAST_URL", "apnsBroadcastURL"))
-            let management = try https("apns-management-url", pick(apnsManagementURL, "ISLE_APNS_MANAGEMENT_URL", "apnsManagementURL"))
+        let broadcast = try https("apns-broadcast-url", pick(apnsBroadcastURL, "ISLE_APNS_BROADCAST_URL", "apnsBroadcastURL"))
+        let management = try https("apns-management-url", pick(apnsManagementURL, "ISLE_APNS_MANAGEMENT_URL", "apnsManagementURL"))
+        let commonURL = try https("apns-url", pick(apnsURL, "ISLE_APNS_URL", "apnsURL"))
+        if commonURL == nil, broadcast != nil || management != nil {
+            throw CLIError("--apns-broadcast-url and --apns-management-url go with --apns-url (with --apns-sandbox-url or --apns-production-url, the server there serves all three)")
+        }
+        if let url = commonURL {
             let target = APNsEnvironment.custom(url: url, broadcastURL: broadcast, managementURL: management, trustRootsPEM: pem)
             c.apnsTargets = [.sandbox: target, .production: target]
         }

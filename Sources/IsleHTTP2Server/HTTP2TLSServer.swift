@@ -94,7 +94,13 @@ public final class HTTP2TLSServer: Service {
     /// Streams in progress on one connection, for a graceful GOAWAY.
     final class ConnectionStreams: Sendable {
         struct State {
+            /// Streams being handled, until everything after their last frame is done (GOAWAY's
+            /// close waits for zero).
             var inFlight = 0
+            /// Streams open as HTTP/2 sees them: until their final frame is written. A client may
+            /// open the next stream as soon as it reads that frame, possibly before this task has
+            /// finished, so this, not `inFlight`, is what a request's `concurrentStreams` reports.
+            var open = 0
             var highestStarted = 0
             var goAwayLast: Int?
         }
@@ -208,8 +214,9 @@ public final class HTTP2TLSServer: Service {
         let concurrent: Int? = streams.state.withLock { s in
             if let last = s.goAwayLast, streamID > last { return nil }
             s.inFlight += 1
+            s.open += 1
             s.highestStarted = max(s.highestStarted, streamID)
-            return s.inFlight
+            return s.open
         }
         guard let concurrent else {
             try? await stream.executeThenClose { _, outbound in try await outbound.write(.rstStream(.refusedStream)) }
@@ -217,6 +224,13 @@ public final class HTTP2TLSServer: Service {
         }
         var sendGoAway: (last: Int, reason: String)?
         var drop = false
+        // The stream counts as open until just before its final frame goes out (or it ends otherwise).
+        let closing = Mutex(false)
+        @Sendable func closeForCounting() {
+            guard closing.withLock({ c in defer { c = true }; return !c }) else { return }
+            streams.state.withLock { $0.open -= 1 }
+        }
+        defer { closeForCounting() }
         do {
             let action: (goAway: String?, drop: Bool, settings: Int?) = try await stream.executeThenClose { inbound, outbound in
                 var head: HPACKHeaders?
@@ -273,9 +287,11 @@ public final class HTTP2TLSServer: Service {
                 var headers = HPACKHeaders([(":status", String(response.status))])
                 for (name, value) in response.headers { headers.add(name: name.lowercased(), value: value) }
                 if response.body.isEmpty {
+                    closeForCounting()
                     try await outbound.write(.headers(.init(headers: headers, endStream: true)))
                 } else {
                     try await outbound.write(.headers(.init(headers: headers, endStream: false)))
+                    closeForCounting()
                     try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: response.body)), endStream: true)))
                 }
                 return (response.goAwayReason, false, nil)

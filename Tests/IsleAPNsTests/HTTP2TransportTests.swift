@@ -139,9 +139,10 @@ struct HTTP2TransportTests {
             #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
             let outcomes = try await Self.burst(transport, sink, count: 120, inFlight: 30)
             try await transport.shutdown()
-            #expect(outcomes.allSatisfy { if case .success = $0.result { true } else { false } })
+            let failures = outcomes.compactMap { if case .failure(let e) = $0.result { "\(e)" } else { nil } }
+            #expect(failures.isEmpty, "\(failures.count) failed: \(Set(failures))")
             #expect(Set(sink.requests.map(\.connectionID)).count == 3)
-            #expect(sink.requests.allSatisfy { $0.concurrentStreams == 1 })
+            #expect(sink.requests.allSatisfy { $0.concurrentStreams == 1 }, "streams at once: \(sink.requests.map(\.concurrentStreams).filter { $0 > 1 })")
         }
     }
 
@@ -177,12 +178,15 @@ struct HTTP2TransportTests {
             }
             #expect(ContinuousClock.now - started < .seconds(10))
             #expect(results.allSatisfy { $0?.kind == .timedOut }, "\(results)")
-            // Fast requests after the timeouts, on the same connection.
+            // Fast requests after the timeouts, on the connections the burst opened (a cold burst
+            // opens up to the host's limit: each counts as one stream until the server's SETTINGS).
+            let opened = transport.connectionsOpened
+            #expect(opened >= 1 && opened <= 4)
             for _ in 0..<5 {
                 let response = try await transport.execute(try Self.request(sink), timeout: .seconds(10))
                 #expect(response.status == 200)
             }
-            #expect(transport.connectionsOpened == 1)
+            #expect(transport.connectionsOpened == opened)
             try await transport.shutdown()
         }
     }

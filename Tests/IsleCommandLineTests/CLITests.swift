@@ -230,6 +230,8 @@ struct ServeExclusiveTests {
         #expect(http.status != 0 && http.err.contains("apns-production-url: http://127.0.0.1:1 must be an https URL"), "\(http.err)")
         let env = await IsleCLI.capture(["serve", "--port", "0"], environment: ["ISLE_APNS_ENV": "staging"])
         #expect(env.status != 0 && env.err.contains("\"staging\" is not sandbox or production"), "\(env.err)")
+        let alone = await IsleCLI.capture(["serve", "--port", "0", "--apns-broadcast-url", "https://127.0.0.1:1"])
+        #expect(alone.status != 0 && alone.err.contains("go with --apns-url"), "\(alone.err)")
         let both = await IsleCLI.capture(["serve", "--port", "0", "--sandbox", "--production"])
         #expect(both.status != 0 && both.err.contains("exclude each other"), "\(both.err)")
     }
