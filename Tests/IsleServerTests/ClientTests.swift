@@ -46,6 +46,17 @@ struct ClientTests {
         return (kit, client, runner)
     }
 
+    /// A fixture whose server, stopped with `kill()`, comes back on the port it first had (0 until
+    /// then: any free one), so an app's configured URL stays right across the outage.
+    static func withRestartableServer(_ body: (ServerFixture, Int) async throws -> Void) async throws {
+        let chosen = Locked(0)
+        try await ServerFixture.with(server: { c in c.port = chosen.withLock { $0 } }) { f in
+            let port = await f.server.port
+            chosen.withLock { $0 = port }
+            try await body(f, port)
+        }
+    }
+
     static func storagePath() -> String { FileManager.default.temporaryDirectory.appendingPathComponent("isle-client-\(UUID().uuidString).json").path }
 
     func serverActivity(_ f: ServerFixture, _ id: String) async throws -> ActivityRecord? { try await SQLiteStore(path: f.databasePath).activity(id: id) }
@@ -179,10 +190,7 @@ struct ClientTests {
     func randomizedConvergence() async throws {
         let seed = ProcessInfo.processInfo.environment["ISLE_SEED"].flatMap(UInt64.init) ?? 20_261_123
         var random = SeededRandom(seed: seed)
-        let chosen = Locked(0)
-        try await ServerFixture.with(server: { c in c.port = chosen.withLock { $0 } }) { f in
-            let port = await f.server.port
-            chosen.withLock { $0 = port }
+        try await Self.withRestartableServer { f, port in
             let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
             let storage = Self.storagePath()
             func launch() async throws -> (IsleClient, Task<Void, Never>) {
@@ -342,11 +350,7 @@ struct ClientTests {
 
     @Test("the server is down and the app restarts with reports unsent: they are sent once it is back, in order, the latest token winning")
     func outageAndRestart() async throws {
-        // The server comes back on the port it first had (0 until then: any free one).
-        let chosen = Locked(0)
-        try await ServerFixture.with(server: { c in c.port = chosen.withLock { $0 } }) { f in
-            let port = await f.server.port
-            chosen.withLock { $0 = port }
+        try await Self.withRestartableServer { f, port in
             let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
             let storage = Self.storagePath()
             let first = try await Self.client(f, storage: storage, port: port)
