@@ -100,6 +100,15 @@ public enum APNsEnvironment: Sendable, Hashable {
     public var trustRootsPEM: String? { if case .custom(_, _, _, let roots) = self { roots } else { nil } }
 }
 
+/// CA certificates to trust, as PEM text: one or several, as `cat a.pem b.pem` makes them — a
+/// file without a final newline leaves `-----END CERTIFICATE----------BEGIN CERTIFICATE-----` on
+/// one line, which is read as two certificates, not refused.
+enum TrustRoots {
+    static func normalized(_ pem: String) -> String {
+        pem.replacingOccurrences(of: "-----END CERTIFICATE----------BEGIN", with: "-----END CERTIFICATE-----\n-----BEGIN")
+    }
+}
+
 /// The three APNs services' base URLs; each can be overridden.
 public struct APNsEndpoints: Sendable, Hashable {
     public var device: String

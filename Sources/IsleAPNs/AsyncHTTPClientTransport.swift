@@ -20,7 +20,7 @@ public final class AsyncHTTPClientTransport: APNsTransport {
         tls.minimumTLSVersion = .tlsv12
         if let trustRootsPEM {
             do {
-                let roots = try NIOSSLCertificate.fromPEMBytes(Array(trustRootsPEM.utf8))
+                let roots = try NIOSSLCertificate.fromPEMBytes(Array(TrustRoots.normalized(trustRootsPEM).utf8))
                 guard !roots.isEmpty else { throw APNsTransportError(kind: .tlsFailed, reason: "no certificate found in the trust roots PEM") }
                 tls.trustRoots = .certificates(roots)
             } catch let e as APNsTransportError {

@@ -72,7 +72,7 @@ public final class NIOHTTP2Transport: APNsTransport {
         tls.applicationProtocols = ["h2"]
         if let pem = configuration.trustRootsPEM {
             let roots: [NIOSSLCertificate]
-            do { roots = try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)) } catch {
+            do { roots = try NIOSSLCertificate.fromPEMBytes(Array(TrustRoots.normalized(pem).utf8)) } catch {
                 throw APNsTransportError(kind: .tlsFailed, reason: "the trust roots are not valid PEM certificates")
             }
             guard !roots.isEmpty else { throw APNsTransportError(kind: .tlsFailed, reason: "no certificate found in the trust roots PEM") }

@@ -38,6 +38,8 @@ struct SimCommand: AsyncParsableCommand {
     @Flag(name: .customLong("virtual-clock"), help: "Start a virtual clock at now that only moves through POST /clock/advance.")
     var virtualClock = false
 
+    @Option(name: .customLong("key"), help: ArgumentHelp("Accept this provider key (.p8) instead of generating one — e.g. the other environment's simulator's, as Apple accepts one key on both.", valueName: "file"))
+    var providerKey: String?
     @Option(name: .customLong("key-id"), help: "Key id of the generated provider key.")
     var keyID = "SIMKEY0001"
     @Option(name: .customLong("team-id"), help: "Team id of the generated provider key.")
@@ -127,6 +129,17 @@ struct SimCommand: AsyncParsableCommand {
         c.device.withholdUpdateTokenUntilAllowed = withholdUpdateToken
         c.device.widgetDailyReloadBudget = widgetDailyBudget
 
+        // A provider key: the one given (read before anything starts), or one made now.
+        let key: P256.Signing.PrivateKey
+        if let providerKey {
+            let text = String(decoding: try Inputs.read(providerKey, flag: "--key"), as: UTF8.self)
+            do { key = try P256.Signing.PrivateKey(pemRepresentation: text) } catch {
+                throw CLIError("--key: \(providerKey) is not a P-256 private key in PEM (a .p8 from Apple or isle sim)")
+            }
+        } else {
+            key = P256.Signing.PrivateKey()
+        }
+
         var logger = Logger(label: "isle.sim")
         logger.logLevel = .warning
         let clock: any WallClock = virtualClock ? ManualWallClock(Date()) : SystemWallClock()
@@ -137,8 +150,7 @@ struct SimCommand: AsyncParsableCommand {
             throw CLIError("cannot start the simulator: \(error)")
         }
 
-        // A provider key, registered with the fake APNs and written as a .p8.
-        let key = P256.Signing.PrivateKey()
+        // The provider key, registered with the fake APNs and written as a .p8.
         let keyPath = folder + "/AuthKey_\(keyID).p8"
         do {
             try sim.apns.register(RegisteredKey(keyID: keyID, teamID: teamID, publicKeyPEM: key.publicKey.pemRepresentation))

@@ -11,12 +11,16 @@ public struct CertificateAuthority: Sendable {
     private let key: P256.Signing.PrivateKey
     private let certificate: Certificate
 
+    /// Each CA's name ends with a random suffix: a client trusting two of them (two simulators, one
+    /// per APNs environment) finds each server's issuer by name, and two CAs of one name would
+    /// make TLS check a certificate against the wrong key.
     public init(commonName: String = "Isle Local CA", now: Date = Date()) throws {
         let key = P256.Signing.PrivateKey()
         self.key = key
+        let unique = commonName + " " + UUID().uuidString.prefix(8).lowercased()
         let name = try DistinguishedName {
             OrganizationName("Isle")
-            CommonName(commonName)
+            CommonName(unique)
         }
         let certificate = try Certificate(
             version: .v3,

@@ -98,7 +98,8 @@ public final class IsleSim: Service {
             caCertificatePEM = nil
         }
         if let path = configuration.caCertificatePath, let pem = caCertificatePEM ?? configuration.certificateChainPEM {
-            try pem.write(toFile: path, atomically: true, encoding: .utf8)
+            // Ends with a newline, as PEM files do: `cat` of several CA files stays valid.
+            try (pem.hasSuffix("\n") ? pem : pem + "\n").write(toFile: path, atomically: true, encoding: .utf8)
         }
         let fake = apns
         // APNs allows one stream until it has seen a valid provider token (apple-push.md §1.1);

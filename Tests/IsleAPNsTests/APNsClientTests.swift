@@ -266,6 +266,39 @@ struct APNsClientTests {
         }
     }
 
+    @Test("trust roots: several CA certificates, as `cat` joins them (even without a final newline), on both transports", arguments: APNsTransportKind.allCases)
+    func severalTrustRoots(_ kind: APNsTransportKind) async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            let other = try CertificateAuthority()
+            let trimmed = other.certificatePEM.trimmingCharacters(in: .whitespacesAndNewlines)
+            let key = TestProviderKey()
+            let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
+            let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: trimmed + sink.caCertificatePEM), credentials: credentials,
+                                                             transport: kind), logger: .init(label: "t"))
+            let response = try await client.send(.liveActivity(Samples.update(Date()), token: Samples.token, bundleID: Samples.bundleID))
+            #expect(response.status == 200)
+            try await client.shutdown()
+        }
+    }
+
+    @Test("one trust file for two fake APNs (a sandbox and a production simulator): each server's certificate checks against its own CA", arguments: APNsTransportKind.allCases)
+    func twoServersOneTrustFile(_ kind: APNsTransportKind) async throws {
+        try await RecordingAPNsServer.withServer { first in
+            try await RecordingAPNsServer.withServer { second in
+                let roots = first.caCertificatePEM + second.caCertificatePEM
+                let key = TestProviderKey()
+                let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
+                for sink in [first, second] {
+                    let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: roots), credentials: credentials, transport: kind),
+                                                logger: .init(label: "t"))
+                    let response = try await client.send(.liveActivity(Samples.update(Date()), token: Samples.token, bundleID: Samples.bundleID))
+                    #expect(response.status == 200)
+                    try await client.shutdown()
+                }
+            }
+        }
+    }
+
     @Test("a server whose certificate is not trusted is refused")
     func untrustedServer() async throws {
         try await RecordingAPNsServer.withServer { sink in

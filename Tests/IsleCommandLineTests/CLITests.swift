@@ -211,6 +211,19 @@ struct CLITests {
     }
 }
 
+@Suite("isle sim --key")
+struct SimKeyTests {
+    @Test("a provider key that is not a P-256 PEM is refused before anything starts, naming the flag")
+    func badKey() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-not-a-key-\(UUID().uuidString).p8").path
+        try Data("-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n".utf8).write(to: URL(fileURLWithPath: path))
+        let r = await IsleCLI.capture(["sim", "--key", path, "--control-port", "0"])
+        #expect(r.status != 0 && r.err.contains("--key: \(path) is not a P-256 private key"), "\(r.err)")
+        let missing = await IsleCLI.capture(["sim", "--key", path + ".missing", "--control-port", "0"])
+        #expect(missing.status != 0 && missing.err.contains("--key"), "\(missing.err)")
+    }
+}
+
 @Suite("isle serve: one process per SQLite file")
 struct ServeExclusiveTests {
     @Test("a second isle serve on a held database exits at once with one line saying why")
