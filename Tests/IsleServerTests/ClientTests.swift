@@ -186,11 +186,17 @@ struct ClientTests {
         }
     }
 
-    @Test("seeded random: starts, rotations, dismissals, server outages and app relaunches interleave; once all is sent the server is in step with the phone")
+    @Test("seeded random: starts, rotations, dismissals, server outages, 503s and app relaunches interleave; once all is sent the server is in step with the phone")
     func randomizedConvergence() async throws {
         let seed = ProcessInfo.processInfo.environment["ISLE_SEED"].flatMap(UInt64.init) ?? 20_261_123
         var random = SeededRandom(seed: seed)
         try await Self.withRestartableServer { f, port in
+            // Every start of the server is on a store whose registry writes can be made to fail
+            // (the API answers 503 with Retry-After, as when the database is away).
+            let faulty = Locked<FaultyStore?>(nil)
+            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
+            await f.stop()
+            try await f.start()
             let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
             let storage = Self.storagePath()
             func launch() async throws -> (IsleClient, Task<Void, Never>) {
@@ -205,7 +211,7 @@ struct ClientTests {
             for step in 0..<40 {
                 let live = kit.activities.filter { $0.activityState == .active }
                 let ongoing = kit.activities.filter { $0.activityState != .dismissed }.count
-                switch random.next() % 6 {
+                switch random.next() % 7 {
                 case 0 where ongoing < 4, 1 where ongoing < 4:
                     let a = try kit.request(attributes: PizzaAttributes(numberOfPizzas: 1, totalAmount: "$9.00", orderNumber: "r\(step)"), content: Self.state)
                     log.append("start \(a.id)")
@@ -220,9 +226,15 @@ struct ClientTests {
                     try f.sim.world.userDismiss(activityID: a.id, on: f.device)
                     log.append("dismiss \(a.id)")
                 case 3:
-                    if serverUp { await f.kill() } else { try await f.start() }
+                    if serverUp { await f.stop() } else { try await f.start() }
                     serverUp.toggle()
                     log.append(serverUp ? "server up" : "server down")
+                case 5:
+                    // 503s: nothing written, or written and the answer lost.
+                    let n = Int(1 + random.next() % 3)
+                    let kind = random.next() % 2 == 0 ? "registry" : "registry-after"
+                    faulty.withLock { $0 }?.fail(kind, times: n)
+                    log.append("\(n) \(kind) failures")
                 case 4:
                     await client.stop()
                     runner.cancel()

@@ -15,6 +15,10 @@ final class FaultyStore: IsleStore {
 
     func fail(_ operation: String, times: Int) { failures.withLock { $0[operation, default: 0] += times } }
 
+    /// After the write committed: the caller gets an error although the work is done — a lost
+    /// answer, as when the connection drops after the commit.
+    private func checkAfter(_ operation: String) throws { try check(operation + "-after") }
+
     private func check(_ operation: String) throws {
         let fail = failures.withLock { f -> Bool in
             guard let n = f[operation], n > 0 else { return false }
@@ -49,13 +53,25 @@ final class FaultyStore: IsleStore {
     func upsertInstallation(_ installation: InstallationRecord) async throws { try await base.upsertInstallation(installation) }
     func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
                             _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void, idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
-        try await base.modifyInstallation(id: id, create: create, change, idempotency: idempotency)
+        try check("registry")
+        let written = try await base.modifyInstallation(id: id, create: create, change, idempotency: idempotency)
+        try checkAfter("registry")
+        return written
     }
     func installation(id: String) async throws -> InstallationRecord? { try await base.installation(id: id) }
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] { try await base.installations(bundleID: bundleID, userID: userID) }
-    func insertActivity(_ activity: ActivityRecord, idempotency: IdempotencyRecord?) async throws { try await base.insertActivity(activity, idempotency: idempotency) }
+    // Registry writes (device reports) fail as "registry" (nothing written) or "registry-after"
+    // (written, then the error: the answer is lost).
+    func insertActivity(_ activity: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
+        try check("registry")
+        try await base.insertActivity(activity, idempotency: idempotency)
+        try checkAfter("registry")
+    }
     func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void, idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
-        try await base.modifyActivity(id: id, change, idempotency: idempotency)
+        try check("registry")
+        let written = try await base.modifyActivity(id: id, change, idempotency: idempotency)
+        try checkAfter("registry")
+        return written
     }
     func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
                              idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {

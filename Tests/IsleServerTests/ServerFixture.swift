@@ -41,6 +41,7 @@ final class ServerFixture: Sendable {
     /// The running server, which tests can stop abruptly and start again on the same file.
     final class Server: Sendable {
         let state = Mutex<(app: IsleServerApp, task: Task<Void, any Error>)?>(nil)
+        let group = Mutex<ServiceGroup?>(nil)
         var app: IsleServerApp { state.withLock { $0!.app } }
         var port: Int { get async { await app.port() } }
     }
@@ -77,9 +78,20 @@ final class ServerFixture: Sendable {
         let sqlite = try SQLiteStore(path: databasePath)
         let store: any IsleStore = wrapStore.withLock { $0 }.map { $0(sqlite) } ?? sqlite
         let app = IsleServerApp(configuration: configuration(), store: store, clock: clock, logger: logger)
-        let task = Task { try await app.run() }
+        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
+        let task = Task { try await group.run() }
         server.state.withLock { $0 = (app, task) }
+        server.group.withLock { $0 = group }
         _ = await app.port()
+    }
+
+    /// Stops the server gracefully, as a deploy does: it stops accepting, answers what it has,
+    /// and stops. (Cancelling, as `kill()` does, can race NIO's accept of a new connection —
+    /// apple/swift-nio#3481 — so tests that stop often while clients connect use this.)
+    func stop() async {
+        guard let group = server.group.withLock({ $0 }), let (_, task) = server.state.withLock({ $0 }) else { return }
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
     }
 
     /// Stops the server abruptly: its task is cancelled mid-work, nothing is drained.
