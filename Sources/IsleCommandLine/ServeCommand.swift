@@ -142,8 +142,7 @@ struct ServeCommand: AsyncParsableCommand {
             throw CLIError("--apns-broadcast-url and --apns-management-url go with --apns-url (with --apns-sandbox-url or --apns-production-url, the server there serves all three)")
         }
         if let url = commonURL {
-            let target = APNsEnvironment.custom(url: url, broadcastURL: broadcast, managementURL: management, trustRootsPEM: pem)
-            c.apnsTargets = [.sandbox: target, .production: target]
+            c.sendBothEnvironments(to: .custom(url: url, broadcastURL: broadcast, managementURL: management, trustRootsPEM: pem))
         }
         for (environment, flag, value) in [(PushEnvironment.sandbox, "apns-sandbox-url", pick(apnsSandboxURL, "ISLE_APNS_SANDBOX_URL", "apnsSandboxURL")),
                                            (.production, "apns-production-url", pick(apnsProductionURL, "ISLE_APNS_PRODUCTION_URL", "apnsProductionURL"))] {

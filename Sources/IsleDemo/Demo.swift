@@ -93,7 +93,7 @@ public struct Demo: Sendable {
             var c = ServerConfiguration()
             c.port = 0
             c.databasePath = dir.appendingPathComponent("isle.sqlite").path
-            c.apns = .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM)
+            c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
             c.pollInterval = .milliseconds(20)
             c.masterKey = masterKey
             let server = IsleServerApp(configuration: c, store: store, clock: clock, logger: quiet)

@@ -1,4 +1,5 @@
 import Foundation
+import IsleCore
 import IsleClient
 import IsleClientSimulator
 import IsleSimulator
@@ -49,25 +50,12 @@ final class DemoApp: Sendable {
 
     /// The widget push token WidgetKit hands the app (iOS 26), passed on to IsleClient.
     func reportWidgetToken(_ hex: String) async {
-        guard let data = Self.bytes(hex) else { return }
-        await client.reportInstallation(widgetToken: data)
+        guard let token = try? DeviceToken(hex: hex) else { return }
+        await client.reportInstallation(widgetToken: Data(token.bytes))
     }
 
     func stop() async {
         await client.stop()
         runner.cancel()
-    }
-
-    static func bytes(_ hex: String) -> Data? {
-        guard hex.count % 2 == 0 else { return nil }
-        var d = Data()
-        var i = hex.startIndex
-        while i < hex.endIndex {
-            let j = hex.index(i, offsetBy: 2)
-            guard let b = UInt8(hex[i..<j], radix: 16) else { return nil }
-            d.append(b)
-            i = j
-        }
-        return d
     }
 }

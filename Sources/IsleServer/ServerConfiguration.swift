@@ -14,18 +14,11 @@ public struct ServerConfiguration: Sendable {
     /// Where each environment's pushes go: Apple's hosts, or any APNs-compatible server (such as
     /// isle sim) per environment.
     public var apnsTargets: [PushEnvironment: APNsEnvironment] = [.sandbox: .sandbox, .production: .production]
-    /// The default environment's target. Setting `.sandbox` or `.production` picks the default
-    /// environment (Apple's hosts for both); setting `.custom` sends both environments there.
-    public var apns: APNsEnvironment {
-        get { target(defaultEnvironment) }
-        set {
-            switch newValue {
-            case .sandbox: defaultEnvironment = .sandbox
-            case .production: defaultEnvironment = .production
-            case .custom: apnsTargets = [.sandbox: newValue, .production: newValue]
-            }
-        }
+    /// Sends both environments' pushes to one APNs-compatible server (one `isle sim`).
+    public mutating func sendBothEnvironments(to target: APNsEnvironment) {
+        apnsTargets = [.sandbox: target, .production: target]
     }
+
     /// "sandbox (default) → sandbox; production → custom (https://…)".
     public var apnsDescription: String {
         PushEnvironment.allCases.map { e in "\(e.rawValue)\(e == defaultEnvironment ? " (default)" : "") → \(target(e).name)" }.joined(separator: "; ")

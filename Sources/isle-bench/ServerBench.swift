@@ -112,7 +112,7 @@ struct ServerBench: AsyncParsableCommand {
             }
             var c = ServerConfiguration()
             c.port = 0
-            c.apns = .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM)
+            c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
             c.concurrency = 256
             c.pollInterval = .milliseconds(20)
             c.masterKey = masterKey

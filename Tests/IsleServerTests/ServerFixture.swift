@@ -61,7 +61,7 @@ final class ServerFixture: Sendable {
     func configuration() -> ServerConfiguration {
         var c = ServerConfiguration()
         c.port = 0
-        c.apns = .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM)
+        c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
         c.databasePath = databasePath
         c.pollInterval = .milliseconds(20)
         c.concurrency = 64
