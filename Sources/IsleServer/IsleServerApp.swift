@@ -33,7 +33,9 @@ public final class IsleServerApp: Service {
         clients = APNsClients(targets: configuration.apnsTargets, defaultEnvironment: configuration.defaultEnvironment, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription),
+        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
+                                                                   configuration: configuration,
+                                                                   authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock)),
                                       limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
         let box = portBox
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),

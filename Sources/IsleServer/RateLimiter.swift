@@ -61,3 +61,59 @@ final class RateLimiter: Sendable {
         }
     }
 }
+
+/// Token buckets by any key (an installation, a client address): 429s that protect the fleet from
+/// one flooding client. Buckets that refilled completely are forgotten, so memory stays bounded by
+/// the clients active in the last `burst / perSecond` seconds.
+final class KeyedRateLimiter: Sendable {
+    let limit: RateLimit
+    let clock: any WallClock
+    let what: String
+    private let buckets = Mutex<(map: [String: TokenBucket], lastSweep: Date)>(([:], .distantPast))
+
+    init(_ limit: RateLimit, what: String, clock: any WallClock) {
+        self.limit = limit
+        self.clock = clock
+        self.what = what
+    }
+
+    /// Takes one token for `key`; nil when allowed, else the seconds until it would be.
+    func take(_ key: String) -> TimeInterval? {
+        guard limit.perSecond > 0 else { return nil }
+        let now = clock.now
+        return buckets.withLock { b -> TimeInterval? in
+            if now.timeIntervalSince(b.lastSweep) > 60 {
+                let full = limit.burst / limit.perSecond
+                b.map = b.map.filter { now.timeIntervalSince($0.value.updated) < full }
+                b.lastSweep = now
+            }
+            var bucket = b.map[key] ?? TokenBucket(tokens: limit.burst, updated: now)
+            let wait = bucket.take(limit, now: now)
+            b.map[key] = bucket
+            return wait
+        }
+    }
+
+    /// Whether `key` has no token left, without taking one.
+    func isExhausted(_ key: String) -> Bool {
+        guard limit.perSecond > 0 else { return false }
+        let now = clock.now
+        return buckets.withLock { b in
+            guard var bucket = b.map[key] else { return false }
+            let elapsed = max(0, now.timeIntervalSince(bucket.updated))
+            bucket.tokens = min(limit.burst, bucket.tokens + elapsed * limit.perSecond)
+            return bucket.tokens < 1
+        }
+    }
+
+    /// Takes one token for `key` or throws 429 `rateLimited` with `Retry-After`.
+    func check(_ key: String) throws {
+        if let wait = take(key) { throw Self.tooMany(what, limit, wait) }
+    }
+
+    static func tooMany(_ what: String, _ limit: RateLimit, _ wait: TimeInterval) -> APIError {
+        APIError(.tooManyRequests, "rateLimited",
+                 "\(what) sent more than \(limit.perSecond < 1 ? String(format: "%.1f", limit.perSecond) : String(Int(saturating: limit.perSecond))) requests a second (burst \(Int(saturating: limit.burst))); retry after the Retry-After seconds",
+                 retryAfter: min(86_400, max(1, Int(saturating: wait.rounded(.up)))))
+    }
+}

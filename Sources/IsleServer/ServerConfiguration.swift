@@ -39,6 +39,21 @@ public struct ServerConfiguration: Sendable {
     public var retention = Retention()
     /// Requests per API key (429 with Retry-After beyond them); `.off` turns a scope's limit off.
     public var rateLimits: [APIKeyScope: RateLimit] = [.backend: RateLimit(perSecond: 10_000, burst: 20_000), .device: RateLimit(perSecond: 1_000, burst: 2_000)]
+    /// The device key is shared by the whole fleet, so it is also limited per installation and per
+    /// client address: one flooding copy of the app cannot starve the genuine ones
+    /// (docs/security.md). `.off` turns one off.
+    public var deviceInstallationLimit = RateLimit(perSecond: 5, burst: 60)
+    public var deviceAddressLimit = RateLimit(perSecond: 50, burst: 300)
+    /// Failed sign-ins and unknown API keys per client address (429 beyond it).
+    public var authFailureLimit = RateLimit(perSecond: 0.5, burst: 20)
+    /// How much one installation and one user may hold (docs/security.md).
+    public var quotas = Quotas()
+    /// How long a connection may take to send its request head, its body, and how long it may
+    /// stay open doing nothing.
+    public var timeouts = HTTPTimeouts()
+    /// The console's session cookie carries `Secure` (set when the API is served over TLS, or
+    /// behind a proxy that terminates TLS).
+    public var secureCookies = false
     /// Retries of transient failures (429, 5xx, no connection): exponential backoff from
     /// `retryBase`, capped at `retryMaximumDelay`, with jitter, until the job can no longer matter
     /// (the activity's 8-hour life, a plain update's stale date, or `jobDeadline`).
@@ -64,3 +79,24 @@ public struct ServerConfiguration: Sendable {
 
     public init() {}
 }
+
+/// What one installation and one user may hold.
+public struct Quotas: Sendable, Hashable {
+    /// Live (starting or active) activities of one installation; iOS itself shows a handful per app.
+    public var liveActivitiesPerInstallation = 20
+    /// Installations the backend may bind to one user.
+    public var installationsPerUser = 50
+    public init() {}
+}
+
+/// Connection timeouts of the HTTP API.
+public struct HTTPTimeouts: Sendable, Hashable {
+    /// From the first byte of a request to the end of its head.
+    public var header: Duration = .seconds(10)
+    /// From the end of the head to the end of the body.
+    public var body: Duration = .seconds(30)
+    /// A connection with no request in progress.
+    public var idle: Duration = .seconds(60)
+    public init() {}
+}
+

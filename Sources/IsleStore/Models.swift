@@ -357,6 +357,10 @@ public struct Retention: Sendable, Hashable {
     public var deliveries: TimeInterval = 30 * 86_400
     /// Priority-10 sends older than this no longer count against any budget.
     public var highPrioritySends: TimeInterval = 2 * 3600
+    /// Ended, dismissed and unreachable activities (with their topics), after they ended.
+    public var endedActivities: TimeInterval = 30 * 86_400
+    /// Installations that reported nothing for this long and hold no live activity.
+    public var staleInstallations: TimeInterval = 180 * 86_400
     public init() {}
 }
 

@@ -14,6 +14,10 @@ struct APIServices: Sendable {
     let logger: Logger
     /// Where pushes go (APNs production, sandbox, or a custom server such as isle sim).
     var environmentName = "sandbox"
+    /// The server's configuration (limits, quotas, cookies).
+    var configuration = ServerConfiguration()
+    /// Failed sign-ins and unknown API keys, per client address.
+    var authFailures: KeyedRateLimiter
 
     /// The app, as the engine sees it (read at most once a second).
     func app(_ bundleID: String) async throws -> AppRecord {

@@ -14,8 +14,12 @@ struct IsleRequestContext: RequestContext {
     /// The pending idempotency record of this write (status and body are filled by the handler).
     var idempotency: IdempotencyRecord?
 
+    /// The client's address (IP, without the port) as the connection shows it; nil if unknown.
+    var remoteAddress: String?
+
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
+        remoteAddress = source.channel.remoteAddress?.ipAddress
     }
 
     /// The caller, who must hold a key of `scope`: 401 without a key, 403 with a key of another scope.
