@@ -33,13 +33,16 @@ public struct ActivityKitAdapter<Attributes: ActivityAttributes>: LiveActivityKi
 extension IsleClient {
     /// Tracks every activity of `type`: `await isle.track(activitiesOf: PizzaDeliveryAttributes.self) { $0.attributes.orderNumber }`.
     public func track<Attributes: ActivityAttributes>(activitiesOf type: Attributes.Type, topics: @escaping @Sendable (Activity<Attributes>) -> [String] = { _ in [] },
-                                                      externalKey: @escaping @Sendable (Activity<Attributes>) -> String?) {
-        track(ActivityKitAdapter<Attributes>(), topics: { topics($0.activity) }, externalKey: { externalKey($0.activity) })
+                                                      externalKey: @escaping @Sendable (Activity<Attributes>) -> String?,
+                                                      ticket: @escaping @Sendable (Activity<Attributes>) -> String? = { _ in nil }) {
+        track(ActivityKitAdapter<Attributes>(), topics: { topics($0.activity) }, externalKey: { externalKey($0.activity) }, ticket: { ticket($0.activity) })
     }
 
-    /// Tracks one activity: `let activity = try Activity.request(…); await isle.track(activity, externalKey: "order-12345")`.
-    public func track<Attributes: ActivityAttributes>(_ activity: Activity<Attributes>, topics: [String] = [], externalKey: String?) {
-        track(activity: ActivityKitAdapter<Attributes>.Handle(activity: activity), attributesType: String(describing: Attributes.self), topics: topics, externalKey: externalKey)
+    /// Tracks one activity: `let activity = try Activity.request(…); await isle.track(activity, externalKey: order.id, ticket: order.ticket)`
+    /// (the ticket your backend signed for the key when it created the order).
+    public func track<Attributes: ActivityAttributes>(_ activity: Activity<Attributes>, topics: [String] = [], externalKey: String?, ticket: String? = nil) {
+        track(activity: ActivityKitAdapter<Attributes>.Handle(activity: activity), attributesType: String(describing: Attributes.self), topics: topics, externalKey: externalKey,
+              ticket: ticket)
     }
 }
 

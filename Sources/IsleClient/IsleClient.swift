@@ -120,11 +120,18 @@ public actor IsleClient {
     }
 
     /// An activity's push token: the first registers the activity, later ones are rotations.
-    public func reportToken(activityID: String, attributesType: String, token: Data, externalKey: String?, topics: [String] = []) {
+    ///
+    /// `externalKey` binds the activity to your backend's key (an order id) only with `ticket`,
+    /// the registration ticket your backend signed for that key (docs/security.md) — the device
+    /// key is public, so the server never takes a key on the app's word. Without a ticket, a key
+    /// only links an activity your backend started by push-to-start on this installation; any
+    /// other activity is registered by its id alone (``serverID(of:)``: hand it to your backend).
+    public func reportToken(activityID: String, attributesType: String, token: Data, externalKey: String?, ticket: String? = nil, topics: [String] = []) {
         guard state.lastTokens[activityID] != token.hex else { return }
         state.lastTokens[activityID] = token.hex
         if state.registered.insert(activityID).inserted {
             state.types[activityID] = attributesType
+            if let ticket { state.tickets[activityID] = ticket }
             add(.register(local: activityID, attributesType: attributesType, token: token.hex, externalKey: externalKey, topics: topics), lane: ClientState.lane(activityID))
         } else {
             add(.token(local: activityID, token: token.hex), lane: ClientState.lane(activityID))
@@ -160,16 +167,19 @@ public actor IsleClient {
     /// Keeps the server in step with one attributes type: the activities that exist now and their
     /// current tokens first (nothing issued while the app was not running is missed), then every
     /// token, state and activity as it comes; the push-to-start token and the settings too.
-    /// `externalKey` names an activity for the backend (a push-started one is matched by it).
+    /// `externalKey` names an activity for the backend: a push-started one is matched by it; any
+    /// other is bound to it only with `ticket`, your backend's registration ticket for that key
+    /// (see ``reportToken(activityID:attributesType:token:externalKey:ticket:topics:)``).
     public func track<Kit: LiveActivityKit>(_ kit: Kit, topics: @escaping @Sendable (Kit.Handle) -> [String] = { _ in [] },
-                                            externalKey: @escaping @Sendable (Kit.Handle) -> String?) {
+                                            externalKey: @escaping @Sendable (Kit.Handle) -> String?,
+                                            ticket: @escaping @Sendable (Kit.Handle) -> String? = { _ in nil }) {
         let type = kit.attributesType
         reportInstallation(liveActivitiesEnabled: kit.areActivitiesEnabled, frequentPushesEnabled: kit.frequentPushesEnabled)
         if let token = kit.pushToStartToken { reportInstallation(pushToStartToken: (type, token)) }
         var seen = Set<String>()
         for a in kit.activities {
             seen.insert(a.id)
-            observe(a, type: type, topics: topics, externalKey: externalKey)
+            observe(a, type: type, topics: topics, externalKey: externalKey, ticket: ticket)
         }
         // Registered earlier, and no longer listed: the person or the system dismissed it while
         // the app was not running (ActivityKit lists no dismissed activity).
@@ -180,7 +190,7 @@ public actor IsleClient {
         tasks.append(Task { [weak self] in
             var known = already
             for await a in kit.activityUpdates where known.insert(a.id).inserted {
-                await self?.observe(a, type: type, topics: topics, externalKey: externalKey)
+                await self?.observe(a, type: type, topics: topics, externalKey: externalKey, ticket: ticket)
             }
         })
         tasks.append(Task { [weak self] in
@@ -196,15 +206,16 @@ public actor IsleClient {
 
     /// Keeps the server in step with one activity (its token, rotations, dismissal, end), for an
     /// app that tracks activities one by one rather than a whole attributes type.
-    public func track<H: LiveActivityHandle>(activity: H, attributesType: String, topics: [String] = [], externalKey: String?) {
-        observe(activity, type: attributesType, topics: { _ in topics }, externalKey: { _ in externalKey })
+    public func track<H: LiveActivityHandle>(activity: H, attributesType: String, topics: [String] = [], externalKey: String?, ticket: String? = nil) {
+        observe(activity, type: attributesType, topics: { _ in topics }, externalKey: { _ in externalKey }, ticket: { _ in ticket })
     }
 
-    func observe<H: LiveActivityHandle>(_ a: H, type: String, topics: @escaping @Sendable (H) -> [String], externalKey: @escaping @Sendable (H) -> String?) {
-        if let token = a.pushToken { reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), topics: topics(a)) }
+    func observe<H: LiveActivityHandle>(_ a: H, type: String, topics: @escaping @Sendable (H) -> [String], externalKey: @escaping @Sendable (H) -> String?,
+                                        ticket: @escaping @Sendable (H) -> String?) {
+        if let token = a.pushToken { reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), ticket: ticket(a), topics: topics(a)) }
         tasks.append(Task { [weak self] in
             for await token in a.pushTokenUpdates {
-                await self?.reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), topics: topics(a))
+                await self?.reportToken(activityID: a.id, attributesType: type, token: token, externalKey: externalKey(a), ticket: ticket(a), topics: topics(a))
             }
         })
         tasks.append(Task { [weak self] in
@@ -306,7 +317,10 @@ public actor IsleClient {
         switch outcome {
         case .done(let id, let secret):
             if let secret { state.secret = secret }
-            if case .register(let local, _, _, _, _) = report.kind, let id { state.serverIDs[local] = id }
+            if case .register(let local, _, _, _, _) = report.kind {
+                if let id { state.serverIDs[local] = id }
+                state.tickets[local] = nil
+            }
             state.outbox.remove(at: j)
         case .retry(let after):
             let attempts = state.outbox[j].attempts
@@ -320,6 +334,7 @@ public actor IsleClient {
                 state.outbox.removeAll { $0.lane == ClientState.lane(local) }
                 state.registered.remove(local)
                 state.types[local] = nil
+                state.tickets[local] = nil
             }
         case .newInstallation:
             state.installationID = UUID().uuidString.lowercased()
@@ -369,11 +384,12 @@ public actor IsleClient {
             if let e = state.liveActivitiesEnabled { body["liveActivitiesEnabled"] = e }
             if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
             if let e = configuration.environment { body["environment"] = e.rawValue }
-        case .register(_, let type, let token, let key, let topics):
+        case .register(let local, let type, let token, let key, let topics):
             method = "POST"
             path = "/v1/activities"
             body = ["attributesType": type, "token": token, "installationID": state.installationID]
             if let key { body["externalKey"] = key }
+            if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
             if !topics.isEmpty { body["topics"] = topics }
             if let e = configuration.environment { body["environment"] = e.rawValue }
         case .token(let local, let token):

@@ -92,6 +92,8 @@ struct ClientState: Codable, Sendable {
     var types: [String: String] = [:]
     /// The last state reported for each activity (`ended`, `dismissed`): not reported twice.
     var reportedStates: [String: String] = [:]
+    /// The backend's registration ticket for an activity's external key, until it is registered.
+    var tickets: [String: String] = [:]
     var outbox: [Report] = []
     /// Reports the server refused for good (4xx other than rate limits): kept for the app to see.
     var refused: [String] = []
@@ -99,7 +101,7 @@ struct ClientState: Codable, Sendable {
     init(installationID: String) { self.installationID = installationID }
 
     enum CodingKeys: String, CodingKey {
-        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused
+        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets
     }
 
     /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
@@ -120,6 +122,7 @@ struct ClientState: Codable, Sendable {
         reportedStates = try c.decodeIfPresent([String: String].self, forKey: .reportedStates) ?? [:]
         outbox = try c.decodeIfPresent([Report].self, forKey: .outbox) ?? []
         refused = try c.decodeIfPresent([String].self, forKey: .refused) ?? []
+        tickets = try c.decodeIfPresent([String: String].self, forKey: .tickets) ?? [:]
     }
 
     static let installationLane = "installation"

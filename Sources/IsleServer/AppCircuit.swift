@@ -20,7 +20,10 @@ public struct AppCircuit: Sendable, Hashable {
     public struct Settings: Sendable, Hashable {
         /// Consecutive 5xx / connection failures that open the circuit.
         public var unavailableThreshold = 5
-        /// Distinct tokens answered `BadDeviceToken` before any accepted push: the environment is wrong.
+        /// Distinct installations whose tokens were answered `BadDeviceToken` before any accepted
+        /// push: the environment is wrong. Counted per installation, never per token, so one
+        /// installation (say one copy of the app registering junk tokens with the public device
+        /// key) cannot pause the app alone; a token with no installation is no evidence.
         public var suspectTokenThreshold = 5
         public var firstBackoff: TimeInterval = 1
         public var maximumBackoff: TimeInterval = 60
@@ -34,7 +37,8 @@ public struct AppCircuit: Sendable, Hashable {
         case accepted(PushEnvironment)
         case unavailable(String)
         case configuration(String)
-        case badDeviceToken(token: String, environment: PushEnvironment)
+        /// APNs answered `BadDeviceToken` for `token` of `installation` (nil: not known).
+        case badDeviceToken(token: String, environment: PushEnvironment, installation: String?)
     }
 
     public enum Transition: Sendable, Hashable {
@@ -99,15 +103,17 @@ public struct AppCircuit: Sendable, Hashable {
             return .backingOff(until: until, reason: reason)
         case .configuration(let why):
             return pause("APNs refused the app's configuration: \(why)", now: now)
-        case .badDeviceToken(let token, let environment):
+        case .badDeviceToken(_, let environment, let installation):
             // Evidence of a wrong target only while no push of the app was accepted at all: once
             // another environment works, the app's credentials are right and pausing it would stop
             // that environment's pushes for the sake of this one's (whose jobs keep retrying).
-            guard confirmedEnvironments.isEmpty else { return .none }
-            suspects[environment, default: []].insert(token)
+            // Only tokens that were pushed to count (this is an APNs answer), and only one per
+            // installation: one installation alone never pauses the app.
+            guard confirmedEnvironments.isEmpty, let installation else { return .none }
+            suspects[environment, default: []].insert(installation)
             let count = suspects[environment]?.count ?? 0
             guard count >= settings.suspectTokenThreshold else { return .none }
-            return pause("BadDeviceToken for \(count) different \(environment.rawValue) tokens and no push accepted yet: the tokens are probably for the other APNs environment (check the environment the app reports, or --sandbox/--production for apps that do not say)", now: now)
+            return pause("BadDeviceToken for the tokens of \(count) different installations (\(environment.rawValue)) and no push accepted yet: the tokens are probably for the other APNs environment (check the environment the app reports, or --sandbox/--production for apps that do not say)", now: now)
         }
     }
 

@@ -193,9 +193,9 @@ public final class DeliveryEngine: Service {
         }
         var context = DeliveryPlanner.Context(job: c, app: app, activity: c.activity, now: now)
         if job.kind == .start || job.kind == .widgets {
-            context.installation = try await job.installationID.asyncMap { try await store.installation(id: $0) } ?? nil
+            context.installation = try await job.installationID.asyncMap { try await store.installation(bundleID: job.bundleID, id: $0) } ?? nil
         } else if DeliveryPlanner.wantsHighPriority(job), let a = c.activity {
-            context.installation = try await a.installationID.asyncMap { try await store.installation(id: $0) } ?? nil
+            context.installation = try await a.installationID.asyncMap { try await store.installation(bundleID: a.bundleID, id: $0) } ?? nil
             context.highPriorityUsed = try await store.highPrioritySends(activityID: a.id, since: now.addingTimeInterval(-3600))
         }
         if job.kind == .broadcast, let id = job.channelID { context.channel = try await store.channel(id: id) }
@@ -227,19 +227,19 @@ public final class DeliveryEngine: Service {
             }
             let delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
                                           reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
-            observe(app.bundleID, outcome: outcome, resolution: resolution, push: push, now: sentAt)
+            observe(app.bundleID, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
             return completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
         }
     }
 
     /// Feeds the app's circuit and logs its transitions.
-    func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, now: Date) {
+    func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, installation: String?, now: Date) {
         let signal: AppCircuit.Signal? = switch resolution {
         case .sent: .accepted(push.environment ?? clients.defaultEnvironment)
         case .pauseApp(let why): .configuration(why)
         case .suspectToken:
-            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment) }
-            else if case .widgets(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment) } else { nil }
+            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
+            else if case .widgets(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
         case .retry:
             switch outcome {
             case .unreachable(let why, _): .unavailable(why)
@@ -282,10 +282,10 @@ public final class DeliveryEngine: Service {
             case (.start, .liveActivity(let token)):
                 let type = job.aps["attributes-type"]?.stringValue ?? ""
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery, activity: ActivityPatch(unreachable: .init(reason: why, ifToken: nil)),
-                                     installation: job.installationID.map { InstallationPatch(installationID: $0, deadPushToStartToken: (type, token)) })
+                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadPushToStartToken: (type, token)) })
             case (.widgets, .widgets(let token)):
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
-                                     installation: job.installationID.map { InstallationPatch(installationID: $0, deadWidgetToken: token) })
+                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadWidgetToken: token) })
             case (_, .liveActivity(let token)):
                 return JobCompletion(claim: c, result: .deadToken(token: token, reason: why, graceUntil: now.addingTimeInterval(planner.tokenWait)), delivery: delivery)
             default:

@@ -33,10 +33,12 @@ public final class IsleServerApp: Service {
         clients = APNsClients(targets: configuration.apnsTargets, defaultEnvironment: configuration.defaultEnvironment, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let router = Self.buildRouter(services: APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
+        let services = APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
-                                                                   authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock)),
-                                      limiter: RateLimiter(limits: configuration.rateLimits, clock: clock))
+                                                                   authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock))
+        let router = Self.buildRouter(services: services, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
+                                      perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
+                                      perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
         let box = portBox
         application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
                                   services: [engine], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
@@ -44,14 +46,14 @@ public final class IsleServerApp: Service {
 
     /// The API: operations at the root; everything under `/v1` behind the API-key and idempotency
     /// middleware; one controller per resource.
-    static func buildRouter(services: APIServices, limiter: RateLimiter?) -> Router<IsleRequestContext> {
+    static func buildRouter(services: APIServices, limiter: RateLimiter?, perInstallation: KeyedRateLimiter? = nil, perAddress: KeyedRateLimiter? = nil) -> Router<IsleRequestContext> {
         let router = Router(context: IsleRequestContext.self)
         router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: services.logger))
         let operations = OperationsController(services: services)
         operations.addRoutes(to: router)
         let v1 = router.group("v1")
-            .add(middleware: APIKeyMiddleware(store: services.store, limiter: limiter))
+            .add(middleware: APIKeyMiddleware(store: services.store, limiter: limiter, authFailures: services.authFailures, perInstallation: perInstallation, perAddress: perAddress))
             .add(middleware: IdempotencyMiddleware(store: services.store, clock: services.clock, bodyLimit: Limits.body))
         operations.addRoutes(to: v1)
         InstallationController(services: services).addRoutes(to: v1)

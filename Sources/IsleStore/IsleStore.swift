@@ -33,10 +33,11 @@ public protocol IsleRegistry: Sendable {
     /// With `idempotency`, its record (answer made from the written installation) commits in the
     /// same transaction; a live record with the same key makes it throw `.idempotencyKeyTaken`
     /// and write nothing. The same holds for every `idempotency:` parameter below.
-    func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+    /// Installation ids are the app's own (namespaced per app): two apps may use the same id.
+    func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                             _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                             idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord
-    func installation(id: String) async throws -> InstallationRecord?
+    func installation(bundleID: String, id: String) async throws -> InstallationRecord?
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord]
 
     // Activities
@@ -56,7 +57,10 @@ public protocol IsleRegistry: Sendable {
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord?
     /// Every live activity with this backend key (one per device after a push-to-start to a user).
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord]
-    func activity(updateToken: String) async throws -> ActivityRecord?
+    /// The app's activity holding this update token (tokens are looked up per app).
+    func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord?
+    /// The live (starting or active) activities registered on an installation (for its quota).
+    func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord]
     /// Live activities following a topic.
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
     /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
@@ -75,8 +79,10 @@ public protocol IsleRegistry: Sendable {
     func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord]
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
-    /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends and
-    /// idempotency records past their lifetime — at most `limit` rows of each. Returns the rows deleted.
+    /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends,
+    /// idempotency records past their lifetime, activities that ended long ago (with their topics)
+    /// and installations silent for long with no live activity — at most `limit` rows of each.
+    /// Returns the rows deleted.
     @discardableResult
     func prune(now: Date, retention: Retention, limit: Int) async throws -> Int
     /// Priority-10 sends to an activity since a time (the hourly budget).
@@ -126,9 +132,9 @@ public protocol IsleQueue: Sendable {
 extension IsleRegistry {
     public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T { try await body() }
     // The same writes without an idempotency record.
-    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+    public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
-        try await modifyInstallation(id: id, create: create, change, idempotency: nil)
+        try await modifyInstallation(bundleID: bundleID, id: id, create: create, change, idempotency: nil)
     }
     public func insertActivity(_ activity: ActivityRecord) async throws { try await insertActivity(activity, idempotency: nil) }
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
@@ -241,19 +247,22 @@ public struct ActivityPatch: Sendable, Hashable {
 
 /// Tokens of an installation that APNs said are dead; each removed only if it is still the one held.
 public struct InstallationPatch: Sendable, Hashable {
+    public var bundleID: String
     public var installationID: String
     public var deadPushToStartToken: (type: String, token: String)?
     public var deadWidgetToken: String?
-    public init(installationID: String, deadPushToStartToken: (type: String, token: String)? = nil, deadWidgetToken: String? = nil) {
+    public init(bundleID: String, installationID: String, deadPushToStartToken: (type: String, token: String)? = nil, deadWidgetToken: String? = nil) {
+        self.bundleID = bundleID
         self.installationID = installationID
         self.deadPushToStartToken = deadPushToStartToken
         self.deadWidgetToken = deadWidgetToken
     }
     public static func == (a: Self, b: Self) -> Bool {
-        a.installationID == b.installationID && a.deadPushToStartToken?.type == b.deadPushToStartToken?.type
+        a.bundleID == b.bundleID && a.installationID == b.installationID && a.deadPushToStartToken?.type == b.deadPushToStartToken?.type
             && a.deadPushToStartToken?.token == b.deadPushToStartToken?.token && a.deadWidgetToken == b.deadWidgetToken
     }
     public func hash(into h: inout Hasher) {
+        h.combine(bundleID)
         h.combine(installationID)
         h.combine(deadPushToStartToken?.type)
         h.combine(deadPushToStartToken?.token)

@@ -80,19 +80,23 @@ public final class MemoryStore: IsleStore {
 
     // MARK: Installations
 
-    public func upsertInstallation(_ installation: InstallationRecord) async throws { state.withLock { $0.installations[installation.id] = installation } }
-    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+    /// Installations are keyed by app and id (ids are namespaced per app).
+    static func key(_ bundleID: String, _ id: String) -> String { bundleID + "\n" + id }
+    public func upsertInstallation(_ installation: InstallationRecord) async throws {
+        state.withLock { $0.installations[Self.key(installation.bundleID, installation.id)] = installation }
+    }
+    public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                                    idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
         try transaction { s in
-            var i = s.installations[id] ?? create()
+            var i = s.installations[Self.key(bundleID, id)] ?? create()
             try change(&i)
-            s.installations[id] = i
+            s.installations[Self.key(bundleID, id)] = i
             if let idempotency { try Self.insertIdempotency(&s, idempotency.record(for: i)) }
             return i
         }
     }
-    public func installation(id: String) async throws -> InstallationRecord? { state.withLock { $0.installations[id] } }
+    public func installation(bundleID: String, id: String) async throws -> InstallationRecord? { state.withLock { $0.installations[Self.key(bundleID, id)] } }
     public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
         state.withLock { s in s.installations.values.filter { $0.bundleID == bundleID && $0.userID == userID }.sorted { $0.id < $1.id } }
     }
@@ -169,8 +173,14 @@ public final class MemoryStore: IsleStore {
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
         state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && $0.externalKey == externalKey && $0.state.acceptsPushes } }
     }
-    public func activity(updateToken: String) async throws -> ActivityRecord? {
-        state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.first { $0.updateToken == updateToken } }
+    public func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? {
+        state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.first { $0.bundleID == bundleID && $0.updateToken == updateToken } }
+    }
+    public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
+        state.withLock { s in
+            s.activityOrder.compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && $0.installationID == installationID && $0.state.acceptsPushes }
+                .sorted { ($0.startedAt, $0.id) < ($1.startedAt, $1.id) }
+        }
     }
     public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
         self.state.withLock { s in
@@ -239,7 +249,13 @@ public final class MemoryStore: IsleStore {
             s.highPriority.removeAll { $0.1 < now.addingTimeInterval(-retention.highPrioritySends) }
             let keys = s.idempotency.filter { $0.value.isExpired(now: now) }.keys.prefix(limit)
             for k in keys { s.idempotency[k] = nil }
-            return oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count
+            let ended = s.activities.values.filter { !$0.state.acceptsPushes && $0.startedAt < now.addingTimeInterval(-retention.endedActivities) }.prefix(limit).map(\.id)
+            for id in ended { s.activities[id] = nil }
+            if !ended.isEmpty { s.activityOrder.removeAll { s.activities[$0] == nil } }
+            let live = Set(s.activities.values.filter(\.state.acceptsPushes).compactMap { a in a.installationID.map { Self.key(a.bundleID, $0) } })
+            let silent = s.installations.filter { $0.value.updatedAt < now.addingTimeInterval(-retention.staleInstallations) && !live.contains($0.key) }.keys.prefix(limit)
+            for k in silent { s.installations[k] = nil }
+            return oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count
         }
     }
 
@@ -379,10 +395,10 @@ public final class MemoryStore: IsleStore {
                     for (id, a) in s.activities where a.channelID == channel { Self.apply(&s, p, to: id) }
                 }
             }
-            if let p = c.installation, var i = s.installations[p.installationID] {
+            if let p = c.installation, var i = s.installations[Self.key(p.bundleID, p.installationID)] {
                 if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token { i.pushToStartTokens[type] = nil }
                 if let w = p.deadWidgetToken, i.widgetToken == w { i.widgetToken = nil }
-                s.installations[p.installationID] = i
+                s.installations[Self.key(p.bundleID, p.installationID)] = i
             }
             if let at = c.highPriorityAt, let a = j.job.activityID { s.highPriority.append((a, at)) }
             return true

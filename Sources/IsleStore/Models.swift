@@ -14,8 +14,13 @@ public struct AppRecord: Sendable, Hashable {
     public var frequentUpdatesDeclared: Bool
     public var schemas: [ActivitySchema]
     public var createdAt: Date
+    /// Public keys that verify the app's registration tickets (docs/security.md): the backend keeps
+    /// the private keys.
+    public var ticketKeys: [TicketKey]
 
-    public init(bundleID: String, teamID: String, keyID: String, keyPEM: String, frequentUpdatesDeclared: Bool = false, schemas: [ActivitySchema] = [], createdAt: Date) {
+    public init(bundleID: String, teamID: String, keyID: String, keyPEM: String, frequentUpdatesDeclared: Bool = false, schemas: [ActivitySchema] = [], createdAt: Date,
+                ticketKeys: [TicketKey] = []) {
+        self.ticketKeys = ticketKeys
         self.bundleID = bundleID
         self.teamID = teamID
         self.keyID = keyID
@@ -26,6 +31,31 @@ public struct AppRecord: Sendable, Hashable {
     }
 
     public func schema(_ type: String) -> ActivitySchema? { schemas.first { $0.attributesType == type } }
+}
+
+/// A public key (P-256, PEM) that verifies registration tickets, named by `id` (the ticket's `kid`).
+public struct TicketKey: Sendable, Hashable {
+    public var id: String
+    public var publicKeyPEM: String
+    public var createdAt: Date
+    public init(id: String, publicKeyPEM: String, createdAt: Date) {
+        self.id = id
+        self.publicKeyPEM = publicKeyPEM
+        self.createdAt = createdAt
+    }
+
+    /// The keys as stored: a JSON array of `{"id", "publicKey", "createdAt"}`.
+    public static func encode(_ keys: [TicketKey]) -> String {
+        JSONValue.array(keys.map { ["id": .string($0.id), "publicKey": .string($0.publicKeyPEM), "createdAt": .double($0.createdAt.timeIntervalSince1970)] }).jsonString
+    }
+
+    public static func decode(_ text: String?) -> [TicketKey] {
+        guard let text, let a = (try? JSONParser.parse(text))?.arrayValue else { return [] }
+        return a.compactMap { v in
+            guard let id = v["id"]?.stringValue, let pem = v["publicKey"]?.stringValue else { return nil }
+            return TicketKey(id: id, publicKeyPEM: pem, createdAt: Date(timeIntervalSince1970: v["createdAt"]?.numberValue?.doubleValue ?? 0))
+        }
+    }
 }
 
 public enum APIKeyScope: String, Sendable, Hashable, Codable, CaseIterable {

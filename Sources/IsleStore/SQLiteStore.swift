@@ -155,6 +155,26 @@ public final class SQLiteStore: IsleStore {
         ALTER TABLE activities ADD COLUMN environment TEXT;
         ALTER TABLE channels ADD COLUMN environment TEXT;
         """,
+        // Trust model v2 (docs/security.md): installation ids and token look-ups per app; the
+        // app's registration-ticket keys; what retention needs to prune ended activities and
+        // silent installations without a scan.
+        """
+        CREATE TABLE installations_v2 (id TEXT NOT NULL, bundle_id TEXT NOT NULL, user_id TEXT, push_to_start_tokens TEXT NOT NULL,
+            widget_token TEXT, live_activities_enabled INTEGER NOT NULL, frequent_pushes_enabled INTEGER NOT NULL, updated_at REAL NOT NULL,
+            secret_hash TEXT, environment TEXT, PRIMARY KEY (bundle_id, id));
+        INSERT INTO installations_v2 (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
+            SELECT id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment FROM installations;
+        DROP TABLE installations;
+        ALTER TABLE installations_v2 RENAME TO installations;
+        CREATE INDEX installations_user ON installations(bundle_id, user_id);
+        CREATE INDEX installations_updated ON installations(updated_at);
+        ALTER TABLE apps ADD COLUMN ticket_keys TEXT NOT NULL DEFAULT '[]';
+        DROP INDEX activities_token;
+        CREATE INDEX activities_token ON activities(bundle_id, update_token);
+        DROP INDEX activities_installation;
+        CREATE INDEX activities_installation ON activities(bundle_id, installation_id, state);
+        CREATE INDEX activities_finished ON activities(started_at) WHERE state IN ('ended', 'dismissed', 'unreachable');
+        """,
     ]
 
     public func migrate() async throws {
@@ -195,10 +215,10 @@ public final class SQLiteStore: IsleStore {
         let schemas = JSONValue.array(a.schemas.map(\.jsonValue)).jsonString
         try await writer.write { db in
             try db.execute(sql: """
-                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
-                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas
-                """, arguments: [a.bundleID, a.teamID, a.keyID, a.keyPEM, a.frequentUpdatesDeclared, schemas, a.createdAt.timeIntervalSince1970])
+                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys
+                """, arguments: [a.bundleID, a.teamID, a.keyID, a.keyPEM, a.frequentUpdatesDeclared, schemas, a.createdAt.timeIntervalSince1970, TicketKey.encode(a.ticketKeys)])
         }
     }
 
@@ -213,7 +233,7 @@ public final class SQLiteStore: IsleStore {
     static func app(_ r: Row) -> AppRecord {
         let schemas = ((try? JSONParser.parse(r["schemas"] as String))?.arrayValue ?? []).compactMap { try? ActivitySchema(json: $0) }
         return AppRecord(bundleID: r["bundle_id"], teamID: r["team_id"], keyID: r["key_id"], keyPEM: r["key_pem"], frequentUpdatesDeclared: r["frequent_updates"],
-                         schemas: schemas, createdAt: Date(timeIntervalSince1970: r["created_at"]))
+                         schemas: schemas, createdAt: Date(timeIntervalSince1970: r["created_at"]), ticketKeys: TicketKey.decode(r["ticket_keys"]))
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {
@@ -251,7 +271,7 @@ public final class SQLiteStore: IsleStore {
             try db.execute(sql: """
                 INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT(id) DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens,
+                ON CONFLICT(bundle_id, id) DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens,
                     widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled,
                     frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash,
                     environment = excluded.environment
@@ -260,11 +280,11 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+    public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                                    idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
         try await writer.write { db in
-            var i = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE id = ?"), arguments: [id]).map(Self.installation) ?? create()
+            var i = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [bundleID, id]).map(Self.installation) ?? create()
             try change(&i)
             try Self.writeInstallation(db, i)
             if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: i)) }
@@ -272,8 +292,10 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    public func installation(id: String) async throws -> InstallationRecord? {
-        try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE id = ?"), arguments: [id]).map(Self.installation) }
+    public func installation(bundleID: String, id: String) async throws -> InstallationRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [bundleID, id]).map(Self.installation)
+        }
     }
 
     public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
@@ -393,8 +415,18 @@ public final class SQLiteStore: IsleStore {
         try await pool.read { db in try Self.activity(db, where: "bundle_id = ? AND external_key = ? ORDER BY started_at DESC, rowid DESC", [bundleID, externalKey]) }
     }
 
-    public func activity(updateToken: String) async throws -> ActivityRecord? {
-        try await pool.read { db in try Self.activity(db, where: "update_token = ?", [updateToken]) }
+    public func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? {
+        try await pool.read { db in try Self.activity(db, where: "bundle_id = ? AND update_token = ?", [bundleID, updateToken]) }
+    }
+
+    public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN ('active', 'starting') ORDER BY started_at, id"),
+                                        arguments: [bundleID, installationID])
+            return try rows.map { r in
+                Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+            }
+        }
     }
 
     static func activity(_ db: Database, where clause: String, _ arguments: StatementArguments) throws -> ActivityRecord? {
@@ -675,7 +707,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     static func apply(_ db: Database, _ p: InstallationPatch) throws {
-        guard var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE id = ?", arguments: [p.installationID]).map(installation) else { return }
+        guard var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?", arguments: [p.bundleID, p.installationID]).map(installation) else { return }
         var changed = false
         if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token {
             i.pushToStartTokens[type] = nil
@@ -871,6 +903,20 @@ public final class SQLiteStore: IsleStore {
             n += db.changesCount
             try db.execute(sql: "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE created_at < ? LIMIT ?)",
                            arguments: [t - IdempotencyRecord.lifetime, limit])
+            n += db.changesCount
+            // An activity lives at most 12 hours, so its start dates its end within retention's grain.
+            let ended = try String.fetchAll(db, sql: """
+                SELECT id FROM activities INDEXED BY activities_finished WHERE state IN ('ended', 'dismissed', 'unreachable') AND started_at < ? LIMIT ?
+                """, arguments: [t - retention.endedActivities, limit])
+            for id in ended {
+                try db.execute(sql: "DELETE FROM activity_topics WHERE activity_id = ?", arguments: [id])
+                try db.execute(sql: "DELETE FROM activities WHERE id = ?", arguments: [id])
+                n += 1
+            }
+            try db.execute(sql: """
+                DELETE FROM installations WHERE rowid IN (SELECT i.rowid FROM installations i INDEXED BY installations_updated WHERE i.updated_at < ?
+                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN ('active', 'starting')) LIMIT ?)
+                """, arguments: [t - retention.staleInstallations, limit])
             n += db.changesCount
             return n
         }

@@ -132,21 +132,25 @@ struct DeliveryPolicyTests {
         #expect(again == Self.t0.addingTimeInterval(3))
 
         var env = AppCircuit()
-        for i in 0..<4 { #expect(env.record(.badDeviceToken(token: "t\(i)", environment: .production), now: Self.t0) == .none) }
-        #expect(env.record(.badDeviceToken(token: "t0", environment: .production), now: Self.t0) == .none)  // the same token again is not more evidence
+        for i in 0..<4 { #expect(env.record(.badDeviceToken(token: "t\(i)", environment: .production, installation: "i\(i)"), now: Self.t0) == .none) }
+        #expect(env.record(.badDeviceToken(token: "t0", environment: .production, installation: "i0"), now: Self.t0) == .none)  // the same token again is not more evidence
+        // One installation's many tokens are one piece of evidence (the device key is public: one
+        // copy of the app must not pause the app), and a token with no installation is none.
+        for i in 10..<20 { #expect(env.record(.badDeviceToken(token: "t\(i)", environment: .production, installation: "i0"), now: Self.t0) == .none) }
+        for i in 20..<30 { #expect(env.record(.badDeviceToken(token: "t\(i)", environment: .production, installation: nil), now: Self.t0) == .none) }
         // Evidence is counted per environment: a sandbox token adds nothing to production's.
-        #expect(env.record(.badDeviceToken(token: "s0", environment: .sandbox), now: Self.t0) == .none)
-        guard case .paused(_, let why) = env.record(.badDeviceToken(token: "t4", environment: .production), now: Self.t0) else { Issue.record("not paused"); return }
+        #expect(env.record(.badDeviceToken(token: "s0", environment: .sandbox, installation: "i9"), now: Self.t0) == .none)
+        guard case .paused(_, let why) = env.record(.badDeviceToken(token: "t4", environment: .production, installation: "i4"), now: Self.t0) else { Issue.record("not paused"); return }
         #expect(why.contains("environment") && why.contains("production"))
         // Once a push was accepted, BadDeviceToken is about the token, not the app.
         var ok = AppCircuit()
         _ = ok.record(.accepted(.sandbox), now: Self.t0)
-        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "t\(i)", environment: .sandbox), now: Self.t0) == .none) }
+        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "t\(i)", environment: .sandbox, installation: "i\(i)"), now: Self.t0) == .none) }
         #expect(ok.environmentConfirmed(.sandbox))
         // Sandbox works, production's tokens fail: the app's credentials are right, so production's
         // failures never pause the app (sandbox keeps sending); production stays unconfirmed, so
         // its BadDeviceTokens are kept and retried rather than taken as dead tokens.
-        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "p\(i)", environment: .production), now: Self.t0) == .none) }
+        for i in 0..<10 { #expect(ok.record(.badDeviceToken(token: "p\(i)", environment: .production, installation: "i\(i)"), now: Self.t0) == .none) }
         #expect(!ok.environmentConfirmed(.production) && ok.mode == .running)
     }
 }

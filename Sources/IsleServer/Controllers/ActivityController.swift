@@ -16,6 +16,8 @@ struct ActivityController {
         v1.post("activities", use: register)
         v1.put("activities/:activity/token", use: rotateToken)
         v1.post("activities/:activity/:report", use: report)
+        // Backend: binds a device-registered activity to the backend's key.
+        v1.put("activities/:activity/key", use: bindKey)
         // Backend
         for event in ActivityPush.Event.allCases {
             v1.post("activities/:activity/\(event.rawValue)") { request, context in
@@ -56,10 +58,20 @@ struct ActivityController {
 
     // MARK: Device
 
-    /// `POST /v1/activities`: an activity the app started, or the update token of one started by push.
+    /// `POST /v1/activities`: an activity the app started, or the update token of one started by
+    /// push. Always on a registered installation, with its secret (the device key is public); an
+    /// `externalKey` only with the backend's registration ticket for it, or to link the activity
+    /// the backend started on this installation by push (docs/security.md).
     @Sendable func register(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.device)
         let r = try ActivityRegistration(try await Body.read(request))
+        guard let installationID = r.installationID else {
+            throw APIError.invalid("installationID", "an activity is registered on an installation: register it first with PUT /v1/installations/{id} (the answer holds its secret) and send installationID here with the Isle-Installation-Secret header. IsleClient does this for you")
+        }
+        guard let inst = try await store.installation(bundleID: caller.bundleID, id: installationID) else {
+            throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
+        }
+        try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
         if let channelID = r.channelID, try await store.channel(id: channelID)?.bundleID != caller.bundleID {
             throw APIError(.notFound, "notFound", "\(channelID) is not a channel of \(caller.bundleID)", field: "channelID")
         }
@@ -67,48 +79,75 @@ struct ActivityController {
         guard app.schema(r.attributesType) != nil || app.schemas.isEmpty else {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(r.attributesType); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
         }
-        if let token = r.token, let existing = try await store.activity(updateToken: token), existing.state.acceptsPushes {
-            throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(existing.id)", field: "token")
+        if let token = r.token, let existing = try await store.activity(bundleID: caller.bundleID, updateToken: token), existing.state.acceptsPushes,
+           existing.installationID != installationID || existing.externalKey != r.externalKey || r.externalKey == nil {
+            throw APIError(.conflict, "tokenInUse", "this token is already registered to another activity", field: "token")
         }
         let (attributes, contentState) = try r.checked(app.schema(r.attributesType))
-        var installation: InstallationRecord?
-        if let installationID = r.installationID {
-            guard let inst = try await store.installation(id: installationID), inst.bundleID == caller.bundleID else {
-                throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
-            }
-            try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
-            installation = inst
-        }
-        if let key = r.externalKey, r.installationID == nil,
-           try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.state == .starting && $0.installationID != nil }) {
-            throw APIError(.forbidden, "installationSecretRequired", "the activity \(key) was started on an installation: register its token with that installationID and the Isle-Installation-Secret header", field: "installationID")
-        }
-        // A push-started activity reports its update token: link it (to the activity started on
-        // this installation, when the app says which it is).
+        // A push-started activity reports its update token: link it to the activity the backend
+        // started on this installation with this key.
         if let key = r.externalKey, let token = r.token,
-           let started = try await store.linkStartedActivity(bundleID: caller.bundleID, externalKey: key, attributesType: r.attributesType, installationID: r.installationID,
+           let started = try await store.linkStartedActivity(bundleID: caller.bundleID, externalKey: key, attributesType: r.attributesType, installationID: installationID,
                                                               token: token, topics: r.topics, idempotency: context.idempotentAnswer(.ok, Views.activity)) {
             try await services.wakeLane(started.id)
             return JSONResponse.make(Views.activity(started))
         }
+        // Any other key comes from the backend: its ticket names the key (and maybe the installation).
+        if let key = r.externalKey {
+            guard let ticketText = r.ticket else {
+                throw APIError.invalid("ticket", "externalKey needs a registration ticket from your backend naming it (the device key is public, so Isle never takes an order key on the device's word); or register without externalKey and let the backend bind it with PUT /v1/activities/{id}/key")
+            }
+            let ticket: RegistrationTicket
+            do { ticket = try RegistrationTicket.verify(ticketText, app: app, now: services.clock.now) } catch { throw error.apiError() }
+            guard ticket.externalKey == key else { throw APIError.invalid("ticket", "the ticket does not name externalKey \(key)") }
+            if let bound = ticket.installationID, bound != installationID { throw APIError.invalid("ticket", "the ticket is for another installation") }
+        } else if r.ticket != nil {
+            throw APIError.invalid("ticket", "a ticket goes with the externalKey it names")
+        }
+        let live = try await store.liveActivities(bundleID: caller.bundleID, installationID: installationID)
+        guard live.count < services.configuration.quotas.liveActivitiesPerInstallation else {
+            throw APIError(.conflict, "tooManyActivities", "installation \(installationID) has \(live.count) live activities, the most Isle keeps per installation; end one first (POST /v1/activities/{id}/ended)")
+        }
         // A backend key names one activity (or one per device, after a push-to-start to a user):
         // another installation cannot take it over.
         if let key = r.externalKey,
-           let other = try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).first(where: { $0.installationID == nil || $0.installationID != r.installationID }) {
-            throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of live activity \(other.id)\(other.installationID == nil ? "" : " on another installation"); end it first or use another key", field: "externalKey")
+           try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.installationID != installationID }) {
+            throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of a live activity on another installation; the backend ends it first or uses another key", field: "externalKey")
         }
-        let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: r.externalKey, installationID: r.installationID,
+        let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: r.externalKey, installationID: installationID,
                                attributesType: r.attributesType, attributes: attributes, content: contentState, state: .active, updateToken: r.token, channelID: r.channelID,
                                relevanceScore: r.relevanceScore, startedAt: services.clock.now, topics: r.topics,
-                               environment: r.environment ?? installation?.environment)
+                               environment: r.environment ?? inst.environment)
         let value = Views.activity(a)
         do {
             try await store.insertActivity(a, idempotency: context.idempotencyRecord(.created, value))
         } catch let error as StoreError where error.code == .conflict {
             // Another registration took the key between the check above and this insert.
-            throw APIError(.conflict, "externalKeyInUse", "\(error.message); end it first or use another key", field: "externalKey")
+            throw APIError(.conflict, "externalKeyInUse", "\(r.externalKey ?? "the key") is the key of a live activity on another installation; the backend ends it first or uses another key", field: "externalKey")
         }
         return JSONResponse.make(value, status: .created)
+    }
+
+    /// `PUT /v1/activities/{id}/key` (backend key): the backend binds an activity the app registered
+    /// (and handed it the id of) to its own key, or unbinds it with null.
+    @Sendable func bindKey(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let id = try Limits.pathID(try context.parameters.decoded("activity"), "activity")
+        let body = try await Body.read(request)
+        try body.only(["externalKey"])
+        guard body.object.keys.contains("externalKey") else { throw APIError.invalid("externalKey", "give externalKey: your key for the activity (a string), or null to unbind") }
+        let key = body.object["externalKey"]?.isNull == true ? nil : try body.bounded("externalKey", Limits.externalKey, required: true)
+        let a = try await services.ownActivity(caller, id)
+        guard a.state.acceptsPushes else { throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue); only a live activity gets a key") }
+        if let key, try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.id != id && $0.installationID != a.installationID }) {
+            throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of a live activity on another installation; end it first or use another key", field: "externalKey")
+        }
+        let bundleID = caller.bundleID
+        guard let bound = try await store.modifyActivity(id: id, { a in
+            guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
+            a.externalKey = key
+        }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
+        return JSONResponse.make(Views.activity(bound))
     }
 
     /// `PUT /v1/activities/{id}/token`: the device rotated the activity's update token.
@@ -118,8 +157,8 @@ struct ActivityController {
         let report = try TokenReport(try await Body.read(request))
         try await checkSecret(request, activityID: id, bundleID: caller.bundleID)
         let token = report.token
-        if let holder = try await store.activity(updateToken: token), holder.id != id, holder.state.acceptsPushes {
-            throw APIError(.conflict, "tokenInUse", "this token belongs to activity \(holder.id)", field: "token")
+        if let holder = try await store.activity(bundleID: caller.bundleID, updateToken: token), holder.id != id, holder.state.acceptsPushes {
+            throw APIError(.conflict, "tokenInUse", "this token is already registered to another activity", field: "token")
         }
         let bundleID = caller.bundleID
         guard let a = try await store.modifyActivity(id: id, { a in
@@ -165,10 +204,13 @@ struct ActivityController {
         return JSONResponse.make(Views.activity(a))
     }
 
-    /// Device calls on an activity that belongs to an installation need that installation's secret.
+    /// Device calls on an activity act through its installation and that installation's secret;
+    /// an activity registered without one (before trust model v2) takes no device call.
     func checkSecret(_ request: Request, activityID: String, bundleID: String) async throws {
-        guard let a = try await store.activity(id: activityID), a.bundleID == bundleID else { return }
-        guard let installationID = a.installationID, let inst = try await store.installation(id: installationID) else { return }
+        guard let a = try await store.activity(id: activityID), a.bundleID == bundleID else { throw APIError.notFound("activity \(activityID)") }
+        guard let installationID = a.installationID, let inst = try await store.installation(bundleID: bundleID, id: installationID) else {
+            throw APIError(.forbidden, "installationRequired", "activity \(activityID) was registered without an installation, so no device call can prove it owns it; the app registers it again on its installation (POST /v1/activities with installationID)")
+        }
         try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
     }
 

@@ -36,6 +36,21 @@ struct InstallationController {
         let caller = try context.caller(.device)
         let id = try Limits.pathID(try context.parameters.decoded("installation"), "installation")
         let report = try InstallationReport(try await Body.read(request))
+        // A ticket from the backend may name the installation's user (the device's word alone never does).
+        var ticketUser: String?
+        if let text = report.ticket {
+            let app = try await services.app(caller.bundleID)
+            let ticket: RegistrationTicket
+            do { ticket = try RegistrationTicket.verify(text, app: app, now: services.clock.now) } catch { throw error.apiError() }
+            guard let user = ticket.userID else { throw APIError.invalid("ticket", "the ticket names no user") }
+            if let bound = ticket.installationID, bound != id { throw APIError.invalid("ticket", "the ticket is for another installation") }
+            let others = try await store.installations(bundleID: caller.bundleID, userID: user).filter { $0.id != id }
+            guard others.count < services.configuration.quotas.installationsPerUser else {
+                throw APIError(.conflict, "tooManyInstallations", "user \(user) has \(others.count) installations, the most Isle keeps per user", field: "ticket")
+            }
+            ticketUser = user
+        }
+        let userFromTicket = ticketUser
         let presented = request.headers[InstallationSecret.header]
         let newSecret = InstallationSecret.make()
         let newHash = InstallationSecret.hash(newSecret)
@@ -45,11 +60,12 @@ struct InstallationController {
         // never undo each other. The stored answer never holds the secret (a replay is answered to
         // anyone who repeats the request): an app that loses this answer registers anew under a
         // new installation id.
-        let inst = try await store.modifyInstallation(id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }, { inst in
+        let inst = try await store.modifyInstallation(bundleID: bundleID, id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }, { inst in
             guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
             // (An installation from before secrets existed gets one at its next registration.)
             if inst.secretHash == nil { inst.secretHash = newHash } else { try InstallationSecret.check(presented, of: inst) }
             report.apply(to: &inst, now: now)
+            if let userFromTicket { inst.userID = userFromTicket }
         }, idempotency: context.idempotentAnswer(.ok, Views.installation))
         var value = Views.installation(inst)
         if inst.secretHash == newHash, case .object(var o) = value {
@@ -67,7 +83,14 @@ struct InstallationController {
         let binding = try UserBinding(try await Body.read(request))
         let bundleID = caller.bundleID
         let now = services.clock.now
-        let inst = try await store.modifyInstallation(id: id, create: { InstallationRecord(id: id, bundleID: "", updatedAt: now) }, { inst in
+        if let user = binding.userID {
+            let others = try await store.installations(bundleID: bundleID, userID: user).filter { $0.id != id }
+            guard others.count < services.configuration.quotas.installationsPerUser else {
+                throw APIError(.conflict, "tooManyInstallations", "user \(user) has \(others.count) installations, the most Isle keeps per user (isle serve --max-installations-per-user)", field: "userID")
+            }
+        }
+        // An unknown id is created with no app, which the change refuses: nothing is written.
+        let inst = try await store.modifyInstallation(bundleID: bundleID, id: id, create: { InstallationRecord(id: id, bundleID: "", updatedAt: now) }, { inst in
             // Unknown, or another app's: nothing is written.
             guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
             inst.userID = binding.userID

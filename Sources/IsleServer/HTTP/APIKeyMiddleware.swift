@@ -7,11 +7,17 @@ import IsleStore
 
 /// Authenticates `Authorization: Bearer isle_…` and puts the caller in the context; routes say
 /// which scope they need (``IsleRequestContext/caller(_:)``). A key that is sent but unknown or
-/// revoked is a 401 here; each key is rate-limited (429 with `Retry-After`).
+/// revoked is a 401 here, and counts against the client address's failure budget (past it: 429
+/// before any look-up). Each key is rate-limited (429 with `Retry-After`); the device key — the
+/// whole fleet's — also per installation and per client address, so one flooding copy of the app
+/// cannot starve the genuine ones.
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = IsleRequestContext
     let store: any IsleStore
     let limiter: RateLimiter?
+    var authFailures: KeyedRateLimiter?
+    var perInstallation: KeyedRateLimiter?
+    var perAddress: KeyedRateLimiter?
     /// Read at most once a second per key: a revocation takes effect within a second.
     let keys = ExpiringCache<APIKeyRecord?>()
 
@@ -21,14 +27,39 @@ struct APIKeyMiddleware: RouterMiddleware {
             throw APIError(.unauthorized, "unauthenticated", "send the API key as Authorization: Bearer isle_…")
         }
         let secret = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        let address = context.remoteAddress ?? "unknown"
+        if let authFailures, authFailures.isExhausted(address) {
+            throw APIError(.tooManyRequests, "rateLimited", "too many unknown API keys from this address; retry after the Retry-After seconds", retryAfter: 60)
+        }
         let hash = APIKeys.hash(secret)
         guard let key = try await keys.value(hash, load: { try await store.apiKey(secretHash: hash) }), key.revokedAt == nil else {
+            _ = authFailures?.take(address)
             throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
         }
         try limiter?.check(keyID: key.id, scope: key.scope)
+        if key.scope == .device {
+            try perAddress?.check(key.id + " " + address)
+            if let installation = Self.installation(of: request) { try perInstallation?.check(key.id + " " + installation) }
+        }
         var context = context
         context.caller = Caller(bundleID: key.bundleID, scope: key.scope, keyID: key.id)
         return try await next(request, context)
+    }
+}
+
+extension APIKeyMiddleware {
+    /// Which installation a device request acts for: the path's (`/v1/installations/{id}…`), else
+    /// the installation secret it presents (activity calls) — a caller without either is limited
+    /// per address only.
+    static func installation(of request: Request) -> String? {
+        let path = request.uri.path
+        if path.hasPrefix("/v1/installations/") {
+            return "i:" + String(path.dropFirst("/v1/installations/".count).prefix { $0 != "/" }.prefix(Limits.id * 3))
+        }
+        if let secret = request.headers[InstallationSecret.header], !secret.isEmpty {
+            return "s:" + String(InstallationSecret.hash(secret).prefix(32))
+        }
+        return nil
     }
 }
 

@@ -33,7 +33,7 @@ struct APIServices: Sendable {
 
     /// The caller's own installation; another app's is not found.
     func ownInstallation(_ caller: Caller, _ id: String) async throws -> InstallationRecord {
-        guard let i = try await store.installation(id: id), i.bundleID == caller.bundleID else { throw APIError.notFound("installation \(id)") }
+        guard let i = try await store.installation(bundleID: caller.bundleID, id: id) else { throw APIError.notFound("installation \(id)") }
         return i
     }
 

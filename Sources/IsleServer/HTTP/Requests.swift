@@ -11,10 +11,30 @@ import IsleStore
 struct Body {
     let object: JSONObject
 
-    /// Reads the request's body (at most 1 MiB) as a JSON object.
+    /// Reads the request's body (at most 1 MiB) as a JSON object. A string (or key) holding U+0000
+    /// is refused, naming where: no store can keep it (PostgreSQL's text refuses it).
     static func read(_ request: Request) async throws -> Body {
         var request = request
-        return Body(object: try await JSONBody.read(&request, limit: Limits.body).object)
+        let object = try await JSONBody.read(&request, limit: Limits.body).object
+        try Self.refuseUnstorable(.object(object), path: "")
+        return Body(object: object)
+    }
+
+    static func refuseUnstorable(_ value: JSONValue, path: String) throws {
+        func name(_ p: String) -> String { p.isEmpty ? "body" : p }
+        switch value {
+        case .string(let s):
+            if s.unicodeScalars.contains("\u{0}") { throw APIError.invalid(name(path), "\(name(path)) holds a NUL character (U+0000), which Isle cannot store") }
+        case .array(let a):
+            for (i, v) in a.enumerated() { try refuseUnstorable(v, path: "\(path)[\(i)]") }
+        case .object(let o):
+            for (k, v) in o {
+                let p = path.isEmpty ? k : "\(path).\(k)"
+                if k.unicodeScalars.contains("\u{0}") { throw APIError.invalid(name(path), "a key in \(name(path)) holds a NUL character (U+0000), which Isle cannot store") }
+                try refuseUnstorable(v, path: p)
+            }
+        default: break
+        }
     }
 
     func string(_ k: String, required: Bool = false) throws -> String? {
@@ -171,11 +191,15 @@ struct InstallationReport {
     var frequentPushesEnabled: Bool?
     /// The APNs environment of the installation's tokens; nil keeps what is stored.
     var environment: PushEnvironment?
+    /// The backend's registration ticket naming the installation's user (``RegistrationTicket``).
+    var ticket: String?
 
     init(_ b: Body) throws {
         if b.object["userID"] != nil {
-            throw APIError.invalid("userID", "userID is bound by your backend (PUT /v1/installations/{id}/user with the backend key): the device key is public, so Isle never takes a user id on the device's word")
+            throw APIError.invalid("userID", "userID is bound by your backend — PUT /v1/installations/{id}/user with the backend key, or a registration ticket naming the user in ticket: the device key is public, so Isle never takes a user id on the device's word")
         }
+        try b.only(["pushToStartTokens", "widgetToken", "liveActivitiesEnabled", "frequentPushesEnabled", "environment", "ticket"])
+        ticket = try b.bounded("ticket", 4096)
         if let t = b.object["pushToStartTokens"] {
             guard let o = t.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
             guard o.count <= Limits.pushToStartTypes else { throw APIError.invalid("pushToStartTokens", "at most \(Limits.pushToStartTypes) attributes types") }
@@ -223,8 +247,12 @@ struct ActivityRegistration {
     var relevanceScore: Double?
     /// The APNs environment of `token`; nil: the installation's (or the server's default).
     var environment: PushEnvironment?
+    /// The backend's registration ticket for `externalKey` (``RegistrationTicket``).
+    var ticket: String?
 
     init(_ b: Body) throws {
+        try b.only(["attributesType", "channelID", "token", "externalKey", "topics", "installationID", "attributes", "contentState", "relevanceScore", "environment", "ticket"])
+        ticket = try b.bounded("ticket", 4096)
         attributesType = try b.bounded("attributesType", Limits.attributesType, required: true)!
         environment = try b.environment()
         channelID = try b.bounded("channelID", Limits.id)
@@ -348,9 +376,18 @@ struct ChannelCreation {
 extension Parameters {
     /// A path parameter with its percent-encoding removed: ids such as broadcast channel ids
     /// (base64, so they may hold `/`, `+` and `=`) or a backend's own keys travel percent-encoded.
+    /// Bounded as docs/security.md says (keys 256 characters, topics 128, ids 128); U+0000 refused.
     func decoded(_ name: String) throws -> String {
         let raw = try require(name)
         guard let value = raw.removingPercentEncoding else { throw APIError.invalid(name, "\(name) in the path is not valid percent-encoding") }
+        let limit = switch name {
+        case "key": Limits.externalKey
+        case "topic": Limits.topic
+        case "user": Limits.userID
+        default: Limits.id
+        }
+        guard !value.isEmpty, value.unicodeScalars.count <= limit else { throw APIError.invalid(name, "\(name) in the path must be 1 to \(limit) characters") }
+        guard !value.unicodeScalars.contains("\u{0}") else { throw APIError.invalid(name, "\(name) in the path holds a NUL character (%00)") }
         return value
     }
 }

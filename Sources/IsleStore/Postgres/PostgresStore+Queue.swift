@@ -523,7 +523,8 @@ extension PostgresStore {
     }
 
     static func apply(_ conn: PostgresConnection, _ p: InstallationPatch, logger: Logger) async throws {
-        guard var i = try await conn.row("SELECT * FROM installations WHERE id = $1 FOR UPDATE", [.text(p.installationID)], logger: logger).map(installation) else { return }
+        guard var i = try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2 FOR UPDATE", [.text(p.bundleID), .text(p.installationID)],
+                                         logger: logger).map(installation) else { return }
         var changed = false
         if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token {
             i.pushToStartTokens[type] = nil

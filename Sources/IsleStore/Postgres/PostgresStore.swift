@@ -237,6 +237,19 @@ public final class PostgresStore: IsleStore {
         ALTER TABLE activities ADD COLUMN environment TEXT;
         ALTER TABLE channels ADD COLUMN environment TEXT;
         """,
+        // Trust model v2 (docs/security.md): installation ids and token look-ups per app; the
+        // app's registration-ticket keys; indexes for pruning ended activities and silent installations.
+        """
+        ALTER TABLE installations DROP CONSTRAINT installations_pkey;
+        ALTER TABLE installations ADD PRIMARY KEY (bundle_id, id);
+        CREATE INDEX installations_updated ON installations(updated_at);
+        ALTER TABLE apps ADD COLUMN ticket_keys TEXT NOT NULL DEFAULT '[]';
+        DROP INDEX activities_token;
+        CREATE INDEX activities_token ON activities(bundle_id, update_token);
+        DROP INDEX activities_installation;
+        CREATE INDEX activities_installation ON activities(bundle_id, installation_id, state);
+        CREATE INDEX activities_finished ON activities(started_at) WHERE state IN ('ended', 'dismissed', 'unreachable');
+        """,
     ]
 
     public func migrate() async throws {
@@ -277,10 +290,11 @@ public final class PostgresStore: IsleStore {
         let log = logger
         try await transaction { conn in
             try await conn.rows("""
-                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                 ON CONFLICT (bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
-                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas
-                """, [.text(a.bundleID), .text(a.teamID), .text(a.keyID), .text(a.keyPEM), .bool(a.frequentUpdatesDeclared), .text(schemas), .date(a.createdAt)], logger: log)
+                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys
+                """, [.text(a.bundleID), .text(a.teamID), .text(a.keyID), .text(a.keyPEM), .bool(a.frequentUpdatesDeclared), .text(schemas), .date(a.createdAt),
+                      .text(TicketKey.encode(a.ticketKeys))], logger: log)
         }
     }
 
@@ -297,7 +311,8 @@ public final class PostgresStore: IsleStore {
     static func app(_ r: PGRow) throws -> AppRecord {
         let schemas = ((try? JSONParser.parse(try r.string("schemas")))?.arrayValue ?? []).compactMap { try? ActivitySchema(json: $0) }
         return AppRecord(bundleID: try r.string("bundle_id"), teamID: try r.string("team_id"), keyID: try r.string("key_id"), keyPEM: try r.string("key_pem"),
-                         frequentUpdatesDeclared: try r.bool("frequent_updates"), schemas: schemas, createdAt: try r.date("created_at"))
+                         frequentUpdatesDeclared: try r.bool("frequent_updates"), schemas: schemas, createdAt: try r.date("created_at"),
+                         ticketKeys: TicketKey.decode(try r.optionalString("ticket_keys")))
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {
@@ -356,7 +371,7 @@ public final class PostgresStore: IsleStore {
         try await conn.rows("""
             INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-            ON CONFLICT (id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment")
+            ON CONFLICT (bundle_id, id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment")
             """, [.text(i.id), .text(i.bundleID), .text(i.userID), .text(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
                   .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue)], logger: logger)
     }
@@ -375,17 +390,18 @@ public final class PostgresStore: IsleStore {
         try await transaction { conn in try await Self.writeInstallation(conn, i, logger: log) }
     }
 
-    public func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord, _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
+    public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
+                                   _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                                    idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
         let log = logger
         return try await transaction { conn in
             // A missing row is created first (a second creator waits on the insert's conflict), so
             // the row lock below orders every change, the first ones included. A change that throws
             // rolls the creation back with it.
-            if try await conn.row("SELECT id FROM installations WHERE id = $1", [.text(id)], logger: log) == nil {
+            if try await conn.row("SELECT id FROM installations WHERE bundle_id = $1 AND id = $2", [.text(bundleID), .text(id)], logger: log) == nil {
                 try await Self.writeInstallation(conn, create(), onConflict: "DO NOTHING", logger: log)
             }
-            var i = try await conn.row("SELECT * FROM installations WHERE id = $1 FOR UPDATE", [.text(id)], logger: log).map(Self.installation) ?? create()
+            var i = try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2 FOR UPDATE", [.text(bundleID), .text(id)], logger: log).map(Self.installation) ?? create()
             try change(&i)
             try await Self.writeInstallation(conn, i, logger: log)
             if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: i), logger: log) }
@@ -393,9 +409,11 @@ public final class PostgresStore: IsleStore {
         }
     }
 
-    public func installation(id: String) async throws -> InstallationRecord? {
+    public func installation(bundleID: String, id: String) async throws -> InstallationRecord? {
         let log = logger
-        return try await read { conn in try await conn.row("SELECT * FROM installations WHERE id = $1", [.text(id)], logger: log).map(Self.installation) }
+        return try await read { conn in
+            try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2", [.text(bundleID), .text(id)], logger: log).map(Self.installation)
+        }
     }
 
     public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
@@ -538,9 +556,19 @@ public final class PostgresStore: IsleStore {
         }
     }
 
-    public func activity(updateToken: String) async throws -> ActivityRecord? {
+    public func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? {
         let log = logger
-        return try await read { conn in try await Self.activities(conn, where: "update_token = $1 ORDER BY ord LIMIT 1", [.text(updateToken)], logger: log).first }
+        return try await read { conn in
+            try await Self.activities(conn, where: "bundle_id = $1 AND update_token = $2 ORDER BY ord LIMIT 1", [.text(bundleID), .text(updateToken)], logger: log).first
+        }
+    }
+
+    public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
+        let log = logger
+        return try await read { conn in
+            try await Self.activities(conn, where: "bundle_id = $1 AND installation_id = $2 AND state IN ('active', 'starting') ORDER BY started_at, ord",
+                                      [.text(bundleID), .text(installationID)], logger: log)
+        }
     }
 
     public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
@@ -637,6 +665,19 @@ public final class PostgresStore: IsleStore {
             n += try await conn.rows("""
                 DELETE FROM idempotency WHERE (bundle_id, key) IN (SELECT bundle_id, key FROM idempotency WHERE created_at < $1 LIMIT $2) RETURNING key
                 """, [.double(t - IdempotencyRecord.lifetime), .int(limit)], logger: log).count
+            // An activity lives at most 12 hours, so its start dates its end within retention's grain.
+            let ended = try await conn.rows("""
+                SELECT id FROM activities WHERE state IN ('ended', 'dismissed', 'unreachable') AND started_at < $1 LIMIT $2
+                """, [.double(t - retention.endedActivities), .int(limit)], logger: log).map { try $0.string("id") }
+            if !ended.isEmpty {
+                try await conn.rows("DELETE FROM activity_topics WHERE activity_id = ANY($1::text[])", [.texts(ended)], logger: log)
+                n += try await conn.rows("DELETE FROM activities WHERE id = ANY($1::text[]) RETURNING id", [.texts(ended)], logger: log).count
+            }
+            n += try await conn.rows("""
+                DELETE FROM installations WHERE (bundle_id, id) IN (SELECT i.bundle_id, i.id FROM installations i WHERE i.updated_at < $1
+                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN ('active', 'starting')) LIMIT $2)
+                RETURNING id
+                """, [.double(t - retention.staleInstallations), .int(limit)], logger: log).count
             return n
         }
     }
