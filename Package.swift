@@ -209,6 +209,7 @@ let package = Package(
             dependencies: [
                 "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleClient", "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

@@ -34,6 +34,7 @@ isle app add --database "$D/isle.sqlite" --bundle-id com.example.pizza \
   --schema Examples/PizzaDeliveryAttributes.schema.json
 BACKEND_KEY=$(isle key create --database "$D/isle.sqlite" --bundle-id com.example.pizza --scope backend)
 DEVICE_KEY=$(isle key create --database "$D/isle.sqlite" --bundle-id com.example.pizza --scope device)
+TICKET_KEY_ID=$(isle app ticket-key create --database "$D/isle.sqlite" --bundle-id com.example.pizza --out "$D/ticket.pem")
 .build/debug/isle serve --database "$D/isle.sqlite" --port 18290 \
   --apns-sandbox-url https://127.0.0.1:18643 --apns-production-url https://127.0.0.1:18644 --apns-ca-cert "$D/cas.pem" > "$D/serve.log" 2>&1 &
 PIDS+=($!)
@@ -51,8 +52,9 @@ for pair in "sandbox 18280 dev" "production 18281 tf"; do
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["updateToken"])')
   SECRET=$(curl -s -X PUT "http://127.0.0.1:18290/v1/installations/phone-$ENV" -H "authorization: Bearer $DEVICE_KEY" -d "{\"environment\":\"$ENV\"}" \
     | python3 -c 'import json,sys; a=json.load(sys.stdin); assert a["environment"]=="'"$ENV"'", a; print(a["installationSecret"])')
+  TICKET=$(isle ticket --key "$D/ticket.pem" --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key "order-$ORDER")
   curl -sf -X POST http://127.0.0.1:18290/v1/activities -H "authorization: Bearer $DEVICE_KEY" -H "Isle-Installation-Secret: $SECRET" \
-    -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"externalKey\":\"order-$ORDER\",\"installationID\":\"phone-$ENV\"}" > /dev/null
+    -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"externalKey\":\"order-$ORDER\",\"installationID\":\"phone-$ENV\",\"ticket\":\"$TICKET\"}" > /dev/null
   curl -sf -X POST "http://127.0.0.1:18290/v1/activities/by-key/order-$ORDER/update" -H "authorization: Bearer $BACKEND_KEY" \
     -d "{\"contentState\":{\"driverName\":\"Driver $ORDER\",\"deliveryTimer\":[788918400,788919900]}}" > /dev/null
 done

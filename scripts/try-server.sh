@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
-rm -rf /tmp/isle-sim /tmp/isle.sqlite /tmp/isle.sqlite-wal /tmp/isle.sqlite-shm
+rm -rf /tmp/isle-sim /tmp/isle.sqlite /tmp/isle.sqlite-wal /tmp/isle.sqlite-shm /tmp/isle-ticket.pem
 for port in 18080 18090; do
   if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then echo "something already listens on 127.0.0.1:$port; stop it first"; exit 1; fi
 done
@@ -27,6 +27,7 @@ isle app add --database /tmp/isle.sqlite --bundle-id com.example.pizza \
   --schema Examples/PizzaDeliveryAttributes.schema.json
 BACKEND_KEY=$(isle key create --database /tmp/isle.sqlite --bundle-id com.example.pizza --scope backend)
 DEVICE_KEY=$(isle key create --database /tmp/isle.sqlite --bundle-id com.example.pizza --scope device)
+TICKET_KEY_ID=$(isle app ticket-key create --database /tmp/isle.sqlite --bundle-id com.example.pizza --out /tmp/isle-ticket.pem)
 
 # --- README: run it -------------------------------------------------------------------------------
 .build/debug/isle serve --database /tmp/isle.sqlite --port 18090 \
@@ -38,8 +39,11 @@ wait_for http://127.0.0.1:18090/health
 TOKEN=$(curl -s -X POST http://127.0.0.1:18080/devices/device-1/apps/com.example.pizza/activities \
   -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]},"waitForPushToken":true}' \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["updateToken"])')
-curl -s -X POST http://127.0.0.1:18090/v1/activities -H "authorization: Bearer $DEVICE_KEY" \
-  -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"externalKey\":\"order-12345\"}"
+SECRET=$(curl -s -X PUT http://127.0.0.1:18090/v1/installations/phone-1 -H "authorization: Bearer $DEVICE_KEY" -d '{}' \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["installationSecret"])')
+TICKET=$(isle ticket --key /tmp/isle-ticket.pem --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key order-12345)
+curl -s -X POST http://127.0.0.1:18090/v1/activities -H "authorization: Bearer $DEVICE_KEY" -H "Isle-Installation-Secret: $SECRET" \
+  -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"installationID\":\"phone-1\",\"externalKey\":\"order-12345\",\"ticket\":\"$TICKET\"}"
 echo
 curl -s -X POST http://127.0.0.1:18090/v1/activities/by-key/order-12345/update \
   -H "authorization: Bearer $BACKEND_KEY" -H "Idempotency-Key: order-12345-eta-1" \

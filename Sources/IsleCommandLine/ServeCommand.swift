@@ -223,7 +223,7 @@ struct MasterKeyCommand: ParsableCommand {
 }
 
 struct AppCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self])
+    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, TicketKeyCommand.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add (or replace) an app: its provider key and attributes-type schemas.")
@@ -251,6 +251,9 @@ struct AppCommand: AsyncParsableCommand {
                                    frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date())
             try await database.withStore { store in
                 try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: shown)
+                // Replacing an app keeps its ticket keys (isle app ticket-key manages them).
+                var record = record
+                record.ticketKeys = try await store.app(record.bundleID)?.ticketKeys ?? []
                 try await store.upsertApp(record)
             }
             say("app \(bundleID) saved in \(shown) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")

@@ -86,8 +86,16 @@ public struct Demo: Sendable {
             // First setup, as `isle app add` and `isle key create` do it: the key sealed with a
             // master key (one for this run; the database is deleted at the end).
             let masterKey = MasterKey.generate()
+            // The pizza shop's backend signs registration tickets for its order keys, as
+            // `isle app ticket-key create` sets up: Isle keeps the public key only.
+            let ticketKey = P256.Signing.PrivateKey()
+            let ticketKeyID = "tk_pizzashop"
             try await store.upsertApp(AppRecord(bundleID: Self.bundleID, teamID: Self.teamID, keyID: Self.keyID, keyPEM: masterKey.seal(key.pemRepresentation, bundleID: Self.bundleID),
-                                                schemas: [try ActivitySchema(jsonText: Self.schemaText)], createdAt: start))
+                                                schemas: [try ActivitySchema(jsonText: Self.schemaText)], createdAt: start,
+                                                ticketKeys: [TicketKey(id: ticketKeyID, publicKeyPEM: ticketKey.publicKey.pemRepresentation, createdAt: start)]))
+            let ticket: @Sendable (String) -> String? = { order in
+                try? RegistrationTicket(bundleID: Self.bundleID, expires: clock.now.addingTimeInterval(3600), externalKey: order).signed(with: ticketKey, keyID: ticketKeyID)
+            }
             let backendKey = try await ServerSetup.createKey(store: store, bundleID: Self.bundleID, scope: .backend).secret
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Self.bundleID, scope: .device).secret
             var c = ServerConfiguration()
@@ -124,7 +132,7 @@ public struct Demo: Sendable {
                     progress("watch the phone in a browser: \(control)/phone/device-1\(options.step ? "" : " (add --step to go at your own pace)")")
                     let script = Script(view: DemoView(json: options.json, out: out), options: options, http: http,
                                         endpoints: .init(server: serverURL, control: control, backendKey: backendKey, deviceKey: deviceKey, widgetURL: widgetURL,
-                                                         keyID: Self.keyID, teamID: Self.teamID, publicKeyPEM: key.publicKey.pemRepresentation),
+                                                         keyID: Self.keyID, teamID: Self.teamID, publicKeyPEM: key.publicKey.pemRepresentation, ticket: ticket),
                                         favorite: favorite, world: sim.world, appStorage: dir.appendingPathComponent("isle-client.json").path, waitForEnter: waitForEnter)
                     try await script.play()
                     try await http.shutdown()

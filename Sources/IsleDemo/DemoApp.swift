@@ -28,8 +28,10 @@ final class DemoApp: Sendable {
 
     /// Launches the app: IsleClient restores its state (a file in the demo's directory; the
     /// Keychain on a phone), starts sending, and tracks every pizza activity by order number.
+    /// `ticket`: the registration ticket the backend signed for an order key (the app gets it with
+    /// the order), which lets IsleClient bind the activity to the order (docs/security.md).
     init(world: SimulatorWorld, device: String, bundleID: String, serverURL: URL, deviceKey: String, storage: String,
-         log: @escaping @Sendable (IsleClient.LogEntry) -> Void) async throws {
+         ticket: @escaping @Sendable (String) -> String?, log: @escaping @Sendable (IsleClient.LogEntry) -> Void) async throws {
         kit = Kit(world: world, deviceID: device, bundleID: bundleID, attributesType: "PizzaDeliveryAttributes")
         var configuration = IsleClient.Configuration(serverURL: serverURL, deviceKey: deviceKey, environment: .sandbox)
         configuration.firstRetry = 0.1
@@ -39,7 +41,7 @@ final class DemoApp: Sendable {
         let client = try IsleClient(configuration: configuration, storage: FileStorage(path: storage))
         self.client = client
         runner = Task { await client.run() }
-        await client.track(SimulatedLiveActivities(kit)) { $0.attributes?.orderNumber }
+        await client.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes?.orderNumber }, ticket: { h in h.attributes.flatMap { ticket($0.orderNumber) } })
     }
 
     /// `Activity<PizzaDeliveryAttributes>.request(attributes:content:pushType: .token)`.

@@ -21,6 +21,8 @@ actor Script {
         var keyID: String
         var teamID: String
         var publicKeyPEM: String
+        /// The backend's registration ticket for an order key (what it hands the app with the order).
+        var ticket: @Sendable (String) -> String?
     }
 
     let view: DemoView
@@ -90,12 +92,12 @@ actor Script {
         // settings, environment) and tracks every pizza activity by its order number.
         let view = self.view
         guard let serverURL = URL(string: e.server) else { throw fail("a server URL", found: e.server) }
-        let app = try await DemoApp(world: world, device: device, bundleID: Self.bundleID, serverURL: serverURL, deviceKey: e.deviceKey, storage: appStorage) { entry in
+        let app = try await DemoApp(world: world, device: device, bundleID: Self.bundleID, serverURL: serverURL, deviceKey: e.deviceKey, storage: appStorage, ticket: e.ticket) { entry in
             view.sdk(report: entry.report, method: entry.method, path: entry.path, status: entry.status, outcome: entry.outcome)
         }
         self.app = app
         installation = await app.client.installationID
-        view.activityKit("IsleClient(serverURL:deviceKey:) · track(ActivityKitAdapter<PizzaDeliveryAttributes>()) { $0.attributes.orderNumber }",
+        view.activityKit("IsleClient(serverURL:deviceKey:) · track(ActivityKitAdapter<PizzaDeliveryAttributes>(), externalKey: { $0.attributes.orderNumber }, ticket: { the backend's ticket for the order })",
                          says: "the app launches and hands ActivityKit to IsleClient")
         // WidgetKit hands the app its widget push token (iOS 26); the app passes it on.
         if let widget = try? world.app(Self.bundleID, on: device).widgetPushToken { await app.reportWidgetToken(widget) }

@@ -43,7 +43,7 @@ public struct ServerConfiguration: Sendable {
     /// client address: one flooding copy of the app cannot starve the genuine ones
     /// (docs/security.md). `.off` turns one off.
     public var deviceInstallationLimit = RateLimit(perSecond: 5, burst: 60)
-    public var deviceAddressLimit = RateLimit(perSecond: 50, burst: 300)
+    public var deviceAddressLimit = RateLimit(perSecond: 100, burst: 1_000)
     /// Failed sign-ins and unknown API keys per client address (429 beyond it).
     public var authFailureLimit = RateLimit(perSecond: 0.5, burst: 20)
     /// How much one installation and one user may hold (docs/security.md).

@@ -47,8 +47,8 @@ struct DbCopyTests {
             }
             let installations = try await source.exportTable("installations")
             for row in installations.rows {
-                guard case .text(let id) = row[0] else { continue }
-                #expect(try await target.installation(id: id) == source.installation(id: id), "installation \(id)")
+                guard case .text(let id) = row[0], case .text(let bundleID) = row[1] else { continue }
+                #expect(try await target.installation(bundleID: bundleID, id: id) == source.installation(bundleID: bundleID, id: id), "installation \(id)")
             }
             // Queued work continues after the copied rows: new jobs get new ids.
             let next = try await target.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .widgets, installationID: "x", aps: ["content-changed": true], hasAlert: false, runAt: Date())],

@@ -37,12 +37,17 @@ struct ClientTests {
         return try IsleClient(configuration: c, storage: FileStorage(path: storage))
     }
 
+    /// The backend's registration ticket for each order (what it hands the app with the order).
+    static func tickets(_ f: ServerFixture) -> @Sendable (SimulatedLiveActivities<PizzaAttributes, PizzaState>.Handle) -> String? {
+        { h in h.attributes.map { f.ticket(key: "order-" + $0.orderNumber, ttl: 86_400) } }
+    }
+
     /// The app: the simulated phone's ActivityKit, an IsleClient sending and tracking it.
     static func app(_ f: ServerFixture, world: SimulatorWorld? = nil, device: String? = nil, environment: IsleClient.Environment? = nil) async throws -> (Kit, IsleClient, Task<Void, Never>) {
         let kit = Kit(world: world ?? f.sim.world, deviceID: device ?? f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
         let client = try await client(f, storage: storagePath(), environment: environment)
         let runner = Task { await client.run() }
-        await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+        await client.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes.map { "order-" + $0.orderNumber } }, ticket: Self.tickets(f))
         return (kit, client, runner)
     }
 
@@ -94,9 +99,9 @@ struct ClientTests {
             let installation = await client.installationID
             let store = try SQLiteStore(path: f.databasePath)
             let first = try #require(kit.pushToStartToken).map { String(format: "%02x", $0) }.joined()
-            try await eventually("the push-to-start token reported") { try await store.installation(id: installation)?.pushToStartTokens["PizzaDeliveryAttributes"] == first }
+            try await eventually("the push-to-start token reported") { try await store.installation(bundleID: Pizza.bundleID, id: installation)?.pushToStartTokens["PizzaDeliveryAttributes"] == first }
             let rotated = try f.sim.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: f.device)
-            try await eventually("the rotation reported") { try await store.installation(id: installation)?.pushToStartTokens["PizzaDeliveryAttributes"] == rotated }
+            try await eventually("the rotation reported") { try await store.installation(bundleID: Pizza.bundleID, id: installation)?.pushToStartTokens["PizzaDeliveryAttributes"] == rotated }
             // The backend starts an order on this installation: it goes to the new token.
             let started = try await f.call("POST", "/v1/installations/\(installation)/start", key: f.backendKey, body: [
                 "attributesType": "PizzaDeliveryAttributes", "externalKey": "order-777", "attributes": ["numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": "777"],
@@ -125,7 +130,8 @@ struct ClientTests {
             let client = try await Self.client(f, storage: Self.storagePath())
             let runner = Task { await client.run() }
             let activity = try kit.request(attributes: Self.attributes, content: Self.state)
-            await client.track(activity: SimulatedLiveActivities<PizzaAttributes, PizzaState>.Handle(activity), attributesType: kit.attributesType, externalKey: "order-solo")
+            await client.track(activity: SimulatedLiveActivities<PizzaAttributes, PizzaState>.Handle(activity), attributesType: kit.attributesType, externalKey: "order-solo",
+                                 ticket: f.ticket(key: "order-solo", ttl: 86_400))
             try await eventually("the activity registered") { await client.serverID(of: activity.id) != nil }
             let rotated = try f.sim.world.rotateUpdateToken(activityID: activity.id, on: f.device)
             let id = try #require(await client.serverID(of: activity.id))
@@ -164,7 +170,7 @@ struct ClientTests {
             let storage = Self.storagePath()
             let first = try await Self.client(f, storage: storage)
             let runner = Task { await first.run() }
-            await first.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+            await first.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes.map { "order-" + $0.orderNumber } }, ticket: Self.tickets(f))
             let activity = try kit.request(attributes: Self.attributes, content: Self.state)
             try await eventually("the activity registered") { await first.serverID(of: activity.id) != nil }
             let id = try #require(await first.serverID(of: activity.id))
@@ -202,7 +208,7 @@ struct ClientTests {
             func launch() async throws -> (IsleClient, Task<Void, Never>) {
                 let client = try await Self.client(f, storage: storage, port: port)
                 let runner = Task { await client.run() }
-                await client.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+                await client.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes.map { "order-" + $0.orderNumber } }, ticket: Self.tickets(f))
                 return (client, runner)
             }
             var (client, runner) = try await launch()
@@ -296,7 +302,7 @@ struct ClientTests {
                 let store = try SQLiteStore(path: f.databasePath)
                 let debugInstallation = await debugClient.installationID, storeInstallation = await storeClient.installationID
                 try await eventually("both installations registered") {
-                    let debug = try await store.installation(id: debugInstallation), tester = try await store.installation(id: storeInstallation)
+                    let debug = try await store.installation(bundleID: Pizza.bundleID, id: debugInstallation), tester = try await store.installation(bundleID: Pizza.bundleID, id: storeInstallation)
                     return debug?.environment == .sandbox && tester?.environment == .production
                 }
 
@@ -335,7 +341,7 @@ struct ClientTests {
                 #expect((sandboxPushes + productionPushes).allSatisfy { $0.status == 200 }, "\((sandboxPushes + productionPushes).map { "\($0.status) \($0.reason ?? "")" })")
 
                 // A push-to-start to the production installation goes to the production host too.
-                try await eventually("the production push-to-start token reported") { try await store.installation(id: storeInstallation)?.pushToStartTokens.isEmpty == false }
+                try await eventually("the production push-to-start token reported") { try await store.installation(bundleID: Pizza.bundleID, id: storeInstallation)?.pushToStartTokens.isEmpty == false }
                 let started = try await f.call("POST", "/v1/installations/\(storeInstallation)/start", key: f.backendKey, body: [
                     "attributesType": "PizzaDeliveryAttributes", "externalKey": "order-tf", "attributes": ["numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": "tf"],
                     "contentState": Pizza.state("Bill James"), "alert": ["title": "Order tf", "body": "In the oven"],
@@ -367,7 +373,7 @@ struct ClientTests {
             let storage = Self.storagePath()
             let first = try await Self.client(f, storage: storage, port: port)
             let runner = Task { await first.run() }
-            await first.track(SimulatedLiveActivities(kit)) { $0.attributes.map { "order-" + $0.orderNumber } }
+            await first.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes.map { "order-" + $0.orderNumber } }, ticket: Self.tickets(f))
             try await eventually("the installation registered") { await first.pendingReports == 0 }
             await f.kill()
             // While the server is away: an activity, two rotations, then the person dismisses it.

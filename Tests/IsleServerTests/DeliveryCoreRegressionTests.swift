@@ -75,7 +75,7 @@ struct DeliveryCoreRegressionTests {
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("during")).status == 202)
             try await eventually("the push is in flight") { !f.sim.apns.requestLog.isEmpty }
             let newToken = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
-            #expect(try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(newToken)]).status == 200)
+            #expect(try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(newToken)], headers: f.secretHeader()).status == 200)
             try await eventually("the in-flight push recorded") { try await view(f, id)["deliveries"]?.arrayValue?.contains { $0["status"] == 200 } == true }
             #expect(try await SQLiteStore(path: f.databasePath).activity(id: id)?.updateToken == newToken)
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("after")).status == 202)
@@ -91,7 +91,7 @@ struct DeliveryCoreRegressionTests {
             let newToken = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("still here")).status == 202)
             try await eventually("the 410 for the old token") { try await view(f, id)["state"] == "unreachable" }
-            let put = try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(newToken)])
+            let put = try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(newToken)], headers: f.secretHeader())
             #expect(put.status == 200 && put.json["state"] == "active")
             try await f.waitForDevice("delivered to the new token") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "still here" }
             try await eventually("both deliveries recorded") { (try await view(f, id)["deliveries"]?.arrayValue ?? []).map { $0["status"] } == [410, 200] }
@@ -106,7 +106,7 @@ struct DeliveryCoreRegressionTests {
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("late news")).status == 202)
             try await eventually("the push is in flight") { !f.sim.apns.requestLog.isEmpty }
             try f.sim.world.userDismiss(activityID: a.id, on: f.device)
-            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey).status == 200)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
             try await eventually("the in-flight push recorded") { try await view(f, id)["deliveries"]?.arrayValue?.isEmpty == false }
             let v = try await view(f, id)
             #expect(v["state"] == "dismissed")
@@ -193,7 +193,8 @@ struct DeliveryCoreRegressionTests {
     func wrongEnvironmentPauses() async throws {
         try await ServerFixture.with(configure: { $0.device.maximumActivitiesPerApp = 20; $0.device.maximumActivitiesPerDevice = 20 }) { f in
             var ids: [String] = []
-            for i in 0..<6 { ids.append(try await f.appStartsActivity(key: "env-\(i)").isleID) }
+            // Six installations: one installation's tokens alone never pause the app (docs/security.md).
+            for i in 0..<6 { ids.append(try await f.appStartsActivity(key: "env-\(i)", installation: "env-phone-\(i)").isleID) }
             f.sim.apns.addFailure(FailureRule(status: 400, reason: "BadDeviceToken", remaining: nil))
             for id in ids { #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("x")).status == 202) }
             try await eventually("the app is paused") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "paused" }

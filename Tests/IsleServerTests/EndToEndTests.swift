@@ -70,11 +70,16 @@ struct EndToEndTests {
             try await f.waitForDevice("the push-started activity") { d in d.activities.contains { $0.startedBy == .push } }
             let started = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
             // The app hands its update token back, matched by the backend's key.
-            // Someone else with the (public) device key cannot take it over by its key.
+            // Someone else with the (public) device key cannot take it over by its key: without an
+            // installation it is refused outright; on an installation of its own, without the
+            // backend's ticket for the key.
             let thief = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
                 "attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "ee", count: 40)), "externalKey": "order-12345",
             ])
-            #expect(thief.status == 403 && thief.json["error"]?["code"] == "installationSecretRequired" && thief.json["error"]?["attributes"] == nil, "\(thief.json.jsonString)")
+            #expect(thief.status == 400 && thief.json["error"]?["field"] == "installationID" && thief.json["error"]?["attributes"] == nil, "\(thief.json.jsonString)")
+            let thief2 = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "ee", count: 40)), "externalKey": "order-12345"],
+                                              installation: "thief", ticket: "")
+            #expect(thief2.status == 400 && thief2.json["error"]?["field"] == "ticket", "\(thief2.json.jsonString)")
             let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
                 "attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: started.id, on: f.device)), "externalKey": "order-12345", "installationID": "inst-1",
             ], headers: [("Isle-Installation-Secret", secret)])
@@ -95,9 +100,10 @@ struct EndToEndTests {
             var ids: [String] = []
             for i in 0..<1000 {
                 let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("Bill"))
-                let r = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
+                // At most 20 live activities per installation (the quota): 50 installations.
+                let r = try await f.register([
                     "attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)), "externalKey": .string("fan-\(i)"), "topics": ["match-7"],
-                ])
+                ], installation: "fan-\(i / 20)")
                 #expect(r.status == 201)
                 ids.append(a.id)
             }
@@ -224,8 +230,18 @@ struct APIErrorTests {
         Case(method: "GET", path: "/v1/deliveries/nope", key: "backend", body: nil, status: 404, field: nil),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes"}"#, status: 400, field: "token"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"xyz"}"#, status: 400, field: "token"),
-        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"Nope","token":"\#(String(repeating: "ab", count: 40))"}"#, status: 404, field: "attributesType"),
-        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN"}"#, status: 409, field: "token"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"Nope","token":"\#(String(repeating: "ab", count: 40))"}"#, status: 400, field: "installationID"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN"}"#, status: 400, field: "installationID"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","installationID":"ghost"}"#, status: 400, field: "installationID"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","installationID":"fixture-phone"}"#, status: 403, field: "Isle-Installation-Secret"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","ticket":"x.y"}"#, status: 400, field: "installationID"),
+        Case(method: "PUT", path: "/v1/activities/ID/key", key: "device", body: #"{"externalKey":"mine"}"#, status: 403, field: nil),
+        Case(method: "PUT", path: "/v1/activities/ID/key", key: "backend", body: #"{}"#, status: 400, field: "externalKey"),
+        Case(method: "PUT", path: "/v1/activities/ID/key", key: "backend", body: #"{"externalKey":7}"#, status: 400, field: "externalKey"),
+        Case(method: "PUT", path: "/v1/activities/nope/key", key: "backend", body: #"{"externalKey":"x"}"#, status: 404, field: nil),
+        Case(method: "PUT", path: "/v1/activities/ID/key", key: "backend", body: #"{"externalKey":"a\u0000b"}"#, status: 400, field: "externalKey"),
+        Case(method: "POST", path: "/v1/activities/by-key/a%00b/update", key: "backend", body: "{}", status: 400, field: "key"),
+        Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"ticket":"not-a-jwt"}"#, status: 400, field: "ticket"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(String(repeating: "ab", count: 40))","topics":"x"}"#, status: 400, field: "topics"),
         Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"pushToStartTokens":{"PizzaDeliveryAttributes":"zz"}}"#, status: 400, field: "pushToStartTokens.PizzaDeliveryAttributes"),
         Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"liveActivitiesEnabled":"yes"}"#, status: 400, field: "liveActivitiesEnabled"),
@@ -304,7 +320,7 @@ struct APIErrorTests {
             #expect(try await store.jobCounts().values.reduce(0, +) == 1, "one request's work, however many raced")
 
             // A device that uses the backend's next key does not take it.
-            let squat = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, body: [:], headers: [("Idempotency-Key", "backend-next")])
+            let squat = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, body: [:], headers: [("Idempotency-Key", "backend-next")] + f.secretHeader())
             #expect(squat.status < 300, "\(squat.json.jsonString)")
             let (_, id2) = try await f.appStartsActivity(key: "k2")
             let backend = try await f.call("POST", "/v1/activities/\(id2)/update", key: f.backendKey, body: ["contentState": Pizza.state("Mine")], headers: [("Idempotency-Key", "backend-next")])
@@ -358,13 +374,15 @@ struct HostileInputTests {
         var random = SeededRandom(seed: seed)
         try await ServerFixture.with { f in
             let (a, id) = try await f.appStartsActivity(key: "hostile-1")
+            try await f.installation("inst-1")
             let token = String(repeating: "ab", count: 40)
             let attributes = Pizza.attributes.jsonString
             let state = Pizza.state("A").jsonString
             // (method, path, a valid body) for every write route.
             let routes: [(String, String, String)] = [
                 ("PUT", "/v1/installations/inst-1", #"{"userID":"u1","pushToStartTokens":{"PizzaDeliveryAttributes":"\#(token)"},"widgetToken":"\#(token)","liveActivitiesEnabled":true,"frequentPushesEnabled":false}"#),
-                ("POST", "/v1/activities", #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(token)","externalKey":"o-1","installationID":"inst-1","topics":["t"],"relevanceScore":10}"#),
+                ("POST", "/v1/activities", #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(token)","externalKey":"o-1","installationID":"inst-1","topics":["t"],"relevanceScore":10,"ticket":"\#(f.ticket(key: "o-1"))"}"#),
+                ("PUT", "/v1/activities/\(id)/key", #"{"externalKey":"bound-1"}"#),
                 ("PUT", "/v1/activities/\(id)/token", #"{"token":"\#(token)"}"#),
                 ("POST", "/v1/activities/\(id)/dismissed", "{}"),
                 ("POST", "/v1/activities/\(id)/ended", "{}"),
@@ -407,7 +425,9 @@ struct HostileInputTests {
             var fiveHundreds: [String] = []
             for (i, (method, path, body)) in requests.enumerated() {
                 for key in [f.backendKey, f.deviceKey] {
-                    let r = try await f.call(method, path, key: key, raw: body.isEmpty && method == "DELETE" ? nil : body)
+                    // Device calls carry the installation's secret, so they reach the route's checks.
+                    let secret = key != f.deviceKey ? [] : (path.contains("inst-1") || path == "/v1/activities") ? f.secretHeader("inst-1") : f.secretHeader()
+                    let r = try await f.call(method, path, key: key, raw: body.isEmpty && method == "DELETE" ? nil : body, headers: secret)
                     if r.status >= 500 { fiveHundreds.append("#\(i) \(method) \(path.prefix(60)) \(body.prefix(80)) → \(r.status) \(r.json.jsonString.prefix(200))") }
                     if (400..<500).contains(r.status) {
                         #expect(r.json["error"]?["code"]?.stringValue?.isEmpty == false && r.json["error"]?["message"]?.stringValue?.isEmpty == false,

@@ -67,7 +67,7 @@ struct ServerChannelTests {
             guard case .found = f.sim.world.readChannel(bundleID: Pizza.bundleID, id: channel) else { Issue.record("APNs has no such channel"); return }
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                     contentState: Pizza.state("Bill"), pushType: .channel(channel))
-            let reg = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "channelID": .string(channel)])
+            let reg = try await f.register(["attributesType": "PizzaDeliveryAttributes", "channelID": .string(channel)])
             #expect(reg.status == 201)
             let sent = try await f.call("POST", "/v1/channels/\(inPath)/update", key: f.backendKey, body: ["contentState": Pizza.state("Everyone"), "priority": 10])
             #expect(sent.status == 202, "\(sent.json.jsonString)")

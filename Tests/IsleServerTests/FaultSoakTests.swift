@@ -111,13 +111,13 @@ struct FaultSoak {
                     op = "rotate"
                     guard try f.deviceActivity(models[i].deviceID)?.state.isOngoing == true, !models[i].endAccepted else { break }
                     let token = try f.sim.world.rotateUpdateToken(activityID: models[i].deviceID, on: f.device)
-                    _ = try await f.call("PUT", "/v1/activities/\(models[i].isleID)/token", key: f.deviceKey, body: ["token": .string(token)])
+                    _ = try await f.call("PUT", "/v1/activities/\(models[i].isleID)/token", key: f.deviceKey, body: ["token": .string(token)], headers: f.secretHeader())
                 case 90..<92:
                     op = "dismiss"
                     guard !models[i].dismissed, try f.deviceActivity(models[i].deviceID)?.state.isVisible == true else { break }
                     try f.sim.world.userDismiss(activityID: models[i].deviceID, on: f.device)
                     models[i].dismissed = true
-                    _ = try await f.call("POST", "/v1/activities/\(models[i].isleID)/dismissed", key: f.deviceKey)
+                    _ = try await f.call("POST", "/v1/activities/\(models[i].isleID)/dismissed", key: f.deviceKey, headers: f.secretHeader())
                     try await replace(i)
                 case 92..<94:
                     op = "end"

@@ -51,14 +51,14 @@ final class FaultyStore: IsleStore {
     func apiKey(secretHash: String) async throws -> APIKeyRecord? { try await base.apiKey(secretHash: secretHash) }
     func revokeAPIKey(id: String, at: Date) async throws -> Bool { try await base.revokeAPIKey(id: id, at: at) }
     func upsertInstallation(_ installation: InstallationRecord) async throws { try await base.upsertInstallation(installation) }
-    func modifyInstallation(id: String, create: @escaping @Sendable () -> InstallationRecord,
+    func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                             _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void, idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
         try check("registry")
-        let written = try await base.modifyInstallation(id: id, create: create, change, idempotency: idempotency)
+        let written = try await base.modifyInstallation(bundleID: bundleID, id: id, create: create, change, idempotency: idempotency)
         try checkAfter("registry")
         return written
     }
-    func installation(id: String) async throws -> InstallationRecord? { try await base.installation(id: id) }
+    func installation(bundleID: String, id: String) async throws -> InstallationRecord? { try await base.installation(bundleID: bundleID, id: id) }
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] { try await base.installations(bundleID: bundleID, userID: userID) }
     // Registry writes (device reports) fail as "registry" (nothing written) or "registry-after"
     // (written, then the error: the answer is lost).
@@ -81,7 +81,8 @@ final class FaultyStore: IsleStore {
     func activity(id: String) async throws -> ActivityRecord? { try await base.activity(id: id) }
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, externalKey: externalKey) }
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, externalKey: externalKey) }
-    func activity(updateToken: String) async throws -> ActivityRecord? { try await base.activity(updateToken: updateToken) }
+    func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, updateToken: updateToken) }
+    func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, installationID: installationID) }
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] { try await base.activities(bundleID: bundleID, topic: topic) }
     func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
         try await base.recentActivities(bundleID: bundleID, state: state, limit: limit)

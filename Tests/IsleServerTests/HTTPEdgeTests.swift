@@ -19,10 +19,12 @@ struct HTTPEdgeTests {
         try await ServerFixture.with { f in
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                     contentState: Pizza.state("Bill James"))
+            // One ticket in one body: a repeat is the same request.
             let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)), "externalKey": "race-order",
-                                   "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James")]
+                                   "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James"), "ticket": .string(f.ticket(key: "race-order"))]
+            try await f.installation()
             let answers = try await withThrowingTaskGroup(of: ServerFixture.Answer.self) { group in
-                for _ in 0..<16 { group.addTask { try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body, headers: [("Idempotency-Key", "register-1")]) } }
+                for _ in 0..<16 { group.addTask { try await f.register(body, headers: [("Idempotency-Key", "register-1")]) } }
                 return try await group.reduce(into: [ServerFixture.Answer]()) { $0.append($1) }
             }
             #expect(answers.allSatisfy { $0.status == 201 || ($0.status == 409 && $0.json["error"]?["code"] == "idempotencyKeyInUse") }, "\(answers.map { "\($0.status) \($0.json.jsonString)" })")
@@ -31,26 +33,30 @@ struct HTTPEdgeTests {
             let store = try SQLiteStore(path: f.databasePath)
             #expect(try await store.liveActivities(bundleID: Pizza.bundleID, externalKey: "race-order").count == 1)
             // A later repeat is the first answer, marked as a replay; the same key with another body is refused.
-            let again = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body, headers: [("Idempotency-Key", "register-1")])
+            let again = try await f.register(body, headers: [("Idempotency-Key", "register-1")])
             #expect(again.status == 201 && again.json["id"]?.stringValue == created.first)
             var fields = body.objectValue!
             fields["externalKey"] = "another-order"
+            fields["ticket"] = .string(f.ticket(key: "another-order"))
             let other = JSONValue.object(fields)
-            let reused = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: other, headers: [("Idempotency-Key", "register-1")])
+            let reused = try await f.register(other, headers: [("Idempotency-Key", "register-1")])
             #expect(reused.status == 409 && reused.json["error"]?["code"] == "idempotencyKeyReused" && reused.json["error"]?["field"] == "Idempotency-Key")
-            // Without a shared key, racing registrations of one external key: one takes it, the others are told who holds it.
+            // Without a shared key, racing registrations of one external key from eight installations
+            // (each with a valid ticket): one takes it, the others are refused without learning who holds it.
             // (Tokens the server has not seen; the phone allows few activities per app, and nothing is sent here.)
             let tokens = (0..<8).map { i in String(repeating: "ab", count: 31) + String(format: "%02x", i) }
+            for i in tokens.indices { try await f.installation("racer-\(i)") }
             let racing = try await withThrowingTaskGroup(of: ServerFixture.Answer.self) { group in
-                for token in tokens {
+                for (i, token) in tokens.enumerated() {
                     group.addTask {
-                        try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "contested"])
+                        try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "contested"], installation: "racer-\(i)")
                     }
                 }
                 return try await group.reduce(into: [ServerFixture.Answer]()) { $0.append($1) }
             }
             #expect(racing.filter { $0.status == 201 }.count == 1, "\(racing.map(\.status))")
             #expect(racing.filter { $0.status == 409 }.allSatisfy { $0.json["error"]?["code"] == "externalKeyInUse" && $0.json["error"]?["field"] == "externalKey" })
+            #expect(!racing.filter { $0.status != 201 }.contains { $0.json.jsonString.contains("act_") }, "a refusal never names another installation's activity")
             #expect(try await store.liveActivities(bundleID: Pizza.bundleID, externalKey: "contested").count == 1)
         }
     }
@@ -70,8 +76,8 @@ struct HTTPEdgeTests {
             #expect(try await store.idempotencyRecord(bundleID: Pizza.bundleID, key: "device:inst-2") == nil)
             // A dismissal with a key: replayed, not applied twice.
             let (_, id) = try await f.appStartsActivity(key: "edge-dismiss")
-            let dismissed = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: [("Idempotency-Key", "d-1")])
-            let repeated = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: [("Idempotency-Key", "d-1")])
+            let dismissed = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: [("Idempotency-Key", "d-1")] + f.secretHeader())
+            let repeated = try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: [("Idempotency-Key", "d-1")] + f.secretHeader())
             #expect(dismissed.status == 200 && repeated.status == 200 && dismissed.json == repeated.json)
             #expect(try await store.idempotencyRecord(bundleID: Pizza.bundleID, key: "device:d-1")?.body == dismissed.json.jsonString)
         }
@@ -89,7 +95,7 @@ struct HTTPEdgeTests {
                 #expect(r.status == 400 && r.json["error"]?["field"] == "environment", "\(bad.jsonString): \(r.json.jsonString)")
             }
             let store = try SQLiteStore(path: f.databasePath)
-            let kept = try #require(try await store.installation(id: "inst-env"))
+            let kept = try #require(try await store.installation(bundleID: Pizza.bundleID, id: "inst-env"))
             #expect(kept.environment == .sandbox && kept.liveActivitiesEnabled)
             // Unsaid keeps it; said moves it (a TestFlight build over a debug one keeps its Keychain).
             #expect(try await f.call("PUT", "/v1/installations/inst-env", key: f.deviceKey, body: ["frequentPushesEnabled": true], headers: headers).json["environment"] == "sandbox")
@@ -100,7 +106,7 @@ struct HTTPEdgeTests {
             #expect(bad.status == 400 && bad.json["error"]?["field"] == "environment", "\(bad.json.jsonString)")
             let inherited = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "installationID": "inst-env"], headers: headers)
             #expect(inherited.status == 201 && inherited.json["environment"] == "production", "\(inherited.json.jsonString)")
-            let unsaid = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "cd", count: 32))])
+            let unsaid = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "cd", count: 32))], installation: "inst-unsaid")
             #expect(unsaid.status == 201 && unsaid.json["environment"] == .null, "\(unsaid.json.jsonString)")
             let channel = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["environment": "qa"])
             #expect(channel.status == 400 && channel.json["error"]?["field"] == "environment", "\(channel.json.jsonString)")

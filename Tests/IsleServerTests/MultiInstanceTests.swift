@@ -76,7 +76,8 @@ struct MultiInstanceTests {
             let (backendKey, deviceKey) = try await store.withRunning {
                 try await store.migrate()
                 try await store.upsertApp(AppRecord(bundleID: Pizza.bundleID, teamID: key.teamID, keyID: key.keyID, keyPEM: masterKey.seal(key.privateKeyPEM, bundleID: Pizza.bundleID),
-                                                    schemas: [Pizza.schema], createdAt: Date()))
+                                                    schemas: [Pizza.schema], createdAt: Date(),
+                                                    ticketKeys: [TicketKey(id: ServerFixture.ticketKeyID, publicKeyPEM: ServerFixture.ticketKey.publicKey.pemRepresentation, createdAt: Date())]))
                 return (try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .backend).secret,
                         try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .device).secret)
             }
@@ -96,13 +97,22 @@ struct MultiInstanceTests {
             progress("3 instances on ports \(first.map(\.port))")
             // The app registers its activities (on any instance).
             var activities: [(isleID: String, token: String, deviceID: String)] = []
+            // On an installation of the app's (with its secret), each order key with the backend's ticket.
+            // (At most 20 live activities per installation: one installation per 10.)
+            var secrets: [String] = []
+            for n in 0..<(Self.activities + 9) / 10 {
+                let installation = try await api.call("PUT", "/v1/installations/multi-phone-\(n)", key: deviceKey, idempotencyKey: "install-\(n)", body: ["liveActivitiesEnabled": true], startingAt: n)
+                secrets.append(try #require(installation["installationSecret"]?.stringValue, "installation answered \(installation.jsonString)"))
+            }
             for i in 0..<Self.activities {
                 let a = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                       contentState: Pizza.state("start"))
                 let token = try await sim.world.waitForPushToken(activityID: a.id, on: device)
                 let r = try await api.call("POST", "/v1/activities", key: deviceKey, idempotencyKey: "register-\(i)", body: [
-                    "attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": .string("order-\(i)"),
-                ], startingAt: i)
+                    "attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": .string("order-\(i)"), "installationID": .string("multi-phone-\(i / 10)"),
+                    "ticket": .string(try RegistrationTicket(bundleID: Pizza.bundleID, expires: Date().addingTimeInterval(3600), externalKey: "order-\(i)")
+                        .signed(with: ServerFixture.ticketKey, keyID: ServerFixture.ticketKeyID)),
+                ], headers: [("Isle-Installation-Secret", secrets[i / 10])], startingAt: i)
                 let id = try #require(r["id"]?.stringValue, "registration answered \(r.jsonString)")
                 activities.append((id, token, a.id))
             }
@@ -232,7 +242,7 @@ final class MultiAPI: Sendable {
     func remove(port: Int) { ports.withLock { $0.removeAll { $0 == port } } }
     func add(port: Int) { ports.withLock { $0.append(port) } }
 
-    func call(_ method: String, _ path: String, key: String, idempotencyKey: String, body: JSONValue, startingAt start: Int) async throws -> JSONValue {
+    func call(_ method: String, _ path: String, key: String, idempotencyKey: String, body: JSONValue, headers: [(String, String)] = [], startingAt start: Int) async throws -> JSONValue {
         let deadline = ContinuousClock.now + .seconds(90)
         var attempt = start
         var last = "no attempt"
@@ -245,6 +255,7 @@ final class MultiAPI: Sendable {
             r.method = .init(rawValue: method)
             r.headers.add(name: "authorization", value: "Bearer \(key)")
             r.headers.add(name: "idempotency-key", value: idempotencyKey)
+            for (n, v) in headers { r.headers.add(name: n, value: v) }
             r.body = .bytes(ByteBuffer(bytes: body.jsonBytes))
             do {
                 let response = try await client.execute(r, timeout: .seconds(10))

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Crypto
 import Foundation
 import IsleCore
 import IsleServer
@@ -26,6 +27,9 @@ enum Pizza {
 final class ServerFixture: Sendable {
     /// Seals the fixture's app key, as `isle app add` does with the operator's master key.
     static let masterKey = MasterKey.generate()
+    /// The backend's registration-ticket key (its public half is the app's ticket key).
+    static let ticketKey = P256.Signing.PrivateKey()
+    static let ticketKeyID = "tk_fixture"
     let sim: IsleSim
     let clock: ManualWallClock
     let http: HTTPClient
@@ -67,6 +71,12 @@ final class ServerFixture: Sendable {
         c.concurrency = 64
         c.randomSeed = 9
         c.masterKey = Self.masterKey
+        // Every request of a test comes from 127.0.0.1 on a clock that moves only when the test
+        // says: the per-address, per-installation and failure limits are tested on their own
+        // (TrustModelTests) and off elsewhere.
+        c.deviceAddressLimit = .off
+        c.deviceInstallationLimit = .off
+        c.authFailureLimit = .off
         tune(&c)
         return c
     }
@@ -119,7 +129,8 @@ final class ServerFixture: Sendable {
             let store = try SQLiteStore(path: path)
             try await store.migrate()
             try await store.upsertApp(AppRecord(bundleID: Pizza.bundleID, teamID: key.teamID, keyID: key.keyID, keyPEM: Self.masterKey.seal(key.privateKeyPEM, bundleID: Pizza.bundleID),
-                                                schemas: [Pizza.schema], createdAt: Pizza.t0))
+                                                schemas: [Pizza.schema], createdAt: Pizza.t0,
+                                                ticketKeys: [TicketKey(id: Self.ticketKeyID, publicKeyPEM: Self.ticketKey.publicKey.pemRepresentation, createdAt: Pizza.t0)]))
             let backend = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .backend).secret
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .device).secret
             let f = ServerFixture(sim: sim, clock: clock, databasePath: path, device: device, backendKey: backend, deviceKey: deviceKey, tune: tune)
@@ -154,17 +165,56 @@ final class ServerFixture: Sendable {
         return Answer(status: Int(response.status.code), json: json, retryAfter: response.headers.first(name: "retry-after"))
     }
 
-    // Device-side helpers: the simulated app starts an activity and registers its token with Isle.
-    func appStartsActivity(key: String, topics: [String] = []) async throws -> (activity: SimulatedActivity, isleID: String) {
+    // Device-side helpers.
+
+    /// A registration ticket the backend signed (docs/security.md), valid `ttl` seconds on the fixture's clock.
+    func ticket(key: String? = nil, user: String? = nil, installation: String? = nil, ttl: TimeInterval = 600, bundleID: String = Pizza.bundleID) -> String {
+        try! RegistrationTicket(bundleID: bundleID, expires: clock.now.addingTimeInterval(ttl), externalKey: key, userID: user, installationID: installation)
+            .signed(with: Self.ticketKey, keyID: Self.ticketKeyID)
+    }
+
+    /// Installations registered by ``installation(_:)``, with their secrets.
+    let secrets = Mutex<[String: String]>([:])
+
+    /// Registers the installation `id` (once) and answers its secret.
+    @discardableResult
+    func installation(_ id: String = "fixture-phone", body: JSONValue = ["liveActivitiesEnabled": true]) async throws -> String {
+        if let s = secrets.withLock({ $0[id] }) { return s }
+        let r = try await call("PUT", "/v1/installations/\(id)", key: deviceKey, body: body)
+        guard r.status == 200, let secret = r.json["installationSecret"]?.stringValue else { throw DeadlineExceeded(what: "installation \(id) (\(r.status) \(r.json.jsonString))", after: .zero) }
+        secrets.withLock { $0[id] = secret }
+        return secret
+    }
+
+    /// `POST /v1/activities` as IsleClient sends it: on `installation` (registered first), with its
+    /// secret, and a ticket for `externalKey` unless `ticket` is given ("" sends none).
+    func register(_ body: JSONValue, installation id: String = "fixture-phone", ticket: String? = nil, headers: [(String, String)] = []) async throws -> Answer {
+        let secret = try await installation(id)
+        var o = body.objectValue ?? [:]
+        o["installationID"] = .string(id)
+        if let key = o["externalKey"]?.stringValue, o["ticket"] == nil {
+            let t = ticket ?? self.ticket(key: key)
+            if !t.isEmpty { o["ticket"] = .string(t) }
+        }
+        return try await call("POST", "/v1/activities", key: deviceKey, body: .object(o), headers: [("Isle-Installation-Secret", secret)] + headers)
+    }
+
+    /// The secret header of an installation registered with ``installation(_:)``.
+    func secretHeader(_ id: String = "fixture-phone") -> [(String, String)] {
+        secrets.withLock { $0[id] }.map { [("Isle-Installation-Secret", $0)] } ?? []
+    }
+
+    // The simulated app starts an activity and registers its token with Isle.
+    func appStartsActivity(key: String, topics: [String] = [], installation: String = "fixture-phone") async throws -> (activity: SimulatedActivity, isleID: String) {
         let requested = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                       contentState: Pizza.state("Bill James"))
         // As app code does: the token arrives on pushTokenUpdates, after request returns.
         let token = try await sim.world.waitForPushToken(activityID: requested.id, on: device)
         let a = try deviceActivity(requested.id) ?? requested
-        let r = try await call("POST", "/v1/activities", key: deviceKey, body: [
+        let r = try await register([
             "attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": .string(key), "topics": .array(topics.map(JSONValue.string)),
             "attributes": Pizza.attributes, "contentState": Pizza.state("Bill James"),
-        ])
+        ], installation: installation)
         guard r.status == 201, let id = r.json["id"]?.stringValue else { throw DeadlineExceeded(what: "registration (\(r.status) \(r.json.jsonString))", after: .zero) }
         return (a, id)
     }

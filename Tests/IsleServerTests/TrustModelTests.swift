@@ -28,7 +28,7 @@ struct TrustModelTests {
                                          headers: [(Self.secretHeader, "isle_inst_guess")])
             #expect(guess.status == 403 && guess.json["error"]?["code"] == "wrongInstallationSecret")
             let store = try SQLiteStore(path: f.databasePath)
-            #expect(try await store.installation(id: "victim")?.pushToStartTokens.isEmpty == true, "a refused registration changed nothing")
+            #expect(try await store.installation(bundleID: Pizza.bundleID, id: "victim")?.pushToStartTokens.isEmpty == true, "a refused registration changed nothing")
 
             let owner = try await f.call("PUT", "/v1/installations/victim", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(Self.otherToken)]],
                                          headers: [(Self.secretHeader, secret)])
@@ -66,11 +66,16 @@ struct TrustModelTests {
     func externalKeyTakeover() async throws {
         try await ServerFixture.with { f in
             let (_, id) = try await f.appStartsActivity(key: "order-1234")
-            let takeover = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
-                "attributesType": "PizzaDeliveryAttributes", "token": .string(Self.otherToken), "externalKey": "order-1234",
-            ])
-            #expect(takeover.status == 409 && takeover.json["error"]?["code"] == "externalKeyInUse", "\(takeover.json.jsonString)")
-            #expect(takeover.json["contentState"] == nil && takeover.json["attributes"] == nil)
+            // Without the backend's ticket for the key: refused before anything is looked up.
+            let takeover = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.otherToken), "externalKey": "order-1234"],
+                                                installation: "attacker", ticket: "")
+            #expect(takeover.status == 400 && takeover.json["error"]?["field"] == "ticket", "\(takeover.json.jsonString)")
+            // Even with a genuine ticket for the key (say one leaked), another installation gets a
+            // 409 that names nobody's activity.
+            let leaked = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.otherToken), "externalKey": "order-1234"],
+                                              installation: "attacker")
+            #expect(leaked.status == 409 && leaked.json["error"]?["code"] == "externalKeyInUse", "\(leaked.json.jsonString)")
+            #expect(!leaked.json.jsonString.contains(id) && leaked.json["contentState"] == nil && leaked.json["attributes"] == nil)
             // By-key updates still reach only the real activity.
             let update = try await f.call("POST", "/v1/activities/by-key/order-1234/update", key: f.backendKey, body: ["contentState": Pizza.state("Real")])
             #expect(update.status == 202 && update.json["activityID"] == .string(id), "\(update.json.jsonString)")
@@ -84,7 +89,7 @@ struct TrustModelTests {
             let secret = try #require(r.json["installationSecret"]?.stringValue)
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("A"))
             let token = try await f.sim.world.waitForPushToken(activityID: a.id, on: f.device)
-            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "o-9", "installationID": "phone"]
+            let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "o-9", "installationID": "phone", "ticket": .string(f.ticket(key: "o-9"))]
             #expect(try await f.call("POST", "/v1/activities", key: f.deviceKey, body: body).status == 403)
             let unknown = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "installationID": "ghost"])
             #expect(unknown.status == 400 && unknown.json["error"]?["field"] == "installationID")
@@ -107,7 +112,7 @@ struct TrustModelTests {
             func register(_ extra: JSONObject) async throws -> ServerFixture.Answer {
                 var body: JSONObject = ["attributesType": "PizzaDeliveryAttributes", "token": .string(token)]
                 for (k, v) in extra { body[k] = v }
-                return try await f.call("POST", "/v1/activities", key: f.deviceKey, body: .object(body))
+                return try await f.register(.object(body))
             }
             let huge = try await register(["contentState": ["driverName": .string(String(repeating: "x", count: 5000)), "deliveryTimer": [1, 2]]])
             #expect(huge.status == 422 && huge.json["error"]?["code"] == "tooLarge" && huge.json["error"]?["field"] == "contentState", "\(huge.json.jsonString)")
@@ -122,7 +127,7 @@ struct TrustModelTests {
             let longInstallation = try await f.call("PUT", "/v1/installations/\(String(repeating: "i", count: 200))", key: f.deviceKey, body: ["liveActivitiesEnabled": true])
             #expect(longInstallation.status == 400 && longInstallation.json["error"]?["field"] == "installation")
             let store = try SQLiteStore(path: f.databasePath)
-            #expect(try await store.activity(updateToken: token) == nil, "nothing refused was stored")
+            #expect(try await store.activity(bundleID: Pizza.bundleID, updateToken: token) == nil, "nothing refused was stored")
             let ok = try await register(["externalKey": "o-sized", "contentState": Pizza.state("Fits"), "attributes": Pizza.attributes])
             #expect(ok.status == 201, "\(ok.json.jsonString)")
         }

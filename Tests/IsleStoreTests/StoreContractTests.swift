@@ -103,6 +103,46 @@ struct StoreContractTests {
         #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "backend:k") == nil)
     }
 
+    @Test("trust model v2: installations and token look-ups per app; ticket keys round-trip; ended activities and silent installations are pruned, live ones never", arguments: StoreKind.allCases)
+    func namespacesAndRetention(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind, activities: 0)
+        try await s.upsertApp(AppRecord(bundleID: "com.example.other", teamID: "TEAM000002", keyID: "KEY0000002", keyPEM: "-", createdAt: t0,
+                                        ticketKeys: [TicketKey(id: "tk_1", publicKeyPEM: "PEM", createdAt: t0)]))
+        #expect(try await s.app("com.example.other")?.ticketKeys == [TicketKey(id: "tk_1", publicKeyPEM: "PEM", createdAt: t0)])
+        #expect(try await s.app("com.example.pizza")?.ticketKeys == [])
+        // One installation id in two apps: two installations.
+        for app in ["com.example.pizza", "com.example.other"] {
+            _ = try await s.modifyInstallation(bundleID: app, id: "same", create: { InstallationRecord(id: "same", bundleID: app, updatedAt: self.t0) }) { $0.widgetToken = app }
+        }
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "same")?.widgetToken == "com.example.pizza")
+        #expect(try await s.installation(bundleID: "com.example.other", id: "same")?.widgetToken == "com.example.other")
+        // A token is looked up within its app.
+        try await s.insertActivity(ActivityRecord(id: "p1", bundleID: "com.example.pizza", installationID: "same", attributesType: "T", updateToken: "shared", startedAt: t0))
+        #expect(try await s.activity(bundleID: "com.example.other", updateToken: "shared") == nil)
+        #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "shared")?.id == "p1")
+        #expect(try await s.liveActivities(bundleID: "com.example.pizza", installationID: "same").map(\.id) == ["p1"])
+        #expect(try await s.liveActivities(bundleID: "com.example.other", installationID: "same").isEmpty)
+        // Retention: an activity that ended long ago goes (with its topics); a live one and its
+        // installation stay however old; a silent installation with nothing live goes.
+        let old = t0.addingTimeInterval(-100 * 86_400)
+        try await s.insertActivity(ActivityRecord(id: "gone", bundleID: "com.example.pizza", attributesType: "T", state: .ended, startedAt: old, endedAt: old, topics: ["x"]))
+        try await s.insertActivity(ActivityRecord(id: "recent", bundleID: "com.example.pizza", attributesType: "T", state: .dismissed, startedAt: t0, endedAt: t0))
+        try await s.insertActivity(ActivityRecord(id: "old-live", bundleID: "com.example.pizza", installationID: "kept", attributesType: "T", state: .active, startedAt: old))
+        try await s.upsertInstallation(InstallationRecord(id: "kept", bundleID: "com.example.pizza", updatedAt: old.addingTimeInterval(-200 * 86_400)))
+        try await s.upsertInstallation(InstallationRecord(id: "silent", bundleID: "com.example.pizza", updatedAt: old.addingTimeInterval(-200 * 86_400)))
+        var retention = Retention()
+        retention.endedActivities = 30 * 86_400
+        retention.staleInstallations = 180 * 86_400
+        _ = try await s.prune(now: t0, retention: retention, limit: 100)
+        #expect(try await s.activity(id: "gone") == nil)
+        #expect(try await s.activities(bundleID: "com.example.pizza", topic: "x").isEmpty)
+        #expect(try await s.activity(id: "recent") != nil)
+        #expect(try await s.activity(id: "old-live") != nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "kept") != nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "silent") == nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "same") != nil)
+    }
+
     @Test("idempotency: the record carries the queued job ids; a live key refuses a second enqueue atomically; an expired one is free again", arguments: StoreKind.allCases)
     func idempotencyRecords(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
@@ -136,7 +176,7 @@ struct StoreContractTests {
         try await s.upsertInstallation(InstallationRecord(id: "i1", bundleID: "com.example.pizza", userID: "u", pushToStartTokens: ["T": "abcd"], updatedAt: t0))
         #expect(try await s.installations(bundleID: "com.example.pizza", userID: "u").first?.pushToStartTokens == ["T": "abcd"])
         #expect(try await s.activities(bundleID: "com.example.pizza", topic: "t").count == 2)
-        #expect(try await s.activity(updateToken: "tok1")?.id == "a1")
+        #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "tok1")?.id == "a1")
     }
 
     @Test("the APNs environment of installations, activities and channels round-trips, through every write and the claim (apple-push.md §1.1, §7.1)", arguments: StoreKind.allCases)
@@ -144,19 +184,19 @@ struct StoreContractTests {
         let s = try await seeded(kind, activities: 0)
         try await s.upsertInstallation(InstallationRecord(id: "dev", bundleID: "com.example.pizza", updatedAt: t0, environment: .sandbox))
         try await s.upsertInstallation(InstallationRecord(id: "unsaid", bundleID: "com.example.pizza", updatedAt: t0))
-        #expect(try await s.installation(id: "dev")?.environment == .sandbox)
-        #expect(try await s.installation(id: "unsaid")?.environment == nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "dev")?.environment == .sandbox)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "unsaid")?.environment == nil)
         // A TestFlight build over a debug one (the same Keychain, so the same installation).
-        let moved = try await s.modifyInstallation(id: "dev", create: { InstallationRecord(id: "dev", bundleID: "com.example.pizza", updatedAt: self.t0) }) { $0.environment = .production }
+        let moved = try await s.modifyInstallation(bundleID: "com.example.pizza", id: "dev", create: { InstallationRecord(id: "dev", bundleID: "com.example.pizza", updatedAt: self.t0) }) { $0.environment = .production }
         #expect(moved.environment == .production)
-        #expect(try await s.installation(id: "dev")?.environment == .production)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "dev")?.environment == .production)
 
         try await s.insertActivity(ActivityRecord(id: "p", bundleID: "com.example.pizza", attributesType: "T", updateToken: "aa", startedAt: t0, environment: .production))
         try await s.insertActivity(ActivityRecord(id: "d", bundleID: "com.example.pizza", attributesType: "T", updateToken: "bb", startedAt: t0))
         #expect(try await s.activity(id: "p")?.environment == .production)
         #expect(try await s.activity(id: "d")?.environment == nil)
         _ = try await s.modifyActivity(id: "d") { $0.environment = .sandbox }
-        #expect(try await s.activity(updateToken: "bb")?.environment == .sandbox)
+        #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "bb")?.environment == .sandbox)
         // Push-to-start: the starting record keeps its installation's environment when linked.
         try await s.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: "s", installationID: "dev", aps: ["event": "start"], hasAlert: true, runAt: t0)],
                             creating: [ActivityRecord(id: "s", bundleID: "com.example.pizza", externalKey: "order", installationID: "dev", attributesType: "T", state: .starting,
@@ -305,15 +345,15 @@ struct StoreContractTests {
             try await s.insertActivity(ActivityRecord(id: "a10", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok10", startedAt: self.t0), idempotency: fixed)
         }
         #expect(try await s.activity(id: "a10") == nil)
-        let inst = try await s.modifyInstallation(id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: self.t0) }, { $0.widgetToken = "w1" },
+        let inst = try await s.modifyInstallation(bundleID: "com.example.pizza", id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: self.t0) }, { $0.widgetToken = "w1" },
                                                   idempotency: IdempotentAnswer(record("r1"), answer: { (200, $0.widgetToken ?? "-") }))
         #expect(inst.widgetToken == "w1")
         #expect(try await s.idempotencyRecord(bundleID: "com.example.pizza", key: "device:r1")?.body == "w1")
         await #expect(throws: StoreError.self) {
-            _ = try await s.modifyInstallation(id: "i2", create: { InstallationRecord(id: "i2", bundleID: "com.example.pizza", updatedAt: self.t0) }, { _ in },
+            _ = try await s.modifyInstallation(bundleID: "com.example.pizza", id: "i2", create: { InstallationRecord(id: "i2", bundleID: "com.example.pizza", updatedAt: self.t0) }, { _ in },
                                                idempotency: IdempotentAnswer(record("r1"), answer: { _ in (200, "") }))
         }
-        #expect(try await s.installation(id: "i2") == nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "i2") == nil)
         try await s.insertChannel(ChannelRecord(id: "c1", bundleID: "com.example.pizza", storagePolicy: 0, createdAt: t0), idempotency: record("c1"))
         await #expect(throws: StoreError.self) {
             try await s.insertChannel(ChannelRecord(id: "c2", bundleID: "com.example.pizza", storagePolicy: 0, createdAt: self.t0), idempotency: record("c1"))
@@ -512,7 +552,7 @@ struct StoreContractTests {
             for i in 0..<40 {
                 group.addTask { _ = try await s.modifyActivity(id: "a0") { $0.topics.append("t\(i)") } }
                 group.addTask {
-                    _ = try await s.modifyInstallation(id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: Date(timeIntervalSince1970: 0)) }) {
+                    _ = try await s.modifyInstallation(bundleID: "com.example.pizza", id: "i1", create: { InstallationRecord(id: "i1", bundleID: "com.example.pizza", updatedAt: Date(timeIntervalSince1970: 0)) }) {
                         $0.pushToStartTokens["T\(i)"] = "ab"
                     }
                 }
@@ -520,7 +560,7 @@ struct StoreContractTests {
             try await group.waitForAll()
         }
         #expect(try await s.activity(id: "a0")?.topics.count == 41)
-        #expect(try await s.installation(id: "i1")?.pushToStartTokens.count == 40)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "i1")?.pushToStartTokens.count == 40)
     }
 
     @Test("group commit: concurrent writers share transactions, and one failing write fails alone", arguments: StoreKind.allCases)

@@ -150,6 +150,15 @@ struct Body {
         return a
     }
 
+    /// `ticket`: a registration ticket (a JWT, at most 4,096 bytes; verified by the controller).
+    func ticket() throws -> String? {
+        switch object["ticket"] {
+        case nil, .null?: return nil
+        case .string(let s)? where !s.isEmpty && s.utf8.count <= 4096: return s
+        default: throw APIError.invalid("ticket", "ticket must be the registration ticket your backend signed: a JWT string of at most 4096 bytes")
+        }
+    }
+
     /// Refuses keys outside `known`, naming them and what is accepted.
     func only(_ known: [String]) throws {
         for k in object.keys where !known.contains(k) {
@@ -199,7 +208,7 @@ struct InstallationReport {
             throw APIError.invalid("userID", "userID is bound by your backend — PUT /v1/installations/{id}/user with the backend key, or a registration ticket naming the user in ticket: the device key is public, so Isle never takes a user id on the device's word")
         }
         try b.only(["pushToStartTokens", "widgetToken", "liveActivitiesEnabled", "frequentPushesEnabled", "environment", "ticket"])
-        ticket = try b.bounded("ticket", 4096)
+        ticket = try b.ticket()
         if let t = b.object["pushToStartTokens"] {
             guard let o = t.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
             guard o.count <= Limits.pushToStartTypes else { throw APIError.invalid("pushToStartTokens", "at most \(Limits.pushToStartTypes) attributes types") }
@@ -252,7 +261,7 @@ struct ActivityRegistration {
 
     init(_ b: Body) throws {
         try b.only(["attributesType", "channelID", "token", "externalKey", "topics", "installationID", "attributes", "contentState", "relevanceScore", "environment", "ticket"])
-        ticket = try b.bounded("ticket", 4096)
+        ticket = try b.ticket()
         attributesType = try b.bounded("attributesType", Limits.attributesType, required: true)!
         environment = try b.environment()
         channelID = try b.bounded("channelID", Limits.id)
