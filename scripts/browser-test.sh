@@ -15,6 +15,7 @@ isle_stack 18643
 
 rm -rf artifacts/screenshots && mkdir -p artifacts/screenshots
 ISLE_SIM_CONTROL="$SIM_CONTROL" ISLE_SERVER="$SERVER" ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" ISLE_ADMIN_KEY="$ADMIN" \
+  ISLE_TICKET_KEY="$TICKET_KEY" ISLE_TICKET_KEY_ID="$TICKET_KEY_ID" \
   ISLE_SCREENSHOTS="$PWD/artifacts/screenshots" CHROMIUM="$CHROMIUM" CHROMEDRIVER="$CHROMEDRIVER" \
   .venv-browser/bin/python Tests/browser/pages_test.py
 echo "screenshots: $PWD/artifacts/screenshots"

@@ -2,7 +2,8 @@
 # `isle serve` on a fresh SQLite file pointed at it, with a backend, a device and an admin key.
 #   isle_stack <first port>   # the simulator takes ports N…N+3 (device, broadcast, management
 #                             # hosts, control), the server N+10
-# Sets DIR, SIM_CONTROL, SERVER, BACKEND, DEVICE, ADMIN; stops both and removes DIR on exit.
+# Sets DIR, SIM_CONTROL, SERVER, BACKEND, DEVICE, ADMIN, and the backend's registration-ticket key
+# (TICKET_KEY file, TICKET_KEY_ID); stops both and removes DIR on exit.
 isle_stack() {
   local base=$1
   swift build --product isle >/dev/null
@@ -23,6 +24,8 @@ isle_stack() {
   BACKEND=$(.build/debug/isle key create --bundle-id com.example.pizza --scope backend 2>/dev/null)
   DEVICE=$(.build/debug/isle key create --bundle-id com.example.pizza --scope device 2>/dev/null)
   ADMIN=$(.build/debug/isle key create --bundle-id com.example.pizza --scope admin 2>/dev/null)
+  TICKET_KEY="$DIR/ticket.pem"
+  TICKET_KEY_ID=$(.build/debug/isle app ticket-key create --bundle-id com.example.pizza --out "$TICKET_KEY" 2>/dev/null)
   .build/debug/isle serve --port $((base + 10)) --apns-url "https://127.0.0.1:$base" --apns-broadcast-url "https://127.0.0.1:$((base + 1))" \
     --apns-management-url "https://127.0.0.1:$((base + 2))" --apns-ca-cert "$DIR/sim/ca.pem" > "$DIR/serve.log" 2>&1 &
   STACK_PIDS+=($!)

@@ -7,6 +7,7 @@ updates the activity through Isle's API, a second activity turns the Dynamic Isl
 content state is shown as text, never run. Screenshots go to $ISLE_SCREENSHOTS."""
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -27,12 +28,14 @@ SHOTS = os.environ.get("ISLE_SCREENSHOTS", "artifacts/screenshots")
 os.makedirs(SHOTS, exist_ok=True)
 
 
-def call(method, url, body=None, key=None):
+def call(method, url, body=None, key=None, headers=None):
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("content-type", "application/json")
     if key:
         request.add_header("authorization", "Bearer " + key)
+    for k, v in (headers or {}).items():
+        request.add_header(k, v)
     with urllib.request.urlopen(request, timeout=20) as response:
         text = response.read().decode()
         return response.status, (json.loads(text) if text else None)
@@ -51,9 +54,26 @@ def start_activity(order, driver, score):
         "contentState": {"driverName": driver, "deliveryTimer": window(25 if order == "12345" else 40)},
         "relevanceScore": score, "waitForPushToken": True})
     assert status == 201, status
+    # As IsleClient does: on the app's installation (with its secret), the order key with the
+    # registration ticket the backend signed for it.
+    ticket = subprocess.run([".build/debug/isle", "ticket", "--key", os.environ["ISLE_TICKET_KEY"], "--key-id", os.environ["ISLE_TICKET_KEY_ID"],
+                             "--bundle-id", "com.example.pizza", "--external-key", "order-" + order], check=True, capture_output=True, text=True).stdout.strip()
     status, _ = call("POST", SERVER + "/v1/activities", {
-        "attributesType": "PizzaDeliveryAttributes", "token": activity["updateToken"], "externalKey": "order-" + order}, key=DEVICE_KEY)
+        "attributesType": "PizzaDeliveryAttributes", "token": activity["updateToken"], "externalKey": "order-" + order,
+        "installationID": "browser-phone", "ticket": ticket}, key=DEVICE_KEY, headers={"Isle-Installation-Secret": installation_secret()})
     assert status == 201, status
+
+
+_secret = []
+
+
+def installation_secret():
+    """The app's installation, registered once; its secret goes with every device call."""
+    if not _secret:
+        status, answer = call("PUT", SERVER + "/v1/installations/browser-phone", {"liveActivitiesEnabled": True}, key=DEVICE_KEY)
+        assert status == 200, status
+        _secret.append(answer["installationSecret"])
+    return _secret[0]
 
 
 def lock_text(browser):

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The attacker suite against real processes (isle sim + isle serve): with only the public device
+# key and installations of its own, an attacker tries every route against a victim's installation,
+# activity and order; the victim's phone alone must receive the victim's update. CI runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/isle-stack.sh
+isle_stack 18743
+ISLE_SIM_CONTROL="$SIM_CONTROL" ISLE_SERVER="$SERVER" ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" \
+  ISLE_TICKET_KEY="$TICKET_KEY" ISLE_TICKET_KEY_ID="$TICKET_KEY_ID" python3 scripts/attack.py
+if grep -q " 500 \|status=500" "$DIR/serve.log"; then echo "the server logged a 500"; exit 1; fi
