@@ -232,7 +232,7 @@ struct APIErrorTests {
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"xyz"}"#, status: 400, field: "token"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"Nope","token":"\#(String(repeating: "ab", count: 40))"}"#, status: 400, field: "installationID"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN"}"#, status: 400, field: "installationID"),
-        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","installationID":"ghost"}"#, status: 400, field: "installationID"),
+        Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","installationID":"ghost"}"#, status: 404, field: "installationID"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","installationID":"fixture-phone"}"#, status: 403, field: "Isle-Installation-Secret"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"TOKEN","ticket":"x.y"}"#, status: 400, field: "installationID"),
         Case(method: "PUT", path: "/v1/activities/ID/key", key: "device", body: #"{"externalKey":"mine"}"#, status: 403, field: nil),

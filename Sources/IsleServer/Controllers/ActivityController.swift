@@ -69,7 +69,7 @@ struct ActivityController {
             throw APIError.invalid("installationID", "an activity is registered on an installation: register it first with PUT /v1/installations/{id} (the answer holds its secret) and send installationID here with the Isle-Installation-Secret header. IsleClient does this for you")
         }
         guard let inst = try await store.installation(bundleID: caller.bundleID, id: installationID) else {
-            throw APIError.invalid("installationID", "no installation \(installationID): register it first with PUT /v1/installations/{id}")
+            throw APIError(.notFound, "notFound", "no installation \(installationID): register it first with PUT /v1/installations/{id}", field: "installationID")
         }
         try InstallationSecret.check(request.headers[InstallationSecret.header], of: inst)
         if let channelID = r.channelID, try await store.channel(id: channelID)?.bundleID != caller.bundleID {

@@ -7,6 +7,7 @@ import NIOCore
 /// Health, readiness, metrics, the OpenAPI document, and the calling app's delivery status.
 struct OperationsController {
     let services: APIServices
+    let adminKeys = ExpiringCache<APIKeyRecord?>()
     /// `/metrics` counts open work at most once a second however often it is asked.
     let openJobs = ExpiringCache<[PushJobState: Int]?>()
 
@@ -35,16 +36,26 @@ struct OperationsController {
         }
     }
 
-    /// Ready to accept work (one round trip to the database); apps whose deliveries are paused or
-    /// backing off are named.
+    /// Ready to accept work (one round trip to the database): `ready` or `degraded`. Which apps are
+    /// paused or backing off, and why, only for an admin key (`Authorization: Bearer isle_admin_…`):
+    /// the endpoint is open, and bundle ids and APNs reasons are the operator's business.
     @Sendable func ready(_ request: Request, context: IsleRequestContext) async throws -> Response {
         do { try await services.store.ping() } catch {
             throw APIError(.serviceUnavailable, "notReady", "the database is not reachable", retryAfter: 1)
         }
         let held = services.engine.circuits.all.filter { $0.value.mode != .running }.sorted { $0.key < $1.key }
         var o: JSONObject = ["status": held.isEmpty ? "ready" : "degraded"]
-        if !held.isEmpty { o["apps"] = .array(held.map { Views.app(bundleID: $0.key, $0.value) }) }
+        if !held.isEmpty, try await isAdmin(request, context) { o["apps"] = .array(held.map { Views.app(bundleID: $0.key, $0.value) }) }
         return JSONResponse.make(.object(o))
+    }
+
+    /// The request carries a live admin key (read through the same one-second cache as the API's).
+    func isAdmin(_ request: Request, _ context: IsleRequestContext) async throws -> Bool {
+        if let caller = context.caller { return caller.scope == .admin }
+        guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return false }
+        let hash = APIKeys.hash(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))
+        guard let key = try await adminKeys.value(hash, load: { try await services.store.apiKey(secretHash: hash) }) else { return false }
+        return key.scope == .admin && key.revokedAt == nil
     }
 
     /// Open work only, along partial indexes; everything else is counted as it happens

@@ -28,12 +28,10 @@ struct APIKeyMiddleware: RouterMiddleware {
         }
         let secret = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
         let address = context.remoteAddress ?? "unknown"
-        if let authFailures, authFailures.isExhausted(address) {
-            throw APIError(.tooManyRequests, "rateLimited", "too many unknown API keys from this address; retry after the Retry-After seconds", retryAfter: 60)
-        }
         let hash = APIKeys.hash(secret)
         guard let key = try await keys.value(hash, load: { try await store.apiKey(secretHash: hash) }), key.revokedAt == nil else {
-            _ = authFailures?.take(address)
+            // Wrong keys are throttled per address (a valid key from the same address is not).
+            if let authFailures, let wait = authFailures.take(address) { throw KeyedRateLimiter.tooMany("this address sent unknown API keys: it", authFailures.limit, wait) }
             throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
         }
         try limiter?.check(keyID: key.id, scope: key.scope)
