@@ -124,8 +124,9 @@ public struct RegistrationTicket: Sendable, Hashable {
 }
 
 extension RegistrationTicket.Refusal {
-    /// The API's answer: 400 naming `field` (401-like refusals would make clients retry).
+    /// The API's answer: 403 naming `field` — the ticket does not authorize the binding (a 401
+    /// would say the API key is wrong; clients retry neither).
     func apiError(field: String = "ticket") -> APIError {
-        APIError(.badRequest, code, message, field: field)
+        APIError(.forbidden, code, message, field: field)
     }
 }

@@ -241,7 +241,7 @@ struct APIErrorTests {
         Case(method: "PUT", path: "/v1/activities/nope/key", key: "backend", body: #"{"externalKey":"x"}"#, status: 404, field: nil),
         Case(method: "PUT", path: "/v1/activities/ID/key", key: "backend", body: #"{"externalKey":"a\u0000b"}"#, status: 400, field: "externalKey"),
         Case(method: "POST", path: "/v1/activities/by-key/a%00b/update", key: "backend", body: "{}", status: 400, field: "key"),
-        Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"ticket":"not-a-jwt"}"#, status: 400, field: "ticket"),
+        Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"ticket":"not-a-jwt"}"#, status: 403, field: "ticket"),
         Case(method: "POST", path: "/v1/activities", key: "device", body: #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(String(repeating: "ab", count: 40))","topics":"x"}"#, status: 400, field: "topics"),
         Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"pushToStartTokens":{"PizzaDeliveryAttributes":"zz"}}"#, status: 400, field: "pushToStartTokens.PizzaDeliveryAttributes"),
         Case(method: "PUT", path: "/v1/installations/i1", key: "device", body: #"{"liveActivitiesEnabled":"yes"}"#, status: 400, field: "liveActivitiesEnabled"),

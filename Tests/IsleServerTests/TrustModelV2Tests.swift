@@ -30,11 +30,11 @@ struct TrustModelV2Tests {
             // A ticket for the attacker's own order does not cover another key.
             let other = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.junk), "externalKey": "order-8888"],
                                              installation: "attacker", ticket: f.ticket(key: "order-1111"))
-            #expect(other.status == 400 && other.json["error"]?["field"] == "ticket", "\(other.json.jsonString)")
+            #expect(other.status == 403 && other.json["error"]?["field"] == "ticket", "\(other.json.jsonString)")
             // A ticket bound to another installation cannot be replayed by this one.
             let bound = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.junk), "externalKey": "order-8888"],
                                              installation: "attacker", ticket: f.ticket(key: "order-8888", installation: "victim-phone"))
-            #expect(bound.status == 400 && bound.json["error"]?["field"] == "ticket", "\(bound.json.jsonString)")
+            #expect(bound.status == 403 && bound.json["error"]?["field"] == "ticket", "\(bound.json.jsonString)")
             let store = try SQLiteStore(path: f.databasePath)
             #expect(try await store.liveActivities(bundleID: Pizza.bundleID, externalKey: "order-8888").isEmpty)
             // The genuine app, with the ticket its backend gave it for the order.
@@ -52,7 +52,7 @@ struct TrustModelV2Tests {
             let body: JSONValue = ["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.junk), "externalKey": "order-t"]
             func code(_ ticket: String) async throws -> String? {
                 let r = try await f.register(body, installation: "phone-t", ticket: ticket)
-                #expect(r.status == 400 && r.json["error"]?["field"] == "ticket", "\(r.json.jsonString)")
+                #expect(r.status == 403 && r.json["error"]?["field"] == "ticket", "\(r.json.jsonString)")
                 #expect(!r.json.jsonString.contains(ticket), "the ticket is never echoed")
                 return r.json["error"]?["code"]?.stringValue
             }
@@ -66,6 +66,8 @@ struct TrustModelV2Tests {
                 .signed(with: P256.Signing.PrivateKey(), keyID: ServerFixture.ticketKeyID)
             #expect(try await code(stranger) == "invalidTicket")
             #expect(try await code("not.a.jwt!") == "invalidTicket")
+            // A ticket that names a user binds no order key.
+            #expect(try await code(f.ticket(user: "alice")) == "invalidTicket")
             // The genuine ticket works, once the key is free.
             #expect(try await f.register(body, installation: "phone-t").status == 201)
         }

@@ -99,8 +99,8 @@ struct ActivityController {
             }
             let ticket: RegistrationTicket
             do { ticket = try RegistrationTicket.verify(ticketText, app: app, now: services.clock.now) } catch { throw error.apiError() }
-            guard ticket.externalKey == key else { throw APIError.invalid("ticket", "the ticket does not name externalKey \(key)") }
-            if let bound = ticket.installationID, bound != installationID { throw APIError.invalid("ticket", "the ticket is for another installation") }
+            guard ticket.externalKey == key else { throw APIError(.forbidden, "invalidTicket", "the ticket does not name externalKey \(key)", field: "ticket") }
+            if let bound = ticket.installationID, bound != installationID { throw APIError(.forbidden, "invalidTicket", "the ticket is for another installation", field: "ticket") }
         } else if r.ticket != nil {
             throw APIError.invalid("ticket", "a ticket goes with the externalKey it names")
         }

@@ -42,8 +42,8 @@ struct InstallationController {
             let app = try await services.app(caller.bundleID)
             let ticket: RegistrationTicket
             do { ticket = try RegistrationTicket.verify(text, app: app, now: services.clock.now) } catch { throw error.apiError() }
-            guard let user = ticket.userID else { throw APIError.invalid("ticket", "the ticket names no user") }
-            if let bound = ticket.installationID, bound != id { throw APIError.invalid("ticket", "the ticket is for another installation") }
+            guard let user = ticket.userID else { throw APIError(.forbidden, "invalidTicket", "the ticket names no user", field: "ticket") }
+            if let bound = ticket.installationID, bound != id { throw APIError(.forbidden, "invalidTicket", "the ticket is for another installation", field: "ticket") }
             let others = try await store.installations(bundleID: caller.bundleID, userID: user).filter { $0.id != id }
             guard others.count < services.configuration.quotas.installationsPerUser else {
                 throw APIError(.conflict, "tooManyInstallations", "user \(user) has \(others.count) installations, the most Isle keeps per user", field: "ticket")
