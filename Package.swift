@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.34.1"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
@@ -121,6 +122,9 @@ let package = Package(
                 "IsleCore", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -209,6 +213,8 @@ let package = Package(
             dependencies: [
                 "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleClient", "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -217,7 +223,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", "IsleServer", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
     ],

@@ -5,6 +5,7 @@
 #   scripts/postgres-test-cluster.sh stop
 # The cluster lives in ${ISLE_PG_DIR:-/tmp/isle-pg}; as root it runs as the postgres user.
 # ISLE_PG_FSYNC=on keeps fsync on (benchmarks: durable commits, as in production).
+# ISLE_PG_PASSWORD=… makes a cluster that asks for that password (scram-sha-256) instead of trusting.
 set -euo pipefail
 DIR="${ISLE_PG_DIR:-/tmp/isle-pg}"
 BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
@@ -16,11 +17,31 @@ case "${1:-start}" in
     as_pg "$BIN/pg_ctl" -D "$DIR/data" stop -m fast >/dev/null 2>&1 || true
     rm -rf "$DIR"
     mkdir -p "$DIR"
-    [ "$(id -u)" = 0 ] && chown postgres "$DIR"
-    as_pg "$BIN/initdb" -D "$DIR/data" --auth=trust --username=postgres >/dev/null
-    PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w \
-      -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300" start >/dev/null
+    if [ "$(id -u)" = 0 ]; then
+      chown postgres "$DIR"
+      runuser -u postgres -- test -w "$DIR" || { echo "the postgres user cannot reach $DIR (a parent directory is private): set ISLE_PG_DIR to a directory under /tmp" >&2; exit 1; }
+    fi
+    if [ -n "${ISLE_PG_PASSWORD:-}" ]; then
+      # Password authentication (scram-sha-256) for the postgres user, as a production server has.
+      printf '%s\n' "$ISLE_PG_PASSWORD" > "$DIR/pwfile"
+      [ "$(id -u)" = 0 ] && chown postgres "$DIR/pwfile"
+      chmod 600 "$DIR/pwfile"
+      as_pg "$BIN/initdb" -D "$DIR/data" --auth=scram-sha-256 --pwfile="$DIR/pwfile" --username=postgres >/dev/null
+      rm -f "$DIR/pwfile"
+    else
+      as_pg "$BIN/initdb" -D "$DIR/data" --auth=trust --username=postgres >/dev/null
+    fi
+    # The port is free when picked but could be taken before PostgreSQL binds it: three tries.
+    for try in 1 2 3; do
+      PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+      if as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w \
+          -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300" start >/dev/null; then
+        break
+      fi
+      if [ "$try" = 3 ]; then
+        echo "PostgreSQL did not start; its log ($DIR/log) ends:" >&2; tail -20 "$DIR/log" >&2 || true; exit 1
+      fi
+    done
     echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
     ;;
   stop)

@@ -19,6 +19,7 @@ struct DbCommand: AsyncParsableCommand {
         func run() async throws {
             guard !PostgresSettings.isPostgresURL(from) else { throw CLIError("--from: give the SQLite file to copy from (copies go from SQLite to PostgreSQL)") }
             guard PostgresSettings.isPostgresURL(to) else { throw CLIError("--to: give a postgres://user@host:port/database URL") }
+            if let problem = DatabaseOption.passwordProblem(to, source: "--to") { throw CLIError(problem) }
             guard FileManager.default.fileExists(atPath: from) else { throw CLIError("--from: no file \(from)") }
             let source: SQLiteStore
             do { source = try SQLiteStore(path: from) } catch { throw CLIError("--from: cannot open \(from): \(error)") }

@@ -1,5 +1,6 @@
 public import ArgumentParser
 public import Foundation
+import IsleStore
 
 /// Where the commands write, and what environment they read: real stdout/stderr and the process
 /// environment by default, captured in tests.
@@ -66,6 +67,9 @@ public enum IsleCLI {
         } catch let error as CLIError {
             warn("isle: \(error.message)")
             return error.exitCode
+        } catch let error as StoreError {
+            warn("isle: database: \(error.message)")
+            return 1
         } catch let code as ExitCode {
             // The command already said why.
             return code.rawValue

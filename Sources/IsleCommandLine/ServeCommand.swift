@@ -10,12 +10,23 @@ import ServiceLifecycle
 /// Where the database is: `--database`, else ISLE_DATABASE, else ./isle.sqlite. A
 /// `postgres://user@host:port/db` URL names a PostgreSQL database (several `isle serve` may share it).
 struct DatabaseOption: ParsableArguments {
-    @Option(help: ArgumentHelp("A SQLite file, or postgres://user@host:port/database (env ISLE_DATABASE; default ./isle.sqlite). The PostgreSQL password comes from the URL, PGPASSWORD or ?passwordfile=.", valueName: "path-or-url"))
+    @Option(help: ArgumentHelp("A SQLite file, or postgres://user@host:port/database (env ISLE_DATABASE; default ./isle.sqlite). The PostgreSQL password comes from PGPASSWORD or ?passwordfile= (a file only you can read), never from this flag.", valueName: "path-or-url"))
     var database: String?
     @Option(name: .customLong("master-key-file"), help: ArgumentHelp("The master key that seals the apps' .p8 keys (env ISLE_MASTER_KEY_FILE, or the key itself in ISLE_MASTER_KEY). Create one with: isle master-key.", valueName: "file"))
     var masterKeyFile: String?
 
     var path: String { database ?? CLIContext.current.environment["ISLE_DATABASE"] ?? "./isle.sqlite" }
+
+    /// A password on the command line is visible to every user of the machine (`ps`,
+    /// /proc/PID/cmdline): refused, pointing to the ways that keep it private.
+    func validate() throws {
+        if let database, let problem = Self.passwordProblem(database, source: "--database") { throw ValidationError(problem) }
+    }
+
+    static func passwordProblem(_ url: String, source: String) -> String? {
+        guard PostgresSettings.isPostgresURL(url), let components = URLComponents(string: url), components.password != nil else { return nil }
+        return "\(source) holds a password, which any user of this machine can read in the process list; leave it out of the URL and give it in PGPASSWORD, in a file named by ?passwordfile= (chmod 600), or put the URL in ISLE_DATABASE or a --config file (chmod 600)"
+    }
 
     /// The master key from --master-key-file, ISLE_MASTER_KEY_FILE or ISLE_MASTER_KEY; nil when none is given.
     func masterKey() throws -> MasterKey? {
@@ -41,7 +52,7 @@ struct DatabaseOption: ParsableArguments {
     /// Opens the store (SQLite file or PostgreSQL URL), without running it.
     static func store(_ path: String, logger: Logger) throws -> any IsleStore {
         if PostgresSettings.isPostgresURL(path) {
-            do { return PostgresStore(settings: try PostgresSettings(url: path), logger: logger) } catch let e as StoreError { throw CLIError("database: \(e.message)") }
+            do { return PostgresStore(settings: try PostgresSettings(url: path, environment: CLIContext.current.environment), logger: logger) } catch let e as StoreError { throw CLIError("database: \(e.message)") }
         }
         if let problem = FilePermissions.problem(withDatabase: path) { throw CLIError("database: \(problem)") }
         do { return try SQLiteStore(path: path) } catch { throw CLIError("database: cannot open \(path): \(error)") }
@@ -83,19 +94,90 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
     @Option(help: ArgumentHelp("Seconds a claimed push belongs to this server before another may take it over (env ISLE_LEASE; default 120; at least 2). Shorter brings a crashed instance's work back sooner; it must stay longer than a send can take.", valueName: "seconds")) var lease: Int?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env ISLE_LOG_LEVEL; default info).") var logLevel: String?
+    // Bounds (docs/security.md, "Bounded by construction"). A rate is 10/s, 10/s,burst=60 or off.
+    @Option(name: .customLong("backend-rate"), help: ArgumentHelp("Requests per backend API key (env ISLE_BACKEND_RATE; default 10000/s,burst=20000).", valueName: "rate")) var backendRate: String?
+    @Option(name: .customLong("device-rate"), help: ArgumentHelp("Requests per device API key, the whole fleet together (env ISLE_DEVICE_RATE; default 1000/s,burst=2000).", valueName: "rate")) var deviceRate: String?
+    @Option(name: .customLong("installation-rate"), help: ArgumentHelp("Device-key requests per installation (env ISLE_INSTALLATION_RATE; default 5/s,burst=60).", valueName: "rate")) var installationRate: String?
+    @Option(name: .customLong("address-rate"), help: ArgumentHelp("Device-key requests per client address (env ISLE_ADDRESS_RATE; default 100/s,burst=1000).", valueName: "rate")) var addressRate: String?
+    @Option(name: .customLong("auth-failure-rate"), help: ArgumentHelp("Unknown API keys and failed console sign-ins per client address (env ISLE_AUTH_FAILURE_RATE; default 0.5/s,burst=20).", valueName: "rate")) var authFailureRate: String?
+    @Option(name: .customLong("max-live-activities-per-installation"), help: ArgumentHelp("Live activities one installation may hold (env ISLE_MAX_LIVE_ACTIVITIES_PER_INSTALLATION; default 20).", valueName: "n")) var maxLiveActivities: Int?
+    @Option(name: .customLong("max-installations-per-user"), help: ArgumentHelp("Installations the backend may bind to one user (env ISLE_MAX_INSTALLATIONS_PER_USER; default 50).", valueName: "n")) var maxInstallationsPerUser: Int?
+    @Option(name: .customLong("header-timeout"), help: ArgumentHelp("Seconds from a request's first byte to the end of its head (env ISLE_HEADER_TIMEOUT; default 10).", valueName: "seconds")) var headerTimeout: Double?
+    @Option(name: .customLong("body-timeout"), help: ArgumentHelp("Seconds from a request's head to the end of its body (env ISLE_BODY_TIMEOUT; default 30).", valueName: "seconds")) var bodyTimeout: Double?
+    @Option(name: .customLong("idle-timeout"), help: ArgumentHelp("Seconds a connection may stay open with no request in progress (env ISLE_IDLE_TIMEOUT; default 60).", valueName: "seconds")) var idleTimeout: Double?
+    @Flag(name: .customLong("secure-cookies"), help: "The console's session cookie is Secure: set it when clients reach Isle over HTTPS (a TLS-terminating proxy) (env ISLE_SECURE_COOKIES=true).") var secureCookies = false
+    @Option(name: .customLong("keep-ended-activities"), help: ArgumentHelp("Days an ended, dismissed or unreachable activity is kept (env ISLE_KEEP_ENDED_ACTIVITIES; default 30).", valueName: "days")) var keepEndedActivities: Double?
+    @Option(name: .customLong("keep-stale-installations"), help: ArgumentHelp("Days an installation that reported nothing and holds no live activity is kept (env ISLE_KEEP_STALE_INSTALLATIONS; default 180).", valueName: "days")) var keepStaleInstallations: Double?
+
+    /// 0.1, 3600: a number as a person writes it.
+    static func plain(_ v: Double) -> String { v == v.rounded() ? String(Int(v)) : String(v) }
+
+    /// Every setting a --config file may hold (the flags' names in camelCase).
+    static let configKeys: Set<String> = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL",
+                                          "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease", "backendRate", "deviceRate", "installationRate", "addressRate",
+                                          "authFailureRate", "maxLiveActivitiesPerInstallation", "maxInstallationsPerUser", "headerTimeout", "bodyTimeout", "idleTimeout",
+                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations"]
 
     func run() async throws {
+        let (configuration, level) = try settings()
+        var logger = Logger(label: "isle.server")
+        logger.logLevel = level
+        let store = try DatabaseOption.store(configuration.databasePath, logger: logger)
+        let shown = DatabaseOption.shown(configuration.databasePath)
+        let serverLogger = logger
+        try await store.withRunning {
+            try await Self.checkKeys(store: store, masterKey: configuration.masterKey, path: shown)
+            try await Self.serve(configuration, store: store, shown: shown, logger: serverLogger)
+        }
+    }
+
+    /// The server's configuration and log level from the config file, the environment and the
+    /// flags (later ones win); every bad setting is reported at once.
+    func settings() throws -> (ServerConfiguration, Logger.Level) {
         let env = CLIContext.current.environment
         var file: JSONObject = [:]
         if let config {
+            // It may hold the database URL (with its password): like the master key, it must be
+            // private to its owner.
+            if let mode = FilePermissions.mode(of: config), mode & 0o077 != 0 {
+                throw CLIError("--config: \(config) is readable by others (mode \(String(mode & 0o777, radix: 8))), and it may hold the database's password; run: chmod 600 \(config)")
+            }
             let value = try Inputs.json("@" + config, flag: "--config")
             guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
-            let known: Set = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL", "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease"]
-            if let unknown = o.keys.first(where: { !known.contains($0) }) { throw CLIError("--config: unknown setting \"\(unknown)\"; known: \(known.sorted().joined(separator: ", "))") }
+            let unknown = o.keys.filter { !Self.configKeys.contains($0) }.sorted()
+            if !unknown.isEmpty {
+                throw CLIError("--config: unknown setting\(unknown.count == 1 ? "" : "s") \(unknown.map { "\"\($0)\"" }.joined(separator: ", ")); known: \(Self.configKeys.sorted().joined(separator: ", "))")
+            }
             file = o
         }
         func pick(_ flag: String?, _ envName: String, _ key: String) -> String? {
-            flag ?? env[envName].flatMap { $0.isEmpty ? nil : $0 } ?? file[key]?.stringValue ?? file[key]?.numberValue?.literal
+            flag ?? env[envName].flatMap { $0.isEmpty ? nil : $0 } ?? file[key]?.stringValue ?? file[key]?.numberValue?.literal ?? file[key]?.boolValue.map(String.init)
+        }
+        // Every bad setting is reported at once, not one per run.
+        var problems: [String] = []
+        func rate(_ flag: String?, _ envName: String, _ key: String, _ name: String) -> RateLimit? {
+            guard let text = pick(flag, envName, key) else { return nil }
+            guard let r = RateLimit(parsing: text) else {
+                problems.append("\(name): \"\(text)\" is not a rate; write 10/s, 10/s,burst=60 or off")
+                return nil
+            }
+            return r
+        }
+        func number(_ flag: Double?, _ envName: String, _ key: String, _ name: String, _ range: ClosedRange<Double>, _ unit: String) -> Double? {
+            guard let text = pick(flag.map { String($0) }, envName, key) else { return nil }
+            guard let v = Double(text), range.contains(v) else {
+                problems.append("\(name): \(text) must be \(unit) from \(Self.plain(range.lowerBound)) to \(Self.plain(range.upperBound))")
+                return nil
+            }
+            return v
+        }
+        func count(_ flag: Int?, _ envName: String, _ key: String, _ name: String) -> Int? {
+            guard let text = pick(flag.map(String.init), envName, key) else { return nil }
+            guard let v = Int(text), (1...100_000).contains(v) else {
+                problems.append("\(name): \(text) must be a whole number from 1 to 100000")
+                return nil
+            }
+            return v
         }
         var c = ServerConfiguration()
         c.host = pick(host, "ISLE_HOST", "host") ?? c.host
@@ -149,20 +231,33 @@ struct ServeCommand: AsyncParsableCommand {
             guard let url = try https(flag, value) else { continue }
             c.apnsTargets[environment] = .custom(url: url, trustRootsPEM: pem)
         }
-        var logger = Logger(label: "isle.server")
+        if let r = rate(backendRate, "ISLE_BACKEND_RATE", "backendRate", "backend-rate") { c.rateLimits[.backend] = r }
+        if let r = rate(deviceRate, "ISLE_DEVICE_RATE", "deviceRate", "device-rate") { c.rateLimits[.device] = r }
+        if let r = rate(installationRate, "ISLE_INSTALLATION_RATE", "installationRate", "installation-rate") { c.deviceInstallationLimit = r }
+        if let r = rate(addressRate, "ISLE_ADDRESS_RATE", "addressRate", "address-rate") { c.deviceAddressLimit = r }
+        if let r = rate(authFailureRate, "ISLE_AUTH_FAILURE_RATE", "authFailureRate", "auth-failure-rate") { c.authFailureLimit = r }
+        if let n = count(maxLiveActivities, "ISLE_MAX_LIVE_ACTIVITIES_PER_INSTALLATION", "maxLiveActivitiesPerInstallation", "max-live-activities-per-installation") {
+            c.quotas.liveActivitiesPerInstallation = n
+        }
+        if let n = count(maxInstallationsPerUser, "ISLE_MAX_INSTALLATIONS_PER_USER", "maxInstallationsPerUser", "max-installations-per-user") { c.quotas.installationsPerUser = n }
+        if let v = number(headerTimeout, "ISLE_HEADER_TIMEOUT", "headerTimeout", "header-timeout", 0.1...3600, "seconds") { c.timeouts.header = .milliseconds(Int64(v * 1000)) }
+        if let v = number(bodyTimeout, "ISLE_BODY_TIMEOUT", "bodyTimeout", "body-timeout", 0.1...3600, "seconds") { c.timeouts.body = .milliseconds(Int64(v * 1000)) }
+        if let v = number(idleTimeout, "ISLE_IDLE_TIMEOUT", "idleTimeout", "idle-timeout", 0.1...86_400, "seconds") { c.timeouts.idle = .milliseconds(Int64(v * 1000)) }
+        if let v = number(keepEndedActivities, "ISLE_KEEP_ENDED_ACTIVITIES", "keepEndedActivities", "keep-ended-activities", 1...3650, "days") { c.retention.endedActivities = v * 86_400 }
+        if let v = number(keepStaleInstallations, "ISLE_KEEP_STALE_INSTALLATIONS", "keepStaleInstallations", "keep-stale-installations", 1...3650, "days") { c.retention.staleInstallations = v * 86_400 }
+        if let text = pick(secureCookies ? "true" : nil, "ISLE_SECURE_COOKIES", "secureCookies") {
+            switch text.lowercased() {
+            case "true", "1", "yes": c.secureCookies = true
+            case "false", "0", "no": c.secureCookies = false
+            default: problems.append("secure-cookies: \"\(text)\" is not true or false")
+            }
+        }
+        if !problems.isEmpty { throw CLIError(problems.joined(separator: "\n")) }
+
         let level = pick(logLevel, "ISLE_LOG_LEVEL", "logLevel") ?? "info"
         guard let l = Logger.Level(rawValue: level) else { throw CLIError("log-level: \(level) is not one of trace, debug, info, notice, warning, error, critical") }
-        logger.logLevel = l
-
-        let store = try DatabaseOption.store(c.databasePath, logger: logger)
-        let shown = DatabaseOption.shown(c.databasePath)
         c.masterKey = try database.masterKey()
-        let configuration = c
-        let serverLogger = logger
-        try await store.withRunning {
-            try await Self.checkKeys(store: store, masterKey: configuration.masterKey, path: shown)
-            try await Self.serve(configuration, store: store, shown: shown, logger: serverLogger)
-        }
+        return (c, l)
     }
 
     static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger) async throws {

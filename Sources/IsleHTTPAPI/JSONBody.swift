@@ -16,8 +16,11 @@ public struct JSONBody: Sendable {
     /// Anything but a JSON object is a 400 that says what was wrong.
     public static func read(_ request: inout Request, limit: Int) async throws -> JSONBody {
         let buffer: ByteBuffer
-        do { buffer = try await request.collectBody(upTo: limit) } catch {
+        do { buffer = try await request.collectBody(upTo: limit) } catch is NIOTooManyBytesError {
             throw APIError(.contentTooLarge, "bodyTooLarge", "the request body is over \(limit >= 1 << 20 ? "\(limit >> 20) MiB" : "\(limit) bytes")")
+        } catch {
+            // The connection ended, or its body deadline passed, before the body did.
+            throw APIError(.badRequest, "incompleteBody", "the request body ended before it was complete")
         }
         let bytes = Array(buffer: buffer)
         if bytes.isEmpty { return JSONBody(object: [:], bytes: bytes) }

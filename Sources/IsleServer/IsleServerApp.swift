@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import IsleAPNs
 public import IsleCore
 import IsleHTTPAPI
@@ -40,7 +41,10 @@ public final class IsleServerApp: Service {
                                       perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
                                       perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
         let box = portBox
-        application = Application(router: router, configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
+        let timeouts = configuration.timeouts
+        application = Application(router: router,
+                                  server: HTTPServerBuilder { responder in DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, logger: logger) },
+                                  configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
                                   services: [engine], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
     }
 

@@ -13,6 +13,32 @@ public struct RateLimit: Sendable, Hashable {
         self.burst = burst
     }
     public static let off = RateLimit(perSecond: 0, burst: 0)
+
+    /// Reads `10/s` (burst: one second's worth), `10/s,burst=60`, `0.5/s,burst=20` or `off`; nil
+    /// when `text` is none of these.
+    public init?(parsing text: String) {
+        let t = text.trimmingCharacters(in: .whitespaces).lowercased()
+        if t == "off" {
+            self = .off
+            return
+        }
+        let parts = t.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard (1...2).contains(parts.count), parts[0].hasSuffix("/s"),
+              let rate = Double(parts[0].dropLast(2)), rate.isFinite, rate > 0, rate <= 1_000_000 else { return nil }
+        var burst = max(1, rate.rounded(.up))
+        if parts.count == 2 {
+            guard parts[1].hasPrefix("burst="), let b = Double(parts[1].dropFirst(6)), b.isFinite, b >= 1, b <= 10_000_000 else { return nil }
+            burst = b
+        }
+        self.init(perSecond: rate, burst: burst)
+    }
+
+    /// `10/s,burst=60` or `off`: what ``init(parsing:)`` reads.
+    public var text: String {
+        guard perSecond > 0 else { return "off" }
+        func n(_ v: Double) -> String { v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v) }
+        return "\(n(perSecond))/s,burst=\(n(burst))"
+    }
 }
 
 /// A token bucket: pure, on an injected time.

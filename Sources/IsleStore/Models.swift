@@ -397,6 +397,9 @@ public struct Retention: Sendable, Hashable {
 public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
     public enum Code: String, Sendable {
         case conflict, notFound, unavailable
+        /// The database refused this server's credentials or has no such database: retrying will
+        /// not help (a wrong password, an unknown user or database).
+        case refused
         /// Another request with the same `Idempotency-Key` committed first: this one changed nothing.
         case idempotencyKeyTaken
     }

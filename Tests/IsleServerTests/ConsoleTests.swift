@@ -16,6 +16,9 @@ struct ConsoleTests {
     struct Page {
         var status: Int
         var cookie: String?
+        /// The whole Set-Cookie header, attributes included.
+        var setCookie: String? = nil
+        var csp: String? = nil
         var location: String?
         var text: String
     }
@@ -36,14 +39,19 @@ struct ConsoleTests {
         let response = try await client.execute(r, timeout: .seconds(20))
         let body = try await response.body.collect(upTo: 4 << 20)
         let cookie = response.headers.first(name: "set-cookie").map { String($0.split(separator: ";")[0]) }
-        return Page(status: Int(response.status.code), cookie: cookie, location: response.headers.first(name: "location"), text: String(buffer: body))
+        return Page(status: Int(response.status.code), cookie: cookie, setCookie: response.headers.first(name: "set-cookie"), csp: response.headers.first(name: "content-security-policy"),
+                    location: response.headers.first(name: "location"), text: String(buffer: body))
     }
 
     static func signIn(_ f: ServerFixture) async throws -> String {
-        let admin = try await ServerSetup.createKey(store: try SQLiteStore(path: f.databasePath), bundleID: Pizza.bundleID, scope: .admin).secret
-        let r = try await send(f, "POST", "/console/login", form: ["key": admin])
+        try await signInWithKey(f).cookie
+    }
+
+    static func signInWithKey(_ f: ServerFixture) async throws -> (cookie: String, keyID: String, page: Page) {
+        let admin = try await ServerSetup.createKey(store: try SQLiteStore(path: f.databasePath), bundleID: Pizza.bundleID, scope: .admin)
+        let r = try await send(f, "POST", "/console/login", form: ["key": admin.secret])
         #expect(r.status == 303 && r.location == "/console")
-        return try #require(r.cookie)
+        return (try #require(r.cookie), admin.id, r)
     }
 
     @Test("never open: the login page without a session; backend and device keys are refused, in the form and as a bearer; an admin key signs in")
@@ -52,12 +60,17 @@ struct ConsoleTests {
             let anonymous = try await Self.send(f, "GET", "/console")
             #expect(anonymous.status == 200 && anonymous.text.contains("Admin key") && !anonymous.text.contains(Pizza.bundleID))
             #expect(try await Self.send(f, "GET", "/console/stats").status == 401)
+            // Unknown and other-scope keys get the same answer: the page never says what a key is.
+            let unknown = try await Self.send(f, "POST", "/console/login", form: ["key": "isle_admin_nope"])
+            #expect(unknown.status == 403 && unknown.cookie == nil && unknown.text.contains("takes an admin key"))
             for key in [f.backendKey, f.deviceKey] {
                 let r = try await Self.send(f, "POST", "/console/login", form: ["key": key])
-                #expect(r.status == 403 && r.cookie == nil && r.text.contains("admin key only"))
-                #expect(try await Self.send(f, "GET", "/console/stats", bearer: key).status == 403)
+                #expect(r.status == 403 && r.cookie == nil && r.text == unknown.text, "the answer to a \(key.prefix(10))… key names nothing of it")
+                #expect(!r.text.contains("backend key") && !r.text.contains("device key") && !r.text.contains("That is a"))
+                let bearer = try await Self.send(f, "GET", "/console/stats", bearer: key)
+                let nope = try await Self.send(f, "GET", "/console/stats", bearer: "isle_backend_nope")
+                #expect(bearer.status == 401 && bearer.text == nope.text)
             }
-            #expect(try await Self.send(f, "POST", "/console/login", form: ["key": "isle_admin_nope"]).status == 403)
             let cookie = try await Self.signIn(f)
             let home = try await Self.send(f, "GET", "/console", cookie: cookie)
             #expect(home.status == 200 && home.text.contains(Pizza.bundleID) && home.text.contains("In flight"))
@@ -106,6 +119,51 @@ struct ConsoleTests {
             try await eventually("both deliveries recorded") {
                 try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.count == (before ?? 0) + 1
             }
+        }
+    }
+
+    @Test("sessions and secrets: revoking the key ends its sessions within a second; sign-in failures throttled per address; no inline script; Secure when asked; 413 and 400 for what a form or search cannot be")
+    func sessionsAndSecrets() async throws {
+        try await ServerFixture.with(server: { c in c.authFailureLimit = RateLimit(perSecond: 0.01, burst: 3) }) { f in
+            let (cookie, keyID, login) = try await Self.signInWithKey(f)
+            #expect(login.setCookie?.contains("HttpOnly") == true && login.setCookie?.contains("Secure") == false, "plain HTTP by default: \(login.setCookie ?? "")")
+            let home = try await Self.send(f, "GET", "/console", cookie: cookie)
+            // The CSP allows no inline script, and the page has none: its script is a file.
+            let csp = try #require(home.csp)
+            #expect(csp.contains("script-src 'self'") && !csp.contains("'unsafe-inline' 'self'") && !(csp.split(separator: ";").first { $0.contains("script-src") }?.contains("unsafe-inline") ?? true))
+            #expect(home.text.contains("<script src=\"/console/console.js\"></script>") && !home.text.contains("<script>"))
+            let script = try await Self.send(f, "GET", "/console/console.js")
+            #expect(script.status == 200 && script.text.contains("/console/stats"))
+            // A search holding U+0000 is a 400 naming the field, not a 500.
+            let nul = try await Self.send(f, "GET", "/console/activities?key=a%00b", cookie: cookie)
+            #expect(nul.status == 400 && nul.text.contains("\"key\""), "\(nul.status) \(nul.text.prefix(300))")
+            // Revoking the admin key ends the session within a second (the key is re-read at most once a second).
+            #expect(try await Self.send(f, "GET", "/console/stats", cookie: cookie).status == 200)
+            #expect(try await SQLiteStore(path: f.databasePath).revokeAPIKey(id: keyID, at: Date()))
+            let revokedAt = ContinuousClock.now
+            try await eventually(within: .seconds(5), "the revoked key's session to end") {
+                try await Self.send(f, "GET", "/console/stats", cookie: cookie).status == 401
+            }
+            let took = ContinuousClock.now - revokedAt
+            #expect(took < .milliseconds(2_500), "the key is re-read at most a second after it was last read; the session ended \(took) after the revocation")
+            #expect(try await Self.send(f, "GET", "/console", cookie: cookie).text.contains("Admin key"))
+            // A form over 1 MiB is a 413 before any sign-in, not a 500.
+            let big = try await Self.send(f, "POST", "/console/login", form: ["key": String(repeating: "k", count: (1 << 20) + 10)])
+            #expect(big.status == 413, "\(big.status)")
+            // Wrong keys: 3 refused, then this address is held back (429), even with a right key.
+            for _ in 0..<3 { #expect(try await Self.send(f, "POST", "/console/login", form: ["key": "isle_admin_guess"]).status == 403) }
+            let held = try await Self.send(f, "POST", "/console/login", form: ["key": "isle_admin_guess"])
+            #expect(held.status == 429 && held.text.contains("Too many failed sign-ins"))
+            let right = try await ServerSetup.createKey(store: try SQLiteStore(path: f.databasePath), bundleID: Pizza.bundleID, scope: .admin).secret
+            #expect(try await Self.send(f, "POST", "/console/login", form: ["key": right]).status == 429)
+            #expect(try await Self.send(f, "GET", "/console/stats", bearer: "isle_admin_guess").status == 429)
+        }
+        // Behind HTTPS: the cookie is Secure.
+        try await ServerFixture.with(server: { c in c.secureCookies = true }) { f in
+            let (cookie, _, login) = try await Self.signInWithKey(f)
+            #expect(login.setCookie?.contains("; Secure") == true, "\(login.setCookie ?? "")")
+            let out = try await Self.send(f, "POST", "/console/logout", cookie: cookie)
+            #expect(out.setCookie?.contains("; Secure") == true && out.setCookie?.contains("Max-Age=0") == true)
         }
     }
 }

@@ -31,7 +31,9 @@ struct MultiInstanceTests {
         // directory of its own), never the one the other tests share.
         let ctl = env["ISLE_TEST_POSTGRES_CTL"].flatMap { $0.isEmpty ? nil : $0 }
         if ctl == nil { print("note: PostgreSQL is not restarted in this run: ISLE_TEST_POSTGRES_CTL is not set (.ci/run sets it)") }
-        let clusterDir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-multi-pg-\(UUID().uuidString.prefix(8))").path
+        // Under /tmp, not $TMPDIR: as root the script runs PostgreSQL as the postgres user, who must
+        // be able to reach the directory (a CI's private TMPDIR is not reachable by other users).
+        let clusterDir = "/tmp/isle-multi-pg-\(UUID().uuidString.prefix(8))"
         var server = base
         if let ctl {
             let out = clusterDir + ".url"
@@ -362,7 +364,11 @@ final class IsleServerProcess: Sendable {
     static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:], output: String = "/dev/null") async throws {
         let child = IsleServerProcess(pid: try spawn(executable, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, output: output), port: 0)
         let status = await child.waitForExit()
-        guard status == 0 else { throw DeadlineExceeded(what: "\(arguments.joined(separator: " ")) exited with status \(status)", after: .zero) }
+        guard status == 0 else {
+            // What the command printed (stdout and stderr both go to `output`) says why.
+            let said = output == "/dev/null" ? "" : ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+            throw DeadlineExceeded(what: "\(arguments.joined(separator: " ")) exited with status \(status): \(said.suffix(2000))", after: .zero)
+        }
     }
 
     static func spawn(_ executable: String, _ arguments: [String], environment: [String: String], output: String = "/dev/null") throws -> pid_t {

@@ -18,6 +18,13 @@ struct PostgresStoreTests {
         #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: ["PGPASSWORD": "from-env"]).password == "from-env")
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("pgpass-\(UUID().uuidString)").path
         try "from-file\n".write(toFile: file, atomically: true, encoding: .utf8)
+        // A password file others can read is refused, saying how to fix it (issue 22).
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file)
+        #expect(throws: StoreError.self) { try PostgresSettings(url: "postgres://isle@h/db?passwordfile=\(file)", environment: [:]) }
+        do { _ = try PostgresSettings(url: "postgres://isle@h/db?passwordfile=\(file)", environment: [:]) } catch let e as StoreError {
+            #expect(e.message.contains("readable by others") && e.message.contains("chmod 600") && !e.message.contains("from-file"))
+        }
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file)
         #expect(try PostgresSettings(url: "postgres://isle@h/db?passwordfile=\(file)", environment: [:]).password == "from-file")
         #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: ["ISLE_DATABASE_PASSWORD_FILE": file]).password == "from-file")
         #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: [:]).password == nil)
@@ -27,6 +34,34 @@ struct PostgresStoreTests {
             #expect(throws: StoreError.self, "\(url)") { try PostgresSettings(url: url, environment: [:]) }
             do { _ = try PostgresSettings(url: url, environment: [:]) } catch let e as StoreError { #expect(e.message.contains(says), "\(url): \(e.message)") }
         }
+    }
+
+    @Test("a refused password, user or database fails at once with its own message, never the password", .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))
+    func refusedCredentials() async throws {
+        let base = try PostgresSettings(url: try #require(PostgresTestDatabase.url))
+        var noDatabase = base
+        noDatabase.database = "isle_missing_\(UUID().uuidString.prefix(8).lowercased())"
+        var noUser = base
+        noUser.username = "isle_nobody"
+        for (settings, state, says) in [(noDatabase, "3D000", "has no database \(noDatabase.database)"), (noUser, "28000", "refused user isle_nobody")] {
+            try await Self.expectRefused(settings, state: state, says: says)
+        }
+        // A wrong password needs a server that asks for one: IsleServerTests' "PostgreSQL that asks for a password".
+    }
+
+    static func expectRefused(_ settings: PostgresSettings, state: String, says: String, never: String? = nil) async throws {
+        let store = PostgresStore(settings: settings, logger: PostgresTestDatabase.logger)
+        let start = ContinuousClock.now
+        do {
+            try await store.withRunning { try await store.migrate() }
+            Issue.record("\(state): the store ran")
+        } catch let e as StoreError {
+            #expect(e.code == .refused && e.message.contains(state) && e.message.contains(says), "\(e.message)")
+            if let never { #expect(!e.message.contains(never)) }
+        }
+        // Before, the pool retried until the call's deadline (statement timeout + 5 s = 35 s).
+        let took = ContinuousClock.now - start
+        #expect(took < .seconds(10), "\(state) took \(took)")
     }
 
     @Test("instances that start together migrate once", .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import NIOCore
 import Synchronization
 
 /// The operator console (`/console`): the app and its status, live queue depth and delivery
@@ -16,52 +17,70 @@ import Synchronization
 struct ConsoleController: Sendable {
     let services: APIServices
     let sessions = ConsoleSessions()
+    /// API keys read at most once a second each.
+    let keys = ExpiringCache<APIKeyRecord?>()
 
     func addRoutes(to router: Router<IsleRequestContext>) {
-        router.get("console") { request, _ in
-            guard let admin = try await admin(request) else { return page("Sign in", ConsolePages.login(error: nil), status: .ok) }
+        router.get("console") { request, context in
+            guard let admin = try await admin(request, context) else { return page("Sign in", ConsolePages.login(error: nil), status: .ok) }
             return page(admin.bundleID, try await dashboard(admin))
         }
-        router.post("console/login") { request, _ in
+        router.get("console/console.js") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/javascript; charset=utf-8", .cacheControl: "no-cache"],
+                     body: .init(byteBuffer: .init(string: ConsolePages.liveStats)))
+        }
+        router.post("console/login") { request, context in
             try checkOrigin(request)
+            // Failed sign-ins are throttled per client address (one token per failure): a key
+            // cannot be guessed from one address faster than the configured rate.
+            let address = context.remoteAddress ?? "unknown"
+            if services.authFailures.isExhausted(address) {
+                return page("Sign in", ConsolePages.login(error: "Too many failed sign-ins from this address; wait a minute and try again."), status: .tooManyRequests)
+            }
             let form = try await Self.form(request)
             let secret = form["key"] ?? ""
-            guard !secret.isEmpty, let key = try await services.store.apiKey(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else {
-                return page("Sign in", ConsolePages.login(error: "That key is not an Isle key (or it was revoked)."), status: .forbidden)
+            let hash = APIKeys.hash(secret)
+            guard !secret.isEmpty, let key = try await services.store.apiKey(secretHash: hash), key.revokedAt == nil, key.scope == .admin else {
+                _ = services.authFailures.take(address)
+                return page("Sign in", ConsolePages.login(error: ConsolePages.refusedKey), status: .forbidden)
             }
-            guard key.scope == .admin else {
-                return page("Sign in", ConsolePages.login(error: "That is a \(key.scope.rawValue) key; the console takes an admin key only (isle key create --scope admin)."), status: .forbidden)
-            }
-            let token = sessions.open(bundleID: key.bundleID, keyID: key.id, now: services.clock.now)
+            let token = sessions.open(bundleID: key.bundleID, keyHash: hash, now: services.clock.now)
             var r = Response(status: .seeOther, headers: [.location: "/console"])
-            r.headers[.setCookie] = "\(ConsoleSessions.cookie)=\(token); Path=/console; HttpOnly; SameSite=Strict; Max-Age=\(Int(ConsoleSessions.lifetime))"
+            r.headers[.setCookie] = "\(ConsoleSessions.cookie)=\(token); Path=/console; HttpOnly; SameSite=Strict\(secure); Max-Age=\(Int(ConsoleSessions.lifetime))"
             return r
         }
         router.post("console/logout") { request, _ in
             try checkOrigin(request)
             if let token = Self.cookie(request) { sessions.close(token) }
             var r = Response(status: .seeOther, headers: [.location: "/console"])
-            r.headers[.setCookie] = "\(ConsoleSessions.cookie)=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"
+            r.headers[.setCookie] = "\(ConsoleSessions.cookie)=; Path=/console; HttpOnly; SameSite=Strict\(secure); Max-Age=0"
             return r
         }
-        router.get("console/stats") { request, _ in
-            let admin = try await required(request)
+        router.get("console/stats") { request, context in
+            let admin = try await required(request, context)
             return JSONResponse.make(try await stats(admin))
         }
-        router.get("console/activities") { request, _ in
-            let admin = try await required(request)
+        router.get("console/activities") { request, context in
+            let admin = try await required(request, context)
             let q = request.uri.queryParameters
-            let query = ConsolePages.Query(key: q["key"].map(String.init) ?? "", state: q["state"].map(String.init) ?? "", topic: q["topic"].map(String.init) ?? "")
+            func field(_ name: String) throws -> String {
+                let value = q[Substring(name)].map(String.init) ?? ""
+                // Nothing a store cannot keep (U+0000) and nothing longer than any stored value.
+                guard !value.unicodeScalars.contains("\u{0}") else { throw APIError(.badRequest, "invalidValue", "\(name) holds U+0000, which no key, state or topic holds", field: name) }
+                guard value.utf8.count <= 256 else { throw APIError(.badRequest, "invalidValue", "\(name) is over 256 bytes, longer than any key, state or topic", field: name) }
+                return value
+            }
+            let query = ConsolePages.Query(key: try field("key"), state: try field("state"), topic: try field("topic"))
             return page("Activities", ConsolePages.search(query, results: try await search(admin, query)))
         }
         router.get("console/activities/:activity") { request, context in
-            let admin = try await required(request)
+            let admin = try await required(request, context)
             let a = try await activity(admin, try context.parameters.require("activity"))
             return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: try await services.store.deliveries(activityID: a.id, before: nil, limit: 200), compose: .init()))
         }
         router.post("console/activities/:activity/compose") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request)
+            let admin = try await required(request, context)
             let a = try await activity(admin, try context.parameters.require("activity"))
             let form = try await Self.form(request)
             var compose = ConsolePages.Compose(event: form["event"] == "end" ? "end" : "update", body: form["body"] ?? "")
@@ -82,19 +101,39 @@ struct ConsoleController: Sendable {
         var keyID: String
     }
 
-    /// The signed-in operator, from the session cookie or an admin key in `Authorization`.
-    func admin(_ request: Request) async throws -> Admin? {
-        if let token = Self.cookie(request), let s = sessions.find(token, now: services.clock.now) { return Admin(bundleID: s.bundleID, keyID: s.keyID) }
-        guard let auth = request.headers[.authorization], auth.lowercased().hasPrefix("bearer ") else { return nil }
-        guard let key = try await services.store.apiKey(secretHash: APIKeys.hash(String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces))), key.revokedAt == nil else {
-            throw APIError(.unauthorized, "unknownKey", "the API key is not valid")
+    /// `; Secure` when the console is reached over HTTPS (`--secure-cookies`).
+    var secure: String { services.configuration.secureCookies ? "; Secure" : "" }
+
+    /// The signed-in operator, from the session cookie or an admin key in `Authorization`. A
+    /// session holds the hash of the key that opened it and is checked against the store (read at
+    /// most once a second per key): revoking the key ends its sessions within a second.
+    func admin(_ request: Request, _ context: IsleRequestContext) async throws -> Admin? {
+        if let token = Self.cookie(request), let s = sessions.find(token, now: services.clock.now) {
+            if let key = try await currentKey(s.keyHash), key.scope == .admin, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id) }
+            sessions.close(token)
+            return nil
         }
-        guard key.scope == .admin else { throw APIError(.forbidden, "wrongScope", "the console takes an admin key; this is a \(key.scope.rawValue) key") }
+        guard let auth = request.headers[.authorization], auth.lowercased().hasPrefix("bearer ") else { return nil }
+        let address = context.remoteAddress ?? "unknown"
+        if let wait = services.authFailures.isExhausted(address) ? services.authFailures.take(address) : nil {
+            throw KeyedRateLimiter.tooMany("this address sent keys that cannot sign in: it", services.authFailures.limit, wait)
+        }
+        guard let key = try await currentKey(APIKeys.hash(String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces))), key.scope == .admin else {
+            // The same answer for an unknown, revoked or other-scope key: it says nothing about the key.
+            _ = services.authFailures.take(address)
+            throw APIError(.unauthorized, "unauthenticated", "the console takes an admin key of this server that was not revoked")
+        }
         return Admin(bundleID: key.bundleID, keyID: key.id)
     }
 
-    func required(_ request: Request) async throws -> Admin {
-        guard let a = try await admin(request) else { throw APIError(.unauthorized, "signInRequired", "sign in at /console with an admin key") }
+    /// The key with this hash if it exists and is not revoked.
+    func currentKey(_ hash: String) async throws -> APIKeyRecord? {
+        let key = try await keys.value(hash) { try await services.store.apiKey(secretHash: hash) }
+        return key?.revokedAt == nil ? key : nil
+    }
+
+    func required(_ request: Request, _ context: IsleRequestContext) async throws -> Admin {
+        guard let a = try await admin(request, context) else { throw APIError(.unauthorized, "signInRequired", "sign in at /console with an admin key") }
         return a
     }
 
@@ -179,7 +218,7 @@ struct ConsoleController: Sendable {
 
     func page(_ title: String, _ body: String, status: HTTPResponse.Status = .ok) -> Response {
         Response(status: status, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store", .init("X-Frame-Options")!: "DENY",
-                                           .init("Content-Security-Policy")!: "default-src 'self'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'"],
+                                           .init("Content-Security-Policy")!: "default-src 'self'; script-src 'self'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"],
                  body: .init(byteBuffer: .init(string: ConsolePages.document(title: title, body: body))))
     }
 
@@ -195,7 +234,12 @@ struct ConsoleController: Sendable {
 
     /// An `application/x-www-form-urlencoded` body.
     static func form(_ request: Request) async throws -> [String: String] {
-        let buffer = try await request.body.collect(upTo: Limits.body)
+        let buffer: ByteBuffer
+        do { buffer = try await request.body.collect(upTo: Limits.body) } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, "bodyTooLarge", "the form is over \(Limits.body >> 20) MiB")
+        } catch {
+            throw APIError(.badRequest, "incompleteBody", "the form ended before it was complete")
+        }
         let text = String(buffer: buffer).replacingOccurrences(of: "+", with: " ")
         var out: [String: String] = [:]
         for pair in text.split(separator: "&") {
@@ -213,16 +257,17 @@ final class ConsoleSessions: Sendable {
     static let lifetime: TimeInterval = 8 * 3600
     struct Session: Sendable {
         var bundleID: String
-        var keyID: String
+        /// The hash of the admin key that opened the session (never the key).
+        var keyHash: String
         var expires: Date
     }
     private let sessions = Mutex<[String: Session]>([:])
 
-    func open(bundleID: String, keyID: String, now: Date) -> String {
+    func open(bundleID: String, keyHash: String, now: Date) -> String {
         let token = Hex.encode((0..<32).map { _ in UInt8.random(in: 0...255) })
         sessions.withLock { s in
             s = s.filter { $0.value.expires > now }
-            s[token] = Session(bundleID: bundleID, keyID: keyID, expires: now.addingTimeInterval(Self.lifetime))
+            s[token] = Session(bundleID: bundleID, keyHash: keyHash, expires: now.addingTimeInterval(Self.lifetime))
         }
         return token
     }

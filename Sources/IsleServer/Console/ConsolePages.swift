@@ -32,6 +32,10 @@ enum ConsolePages {
         """
     }
 
+    /// The only answer to a key that cannot sign in, whatever it is: unknown, revoked, or valid
+    /// for another scope (the page never says which).
+    static let refusedKey = "That key cannot sign in here: the console takes an admin key of this server that was not revoked."
+
     static func login(error: String?) -> String {
         var h = "<h1>Sign in</h1><p>The console takes an <b>admin</b> key: <code>isle key create --bundle-id … --scope admin</code>.</p>"
         if let error { h += "<p class=\"error\" role=\"alert\">\(e(error))</p>" }
@@ -55,11 +59,13 @@ enum ConsolePages {
         <dt>In flight</dt><dd id="inFlight">\(n("inFlight"))</dd><dt>Sent</dt><dd id="sent">\(n("sent"))</dd><dt>Sent per second</dt><dd id="rate">–</dd>
         <dt>Failed</dt><dd id="failed">\(n("failed"))</dd><dt>Retried</dt><dd id="retried">\(n("retried"))</dd></dl>
         \(searchForm(Query()))
-        <script>\(liveStats)</script>
+        <script src="/console/console.js"></script>
         """
     }
 
-    /// Polls `/console/stats` every two seconds; the rate is sent per second between polls.
+    /// Polls `/console/stats` every two seconds; the rate is sent per second between polls. Served
+    /// as `/console/console.js`: the pages' CSP allows scripts from the console's origin only,
+    /// never inline.
     static let liveStats = """
     (() => {
       let last = null;

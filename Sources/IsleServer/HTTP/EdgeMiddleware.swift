@@ -15,7 +15,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch let e as APIError {
             throw e
-        } catch let e as StoreError where e.code == .unavailable {
+        } catch let e as StoreError where e.code == .unavailable || e.code == .refused {
             logger.error("the database is unavailable", metadata: ["http.path": "\(request.uri.path)", "error": "\(e.message)"])
             throw APIError(.serviceUnavailable, "databaseUnavailable", "the database is unavailable right now; nothing was changed — retry shortly", retryAfter: 1)
         } catch let e as HTTPError {

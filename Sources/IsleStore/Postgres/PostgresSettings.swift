@@ -56,6 +56,10 @@ public struct PostgresSettings: Sendable, Hashable {
             password = p
         } else if let file = query["passwordfile"] ?? environment["ISLE_DATABASE_PASSWORD_FILE"], !file.isEmpty {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { throw StoreError(.unavailable, "cannot read the PostgreSQL password file \(file)") }
+            // Like the master key: a password other users of the machine can read is not kept secret.
+            if let mode = FilePermissions.mode(of: file), mode & 0o077 != 0 {
+                throw StoreError(.unavailable, "the PostgreSQL password file \(file) is readable by others (mode \(String(mode & 0o777, radix: 8))); run: chmod 600 \(file)")
+            }
             password = text.trimmingCharacters(in: .whitespacesAndNewlines)
         } else {
             password = nil

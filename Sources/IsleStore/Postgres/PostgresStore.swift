@@ -46,6 +46,57 @@ public final class PostgresStore: IsleStore {
         self.init(settings: try PostgresSettings(url: url), logger: logger)
     }
 
+    /// Connects once, outside the pool: a refused password (`28P01`), user or authorization
+    /// (`28000`) or an unknown database (`3D000`) will not get better by retrying, so it fails now
+    /// with its own message — the pool would retry until a call's deadline and say only that
+    /// PostgreSQL did not answer. A server that cannot be reached yet is left to the pool (it
+    /// retries, as after a PostgreSQL restart).
+    public func checkCredentials() async throws {
+        let tls: PostgresConnection.Configuration.TLS
+        switch settings.tls {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        }
+        var configuration = PostgresConnection.Configuration(host: settings.host, port: settings.port, username: settings.username, password: settings.password,
+                                                             database: settings.database, tls: tls)
+        configuration.options.connectTimeout = .seconds(5)
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+        } catch let error as PSQLError {
+            if let refusal = Self.refusal(error, settings: settings) { throw refusal }
+            return
+        } catch {
+            return
+        }
+        try? await connection.close()
+    }
+
+    /// The permanent refusals of a connection attempt, each with what to do about it.
+    static func refusal(_ error: PSQLError, settings: PostgresSettings) -> StoreError? {
+        let at = settings.redacted
+        if error.code == .authMechanismRequiresPassword {
+            return StoreError(.refused, "PostgreSQL at \(at) asks for the password of user \(settings.username) (28P01), and no password was given: set PGPASSWORD or ?passwordfile=")
+        }
+        if error.code == .unsupportedAuthMechanism {
+            return StoreError(.refused, "PostgreSQL at \(at) asks user \(settings.username) to sign in in a way Isle does not support; use password, md5 or scram-sha-256 authentication in pg_hba.conf")
+        }
+        guard error.code == .server, let state = PG.sqlState(error) else { return nil }
+        let said = error.serverInfo?[.message] ?? ""
+        switch state {
+        case "28P01":
+            let source = settings.password == nil ? "no password was given: set PGPASSWORD or ?passwordfile=" : "check the password in PGPASSWORD or the ?passwordfile= file"
+            return StoreError(.refused, "PostgreSQL at \(at) refused the password of user \(settings.username) (28P01: \(said)); \(source)")
+        case "28000":
+            return StoreError(.refused, "PostgreSQL at \(at) refused user \(settings.username) (28000: \(said)); check the user name and the server's pg_hba.conf")
+        case "3D000":
+            return StoreError(.refused, "PostgreSQL at \(at) has no database \(settings.database) (3D000: \(said)); create it (createdb \(settings.database)) or fix the URL")
+        default:
+            return nil
+        }
+    }
+
     static func tls(_ mode: PostgresSettings.TLSMode) -> PostgresClient.Configuration.TLS {
         switch mode {
         case .disable: .disable
@@ -54,9 +105,11 @@ public final class PostgresStore: IsleStore {
         }
     }
 
-    /// Runs `body` while the connection pool runs; the pool closes when it returns.
+    /// Runs `body` while the connection pool runs; the pool closes when it returns. A password,
+    /// user or database PostgreSQL refuses fails here at once (see ``checkCredentials()``).
     public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        try await checkCredentials()
+        return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.client.run() }
             defer { group.cancelAll() }
             return try await body()
