@@ -6,6 +6,7 @@ order; then the backend's update must reach the victim's phone alone, and nothin
 may have changed. Run by scripts/attack.sh (CI)."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,10 @@ DEVICE = os.environ["ISLE_DEVICE_KEY"]
 ISLE = os.environ.get("ISLE_BIN", ".build/debug/isle")
 TICKET_KEY = os.environ["ISLE_TICKET_KEY"]
 TICKET_KEY_ID = os.environ["ISLE_TICKET_KEY_ID"]
+ADMIN = os.environ.get("ISLE_ADMIN_KEY")
+# attack.sh starts isle serve with these deadlines (seconds) and sign-in failure burst.
+HEADER_TIMEOUT = float(os.environ.get("ISLE_ATTACK_HEADER_TIMEOUT", "10"))
+AUTH_FAILURE_BURST = int(os.environ.get("ISLE_ATTACK_AUTH_FAILURE_BURST", "20"))
 STATE = {"content": {"driverName": "Bill James", "deliveryTimer": [788918400, 788919900]}}
 failures = []
 checks = 0
@@ -172,8 +177,101 @@ def main():
     _, requests, _ = call("GET", f"{SIM}/requests")
     expect(not any(r["path"].endswith(their_token) for r in requests), "nothing was ever sent to the attacker's token")
 
+    bounded_and_secrets()
     print(f"attacker suite: {checks - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
+
+
+def raw(chunks, every, deadline):
+    """Sends chunks on a raw connection, one every `every` seconds, until the server closes it or
+    `deadline` seconds pass; returns (what the server sent, whether it closed, seconds taken)."""
+    host, port = SERVER.split("//")[1].split(":")
+    s = socket.create_connection((host, int(port)), timeout=deadline)
+    start = time.time()
+    received = b""
+    closed = False
+    s.settimeout(every if chunks else deadline)
+    try:
+        for chunk in chunks + [None]:
+            if chunk is not None:
+                s.sendall(chunk.encode())
+            try:
+                data = s.recv(65536)
+                if not data:
+                    closed = True
+                    break
+                received += data
+            except socket.timeout:
+                pass
+            if time.time() - start > deadline:
+                break
+        if not closed:
+            s.settimeout(max(0.1, deadline - (time.time() - start)))
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    closed = True
+                    break
+                received += data
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        closed = closed or not isinstance(sys.exc_info()[1], socket.timeout)
+    finally:
+        s.close()
+    return received.decode(errors="replace"), closed, time.time() - start
+
+
+def console_login(key, size=None):
+    body = ("key=" + urllib.request.quote(key)) if size is None else ("key=" + "k" * size)
+    request = urllib.request.Request(SERVER + "/console/login", data=body.encode(), method="POST")
+    request.add_header("content-type", "application/x-www-form-urlencoded")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def bounded_and_secrets():
+    """The lesser findings, from outside: deadlines, the console's sign-in, /ready."""
+    # A head trickled one line every half second is cut off at the header deadline with a 408.
+    text, closed, took = raw(["GET /health HTTP/1.1\r\nHost: x\r\n"] + ["X-Slow: 1\r\n"] * 200, 0.5, HEADER_TIMEOUT + 10)
+    expect(closed and text.startswith("HTTP/1.1 408") and took < HEADER_TIMEOUT + 5, f"a trickled head is answered 408 and closed at the deadline ({took:.1f} s, {text[:40]!r})")
+    # A body trickled after its head is closed too, and nothing of it is stored.
+    head = f"PUT /v1/installations/trickle HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEVICE}\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{"
+    text, closed, took = raw([head] + [" " * 10] * 400, 0.5, 60)
+    expect(closed and " 200 " not in text, f"a trickled body is cut off ({took:.1f} s, {text[:40]!r})")
+    # Idle connections are closed (attack.sh sets a short idle timeout).
+    sockets = []
+    host, port = SERVER.split("//")[1].split(":")
+    for _ in range(100):
+        sockets.append(socket.create_connection((host, int(port)), timeout=30))
+    start = time.time()
+    closed = 0
+    for sock in sockets:
+        sock.settimeout(max(0.1, 30 - (time.time() - start)))
+        try:
+            if sock.recv(1) == b"":
+                closed += 1
+        except (socket.timeout, ConnectionResetError):
+            pass
+        sock.close()
+    expect(closed == 100, f"100 idle connections are closed by the server ({closed} were)")
+    # /ready names no app without an admin key.
+    status, _, text = call("GET", SERVER + "/ready")
+    expect("com.example.pizza" not in text, f"/ready without a key names no app ({text[:200]})")
+    # The console's sign-in: one answer for an unknown and a backend or device key; 413 for a big form.
+    _, unknown = console_login("isle_admin_guess-0")
+    for key in [BACKEND, DEVICE]:
+        _, answer = console_login(key)
+        expect(answer == unknown, "the login page gives one answer to a key of another scope and an unknown key")
+    status, _ = console_login("", size=(1 << 20) + 100)
+    expect(status == 413, f"a console form over 1 MiB is a 413 ({status})")
+    # Wrong keys from one address: past the burst, 429 — even for the right admin key.
+    statuses = [console_login(f"isle_admin_guess-{i}")[0] for i in range(AUTH_FAILURE_BURST + 2)]
+    expect(statuses[-1] == 429, f"guessing sign-ins are throttled per address ({statuses})")
+    if ADMIN:
+        status, _ = console_login(ADMIN)
+        expect(status == 429, f"while throttled, even the right key waits ({status})")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/isle-stack.sh
-isle_stack 18743
-ISLE_SIM_CONTROL="$SIM_CONTROL" ISLE_SERVER="$SERVER" ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" \
-  ISLE_TICKET_KEY="$TICKET_KEY" ISLE_TICKET_KEY_ID="$TICKET_KEY_ID" python3 scripts/attack.py
+# Short deadlines, so the slow-client checks take seconds; a small sign-in failure burst.
+ISLE_SERVE_FLAGS="--header-timeout 3 --body-timeout 3 --idle-timeout 4 --auth-failure-rate 0.1/s,burst=8" isle_stack 18743
+ISLE_SIM_CONTROL="$SIM_CONTROL" ISLE_SERVER="$SERVER" ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" ISLE_ADMIN_KEY="$ADMIN" \
+  ISLE_TICKET_KEY="$TICKET_KEY" ISLE_TICKET_KEY_ID="$TICKET_KEY_ID" ISLE_ATTACK_HEADER_TIMEOUT=3 ISLE_ATTACK_AUTH_FAILURE_BURST=8 python3 scripts/attack.py
 if grep -q " 500 \|status=500" "$DIR/serve.log"; then echo "the server logged a 500"; exit 1; fi

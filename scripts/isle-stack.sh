@@ -3,7 +3,8 @@
 #   isle_stack <first port>   # the simulator takes ports N…N+3 (device, broadcast, management
 #                             # hosts, control), the server N+10
 # Sets DIR, SIM_CONTROL, SERVER, BACKEND, DEVICE, ADMIN, and the backend's registration-ticket key
-# (TICKET_KEY file, TICKET_KEY_ID); stops both and removes DIR on exit.
+# (TICKET_KEY file, TICKET_KEY_ID); stops both and removes DIR on exit. ISLE_SERVE_FLAGS adds flags
+# to isle serve.
 isle_stack() {
   local base=$1
   swift build --product isle >/dev/null
@@ -27,7 +28,7 @@ isle_stack() {
   TICKET_KEY="$DIR/ticket.pem"
   TICKET_KEY_ID=$(.build/debug/isle app ticket-key create --bundle-id com.example.pizza --out "$TICKET_KEY" 2>/dev/null)
   .build/debug/isle serve --port $((base + 10)) --apns-url "https://127.0.0.1:$base" --apns-broadcast-url "https://127.0.0.1:$((base + 1))" \
-    --apns-management-url "https://127.0.0.1:$((base + 2))" --apns-ca-cert "$DIR/sim/ca.pem" > "$DIR/serve.log" 2>&1 &
+    --apns-management-url "https://127.0.0.1:$((base + 2))" --apns-ca-cert "$DIR/sim/ca.pem" ${ISLE_SERVE_FLAGS:-} > "$DIR/serve.log" 2>&1 &
   STACK_PIDS+=($!)
   isle_wait_for "$SERVER/health"
 }

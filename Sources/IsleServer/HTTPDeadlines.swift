@@ -5,12 +5,12 @@ import NIOHTTPTypes
 
 /// HTTP/1.1 with deadlines a slow client cannot stretch (docs/security.md, "Bounded by
 /// construction"): a request's head must arrive within `timeouts.header` of its first byte, its
-/// body within `timeouts.body` of the head, and a connection with nothing in progress is closed
-/// after `timeouts.idle` (Hummingbird's idle timeout). Deadlines are absolute: a client trickling
-/// one byte at a time does not extend them, unlike an inactivity timer.
+/// body within `timeouts.body` of the head, and a connection with no request being read and no
+/// response owed is closed after `timeouts.idle`. Deadlines are absolute: a client trickling one
+/// byte at a time does not extend them, unlike an inactivity timer.
 ///
 /// A late head is answered `408 Request Timeout` and the connection closed; a late body closes the
-/// connection (its request's handler sees the body end in an error and answers nothing more).
+/// connection (its request's handler sees the body end early and nothing of it is stored).
 struct DeadlineHTTP1Channel: ServerChildChannel {
     typealias Value = HTTP1Channel.Value
     let inner: HTTP1Channel
@@ -19,7 +19,7 @@ struct DeadlineHTTP1Channel: ServerChildChannel {
 
     init(responder: @escaping HTTPChannelHandler.Responder, timeouts: HTTPTimeouts, logger: Logger) {
         self.inner = HTTP1Channel(responder: responder,
-                                  configuration: .init(additionalChannelHandlers: [RequestPhaseHandler()], idleTimeout: TimeAmount(timeouts.idle)))
+                                  configuration: .init(additionalChannelHandlers: [RequestPhaseHandler()]))
         self.timeouts = timeouts
         self.logger = logger
     }
@@ -46,12 +46,16 @@ struct DeadlineHTTP1Channel: ServerChildChannel {
 enum RequestPhase: Sendable {
     case headReceived
     case bodyReceived
+    case responseSent
 }
 
-/// Sees decoded request parts and reports the end of the head and of the body.
-final class RequestPhaseHandler: ChannelInboundHandler, RemovableChannelHandler {
+/// Sees decoded request parts and encoded response parts, and reports the end of a request's head
+/// and body and of a response.
+final class RequestPhaseHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
@@ -61,9 +65,17 @@ final class RequestPhaseHandler: ChannelInboundHandler, RemovableChannelHandler 
         }
         context.fireChannelRead(data)
     }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let isEnd = if case .end = unwrapOutboundIn(data) { true } else { false }
+        context.write(data, promise: promise)
+        if isEnd { context.triggerUserOutboundEvent(RequestPhase.responseSent, promise: nil) }
+    }
 }
 
-/// Runs the header and body deadlines on the raw connection.
+/// Runs the header, body and idle deadlines on the raw connection. One timer at a time: the head's
+/// while a request's first bytes are in, the body's after its head, the idle one when nothing is
+/// being read and no response is owed.
 final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -71,7 +83,7 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     typealias OutboundOut = ByteBuffer
 
     private enum State {
-        /// No request has started since the last one was read.
+        /// No request is being read.
         case betweenRequests
         /// Bytes of a request arrived; its head has not been decoded yet.
         case readingHead
@@ -79,20 +91,42 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         case readingBody
     }
 
+    private enum Deadline {
+        case head, body, idle
+    }
+
     private let timeouts: HTTPTimeouts
     private let logger: Logger
     private var state = State.betweenRequests
+    /// Requests whose head was read and whose response has not ended.
+    private var responsesOwed = 0
     private var timer: Scheduled<Void>?
+    private var started = false
 
     init(timeouts: HTTPTimeouts, logger: Logger) {
         self.timeouts = timeouts
         self.logger = logger
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        guard !started else { return }
+        started = true
+        arm(context, .idle)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if case .betweenRequests = state, unwrapInboundIn(data).readableBytes > 0 {
             state = .readingHead
-            arm(context, after: timeouts.header, phase: "head")
+            arm(context, .head)
         }
         context.fireChannelRead(data)
     }
@@ -105,12 +139,15 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         switch phase {
         case .headReceived:
             state = .readingBody
-            arm(context, after: timeouts.body, phase: "body")
+            responsesOwed += 1
+            arm(context, .body)
         case .bodyReceived:
-            // The next request's deadline starts with its first byte (a pipelined request's bytes
-            // read before this point are covered by the idle timeout instead).
+            // The next request's deadline starts with its first byte.
             state = .betweenRequests
             disarm()
+        case .responseSent:
+            responsesOwed = max(0, responsesOwed - 1)
+            if case .betweenRequests = state, responsesOwed == 0 { arm(context, .idle) }
         }
         promise?.succeed()
     }
@@ -124,12 +161,16 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         disarm()
     }
 
-    private func arm(_ context: ChannelHandlerContext, after duration: Duration, phase: String) {
+    private func arm(_ context: ChannelHandlerContext, _ deadline: Deadline) {
         disarm()
-        let loop = context.eventLoop.assumeIsolated()
-        timer = loop.scheduleTask(in: TimeAmount(duration)) { [self] in
+        let after = switch deadline {
+        case .head: timeouts.header
+        case .body: timeouts.body
+        case .idle: timeouts.idle
+        }
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(after)) { [self] in
             self.timer = nil
-            self.expire(context, phase: phase)
+            self.expire(context, deadline, after: after)
         }
     }
 
@@ -138,18 +179,24 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         timer = nil
     }
 
-    private func expire(_ context: ChannelHandlerContext, phase: String) {
+    private func expire(_ context: ChannelHandlerContext, _ deadline: Deadline, after: Duration) {
         guard context.channel.isActive else { return }
-        let limit = phase == "head" ? timeouts.header : timeouts.body
-        logger.info("closed a connection whose request \(phase) took longer than \(limit)",
-                    metadata: ["peer": "\(context.channel.remoteAddress?.ipAddress ?? "?")"])
-        if case .readingHead = state {
-            // Nothing was answered on this request yet: say why before closing.
-            var response = context.channel.allocator.buffer(capacity: 96)
-            response.writeString("HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
-            context.writeAndFlush(wrapOutboundOut(response), promise: nil)
+        let peer = context.channel.remoteAddress?.ipAddress ?? "?"
+        switch deadline {
+        case .idle:
+            logger.debug("closed a connection idle for \(after)", metadata: ["peer": "\(peer)"])
             context.close(promise: nil)
-        } else {
+        case .head:
+            logger.info("closed a connection whose request head took longer than \(after)", metadata: ["peer": "\(peer)"])
+            if responsesOwed == 0 {
+                // Nothing is being answered on this connection: say why before closing.
+                var response = context.channel.allocator.buffer(capacity: 96)
+                response.writeString("HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+                context.writeAndFlush(wrapOutboundOut(response), promise: nil)
+            }
+            context.close(promise: nil)
+        case .body:
+            logger.info("closed a connection whose request body took longer than \(after)", metadata: ["peer": "\(peer)"])
             context.close(promise: nil)
         }
     }

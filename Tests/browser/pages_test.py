@@ -143,10 +143,13 @@ def sign_in(browser, wait, key):
 def console(browser, wait):
     # A backend key is refused.
     sign_in(browser, wait, BACKEND)
-    wait.until(lambda b: "admin key only" in b.find_element(By.CSS_SELECTOR, ".error").text)
+    wait.until(lambda b: "takes an admin key" in b.find_element(By.CSS_SELECTOR, ".error").text)
     # The admin key signs in; the dashboard names the app.
     sign_in(browser, wait, ADMIN)
     wait.until(lambda b: b.find_element(By.TAG_NAME, "h1").text == "com.example.pizza")
+    # The live counters run from /console/console.js under a CSP without inline script: after two
+    # polls the rate is a number.
+    wait.until(lambda b: b.find_element(By.ID, "rate").text not in ("", "–"))
     browser.save_screenshot(os.path.join(SHOTS, "console-1-dashboard.png"))
     # Find the activity by its key; its timeline shows the delivery with status 200.
     field = browser.find_element(By.CSS_SELECTOR, "form.search input[name='key']")
