@@ -1,0 +1,352 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import IsleCore
+import NIOCore
+
+/// `isle serve` and `isle sim` as separate processes, loaded from outside by `h2load --h1`
+/// (Debian's nghttp2-client) as a backend would be: the server's CPU per accepted-and-delivered
+/// update, per fan-out delivery and per bare `GET /health`, each from /proc/PID/stat in the same
+/// run, so the ratios hold on a shared, noisy machine. docs/performance.md has the figures.
+struct SplitBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "split",
+        abstract: "Server CPU per update, per fan-out delivery and per bare request, with isle serve and isle sim as child processes and h2load as the backend.")
+
+    @Option(help: "Bare GET /health requests (the floor).") var bare = 20_000
+    @Option(help: "Update requests (each with an alert, so each is one delivery).") var updates = 20_000
+    @Option(help: "Activities the updates are spread over.") var activities = 200
+    @Option(help: "HTTP/1.1 connections h2load keeps open.") var clients = 32
+    @Option(help: "Activities in the fan-out topic.") var fanOut = 2_000
+    @Option(help: "Fan-out updates to that topic (each delivers --fan-out pushes).") var fanOutRounds = 5
+    @Option(help: "Updates per second offered in the latency run (0: skip it).") var rate = 1_000
+    @Option(help: "Seconds of the latency run.") var rateSeconds = 10
+    @Option(help: "Also run everything on this PostgreSQL server (postgres://user@host:port/db; a new database per run) and compare.") var postgres: String?
+    @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 300
+
+    func run() async throws {
+        guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
+        let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
+        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build -c release --product isle)") }
+        guard (1...1_000_000).contains(updates), (1...1_000_000).contains(bare), (1...10_000).contains(activities), (1...1000).contains(clients), (0...100_000).contains(fanOut) else {
+            throw ValidationError("counts out of range")
+        }
+        print("isle serve and isle sim as child processes, h2load --h1 as the backend (\(ProcessInfo.processInfo.activeProcessorCount) cores); CPU from /proc/PID/stat")
+        let sqlite = try await measure(isle: isle, h2load: h2load, database: nil)
+        if let postgres {
+            let pg = try await measure(isle: isle, h2load: h2load, database: postgres)
+            print(String(format: "PostgreSQL / SQLite, accepted-and-delivered updates per second: %.0f %%", 100 * pg.deliveredPerSecond / sqlite.deliveredPerSecond))
+        }
+    }
+
+    struct Figures {
+        var deliveredPerSecond: Double
+    }
+
+    func measure(isle: String, h2load: String, database: String?) async throws -> Figures {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-split-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ports = try (0..<5).map { _ in try Self.freePort() }
+        let schema = #"{"attributesType":"ScoreAttributes","attributes":{"match":"string"},"contentState":{"home":"int","away":"int"}}"#
+        try schema.write(toFile: dir + "/schema.json", atomically: true, encoding: .utf8)
+        var children: [Child] = []
+        defer { for c in children { c.stop() } }
+
+        let sim = try Child.start(isle, ["sim", "--dir", dir + "/sim", "--apns-port", "\(ports[0])", "--broadcast-port", "\(ports[1])", "--management-port", "\(ports[2])",
+                                         "--control-port", "\(ports[3])", "--device", "bench", "--app", "com.example.scores", "--schema", dir + "/schema.json",
+                                         "--max-activities-per-app", "200000", "--max-activities-per-device", "200000", "--hourly-budget", "100000000"],
+                                  log: dir + "/sim.log")
+        children.append(sim)
+        let control = "http://127.0.0.1:\(ports[3])"
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        defer { try? http.syncShutdown() }
+        try await Self.waitFor(http, control + "/devices")
+
+        var env = ProcessInfo.processInfo.environment
+        env["ISLE_MASTER_KEY_FILE"] = dir + "/master.key"
+        if let database {
+            env["ISLE_DATABASE"] = try await Self.newPostgresDatabase(database)
+        } else {
+            env["ISLE_DATABASE"] = dir + "/isle.sqlite"
+        }
+        let masterKey = try Child.output(isle, ["master-key"], environment: env)
+        try masterKey.write(toFile: dir + "/master.key", atomically: true, encoding: .utf8)
+        chmod(dir + "/master.key", 0o600)
+        _ = try Child.output(isle, ["app", "add", "--bundle-id", "com.example.scores", "--key", dir + "/sim/AuthKey_SIMKEY0001.p8", "--key-id", "SIMKEY0001",
+                                    "--team-id", "SIMTEAM001", "--schema", dir + "/schema.json"], environment: env)
+        let backend = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "backend"], environment: env)
+        let device = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "device"], environment: env)
+        let server = try Child.start(isle, ["serve", "--port", "\(ports[4])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-broadcast-url", "https://127.0.0.1:\(ports[1])",
+                                            "--apns-management-url", "https://127.0.0.1:\(ports[2])", "--apns-ca-cert", dir + "/sim/ca.pem", "--concurrency", "256",
+                                            "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
+                                            "--max-live-activities-per-installation", "200000", "--log-level", "error"],
+                                     environment: env, log: dir + "/serve.log")
+        children.append(server)
+        let base = "http://127.0.0.1:\(ports[4])"
+        try await Self.waitFor(http, base + "/health")
+
+        // Activities: started on the simulated phone, registered through the API like an app would.
+        let secret = try await Self.json(http, "PUT", base + "/v1/installations/bench-phone", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
+        let ids = try await register(http, control: control, base: base, device: device, secret: secret, count: activities, topic: "scores")
+        let fanIDs = fanOut > 0 ? try await register(http, control: control, base: base, device: device, secret: secret, count: fanOut, topic: "fan") : []
+        print("\(database == nil ? "SQLite" : "PostgreSQL"): \(ids.count) activities for updates, \(fanIDs.count) in the fan-out topic")
+
+        // Warm up both processes (connections, caches, JIT-free but page-faulted code).
+        _ = try Child.output(h2load, ["--h1", "-n", "2000", "-c", "\(clients)", base + "/health"])
+
+        // 1. The floor: a bare request.
+        let bareCPU = try Self.cpu(of: server.pid)
+        let bareRun = try Child.output(h2load, ["--h1", "-n", "\(bare)", "-c", "\(clients)", base + "/health"])
+        let bareUS = (try Self.cpu(of: server.pid) - bareCPU) * 1e6 / Double(bare)
+        guard Self.succeeded(bareRun) >= bare else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
+
+        // 2. Updates with an alert to `activities` activities: every accepted update is one delivery.
+        let body = dir + "/update.json"
+        try #"{"contentState":{"home":1,"away":0},"alert":{"title":"Goal","body":"1–0"},"priority":5}"#.write(toFile: body, atomically: true, encoding: .utf8)
+        let uris = dir + "/uris.txt"
+        try ids.map { "\(base)/v1/activities/\($0)/update" }.joined(separator: "\n").write(toFile: uris, atomically: true, encoding: .utf8)
+        let sentBefore = try await Self.sent(http, base)
+        let updateCPU = try Self.cpu(of: server.pid)
+        let simCPU = try Self.cpu(of: sim.pid)
+        let started = ContinuousClock.now
+        let updateRun = try Child.output(h2load, ["--h1", "-n", "\(updates)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
+                                                  "-H", "content-type: application/json", "-i", uris])
+        let accepted = Self.succeeded(updateRun)
+        let acceptedIn = ContinuousClock.now - started
+        guard accepted == updates else { throw ValidationError("updates: \(Self.summary(updateRun))") }
+        try await waitSent(http, base, sentBefore + updates)
+        let deliveredIn = ContinuousClock.now - started
+        let updateUS = (try Self.cpu(of: server.pid) - updateCPU) * 1e6 / Double(updates)
+        let simUS = (try Self.cpu(of: sim.pid) - simCPU) * 1e6 / Double(updates)
+
+        // 3. Fan-out: one request, `fanOut` deliveries, `fanOutRounds` times.
+        var fanUS = 0.0
+        var fanSeconds = 0.0
+        if fanOut > 0, fanOutRounds > 0 {
+            let before = try Self.cpu(of: server.pid)
+            let start = ContinuousClock.now
+            for round in 0..<fanOutRounds {
+                let sent = try await Self.sent(http, base)
+                _ = try await Self.json(http, "POST", base + "/v1/topics/fan/update", key: backend,
+                                        body: ["contentState": ["home": .int(Int64(round + 2)), "away": 0], "alert": ["title": "Goal", "body": "again"], "priority": 5])
+                try await waitSent(http, base, sent + fanOut)
+            }
+            fanSeconds = Self.seconds(ContinuousClock.now - start)
+            fanUS = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(fanOut * fanOutRounds)
+        }
+
+        // 4. Accept latency at a steady offered rate.
+        var p99 = Double.nan, p50 = Double.nan
+        if rate > 0 {
+            let connections = max(1, min(clients, rate / 50))
+            let log = dir + "/latency.log"
+            let sent = try await Self.sent(http, base)
+            let run = try Child.output(h2load, ["--h1", "-n", "\(rate * rateSeconds)", "-c", "\(connections)", "--rps", "\(max(1, rate / connections))", "-d", body,
+                                               "-H", "authorization: Bearer \(backend)", "-H", "content-type: application/json", "--log-file", log, "-i", uris])
+            guard Self.succeeded(run) == rate * rateSeconds else { throw ValidationError("latency run: \(Self.summary(run))") }
+            let micros = (try String(contentsOfFile: log, encoding: .utf8)).split(separator: "\n").compactMap { line -> Double? in
+                let f = line.split(separator: "\t")
+                return f.count >= 3 ? Double(f[2]) : nil
+            }.sorted()
+            p50 = quantile(micros, 0.5) / 1000
+            p99 = quantile(micros, 0.99) / 1000
+            try await waitSent(http, base, sent + rate * rateSeconds)
+        }
+
+        let name = database == nil ? "SQLite" : "PostgreSQL"
+        let deliveredPerSecond = Double(updates) / Self.seconds(deliveredIn)
+        print(String(format: "%@ · floor: GET /health %.0f µs of server CPU per request", name, bareUS))
+        print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (simulator %.0f µs)",
+                     name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS, simUS))
+        if fanOut > 0, fanOutRounds > 0 {
+            print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
+                         name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
+        }
+        if rate > 0 {
+            print(String(format: "%@ · accept latency at %d updates/s offered for %d s: p50 %.2f ms, p99 %.2f ms", name, rate, rateSeconds, p50, p99))
+        }
+        return Figures(deliveredPerSecond: deliveredPerSecond)
+    }
+
+    /// Starts `count` activities on the simulated phone and registers each with the server.
+    func register(_ http: HTTPClient, control: String, base: String, device: String, secret: String, count: Int, topic: String) async throws -> [String] {
+        let next = Counter()
+        return try await withThrowingTaskGroup(of: [String].self) { group in
+            for _ in 0..<16 {
+                group.addTask {
+                    var mine: [String] = []
+                    while true {
+                        let i = next.take()
+                        guard i < count else { return mine }
+                        let started = try await Self.json(http, "POST", control + "/devices/device-1/apps/com.example.scores/activities", key: nil, body: [
+                            "attributesType": "ScoreAttributes", "attributes": ["match": .string("\(topic)-\(i)")], "contentState": ["home": 0, "away": 0], "waitForPushToken": true])
+                        guard let token = started["updateToken"]?.stringValue else { throw ValidationError("the simulator gave no token: \(started.jsonString)") }
+                        let registered = try await Self.json(http, "POST", base + "/v1/activities", key: device, body: [
+                            "attributesType": "ScoreAttributes", "token": .string(token), "installationID": "bench-phone", "topics": [.string(topic)]],
+                                                             headers: [("Isle-Installation-Secret", secret)])
+                        guard let id = registered["id"]?.stringValue else { throw ValidationError("registration: \(registered.jsonString)") }
+                        mine.append(id)
+                    }
+                }
+            }
+            var all: [String] = []
+            for try await ids in group { all += ids }
+            return all
+        }
+    }
+
+    func waitSent(_ http: HTTPClient, _ base: String, _ n: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
+        while ContinuousClock.now < deadline {
+            if try await Self.sent(http, base) >= n { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw ValidationError("deliveries did not finish within \(maxSeconds) s")
+    }
+
+    /// Deliveries the server counted as sent (its Prometheus counters).
+    static func sent(_ http: HTTPClient, _ base: String) async throws -> Int {
+        let response = try await http.execute(HTTPClientRequest(url: base + "/metrics"), timeout: .seconds(30))
+        let text = String(buffer: try await response.body.collect(upTo: 16 << 20))
+        var total = 0
+        for line in text.split(separator: "\n") where line.hasPrefix("isle_deliveries_total{") && line.contains("outcome=\"sent\"") {
+            total += Int(Double(line.split(separator: " ").last ?? "0") ?? 0)
+        }
+        return total
+    }
+
+    static func json(_ http: HTTPClient, _ method: String, _ url: String, key: String?, body: JSONValue, headers: [(String, String)] = []) async throws -> JSONValue {
+        var r = HTTPClientRequest(url: url)
+        r.method = .init(rawValue: method)
+        if let key { r.headers.add(name: "authorization", value: "Bearer \(key)") }
+        r.headers.add(name: "content-type", value: "application/json")
+        for (k, v) in headers { r.headers.add(name: k, value: v) }
+        r.body = .bytes(ByteBuffer(string: body.jsonString))
+        let response = try await http.execute(r, timeout: .seconds(60))
+        let bytes = Array(buffer: try await response.body.collect(upTo: 1 << 20))
+        guard (200..<300).contains(Int(response.status.code)) else { throw ValidationError("\(method) \(url): \(response.status.code) \(String(decoding: bytes, as: UTF8.self))") }
+        return bytes.isEmpty ? .object([:]) : try JSONParser.parse(bytes)
+    }
+
+    static func waitFor(_ http: HTTPClient, _ url: String) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let r = try? await http.execute(HTTPClientRequest(url: url), timeout: .seconds(2)), r.status.code < 500 { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw ValidationError("nothing answers at \(url)")
+    }
+
+    /// A new database on the PostgreSQL server, named for this run.
+    static func newPostgresDatabase(_ url: String) async throws -> String {
+        let name = "isle_split_\(UUID().uuidString.prefix(8).lowercased())"
+        guard var components = URLComponents(string: url) else { throw ValidationError("--postgres: not a URL") }
+        let psql = which("psql") ?? "/usr/bin/psql"
+        _ = try Child.output(psql, [url, "-qc", "CREATE DATABASE \(name)"])
+        components.path = "/" + name
+        return components.string ?? url
+    }
+
+    /// Seconds of CPU (user + system) the process has used, from /proc/PID/stat.
+    static func cpu(of pid: pid_t) throws -> Double {
+        let text = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        // Fields after the command name (which may hold spaces) start after the last ')'.
+        guard let close = text.lastIndex(of: ")") else { throw ValidationError("/proc/\(pid)/stat unreadable") }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // utime and stime are fields 14 and 15 of the whole line: 12th and 13th after the name.
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { throw ValidationError("/proc/\(pid)/stat unreadable") }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// "requests: … N succeeded" from h2load's summary.
+    static func succeeded(_ output: String) -> Int {
+        for line in output.split(separator: "\n") where line.hasPrefix("requests:") {
+            let words = line.split(separator: " ")
+            if let i = words.firstIndex(of: "succeeded,"), i > 0 { return Int(words[i - 1]) ?? 0 }
+        }
+        return 0
+    }
+
+    static func summary(_ output: String) -> String {
+        output.split(separator: "\n").filter { $0.hasPrefix("requests:") || $0.hasPrefix("status codes:") }.joined(separator: "; ")
+    }
+
+    static func which(_ name: String) -> String? {
+        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+            let path = "\(dir)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        return nil
+    }
+
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw ValidationError("no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    static func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+}
+
+/// A child process: started with its output in a file, stopped with SIGTERM (then SIGKILL).
+struct Child {
+    let process: Process
+    var pid: pid_t { process.processIdentifier }
+
+    static func start(_ executable: String, _ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment, log: String) throws -> Child {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
+        p.environment = environment
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        p.standardOutput = handle
+        p.standardError = handle
+        try p.run()
+        return Child(process: p)
+    }
+
+    /// Runs to the end; its standard output, trimmed. Throws with what it printed when it fails.
+    static func output(_ executable: String, _ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String {
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("isle-split-\(UUID().uuidString).out").path
+        let errors = log + ".err"
+        defer {
+            try? FileManager.default.removeItem(atPath: log)
+            try? FileManager.default.removeItem(atPath: errors)
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
+        p.environment = environment
+        FileManager.default.createFile(atPath: log, contents: nil)
+        FileManager.default.createFile(atPath: errors, contents: nil)
+        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        p.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
+        try p.run()
+        p.waitUntilExit()
+        let out = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        guard p.terminationStatus == 0 else {
+            let err = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            throw ValidationError("\(URL(fileURLWithPath: executable).lastPathComponent) \(arguments.first ?? "") failed (\(p.terminationStatus)): \(err.suffix(500))\(out.suffix(500))")
+        }
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        if process.isRunning { kill(pid, SIGKILL) }
+    }
+}
