@@ -44,6 +44,18 @@ struct SplitBench: AsyncParsableCommand {
     }
 
     func measure(isle: String, h2load: String, database: String?) async throws -> Figures {
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            let figures = try await measure(isle: isle, h2load: h2load, database: database, http: http)
+            try await http.shutdown()
+            return figures
+        } catch {
+            try? await http.shutdown()
+            throw error
+        }
+    }
+
+    func measure(isle: String, h2load: String, database: String?, http: HTTPClient) async throws -> Figures {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-split-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -59,9 +71,9 @@ struct SplitBench: AsyncParsableCommand {
                                   log: dir + "/sim.log")
         children.append(sim)
         let control = "http://127.0.0.1:\(ports[3])"
-        let http = HTTPClient(eventLoopGroupProvider: .singleton)
-        defer { try? http.syncShutdown() }
-        try await Self.waitFor(http, control + "/devices")
+        do { try await Self.waitFor(http, control + "/devices") } catch {
+            throw ValidationError("isle sim did not start: \(((try? String(contentsOfFile: dir + "/sim.log", encoding: .utf8)) ?? "").suffix(1000))")
+        }
 
         var env = ProcessInfo.processInfo.environment
         env["ISLE_MASTER_KEY_FILE"] = dir + "/master.key"
@@ -80,11 +92,13 @@ struct SplitBench: AsyncParsableCommand {
         let server = try Child.start(isle, ["serve", "--port", "\(ports[4])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-broadcast-url", "https://127.0.0.1:\(ports[1])",
                                             "--apns-management-url", "https://127.0.0.1:\(ports[2])", "--apns-ca-cert", dir + "/sim/ca.pem", "--concurrency", "256",
                                             "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
-                                            "--max-live-activities-per-installation", "200000", "--log-level", "error"],
+                                            "--max-live-activities-per-installation", "100000", "--log-level", "error"],
                                      environment: env, log: dir + "/serve.log")
         children.append(server)
         let base = "http://127.0.0.1:\(ports[4])"
-        try await Self.waitFor(http, base + "/health")
+        do { try await Self.waitFor(http, base + "/health") } catch {
+            throw ValidationError("isle serve did not start: \(((try? String(contentsOfFile: dir + "/serve.log", encoding: .utf8)) ?? "").suffix(1000))")
+        }
 
         // Activities: started on the simulated phone, registered through the API like an app would.
         let secret = try await Self.json(http, "PUT", base + "/v1/installations/bench-phone", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
@@ -308,7 +322,7 @@ struct Child {
         p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = arguments
         p.environment = environment
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         p.standardOutput = handle
         p.standardError = handle
@@ -328,8 +342,8 @@ struct Child {
         p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = arguments
         p.environment = environment
-        FileManager.default.createFile(atPath: log, contents: nil)
-        FileManager.default.createFile(atPath: errors, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
         p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         p.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
         try p.run()
