@@ -1,7 +1,7 @@
 public import Foundation
 public import IsleCore
 
-/// A channel's message storage policy, fixed at creation (apple-push.md §7.2).
+/// A channel's message storage policy, fixed at creation (docs/protocol.md §7.2).
 public enum MessageStoragePolicy: Int, Sendable, Hashable, Codable, CaseIterable {
     /// No message stored: higher publishing budget; broadcasts must use `apns-expiration: 0`.
     case noMessageStored = 0

@@ -2,7 +2,7 @@ public import Foundation
 public import IsleCore
 public import Logging
 
-/// `apns-expiration`: when APNs stops trying to deliver (apple-push.md §2).
+/// `apns-expiration`: when APNs stops trying to deliver (docs/protocol.md §2).
 public enum APNsExpiration: Sendable, Hashable {
     /// `0`: attempt once, do not store.
     case immediately

@@ -24,7 +24,7 @@ final class APNsConnection: Sendable {
         self.loop = loop
         self.pool = pool
         // One stream until the server's SETTINGS say more: APNs "allows only one stream until you
-        // post a request with a valid authentication token" (apple-push.md §1.1). Counting a
+        // post a request with a valid authentication token" (docs/protocol.md §1.1). Counting a
         // connection still connecting as roomier sent whole bursts to its queue, to wait there
         // one at a time while the pool could have opened others.
         let counters = APNsConnectionCounters(limit: 1)

@@ -68,7 +68,7 @@ public enum APNsTransportKind: String, Sendable, Hashable, CaseIterable {
     public static let `default` = APNsTransportKind.http2
 }
 
-/// Where APNs lives (apple-push.md §1.1, §7; isle-decisions.md, Wire).
+/// Where APNs lives (docs/protocol.md §1.1, §7; docs/protocol.md, Wire).
 public enum APNsEnvironment: Sendable, Hashable {
     case production
     case sandbox

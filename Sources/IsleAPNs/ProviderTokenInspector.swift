@@ -2,7 +2,7 @@ public import Crypto
 public import Foundation
 public import IsleCore
 
-/// Decodes a provider token and checks it against APNs' rules (apple-push.md §1.2–1.3).
+/// Decodes a provider token and checks it against APNs' rules (docs/protocol.md §1.2–1.3).
 public struct ProviderTokenInspection: Sendable {
     public var header: JSONValue?
     public var claims: JSONValue?

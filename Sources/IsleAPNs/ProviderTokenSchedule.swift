@@ -2,7 +2,7 @@ public import Foundation
 public import IsleCore
 import Synchronization
 
-/// When to mint a new provider token (isle-decisions.md, Wire; apple-push.md §1.3):
+/// When to mint a new provider token (docs/protocol.md, Wire; docs/protocol.md §1.3):
 /// one token per (team, key) for the whole process, minted on first use, refreshed after
 /// 50 minutes, never replaced sooner than 20 minutes (APNs answers 429
 /// `TooManyProviderTokenUpdates` to a connection that sees tokens change faster).

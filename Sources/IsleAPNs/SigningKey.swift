@@ -98,7 +98,7 @@ public struct APNsCredentials: Sendable {
     }
 
     /// Mints a provider token: header `{"alg":"ES256","kid":…}`, claims `{"iss":…,"iat":<integer>}`,
-    /// signature raw R‖S, all base64url without padding (isle-decisions.md, Wire).
+    /// signature raw R‖S, all base64url without padding (docs/protocol.md, Wire).
     public func makeProviderToken(issuedAt: Date) -> ProviderToken {
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
         let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#

@@ -14,7 +14,7 @@ public enum APNsRemedy: String, Sendable, Codable, CaseIterable {
     case fixConfiguration
 }
 
-/// An APNs error reason string (apple-push.md §3.4 and §7.4), with what it means and what to do.
+/// An APNs error reason string (docs/protocol.md §3.4 and §7.4), with what it means and what to do.
 ///
 /// Reasons APNs adds later are kept verbatim (``isKnown`` is false) and classified by status.
 public struct APNsReason: Sendable, Hashable, Codable, RawRepresentable, CustomStringConvertible {
@@ -82,7 +82,7 @@ public struct APNsReason: Sendable, Hashable, Codable, RawRepresentable, CustomS
 
     private static func r(_ s: String) -> APNsReason { APNsReason(rawValue: s) }
 
-    // Device pushes (apple-push.md §3.4)
+    // Device pushes (docs/protocol.md §3.4)
     public static let badCollapseId = r("BadCollapseId")
     public static let badDeviceToken = r("BadDeviceToken")
     public static let badExpirationDate = r("BadExpirationDate")
@@ -116,7 +116,7 @@ public struct APNsReason: Sendable, Hashable, Codable, RawRepresentable, CustomS
     public static let serviceUnavailable = r("ServiceUnavailable")
     public static let shutdown = r("Shutdown")
 
-    // Broadcast and channel requests (apple-push.md §7.4)
+    // Broadcast and channel requests (docs/protocol.md §7.4)
     public static let featureNotEnabled = r("FeatureNotEnabled")
     public static let missingChannelId = r("MissingChannelId")
     public static let badChannelId = r("BadChannelId")

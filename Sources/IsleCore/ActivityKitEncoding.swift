@@ -3,9 +3,9 @@ public import Foundation
 /// Encodes app values exactly the way ActivityKit decodes them.
 ///
 /// ActivityKit decodes `content-state` and `attributes` with a `JSONDecoder` using its default
-/// strategies (apple-push.md §5.2), so Isle encodes them with a `JSONEncoder` using its defaults:
+/// strategies (docs/protocol.md §5.2), so Isle encodes them with a `JSONEncoder` using its defaults:
 /// a `Date` is seconds since 2001-01-01, a `ClosedRange<Date>` is `[lower, upper]`, keys are the
-/// Swift property names verbatim. No custom key or date strategy is ever applied (isle-decisions.md, Wire).
+/// Swift property names verbatim. No custom key or date strategy is ever applied (docs/protocol.md, Wire).
 public enum ActivityKitEncoding {
     /// Seconds between 1970-01-01 and 2001-01-01: the offset between Unix time and `Date`'s Codable form.
     public static let referenceDateOffset: Double = 978_307_200

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The type of one field in a content-state or attributes schema (isle-decisions.md,
+/// The type of one field in a content-state or attributes schema (docs/protocol.md, Isle's decisions,
 /// Content-state schema).
 public indirect enum SchemaType: Sendable, Hashable, CustomStringConvertible {
     case string, int, double, bool
@@ -91,7 +91,7 @@ public struct SchemaFormatError: Error, Sendable, Equatable, CustomStringConvert
 // MARK: - Reading and writing the schema file format
 
 extension ActivitySchema {
-    /// Reads the JSON schema format of isle-decisions.md.
+    /// Reads the JSON schema format of docs/protocol.md, Isle's decisions.
     public init(json: JSONValue) throws(SchemaFormatError) {
         guard let root = json.objectValue else { throw SchemaFormatError(path: "$", reason: "a schema must be a JSON object") }
         guard let name = root["attributesType"]?.stringValue, !name.isEmpty else {
@@ -264,7 +264,7 @@ extension ObjectSchema {
 }
 
 /// Unix time after 2008 written where a `Date` (seconds since 2001) is expected
-/// (isle-decisions.md, Validation: "> 1.2·10⁹").
+/// (docs/protocol.md, Validation: "> 1.2·10⁹").
 public let unixTimeHeuristicThreshold: Double = 1.2e9
 
 extension SchemaType {

@@ -1,7 +1,7 @@
 public import Foundation
 
 /// SwiftUI's dynamic date text styles, rendered the way a Live Activity or widget shows them
-/// (apple-push.md §9.3; isle-decisions.md, WidgetKit): one formatter for the simulator, the demo
+/// (docs/protocol.md §9.3; docs/protocol.md, WidgetKit): one formatter for the simulator, the demo
 /// and anything that shows what a phone would show. Locale `en_US`; times in the given time zone.
 public enum DateText {
     public enum Style: String, Sendable, CaseIterable {

@@ -1,12 +1,12 @@
 public import Foundation
 
-/// The three ActivityKit events a `liveactivity` push can carry (apple-push.md §5.1).
+/// The three ActivityKit events a `liveactivity` push can carry (docs/protocol.md §5.1).
 public enum LiveActivityEvent: String, Sendable, CaseIterable, Codable {
     case start, update, end
 }
 
 /// The text of an alert's title or body: a plain string, or a localization key with arguments
-/// that the device resolves in the app's `Localizable.strings` (apple-push.md §5.1).
+/// that the device resolves in the app's `Localizable.strings` (docs/protocol.md §5.1).
 public enum AlertText: Sendable, Hashable {
     case plain(String)
     case localized(key: String, arguments: [String])
@@ -210,7 +210,7 @@ public struct LiveActivityPayload: Sendable, Hashable {
     public var encoded: [UInt8] { jsonValue.jsonBytes }
 }
 
-/// The `widgets` push payload that makes WidgetKit reload timelines (apple-push.md §9.1).
+/// The `widgets` push payload that makes WidgetKit reload timelines (docs/protocol.md §9.1).
 public struct WidgetPayload: Sendable, Hashable {
     public init() {}
     public var jsonValue: JSONValue { ["aps": ["content-changed": true]] }

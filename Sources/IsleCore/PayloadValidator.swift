@@ -16,7 +16,7 @@ public struct ValidationIssue: Sendable, Hashable, Codable, CustomStringConverti
     public var description: String { "\(severity.rawValue) [\(code.rawValue)] \(path): \(message) \(fix)" }
 }
 
-/// Stable identifiers for validator findings (isle-decisions.md, Validation). Never renamed.
+/// Stable identifiers for validator findings (docs/protocol.md, Validation). Never renamed.
 public enum ValidationCode: String, Sendable, Hashable, Codable, CaseIterable {
     // Errors
     case notJSON, emptyPayload, notAnObject, missingAps, apsNotObject
@@ -72,7 +72,7 @@ public struct ValidationReport: Sendable, Hashable, Codable {
 
 /// Checks a payload before it goes to APNs: everything APNs or ActivityKit would reject or
 /// silently drop is an error; everything that probably does not do what the sender meant is a
-/// warning (isle-decisions.md, Validation).
+/// warning (docs/protocol.md, Validation).
 public struct PayloadValidator: Sendable {
     public struct Options: Sendable {
         public var pushType: PushType
@@ -104,7 +104,7 @@ public struct PayloadValidator: Sendable {
         "timestamp", "event", "content-state", "stale-date", "dismissal-date", "relevance-score", "alert",
         "attributes-type", "attributes", "input-push-token", "input-push-channel",
     ]
-    /// Generic `aps` keys APNs defines for other push types (apple-push.md §5.1).
+    /// Generic `aps` keys APNs defines for other push types (docs/protocol.md §5.1).
     static let genericApsKeys: Set<String> = [
         "alert", "badge", "sound", "thread-id", "category", "content-available", "mutable-content", "target-content-id",
         "interruption-level", "relevance-score", "filter-criteria", "stale-date", "content-state", "timestamp", "event",

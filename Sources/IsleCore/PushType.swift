@@ -1,5 +1,5 @@
-/// `apns-push-type` values and the topic each needs (apple-push.md §2.1). Always lowercase on
-/// the wire (isle-decisions.md, Wire).
+/// `apns-push-type` values and the topic each needs (docs/protocol.md §2.1). Always lowercase on
+/// the wire (docs/protocol.md, Wire).
 public enum PushType: String, Sendable, CaseIterable, Codable {
     case alert, background, complication, controls, fileprovider, liveactivity, location, mdm, pushtotalk, voip, widgets
 
@@ -20,11 +20,11 @@ public enum PushType: String, Sendable, CaseIterable, Codable {
 
     public func topic(bundleID: String) -> String { bundleID + topicSuffix }
 
-    /// Largest payload APNs accepts for a device push of this type (apple-push.md §4).
+    /// Largest payload APNs accepts for a device push of this type (docs/protocol.md §4).
     public var maximumPayloadSize: Int { self == .voip ? 5120 : 4096 }
 }
 
-/// `apns-priority` (apple-push.md §2).
+/// `apns-priority` (docs/protocol.md §2).
 public enum PushPriority: Int, Sendable, CaseIterable, Codable, Comparable {
     /// Prioritize the device's power; may not wake it.
     case powerConsiderate = 1
@@ -36,13 +36,13 @@ public enum PushPriority: Int, Sendable, CaseIterable, Codable, Comparable {
     public static func < (lhs: PushPriority, rhs: PushPriority) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
-/// Largest broadcast payload (apple-push.md §4, §7.3).
+/// Largest broadcast payload (docs/protocol.md §4, §7.3).
 public let broadcastMaximumPayloadSize = 5120
 
 /// A device or Live Activity push token, hex, normalised to lowercase.
 ///
 /// Any even length of at least 16 bytes is accepted: never assume 32 bytes, Live Activity
-/// tokens are longer (isle-decisions.md, Wire).
+/// tokens are longer (docs/protocol.md, Wire).
 public struct DeviceToken: Sendable, Hashable, Codable, CustomStringConvertible {
     public static let minimumByteCount = 16
 
@@ -112,8 +112,8 @@ extension String {
     }
 }
 
-/// The APNs environment a device token belongs to (apple-push.md §1.1): a token works only on its
-/// own environment's hosts, anywhere else APNs answers 400 `BadDeviceToken` (apple-push.md §3.4);
+/// The APNs environment a device token belongs to (docs/protocol.md §1.1): a token works only on its
+/// own environment's hosts, anywhere else APNs answers 400 `BadDeviceToken` (docs/protocol.md §3.4);
 /// channels cannot be shared across environments either (§7.1).
 /// Debug builds hold `sandbox` tokens; TestFlight and App Store builds `production` ones.
 public enum PushEnvironment: String, Sendable, Hashable, CaseIterable, Codable {

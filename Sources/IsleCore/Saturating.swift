@@ -1,6 +1,6 @@
 /// Double → integer conversions that never trap: `Int(x)` traps on NaN, infinities and values
 /// outside the integer's range, so every conversion of a computed or configured number goes
-/// through these (isle-decisions.md: bad input never stops a process).
+/// through these (docs/protocol.md, Isle's decisions: bad input never stops a process).
 extension Int64 {
     /// `value` rounded toward zero and clamped to Int64's range; NaN becomes 0.
     public init(saturating value: Double) {

@@ -21,7 +21,7 @@ public struct DeliveryPlanner: Sendable {
         self.tokenWait = tokenWait
     }
 
-    /// The system ends a Live Activity 8 hours after it started (apple-push.md §10.4).
+    /// The system ends a Live Activity 8 hours after it started (docs/protocol.md §10.4).
     public static let activityLifetime: TimeInterval = 8 * 3600
 
     public enum Target: Sendable, Hashable {
@@ -168,13 +168,13 @@ public struct DeliveryPlanner: Sendable {
         var p = ActivityPatch()
         p.content = aps["content-state"]
         p.relevanceScore = aps["relevance-score"]?.numberValue?.doubleValue
-        // An update without a stale date clears it on the device too (isle-decisions.md, ActivityKit).
+        // An update without a stale date clears it on the device too (docs/protocol.md, ActivityKit).
         if kind == .update || aps["content-state"] != nil {
             p.setsStaleDate = true
             p.staleDate = (aps["stale-date"]?.numberValue?.doubleValue).map { Date(timeIntervalSince1970: $0) }
         }
         if kind == .end {
-            // The system caps a custom dismissal at 4 hours after the end (apple-push.md §5.4).
+            // The system caps a custom dismissal at 4 hours after the end (docs/protocol.md §5.4).
             let dismiss = (aps["dismissal-date"]?.numberValue?.doubleValue).map { Date(timeIntervalSince1970: min($0, now.timeIntervalSince1970 + 4 * 3600)) }
             p.end = .init(at: now, dismissAt: dismiss)
         }

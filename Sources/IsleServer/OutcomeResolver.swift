@@ -4,7 +4,7 @@ import IsleCore
 /// Maps what APNs (or the network) answered to what happens to the job: sent; retried at a time
 /// (backoff with jitter, capped, honouring `retry-after`, until the job can no longer matter); the
 /// token is dead; the app's configuration is wrong (pause the app, keep the job); or failed for
-/// good. Pure: the jitter comes from the caller's random source. (apple-push.md §3.4, §3.5)
+/// good. Pure: the jitter comes from the caller's random source. (docs/protocol.md §3.4, §3.5)
 public struct OutcomeResolver: Sendable {
     public var retryBase: TimeInterval
     public var retryMaximumDelay: TimeInterval

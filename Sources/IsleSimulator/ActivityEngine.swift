@@ -67,7 +67,7 @@ struct ActivityEngine {
 
     /// A top-level `aps` date (`timestamp`, `stale-date`, `dismissal-date`): Apple documents a
     /// number of Unix seconds, and the device takes any finite one ≥ 0 — `1767225600`,
-    /// `1767225600.0` and `1.7672256e9` alike, a fraction kept (isle-decisions.md, Wire; the
+    /// `1767225600.0` and `1.7672256e9` alike, a fraction kept (docs/protocol.md, Wire; the
     /// validator warns about fractions, docs/simulator.md).
     static func apsDate(_ value: JSONValue?) -> Date? {
         guard let d = value?.numberValue?.doubleValue, d.isFinite, d >= 0 else { return nil }
@@ -88,7 +88,7 @@ struct ActivityEngine {
         return o
     }
 
-    /// The ordering rule (isle-decisions.md): older than the last applied → ignored; equal → applied
+    /// The ordering rule (docs/protocol.md, Isle's decisions): older than the last applied → ignored; equal → applied
     /// unless `strictTimestamps`.
     func checkTimestamp(_ aps: JSONObject, last: Date?) -> PushOutcome? {
         guard let ts = Self.apsDate(aps["timestamp"]) else {

@@ -1,7 +1,7 @@
 public import Foundation
 public import IsleCore
 
-/// `ActivityState` (apple-push.md §10.1).
+/// `ActivityState` (docs/protocol.md §10.1).
 public enum SimulatedActivityState: String, Sendable, Hashable, Codable {
     case pending, active, stale, ended, dismissed
     /// Still on the Lock Screen.
@@ -11,7 +11,7 @@ public enum SimulatedActivityState: String, Sendable, Hashable, Codable {
 }
 
 /// What the device did with one push: the answer to "APNs said 200, why didn't it change?"
-/// (isle-decisions.md, Simulated device).
+/// (docs/protocol.md, Simulated device).
 public struct PushOutcome: Sendable, Hashable, Codable {
     public enum Code: String, Sendable, Hashable, Codable {
         case applied, started, ended

@@ -75,7 +75,7 @@ public final class FakeAPNs: Sendable {
         var jwt: String?
         var jwtSetAt: Date?
         var teamID: String?
-        /// The key of the first push: APNs binds the connection to it (apple-push.md §1.4).
+        /// The key of the first push: APNs binds the connection to it (docs/protocol.md §1.4).
         var keyID: String?
         /// A valid provider token has been seen (more than one stream allowed from then on).
         var validated = false
@@ -83,7 +83,7 @@ public final class FakeAPNs: Sendable {
         var unusableUntil: Date?
     }
 
-    /// Which of Apple's hosts a listener stands for (apple-push.md §1.1, §7; isle-decisions.md, Wire).
+    /// Which of Apple's hosts a listener stands for (docs/protocol.md §1.1, §7; docs/protocol.md, Wire).
     public enum Host: String, Sendable {
         case device, broadcast, management
     }
@@ -267,7 +267,7 @@ public final class FakeAPNs: Sendable {
         }
     }
 
-    // MARK: JWT (apple-push.md §1.2–1.4, §11.1)
+    // MARK: JWT (docs/protocol.md §1.2–1.4, §11.1)
 
     func checkJWT(_ r: HTTP2ServerRequest, bundle: String, isDevice: Bool) -> (Int, String)? {
         guard let auth = r.value("authorization"), !auth.isEmpty else { return (403, "MissingProviderToken") }
@@ -337,7 +337,7 @@ public final class FakeAPNs: Sendable {
         }
     }
 
-    // MARK: Device pushes (apple-push.md §2, §3; isle-decisions.md)
+    // MARK: Device pushes (docs/protocol.md §2, §3; docs/protocol.md, Isle's decisions)
 
     static let pushTypes: Set<String> = ["alert", "background", "complication", "controls", "fileprovider", "liveactivity", "location", "mdm", "pushtotalk", "voip", "widgets"]
     static let suffixes: [String: String] = [
@@ -380,7 +380,7 @@ public final class FakeAPNs: Sendable {
         return (Self.error(result.status, result.reason ?? "BadDeviceToken", timestamp: result.invalidSince), result.reason, result.outcome)
     }
 
-    // MARK: Broadcast (apple-push.md §7.3–7.4)
+    // MARK: Broadcast (docs/protocol.md §7.3–7.4)
 
     func broadcastPush(_ r: HTTP2ServerRequest, bundle: String, requestID: String) -> (HTTP2ServerResponse, String?, PushOutcome?) {
         func fail(_ status: Int, _ reason: String) -> (HTTP2ServerResponse, String?, PushOutcome?) { (Self.error(status, reason), reason, nil) }
@@ -412,7 +412,7 @@ public final class FakeAPNs: Sendable {
         return (HTTP2ServerResponse(status: 200), nil, summary)
     }
 
-    // MARK: Channel management (apple-push.md §7.2)
+    // MARK: Channel management (docs/protocol.md §7.2)
 
     func channelRequest(_ r: HTTP2ServerRequest, bundle: String) -> (HTTP2ServerResponse, String?, PushOutcome?) {
         func fail(_ status: Int, _ reason: String) -> (HTTP2ServerResponse, String?, PushOutcome?) { (Self.error(status, reason), reason, nil) }

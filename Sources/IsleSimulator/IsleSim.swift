@@ -102,7 +102,7 @@ public final class IsleSim: Service {
             try (pem.hasSuffix("\n") ? pem : pem + "\n").write(toFile: path, atomically: true, encoding: .utf8)
         }
         let fake = apns
-        // APNs allows one stream until it has seen a valid provider token (apple-push.md §1.1);
+        // APNs allows one stream until it has seen a valid provider token (docs/protocol.md §1.1);
         // FakeAPNs raises the limit with a SETTINGS frame then.
         func bind(_ port: Int, _ host: FakeAPNs.Host?) async throws -> HTTP2TLSServer {
             try await HTTP2TLSServer.bind(

@@ -1,7 +1,7 @@
 public import Foundation
 
 /// Every number the simulated iPhone uses. These are Isle's **model** of ActivityKit and WidgetKit
-/// (isle-decisions.md, "Simulated device"), not values Apple publishes; change any of them.
+/// (docs/protocol.md, "Simulated device"), not values Apple publishes; change any of them.
 public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     /// Priority-10 pushes per activity per rolling hour (apps without frequent updates).
     public var hourlyBudget = 15

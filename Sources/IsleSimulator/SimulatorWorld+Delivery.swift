@@ -13,7 +13,7 @@ public struct DeliveryResult: Sendable, Hashable {
 
 extension SimulatorWorld {
     /// Routes a push that passed the fake APNs' request checks to the token's device.
-    /// Token checks answer like APNs (isle-decisions.md, Simulated device · Tokens). An offline
+    /// Token checks answer like APNs (docs/protocol.md, Simulated device · Tokens). An offline
     /// device gets nothing now: APNs stores the push until `apns-expiration` (absent: the default
     /// storage time; 0: not stored), one per app and activity, and delivers it when the device
     /// comes back (``setOnline(_:_:)``).
@@ -64,7 +64,7 @@ extension SimulatorWorld {
         do { try advanceLocked(&s, deviceID: owner.deviceID, to: now) } catch { return (DeliveryResult(status: 400, reason: "BadDeviceToken"), nil) }
         switch owner.kind {
         case .widgets:
-            // WidgetKit reloads for the documented body only (apple-push.md §9.1).
+            // WidgetKit reloads for the documented body only (docs/protocol.md §9.1).
             guard payload["aps"]?["content-changed"] == .bool(true) else {
                 let o = PushOutcome(.notDelivered, "Ignored: a widgets push reloads timelines only with {\"aps\":{\"content-changed\":true}}; this one has \(payload["aps"]?.briefDescription ?? "no aps").",
                                     field: "aps.content-changed", expected: "true", found: payload["aps"]?["content-changed"]?.briefDescription ?? "nothing")
@@ -186,7 +186,7 @@ extension SimulatorWorld {
         for (d, b, apnsID) in widgetWork { await reloadWidgets(deviceID: d, bundleID: b, kinds: nil, reason: .push, apnsID: apnsID) }
     }
 
-    /// A push-to-start (apple-push.md §6; isle-decisions.md, Push-to-start).
+    /// A push-to-start (docs/protocol.md §6; docs/protocol.md, Push-to-start).
     func startFromPush(_ s: inout State, owner: TokenOwner, tokenType: String, payload: JSONValue, apnsID: String, now: Date) -> PushOutcome {
         let deviceID = owner.deviceID
         func log(_ o: PushOutcome, _ activityID: String? = nil) -> PushOutcome {
@@ -209,7 +209,7 @@ extension SimulatorWorld {
         if let problem = engine.checkTimestamp(aps, last: nil) { return log(problem) }
         let wantsToken = aps["input-push-token"]?.numberValue?.exactInt64Value == 1
         if !device.runs(atLeast: 18), aps["input-push-channel"] != nil {
-            return log(PushOutcome(.unsupportedOnThisVersion, "Not started: input-push-channel needs iOS 18; this device runs \(device.osVersion) (apple-push.md §6: \"the Live Activity will not start\")."))
+            return log(PushOutcome(.unsupportedOnThisVersion, "Not started: input-push-channel needs iOS 18; this device runs \(device.osVersion) (docs/protocol.md §6: \"the Live Activity will not start\")."))
         }
         let attributes = aps["attributes"] ?? .null
         let contentState = aps["content-state"] ?? .null
@@ -228,7 +228,7 @@ extension SimulatorWorld {
         a.staleDate = ActivityEngine.apsDate(aps["stale-date"])
         a.lastAlert = Localizer.resolve(aps["alert"]!.objectValue!, table: app.localization, at: now)
         // iOS 18 and later issue an update token only when the push asks with "input-push-token": 1
-        // (Isle's reading of apple-push.md §6, where Apple is ambiguous; isle-decisions.md); before 18
+        // (Isle's reading of docs/protocol.md §6, where Apple is ambiguous; docs/protocol.md, Isle's decisions); before 18
         // a push-started activity always gets one.
         var tokenNote: String
         if channel != nil {

@@ -19,7 +19,7 @@ extension SimulatorWorld {
     }
 
     /// Reloads the app's widgets (all, or those of the given kinds), within the reload budget
-    /// (isle-decisions.md, Simulated device · WidgetKit): free while the app is in the foreground
+    /// (docs/protocol.md, Simulated device · WidgetKit): free while the app is in the foreground
     /// and asks itself; otherwise 70 per widget per 24 h, over which the reload is deferred.
     @discardableResult
     public func reloadWidgets(deviceID: String, bundleID: String, kinds: [String]?, reason: ReloadReason, apnsID: String? = nil) async -> PushOutcome {
@@ -79,7 +79,7 @@ extension SimulatorWorld {
         var sentence = "Reloaded \(plan.count) widget timeline\(plan.count == 1 ? "" : "s") of \(bundleID) (\(reason.rawValue))"
         if deferred > 0 { sentence += "; \(deferred) deferred by the budget" }
         if failures > 0 { sentence += "; \(failures) failed to load" }
-        // Allowed, but flagged: entries closer than the minimum spacing (isle-decisions.md, WidgetKit).
+        // Allowed, but flagged: entries closer than the minimum spacing (docs/protocol.md, WidgetKit).
         for case (_, .success(let t)) in results {
             if let i = t.entries.indices.dropFirst().first(where: { t.entries[$0].date.timeIntervalSince(t.entries[$0 - 1].date) < configuration.widgetMinimumEntrySpacing }) {
                 let gap = Int(saturating: t.entries[i].date.timeIntervalSince(t.entries[i - 1].date))

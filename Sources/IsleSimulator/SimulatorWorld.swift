@@ -7,7 +7,7 @@ public struct SimulatedDevice: Sendable, Hashable, Codable {
     public var id: String
     public var name: String
     /// The iOS version ("26.0", "17.2", …): push-to-start needs 17.2, channels and `input-push-*`
-    /// 18, widget pushes 26 (apple-push.md §6, §7, §9.1).
+    /// 18, widget pushes 26 (docs/protocol.md §6, §7, §9.1).
     public var osVersion: String
     public var model: String
     /// Without one, an alerting update shows the Lock Screen presentation as a banner (§10.7).
@@ -35,7 +35,7 @@ public struct SimulatedDevice: Sendable, Hashable, Codable {
     ]
 }
 
-/// A push APNs keeps for an offline device (apple-push.md §2 `apns-expiration`, §7.2 storage
+/// A push APNs keeps for an offline device (docs/protocol.md §2 `apns-expiration`, §7.2 storage
 /// policy, §11): one per app and activity (per token; per channel and activity for broadcasts),
 /// the newest replacing the older one.
 public struct StoredPush: Sendable, Hashable, Codable {
@@ -96,7 +96,7 @@ public struct ScreenState: Sendable, Hashable, Codable {
 public struct SimulatorError: Error, Sendable, Hashable, CustomStringConvertible {
     public enum Code: String, Sendable, Hashable, Codable {
         case notFound, invalidArgument, conflict
-        // ActivityAuthorizationError cases (apple-push.md §10.5)
+        // ActivityAuthorizationError cases (docs/protocol.md §10.5)
         case denied, targetMaximumExceeded, globalMaximumExceeded, attributesTooLarge, unsupported, visibility
     }
     public var code: Code
@@ -283,7 +283,7 @@ public final class SimulatorWorld: Sendable {
     }
 
     /// The user changes Settings. Turning frequent updates off or on ends every ongoing activity
-    /// of the app (isle-decisions.md); turning Live Activities off ends them too.
+    /// of the app (docs/protocol.md, Isle's decisions); turning Live Activities off ends them too.
     public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil) throws(SimulatorError) {
         defer { changes.notify() }
         let now = clock.now

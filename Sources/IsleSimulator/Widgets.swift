@@ -1,7 +1,7 @@
 public import Foundation
 public import IsleCore
 
-/// A WidgetKit timeline: entries and the reload policy (apple-push.md §9.2).
+/// A WidgetKit timeline: entries and the reload policy (docs/protocol.md §9.2).
 public struct WidgetTimeline: Sendable, Hashable, Codable {
     public struct Entry: Sendable, Hashable, Codable {
         public var date: Date

@@ -194,7 +194,7 @@ public struct ChannelRecord: Sendable, Hashable {
     public var bundleID: String
     public var storagePolicy: Int
     public var createdAt: Date
-    /// The environment it was created in: a channel lives in one (apple-push.md §7.1); nil: the
+    /// The environment it was created in: a channel lives in one (docs/protocol.md §7.1); nil: the
     /// server's default.
     public var environment: PushEnvironment?
     public init(id: String, bundleID: String, storagePolicy: Int, createdAt: Date, environment: PushEnvironment? = nil) {

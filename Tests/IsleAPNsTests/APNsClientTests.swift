@@ -7,7 +7,7 @@ import Testing
 
 @Suite("APNs client over HTTP/2 + TLS")
 struct APNsClientTests {
-    @Test("liveactivity push: every header, path and body (apple-push.md §2, §2.2)")
+    @Test("liveactivity push: every header, path and body (docs/protocol.md §2, §2.2)")
     func liveActivityHeaders() async throws {
         let clock = ManualWallClock(Samples.now)
         let key = TestProviderKey()
@@ -43,7 +43,7 @@ struct APNsClientTests {
         }
     }
 
-    @Test("widgets push (apple-push.md §9.1) and collapse id")
+    @Test("widgets push (docs/protocol.md §9.1) and collapse id")
     func widgets() async throws {
         try await withSinkAndClient { sink, client in
             var push = APNsPush.widgetsReload(token: Samples.token, bundleID: Samples.bundleID)
@@ -60,7 +60,7 @@ struct APNsClientTests {
         }
     }
 
-    @Test("one JWT shared by all requests; refreshed after 50 minutes, not before (isle-decisions.md, Wire)")
+    @Test("one JWT shared by all requests; refreshed after 50 minutes, not before (docs/protocol.md, Wire)")
     func jwtSharingAndRefresh() async throws {
         let clock = ManualWallClock(Samples.now)
         try await withSinkAndClient(clock: clock) { sink, client in

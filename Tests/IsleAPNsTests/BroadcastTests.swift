@@ -5,7 +5,7 @@ import IsleHTTP2Server
 import IsleTesting
 import Testing
 
-@Suite("Broadcast and channel management (apple-push.md §7)")
+@Suite("Broadcast and channel management (docs/protocol.md §7)")
 struct BroadcastTests {
     let channel = "dHN0LXNyY2gtY2hubA=="
 

@@ -4,7 +4,7 @@ import IsleCore
 import IsleTesting
 import Testing
 
-@Suite("Provider tokens (apple-push.md §1.2–1.3, isle-decisions.md Wire)")
+@Suite("Provider tokens (docs/protocol.md §1.2–1.3, docs/protocol.md, Wire)")
 struct ProviderTokenTests {
     let t0 = Date(timeIntervalSince1970: 1_767_225_600)
 

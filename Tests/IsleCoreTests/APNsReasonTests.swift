@@ -1,9 +1,9 @@
 import IsleCore
 import Testing
 
-@Suite("APNs reasons (apple-push.md §3.4, §7.4)")
+@Suite("APNs reasons (docs/protocol.md §3.4, §7.4)")
 struct APNsReasonTests {
-    // The device table and the broadcast table from apple-push.md, status by status.
+    // The device table and the broadcast table from docs/protocol.md, status by status.
     static let deviceTable: [(String, Int)] = [
         ("BadCollapseId", 400), ("BadDeviceToken", 400), ("BadExpirationDate", 400), ("BadMessageId", 400), ("BadPriority", 400),
         ("BadTopic", 400), ("DeviceTokenNotForTopic", 400), ("DuplicateHeaders", 400), ("IdleTimeout", 400), ("InvalidPushType", 400),
@@ -29,7 +29,7 @@ struct APNsReasonTests {
         #expect(!info.meaning.isEmpty)
     }
 
-    // What a sender must do, per apple-push.md §3.5 and §11.
+    // What a sender must do, per docs/protocol.md §3.5 and §11.
     @Test("remedies", arguments: [
         ("BadDeviceToken", APNsRemedy.dropToken), ("DeviceTokenNotForTopic", .dropToken), ("Unregistered", .dropToken), ("ExpiredToken", .dropToken),
         ("ExpiredProviderToken", .newProviderToken), ("TooManyRequests", .retryLater), ("InternalServerError", .retryLater),
@@ -61,7 +61,7 @@ struct APNsReasonTests {
     }
 }
 
-@Suite("Device tokens (isle-decisions.md, Wire)")
+@Suite("Device tokens (docs/protocol.md, Wire)")
 struct DeviceTokenTests {
     @Test("accepts any even hex length of 16 bytes or more, lowercased")
     func accepts() throws {
@@ -83,7 +83,7 @@ struct DeviceTokenTests {
         #expect(try DeviceToken(bytes: t.bytes) == t)
     }
 
-    @Test("topics per push type (apple-push.md §2.1)")
+    @Test("topics per push type (docs/protocol.md §2.1)")
     func topics() {
         #expect(PushType.liveactivity.topic(bundleID: "com.example.app") == "com.example.app.push-type.liveactivity")
         #expect(PushType.widgets.topic(bundleID: "com.example.app") == "com.example.app.push-type.widgets")

@@ -2,7 +2,7 @@ import Foundation
 import IsleCore
 import Testing
 
-@Suite("Date text styles (apple-push.md §9.3)")
+@Suite("Date text styles (docs/protocol.md §9.3)")
 struct DateTextTests {
     let now = Date(timeIntervalSince1970: 1_767_225_600)  // 2026-01-01 00:00 UTC
 

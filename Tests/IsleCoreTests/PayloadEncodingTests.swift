@@ -3,7 +3,7 @@ import IsleCore
 import IsleTesting
 import Testing
 
-/// Apple's sample type from the ActivityKit documentation (apple-push.md §5.2).
+/// Apple's sample type from the ActivityKit documentation (docs/protocol.md §5.2).
 struct PizzaDeliveryAttributes: Codable {
     struct ContentState: Codable, Hashable {
         var driverName: String
@@ -23,7 +23,7 @@ struct AdventureAttributes: Codable {
     var hero: String
 }
 
-@Suite("Payload encoding (isle-decisions.md, Wire)")
+@Suite("Payload encoding (docs/protocol.md, Wire)")
 struct PayloadEncodingTests {
     static let now = Date(timeIntervalSince1970: 1_767_225_600)  // 2026-01-01T00:00:00Z
 

@@ -2,7 +2,7 @@ import Foundation
 import IsleCore
 import Testing
 
-// Every rule in isle-decisions.md "Validation" has a case here; `everyCodeIsCovered` fails when
+// Every rule in docs/protocol.md, "Validation" has a case here; `everyCodeIsCovered` fails when
 // a code is added without one.
 
 struct ValidatorCase: Sendable, CustomTestStringConvertible {
@@ -79,7 +79,7 @@ enum ValidatorFixtures {
     ]
 }
 
-@Suite("Payload validator (isle-decisions.md, Validation)")
+@Suite("Payload validator (docs/protocol.md, Validation)")
 struct PayloadValidatorTests {
     func report(_ c: ValidatorCase) -> ValidationReport {
         let options = PayloadValidator.Options(pushType: c.pushType, broadcast: c.broadcast, priority: c.priority, schema: c.useSchema ? ValidatorFixtures.schema : nil, now: ValidatorFixtures.now)

@@ -2,7 +2,7 @@ import Foundation
 import IsleCore
 import Testing
 
-// isle-decisions.md, "Content-state schema": the validator and the simulator must judge a value
+// docs/protocol.md, "Content-state schema": the validator and the simulator must judge a value
 // exactly as JSONDecoder with default strategies. These tests prove it against the real
 // JSONDecoder for Swift Codable types: every mutation of a valid value gets the same verdict.
 

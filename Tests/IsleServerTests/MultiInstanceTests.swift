@@ -207,7 +207,7 @@ struct MultiInstanceTests {
             for a in registered {
                 // What the phone applied for the activity, in order, read from the payloads it was
                 // sent. A repeated send carries the same timestamp, which the phone applies again
-                // (isle-decisions.md: equal timestamps apply): counted once here, and only repeats may.
+                // (docs/protocol.md, Isle's decisions: equal timestamps apply): counted once here, and only repeats may.
                 let appliedIDs = events.filter { $0.activityID == a.deviceID && $0.outcome?.code == .applied }.compactMap(\.apnsID)
                 var once: [String] = []
                 for id in appliedIDs where !once.contains(id) { once.append(id) }

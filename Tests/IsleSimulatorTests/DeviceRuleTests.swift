@@ -42,7 +42,7 @@ struct DeviceFixture {
     var now: Date { clock.now }
 }
 
-@Suite("Simulated device: ActivityKit rules on a virtual clock (isle-decisions.md, Simulated device)")
+@Suite("Simulated device: ActivityKit rules on a virtual clock (docs/protocol.md, Simulated device)")
 struct DeviceRuleTests {
     @Test("an update is applied and shown")
     func applied() async throws {

@@ -44,8 +44,8 @@ struct SimFixture {
     }
 }
 
-/// One request that breaks one APNs rule, and Apple's answer to it (apple-push.md §3.4, §7.4;
-/// isle-decisions.md for the choices Apple leaves open).
+/// One request that breaks one APNs rule, and Apple's answer to it (docs/protocol.md §3.4, §7.4;
+/// docs/protocol.md, Isle's decisions for the choices Apple leaves open).
 struct RuleCase: Sendable, CustomTestStringConvertible {
     let name: String
     let status: Int

@@ -14,7 +14,7 @@ struct FidelityTests {
     static let attributes = PizzaDeliveryAttributes(numberOfPizzas: 3, totalAmount: "$42.00", orderNumber: "12345")
     static let state = PizzaDeliveryAttributes.ContentState(driverName: "Bill James", deliveryTimer: Pizza.t0...Pizza.t0.addingTimeInterval(1500))
 
-    // 1. apple-push.md §10.6: the token is "not available synchronously right after request".
+    // 1. docs/protocol.md §10.6: the token is "not available synchronously right after request".
     @Test("1 · the push token is not there when request returns; it arrives on pushTokenUpdates")
     func tokenArrivesLater() async throws {
         var c = SimulatorConfiguration()
@@ -36,7 +36,7 @@ struct FidelityTests {
         #expect(try await g.world.waitForPushToken(activityID: a.id, on: g.device).count == 160)
     }
 
-    // 2. apple-push.md §6: iOS 18+ "input-push-token": 1 → "start and receive a new update push token".
+    // 2. docs/protocol.md §6: iOS 18+ "input-push-token": 1 → "start and receive a new update push token".
     @Test("2 · a push-to-start without input-push-token gets no update token on iOS 18+; with it, or before 18, it does")
     func inputPushToken() async throws {
         let f = try DeviceFixture()
@@ -62,7 +62,7 @@ struct FidelityTests {
         #expect(try await f.world.waitForPushToken(activityID: oldActivity.id, on: old).count == 160)
     }
 
-    // 3. apple-push.md §2 (apns-expiration, apns-collapse-id), §7.2 (storage policy), §11 (one stored per app).
+    // 3. docs/protocol.md §2 (apns-expiration, apns-collapse-id), §7.2 (storage policy), §11 (one stored per app).
     @Test("3 · an offline device gets, when back, only the last stored push within apns-expiration; 0 is not stored")
     func offlineStorage() async throws {
         let f = try DeviceFixture()
@@ -142,7 +142,7 @@ struct FidelityTests {
         #expect(try await delays(seed: 8) != first)
     }
 
-    // 4. apple-push.md §7.4: a non-2xx broadcast is not delivered.
+    // 4. docs/protocol.md §7.4: a non-2xx broadcast is not delivered.
     @Test("4 · a broadcast APNs rejects reaches no subscriber")
     func rejectedBroadcast() async throws {
         try await SimFixture.with { f in
@@ -157,7 +157,7 @@ struct FidelityTests {
         }
     }
 
-    // 5. apple-push.md §10.5: request "only in the foreground (else ActivityAuthorizationError.visibility)".
+    // 5. docs/protocol.md §10.5: request "only in the foreground (else ActivityAuthorizationError.visibility)".
     @Test("5 · Activity.request from the background throws visibility")
     func backgroundRequest() async throws {
         let f = try DeviceFixture()
@@ -175,7 +175,7 @@ struct FidelityTests {
         #expect(await f.push(pts, DeviceRuleTests.startPayload(f.now), priority: 10).outcome?.code == .started)
     }
 
-    // 6. isle-decisions.md, WidgetKit: reloads "per policy", also in real time.
+    // 6. docs/protocol.md, WidgetKit: reloads "per policy", also in real time.
     @Test("6 · in real time, a timeline's after(date) policy reloads by itself")
     func realTimePolicyReload() async throws {
         try await IsleSim.withRunning(clock: SystemWallClock()) { sim in
@@ -197,7 +197,7 @@ struct FidelityTests {
         }
     }
 
-    // 7. apple-push.md §9.1: a widgets push body is {"aps":{"content-changed":true}}.
+    // 7. docs/protocol.md §9.1: a widgets push body is {"aps":{"content-changed":true}}.
     @Test("7 · a widgets push reloads only with content-changed: true, and says why not otherwise")
     func widgetsBody() async throws {
         let timeline = WidgetTimeline(entries: [.init(date: Pizza.t0, content: ["score": 1])], policy: .never)
@@ -210,7 +210,7 @@ struct FidelityTests {
         #expect(right.outcome?.code == .widgetsReloaded)
     }
 
-    // 9. Numbers: apple-push.md §5.1 says "number"; docs/simulator.md, "Numbers".
+    // 9. Numbers: docs/protocol.md §5.1 says "number"; docs/simulator.md, "Numbers".
     @Test("9 · aps dates: 1767225600.0 is an integer, a fraction is taken (and warned about by the validator), milliseconds are flagged")
     func numbers() async throws {
         let f = try DeviceFixture()
@@ -245,7 +245,7 @@ struct FidelityTests {
         #expect(ms.outcome?.code == .started && ms.outcome?.sentence.contains("milliseconds") == true)
     }
 
-    // 10. apple-push.md §6 (17.2), §7 (18), §9.1 (26), §10.7 (banner without a Dynamic Island).
+    // 10. docs/protocol.md §6 (17.2), §7 (18), §9.1 (26), §10.7 (banner without a Dynamic Island).
     @Test("10 · iOS versions gate push-to-start, channels and widget pushes; without a Dynamic Island an alert is a banner")
     func versionsAndModels() async throws {
         let f = try DeviceFixture()
@@ -333,7 +333,7 @@ struct FidelityTests {
     }
 }
 
-/// Point 8: keys, hosts and connections as APNs has them (apple-push.md §1.1, §1.3, §1.4, §7).
+/// Point 8: keys, hosts and connections as APNs has them (docs/protocol.md §1.1, §1.3, §1.4, §7).
 @Suite("Simulator fidelity: the fake APNs' hosts, keys and connections")
 struct FakeAPNsFidelityTests {
     @Test("8 · device pushes, broadcasts and channel management are served on their own hosts; a client that mixes them gets 404 BadPath")

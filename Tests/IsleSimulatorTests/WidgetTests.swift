@@ -6,7 +6,7 @@ import IsleSimulator
 import IsleTesting
 import Testing
 
-@Suite("Simulated device: WidgetKit (isle-decisions.md, Simulated device · WidgetKit)")
+@Suite("Simulated device: WidgetKit (docs/protocol.md, Simulated device · WidgetKit)")
 struct WidgetTests {
     static func timeline(_ t: Date, _ names: [String], spacing: TimeInterval = 600, policy: WidgetTimeline.ReloadPolicy = .atEnd) -> WidgetTimeline {
         WidgetTimeline(entries: names.enumerated().map { .init(date: t.addingTimeInterval(Double($0.offset) * spacing), content: ["pizza": .string($0.element)]) }, policy: policy)

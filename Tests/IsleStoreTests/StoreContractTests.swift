@@ -179,7 +179,7 @@ struct StoreContractTests {
         #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "tok1")?.id == "a1")
     }
 
-    @Test("the APNs environment of installations, activities and channels round-trips, through every write and the claim (apple-push.md §1.1, §7.1)", arguments: StoreKind.allCases)
+    @Test("the APNs environment of installations, activities and channels round-trips, through every write and the claim (docs/protocol.md §1.1, §7.1)", arguments: StoreKind.allCases)
     func environments(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 0)
         try await s.upsertInstallation(InstallationRecord(id: "dev", bundleID: "com.example.pizza", updatedAt: t0, environment: .sandbox))
