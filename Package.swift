@@ -40,6 +40,9 @@ let package = Package(
     targets: [
         // Pure model and rules. Foundation only: no NIO, no database.
         .target(name: "IsleCore", swiftSettings: swiftSettings),
+        // The delivery model and its pure rules: records and jobs, the lane rules, the planner, the
+        // outcome resolver, the app circuit. IsleCore only: storage and HTTP depend on it, never the reverse.
+        .target(name: "IsleDelivery", dependencies: ["IsleCore"], swiftSettings: swiftSettings),
         // A generic HTTP/2-over-TLS server (raw swift-nio-http2, APNs-style framing) and an
         // in-process certificate authority. Knows nothing of APNs; used by fakes and sinks.
         .target(
@@ -109,7 +112,7 @@ let package = Package(
         .target(
             name: "IsleStore",
             dependencies: [
-                "IsleCore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
+                "IsleCore", "IsleDelivery", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -119,7 +122,7 @@ let package = Package(
         .target(
             name: "IsleServer",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),

@@ -122,8 +122,8 @@ struct ServeCommand: AsyncParsableCommand {
         let (configuration, level) = try settings()
         var logger = Logger(label: "isle.server")
         logger.logLevel = level
-        let store = try DatabaseOption.store(configuration.databasePath, logger: logger)
-        let shown = DatabaseOption.shown(configuration.databasePath)
+        let store = try DatabaseOption.store(configuration.database, logger: logger)
+        let shown = DatabaseOption.shown(configuration.database)
         let serverLogger = logger
         try await store.withRunning {
             try await Self.checkKeys(store: store, masterKey: configuration.masterKey, path: shown)
@@ -185,7 +185,7 @@ struct ServeCommand: AsyncParsableCommand {
             guard let n = Int(p), (0...65535).contains(n) else { throw CLIError("port: \(p) is not a port number") }
             c.port = n
         }
-        c.databasePath = database.database ?? env["ISLE_DATABASE"] ?? file["database"]?.stringValue ?? c.databasePath
+        c.database = database.database ?? env["ISLE_DATABASE"] ?? file["database"]?.stringValue ?? c.database
         if let n = pick(concurrency.map(String.init), "ISLE_CONCURRENCY", "concurrency") {
             guard let v = Int(n), (1...10_000).contains(v) else { throw CLIError("concurrency: \(n) must be 1…10000") }
             c.concurrency = v

@@ -100,7 +100,7 @@ public struct Demo: Sendable {
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Self.bundleID, scope: .device).secret
             var c = ServerConfiguration()
             c.port = 0
-            c.databasePath = dir.appendingPathComponent("isle.sqlite").path
+            c.database = dir.appendingPathComponent("isle.sqlite").path
             c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
             c.pollInterval = .milliseconds(20)
             c.masterKey = masterKey

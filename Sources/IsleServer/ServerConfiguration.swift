@@ -7,8 +7,8 @@ public import IsleStore
 public struct ServerConfiguration: Sendable {
     public var host = "127.0.0.1"
     public var port = 8080
-    /// The SQLite file.
-    public var databasePath = "./isle.sqlite"
+    /// The database: a SQLite file's path, or a `postgres://` URL (docs/server.md, "Scale out").
+    public var database = "./isle.sqlite"
     /// The environment of tokens whose installation did not say (`--sandbox`, `--production`).
     public var defaultEnvironment: PushEnvironment = .sandbox
     /// Where each environment's pushes go: Apple's hosts, or any APNs-compatible server (such as

@@ -158,11 +158,11 @@ struct HTTPEdgeTests {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         var c = ServerConfiguration()
         c.port = 0
-        c.databasePath = dir.appendingPathComponent("isle.sqlite").path
+        c.database = dir.appendingPathComponent("isle.sqlite").path
         var logger = Logger(label: "isle.test.edge")
         logger.logLevel = .critical
         // A fresh file, never migrated by the test: the server migrates it before it listens.
-        let app = IsleServerApp(configuration: c, store: try SQLiteStore(path: c.databasePath), logger: logger)
+        let app = IsleServerApp(configuration: c, store: try SQLiteStore(path: c.database), logger: logger)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
         let run = Task { try await group.run() }
         let port = await app.port()

@@ -66,7 +66,7 @@ final class ServerFixture: Sendable {
         var c = ServerConfiguration()
         c.port = 0
         c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
-        c.databasePath = databasePath
+        c.database = databasePath
         c.pollInterval = .milliseconds(20)
         c.concurrency = 64
         c.randomSeed = 9

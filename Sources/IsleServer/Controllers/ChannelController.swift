@@ -77,23 +77,3 @@ struct ChannelController {
         return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
     }
 }
-
-/// `GET /v1/deliveries/{apns-id}`: one APNs answer, the caller's own only.
-struct DeliveryController {
-    let services: APIServices
-
-    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
-        v1.get("deliveries/:apnsID") { _, context in
-            let caller = try context.caller(.backend)
-            let id = try context.parameters.decoded("apnsID").lowercased()
-            guard let d = try await services.store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(id)") }
-            if let aid = d.activityID {
-                _ = try await services.ownActivity(caller, aid)
-            } else {
-                // Widget and broadcast deliveries: the job says whose they are.
-                guard let job = try await services.store.job(id: d.jobID), job.bundleID == caller.bundleID else { throw APIError.notFound("delivery \(id)") }
-            }
-            return JSONResponse.make(Views.delivery(d))
-        }
-    }
-}

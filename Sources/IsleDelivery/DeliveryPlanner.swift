@@ -1,6 +1,5 @@
 public import Foundation
 public import IsleCore
-public import IsleStore
 
 /// Decides, for a claimed job and the records as they are now, what to send (payload, priority,
 /// timestamp), what to drop and why, or that the job must wait (for a token). Pure: tested on a

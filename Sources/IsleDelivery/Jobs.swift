@@ -1,0 +1,152 @@
+public import Foundation
+public import IsleCore
+
+/// A job handed to a worker, with the `timestamp` and `apns-id` fixed at its first claim (a retry
+/// after a crash sends the very same push, so the device can tell it is a duplicate).
+public struct ClaimedJob: Sendable, Hashable {
+    public var job: PushJob
+    public var timestamp: Int64
+    public var apnsID: String
+    public var worker: String
+    /// The activity as it was when claimed (nil for installation and channel jobs). Only for
+    /// planning: completions patch what the push changed, never write this back.
+    public var activity: ActivityRecord?
+    public init(job: PushJob, timestamp: Int64, apnsID: String, worker: String, activity: ActivityRecord?) {
+        self.job = job
+        self.timestamp = timestamp
+        self.apnsID = apnsID
+        self.worker = worker
+        self.activity = activity
+    }
+}
+
+extension ClaimedJob {
+    /// A push's timestamp at its first claim: now in whole seconds, strictly after the last one
+    /// sent to its activity and (a broadcast) its channel — the device drops an older one.
+    public static func firstTimestamp(now: Date, afterActivity activityLast: Int64?, afterChannel channelLast: Int64?) -> Int64 {
+        var ts = Int64(now.timeIntervalSince1970.rounded(.down))
+        for last in [activityLast, channelLast].compactMap({ $0 }) where ts <= last { ts = last + 1 }
+        return ts
+    }
+}
+
+extension PushJob {
+    /// The job as a claim leaves it: `worker`'s until `until`, one attempt more.
+    public mutating func markClaimed(by worker: String, until: Date) {
+        state = .claimed
+        claimedBy = worker
+        claimedUntil = until
+        attempts += 1
+    }
+}
+
+/// What a delivered (or refused) push changes in the activity's record. Each part is a targeted,
+/// guarded write: content never reverts a state the device reported, an end never undoes a
+/// dismissal, and a dead token retires the activity only while it still holds that token.
+public struct ActivityPatch: Sendable, Hashable {
+    public var content: JSONValue?
+    public var relevanceScore: Double?
+    /// Sets `staleDate` (nil clears it) when `setsStaleDate`.
+    public var setsStaleDate = false
+    public var staleDate: Date?
+    public var end: End?
+    public var unreachable: Unreachable?
+
+    public struct End: Sendable, Hashable {
+        public var at: Date
+        public var dismissAt: Date?
+        public var reason: String?
+        public init(at: Date, dismissAt: Date? = nil, reason: String? = nil) {
+            self.at = at
+            self.dismissAt = dismissAt
+            self.reason = reason
+        }
+    }
+
+    public struct Unreachable: Sendable, Hashable {
+        public var reason: String
+        /// Only while the activity still holds this update token (nil: whatever it holds).
+        public var ifToken: String?
+        public init(reason: String, ifToken: String?) {
+            self.reason = reason
+            self.ifToken = ifToken
+        }
+    }
+
+    public init(content: JSONValue? = nil, relevanceScore: Double? = nil, setsStaleDate: Bool = false, staleDate: Date? = nil, end: End? = nil, unreachable: Unreachable? = nil) {
+        self.content = content
+        self.relevanceScore = relevanceScore
+        self.setsStaleDate = setsStaleDate
+        self.staleDate = staleDate
+        self.end = end
+        self.unreachable = unreachable
+    }
+}
+
+/// Tokens of an installation that APNs said are dead; each removed only if it is still the one held.
+public struct InstallationPatch: Sendable, Hashable {
+    public var bundleID: String
+    public var installationID: String
+    public var deadPushToStartToken: (type: String, token: String)?
+    public var deadWidgetToken: String?
+    public init(bundleID: String, installationID: String, deadPushToStartToken: (type: String, token: String)? = nil, deadWidgetToken: String? = nil) {
+        self.bundleID = bundleID
+        self.installationID = installationID
+        self.deadPushToStartToken = deadPushToStartToken
+        self.deadWidgetToken = deadWidgetToken
+    }
+    public static func == (a: Self, b: Self) -> Bool {
+        a.bundleID == b.bundleID && a.installationID == b.installationID && a.deadPushToStartToken?.type == b.deadPushToStartToken?.type
+            && a.deadPushToStartToken?.token == b.deadPushToStartToken?.token && a.deadWidgetToken == b.deadWidgetToken
+    }
+    public func hash(into h: inout Hasher) {
+        h.combine(bundleID)
+        h.combine(installationID)
+        h.combine(deadPushToStartToken?.type)
+        h.combine(deadPushToStartToken?.token)
+        h.combine(deadWidgetToken)
+    }
+}
+
+/// A worker's verdict on a claimed job.
+public struct JobCompletion: Sendable, Hashable {
+    public enum Result: Sendable, Hashable {
+        /// Done for good: `sent`, `failed` or `dropped`, with why.
+        case finished(PushJobState, reason: String?)
+        /// Back in its lane (still its head) until `at`.
+        case retry(at: Date, reason: String)
+        /// APNs said the activity's update token `token` is dead. If the device handed over a new
+        /// token meanwhile, the job is sent again at once with the new one. If the activity still
+        /// holds it, the activity becomes unreachable and the job waits until `graceUntil` for a
+        /// rotated token that may still be on its way (registering one revives the activity).
+        case deadToken(token: String, reason: String, graceUntil: Date)
+    }
+
+    public var claim: ClaimedJob
+    public var result: Result
+    public var delivery: DeliveryRecord?
+    public var activity: ActivityPatch?
+    public var installation: InstallationPatch?
+    /// A priority-10 send to count against the activity's hourly budget.
+    public var highPriorityAt: Date?
+
+    /// A `deadToken` verdict, decided against the activity's update token as it is now (read in
+    /// the store's transaction): the one rule every store applies. Other verdicts pass unchanged.
+    public func resolvingDeadToken(currentToken: String?) -> (Result, ActivityPatch?) {
+        guard case .deadToken(let token, let reason, let grace) = result else { return (result, activity) }
+        guard let current = currentToken else { return (.finished(.failed, reason: reason), activity) }
+        if current == token {
+            return (.retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up"), ActivityPatch(unreachable: .init(reason: reason, ifToken: token)))
+        }
+        return (.retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token"), activity)
+    }
+
+    public init(claim: ClaimedJob, result: Result, delivery: DeliveryRecord? = nil, activity: ActivityPatch? = nil, installation: InstallationPatch? = nil, highPriorityAt: Date? = nil) {
+        self.claim = claim
+        self.result = result
+        self.delivery = delivery
+        self.activity = activity
+        self.installation = installation
+        self.highPriorityAt = highPriorityAt
+    }
+}
