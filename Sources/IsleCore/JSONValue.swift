@@ -180,6 +180,8 @@ extension JSONValue {
 
     /// The exact bytes Isle sends: compact UTF-8.
     public var jsonBytes: [UInt8] { Array(jsonString.utf8) }
+    /// The size of ``jsonBytes``, without copying them.
+    public var encodedSize: Int { jsonString.utf8.count }
 
     private func write(into out: inout String, pretty: Bool, indent: Int) {
         switch self {

@@ -119,6 +119,16 @@ public struct PayloadValidator: Sendable {
         return ValidationReport(issues: v.issues, size: bytes.count, sizeLimit: options.sizeLimit)
     }
 
+    /// Validates a payload that is already a value (built from parsed JSON, so no key repeats),
+    /// whose encoding is `size` bytes: the same checks as ``validate(bytes:)`` without parsing it
+    /// again.
+    public func validate(value: JSONValue, size: Int) -> ValidationReport {
+        var v = Run(options: options, size: size)
+        v.checkSize(size)
+        v.check(value)
+        return ValidationReport(issues: v.issues, size: size, sizeLimit: options.sizeLimit)
+    }
+
     private struct Run {
         let options: Options
         let size: Int
@@ -137,11 +147,7 @@ public struct PayloadValidator: Sendable {
             if bytes.isEmpty {
                 return add(.emptyPayload, "$", "The payload is empty.", fix: "Send a JSON object with an \"aps\" dictionary.")
             }
-            if bytes.count > options.sizeLimit {
-                let kind = options.broadcast ? "broadcast" : options.pushType.rawValue
-                add(.payloadTooLarge, "$", "The payload is \(bytes.count) bytes, \(bytes.count - options.sizeLimit) over the \(options.sizeLimit)-byte limit for \(kind) pushes; APNs answers 413 PayloadTooLarge.",
-                    fix: "Shorten strings or drop fields from content-state; send details the app can fetch itself.")
-            }
+            checkSize(bytes.count)
             let parsed: JSONParser.Result
             do { parsed = try JSONParser.parseWithDiagnostics(bytes) } catch {
                 return add(.notJSON, "$", "The payload is not JSON: \(error).", fix: "Send valid, uncompressed UTF-8 JSON.")
@@ -149,8 +155,21 @@ public struct PayloadValidator: Sendable {
             for path in parsed.duplicateKeys {
                 add(.duplicateKey, path, "This key appears more than once in its object; only the last value counts.", fix: "Send each key once.")
             }
-            guard let root = parsed.value.objectValue else {
-                return add(.notAnObject, "$", "The payload is \(parsed.value.kindName), not an object.", fix: "Send a JSON object: {\"aps\": {…}}.")
+            check(parsed.value)
+        }
+
+        mutating func checkSize(_ count: Int) {
+            if count > options.sizeLimit {
+                let kind = options.broadcast ? "broadcast" : options.pushType.rawValue
+                add(.payloadTooLarge, "$", "The payload is \(count) bytes, \(count - options.sizeLimit) over the \(options.sizeLimit)-byte limit for \(kind) pushes; APNs answers 413 PayloadTooLarge.",
+                    fix: "Shorten strings or drop fields from content-state; send details the app can fetch itself.")
+            }
+        }
+
+        /// Everything after parsing: the shape of the payload and its `aps`.
+        mutating func check(_ value: JSONValue) {
+            guard let root = value.objectValue else {
+                return add(.notAnObject, "$", "The payload is \(value.kindName), not an object.", fix: "Send a JSON object: {\"aps\": {…}}.")
             }
             guard let apsValue = root["aps"] else {
                 return add(.missingAps, "$.aps", "The payload has no \"aps\" dictionary.", fix: "Put the push's keys inside \"aps\": {\"aps\": {\"event\": \"update\", …}}.")

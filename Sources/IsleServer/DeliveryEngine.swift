@@ -435,7 +435,9 @@ public final class APNsClients: Sendable {
             if let existing = c[key], existing.keyID == app.keyID { return existing.client }
             // Made under the lock: two workers must not each make one and drop the other unclosed.
             let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: try MasterKey.openKey(of: app, with: masterKey))
-            let client = try APNsClient(configuration: .init(environment: target(environment), credentials: credentials, requestTimeout: requestTimeout, transport: transport),
+            // Payloads were validated once, when the API accepted them (PayloadCheck); the engine's
+            // stamping (timestamp, dates) keeps them valid, so the client does not validate again.
+            let client = try APNsClient(configuration: .init(environment: target(environment), credentials: credentials, requestTimeout: requestTimeout, validatesPayloads: false, transport: transport),
                                         clock: clock, logger: logger)
             replaced = c[key]?.client
             c[key] = (app.keyID, client)

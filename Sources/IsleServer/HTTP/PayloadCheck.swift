@@ -13,7 +13,7 @@ struct PayloadCheck {
         withTimestamp["timestamp"] = .int(Int64(now.timeIntervalSince1970))
         let payload = JSONValue.object(["aps": .object(withTimestamp)])
         let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: priority.flatMap(PushPriority.init(rawValue:)), schema: schema, now: now))
-            .validate(bytes: payload.jsonBytes)
+            .validate(value: payload, size: payload.encodedSize)
         if let e = report.errors.first {
             throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path))
         }

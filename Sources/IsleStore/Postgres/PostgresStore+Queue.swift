@@ -295,7 +295,7 @@ extension PostgresStore {
         let activityIDs = jobs.compactMap(\.activityID)
         if !activityIDs.isEmpty {
             for r in try await conn.rows("SELECT * FROM activities WHERE id = ANY($1::text[])", [.texts(activityIDs)], logger: log) {
-                let a = try Self.activity(r, topics: [])
+                let a = try Self.activity(r, topics: [], payloads: false)
                 activities[a.id] = a
             }
         }

@@ -509,11 +509,12 @@ public final class PostgresStore: IsleStore {
         try await conn.rows("INSERT INTO activity_topics (activity_id, bundle_id, topic) SELECT $1, $2, unnest($3::text[])", [.text(a.id), .text(a.bundleID), .texts(topics)], logger: logger)
     }
 
-    static func activity(_ r: PGRow, topics: [String]) throws -> ActivityRecord {
+    /// An activity row; `payloads: false` leaves attributes and content unparsed (nil), for planning.
+    static func activity(_ r: PGRow, topics: [String], payloads: Bool = true) throws -> ActivityRecord {
         ActivityRecord(
             id: try r.string("id"), bundleID: try r.string("bundle_id"), externalKey: try r.optionalString("external_key"), installationID: try r.optionalString("installation_id"),
-            attributesType: try r.string("attributes_type"), attributes: try r.optionalString("attributes").flatMap { try? JSONParser.parse($0) },
-            content: try r.optionalString("content").flatMap { try? JSONParser.parse($0) }, state: ActivityRecordState(rawValue: try r.string("state")) ?? .active,
+            attributesType: try r.string("attributes_type"), attributes: payloads ? try r.optionalString("attributes").flatMap { try? JSONParser.parse($0) } : nil,
+            content: payloads ? try r.optionalString("content").flatMap { try? JSONParser.parse($0) } : nil, state: ActivityRecordState(rawValue: try r.string("state")) ?? .active,
             updateToken: try r.optionalString("update_token"), channelID: try r.optionalString("channel_id"), relevanceScore: try r.optionalDouble("relevance_score"),
             staleDate: try r.optionalDate("stale_date"), startedAt: try r.date("started_at"), endedAt: try r.optionalDate("ended_at"), dismissedAt: try r.optionalDate("dismissed_at"),
             lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"),
