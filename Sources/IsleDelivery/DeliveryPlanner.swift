@@ -98,7 +98,7 @@ public struct DeliveryPlanner: Sendable {
             let end = a.startedAt.addingTimeInterval(Self.activityLifetime)
             if end < d.at { d = Deadline(at: end, why: "the activity's 8-hour life") }
         }
-        if LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps), let stale = job.aps["stale-date"]?.numberValue?.doubleValue {
+        if LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps), let stale = job.aps.apsStaleDate {
             let at = Date(timeIntervalSince1970: stale)
             if at < d.at { d = Deadline(at: at, why: "the update's stale date") }
         }
@@ -120,7 +120,7 @@ public struct DeliveryPlanner: Sendable {
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
             let priority = Self.wantsHighPriority(job) ? 10 : 5
-            let kind: PushJobKind = job.aps["event"]?.stringValue == "end" ? .end : .update
+            let kind: PushJobKind = job.aps.apsEvent == "end" ? .end : .update
             return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job.aps, timestamp: c.job.timestamp),
                               priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now), environment: channel.environment), d)
         }
@@ -154,7 +154,7 @@ public struct DeliveryPlanner: Sendable {
 
     func planStart(_ c: Context) -> Plan {
         let job = c.job.job
-        guard let i = c.installation, let type = job.aps["attributes-type"]?.stringValue else { return .drop("the installation no longer exists", nil) }
+        guard let i = c.installation, let type = job.aps.apsAttributesType else { return .drop("the installation no longer exists", nil) }
         if let a = c.activity, a.state != .starting { return .drop("the activity is \(a.state.rawValue)", nil) }
         guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
         let d = deadline(job, activity: c.activity)
@@ -165,16 +165,16 @@ public struct DeliveryPlanner: Sendable {
     /// What a delivered update or end changes in the server's record of the activity.
     public static func patch(_ aps: JSONValue, kind: PushJobKind, now: Date) -> ActivityPatch {
         var p = ActivityPatch()
-        p.content = aps["content-state"]
-        p.relevanceScore = aps["relevance-score"]?.numberValue?.doubleValue
+        p.content = aps.apsContentState
+        p.relevanceScore = aps.apsRelevanceScore
         // An update without a stale date clears it on the device too (docs/protocol.md, ActivityKit).
-        if kind == .update || aps["content-state"] != nil {
+        if kind == .update || aps.apsContentState != nil {
             p.setsStaleDate = true
-            p.staleDate = (aps["stale-date"]?.numberValue?.doubleValue).map { Date(timeIntervalSince1970: $0) }
+            p.staleDate = aps.apsStaleDate.map { Date(timeIntervalSince1970: $0) }
         }
         if kind == .end {
             // The system caps a custom dismissal at 4 hours after the end (docs/protocol.md §5.4).
-            let dismiss = (aps["dismissal-date"]?.numberValue?.doubleValue).map { Date(timeIntervalSince1970: min($0, now.timeIntervalSince1970 + 4 * 3600)) }
+            let dismiss = aps.apsDismissalDate.map { Date(timeIntervalSince1970: min($0, now.timeIntervalSince1970 + 4 * 3600)) }
             p.end = .init(at: now, dismissAt: dismiss)
         }
         return p

@@ -22,7 +22,7 @@ public enum LanePlanner {
         guard !hasAlert else { return false }
         switch kind {
         case .update: return true
-        case .broadcast: return aps["event"]?.stringValue == "update"
+        case .broadcast: return aps.apsEvent == "update"
         case .start, .end, .widgets: return false
         }
     }
@@ -31,7 +31,7 @@ public enum LanePlanner {
     public static func carriesContent(kind: PushJobKind, aps: JSONValue) -> Bool {
         switch kind {
         case .update: return true
-        case .end, .broadcast: return aps["content-state"] != nil
+        case .end, .broadcast: return aps.apsContentState != nil
         case .start, .widgets: return false
         }
     }

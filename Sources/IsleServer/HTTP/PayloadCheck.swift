@@ -10,7 +10,7 @@ struct PayloadCheck {
 
     func validate(_ aps: JSONObject, schema: ActivitySchema? = nil, priority: Int?, broadcast: Bool = false) throws -> [JSONValue] {
         var withTimestamp = aps
-        withTimestamp["timestamp"] = .int(Int64(now.timeIntervalSince1970))
+        withTimestamp[APSKey.timestamp] = .int(Int64(now.timeIntervalSince1970))
         let payload = JSONValue.object(["aps": .object(withTimestamp)])
         let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: priority.flatMap(PushPriority.init(rawValue:)), schema: schema, now: now))
             .validate(value: payload, size: payload.encodedSize)

@@ -320,18 +320,18 @@ struct ActivityPush {
     var aps: JSONObject
     var priority: Int?
     var sendAt: Date?
-    var hasAlert: Bool { aps["alert"] != nil }
+    var hasAlert: Bool { aps.apsHasAlert }
 
     static let fields = ["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"]
 
     init(_ b: Body, event: Event) throws {
         self.event = event
-        var aps: JSONObject = ["event": .string(event.rawValue)]
-        if let s = try b.object("contentState", required: event == .update) { aps["content-state"] = s }
-        if let alert = try b.alert() { aps["alert"] = alert }
-        if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
-        if let r = try b.number("relevanceScore") { aps["relevance-score"] = .double(r) }
-        if event == .end, let d = try b.date("dismissalDate") { aps["dismissal-date"] = .int(Int64(d.timeIntervalSince1970)) }
+        var aps = JSONObject([(APSKey.event, .string(event.rawValue))])
+        if let s = try b.object("contentState", required: event == .update) { aps[APSKey.contentState] = s }
+        if let alert = try b.alert() { aps[APSKey.alert] = alert }
+        if let d = try b.date("staleDate") { aps[APSKey.staleDate] = .int(Int64(d.timeIntervalSince1970)) }
+        if let r = try b.number("relevanceScore") { aps[APSKey.relevanceScore] = .double(r) }
+        if event == .end, let d = try b.date("dismissalDate") { aps[APSKey.dismissalDate] = .int(Int64(d.timeIntervalSince1970)) }
         if event == .update, b.object["dismissalDate"] != nil { throw APIError.invalid("dismissalDate", "dismissalDate applies to end only") }
         priority = try b.priority()
         sendAt = try b.date("sendAt")
@@ -357,10 +357,11 @@ struct StartRequest {
         attributes = try b.object("attributes", required: true)!
         contentState = try b.object("contentState", required: true)!
         guard let alert = try b.alert() else { throw APIError.invalid("alert", "a start needs an alert: the device drops a push-to-start without one") }
-        var aps: JSONObject = ["event": "start", "content-state": contentState, "attributes-type": .string(attributesType), "attributes": attributes, "alert": alert, "input-push-token": 1]
-        if let d = try b.date("staleDate") { aps["stale-date"] = .int(Int64(d.timeIntervalSince1970)) }
+        var aps = JSONObject([(APSKey.event, "start"), (APSKey.contentState, contentState), (APSKey.attributesType, .string(attributesType)), (APSKey.attributes, attributes),
+                              (APSKey.alert, alert), (APSKey.inputPushToken, 1)])
+        if let d = try b.date("staleDate") { aps[APSKey.staleDate] = .int(Int64(d.timeIntervalSince1970)) }
         relevanceScore = try b.number("relevanceScore")
-        if let relevanceScore { aps["relevance-score"] = .double(relevanceScore) }
+        if let relevanceScore { aps[APSKey.relevanceScore] = .double(relevanceScore) }
         externalKey = try b.bounded("externalKey", Limits.externalKey)
         topics = try b.topics()
         self.aps = aps
