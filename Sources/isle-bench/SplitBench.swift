@@ -23,6 +23,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "Seconds of the latency run.") var rateSeconds = 10
     @Option(help: "Also run everything on this PostgreSQL server (postgres://user@host:port/db; a new database per run) and compare.") var postgres: String?
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 300
+    @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 64).") var concurrency = 64
 
     func run() async throws {
         guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
@@ -90,7 +91,7 @@ struct SplitBench: AsyncParsableCommand {
         let backend = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "backend"], environment: env)
         let device = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "device"], environment: env)
         let server = try Child.start(isle, ["serve", "--port", "\(ports[4])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-broadcast-url", "https://127.0.0.1:\(ports[1])",
-                                            "--apns-management-url", "https://127.0.0.1:\(ports[2])", "--apns-ca-cert", dir + "/sim/ca.pem", "--concurrency", "256",
+                                            "--apns-management-url", "https://127.0.0.1:\(ports[2])", "--apns-ca-cert", dir + "/sim/ca.pem", "--concurrency", "\(concurrency)",
                                             "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
                                             "--max-live-activities-per-installation", "100000", "--log-level", "error"],
                                      environment: env, log: dir + "/serve.log")

@@ -134,7 +134,7 @@ struct ActivityController {
         let caller = try context.caller(.backend)
         let id = try Limits.pathID(try context.parameters.decoded("activity"), "activity")
         let body = try await Body.read(request)
-        try body.only(["externalKey"])
+        try body.only(WireContract.keyBinding)
         guard body.object.keys.contains("externalKey") else { throw APIError.invalid("externalKey", "give externalKey: your key for the activity (a string), or null to unbind") }
         let key = body.object["externalKey"]?.isNull == true ? nil : try body.bounded("externalKey", Limits.externalKey, required: true)
         let a = try await services.ownActivity(caller, id)

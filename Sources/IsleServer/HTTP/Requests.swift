@@ -207,7 +207,7 @@ struct InstallationReport {
         if b.object["userID"] != nil {
             throw APIError.invalid("userID", "userID is bound by your backend — PUT /v1/installations/{id}/user with the backend key, or a registration ticket naming the user in ticket: the device key is public, so Isle never takes a user id on the device's word")
         }
-        try b.only(["pushToStartTokens", "widgetToken", "liveActivitiesEnabled", "frequentPushesEnabled", "environment", "ticket"])
+        try b.only(WireContract.installation)
         ticket = try b.ticket()
         if let t = b.object["pushToStartTokens"] {
             guard let o = t.objectValue else { throw APIError.invalid("pushToStartTokens", "pushToStartTokens must be an object: attributes type → hex token") }
@@ -260,7 +260,7 @@ struct ActivityRegistration {
     var ticket: String?
 
     init(_ b: Body) throws {
-        try b.only(["attributesType", "channelID", "token", "externalKey", "topics", "installationID", "attributes", "contentState", "relevanceScore", "environment", "ticket"])
+        try b.only(WireContract.activityRegistration)
         ticket = try b.ticket()
         attributesType = try b.bounded("attributesType", Limits.attributesType, required: true)!
         environment = try b.environment()
@@ -296,7 +296,10 @@ struct ActivityRegistration {
 /// `PUT /v1/activities/{id}/token`: a rotated update token.
 struct TokenReport {
     var token: String
-    init(_ b: Body) throws { token = try b.token("token", required: true)! }
+    init(_ b: Body) throws {
+        try b.only(WireContract.token)
+        token = try b.token("token", required: true)!
+    }
 }
 
 // MARK: Backend requests
@@ -305,6 +308,7 @@ struct TokenReport {
 struct UserBinding {
     var userID: String?
     init(_ b: Body) throws {
+        try b.only(WireContract.userBinding)
         guard b.object.keys.contains("userID") else { throw APIError.invalid("userID", "give userID: the backend's id for the person (a string), or null to unbind") }
         if b.object["userID"]?.isNull == true { userID = nil; return }
         guard let id = try b.string("userID"), id.utf8.count <= Limits.userID else { throw APIError.invalid("userID", "userID must be 1 to \(Limits.userID) bytes") }
@@ -322,7 +326,6 @@ struct ActivityPush {
     var sendAt: Date?
     var hasAlert: Bool { aps.apsHasAlert }
 
-    static let fields = ["contentState", "alert", "staleDate", "relevanceScore", "dismissalDate", "priority", "sendAt"]
 
     init(_ b: Body, event: Event) throws {
         self.event = event
@@ -335,7 +338,7 @@ struct ActivityPush {
         if event == .update, b.object["dismissalDate"] != nil { throw APIError.invalid("dismissalDate", "dismissalDate applies to end only") }
         priority = try b.priority()
         sendAt = try b.date("sendAt")
-        for k in b.object.keys where !Self.fields.contains(k) {
+        for k in b.object.keys where !WireContract.end.contains(k) {
             throw APIError.invalid(k, "unknown field \(k); expected contentState, alert, staleDate, relevanceScore, dismissalDate (end), priority, sendAt")
         }
         self.aps = aps
@@ -353,6 +356,7 @@ struct StartRequest {
     var topics: [String]
 
     init(_ b: Body) throws {
+        try b.only(WireContract.start)
         attributesType = try b.bounded("attributesType", Limits.attributesType, required: true)!
         attributes = try b.object("attributes", required: true)!
         contentState = try b.object("contentState", required: true)!
@@ -374,7 +378,7 @@ struct ChannelCreation {
     /// Where the channel is created (a channel lives in one environment); nil: the server's default.
     var environment: PushEnvironment?
     init(_ b: Body) throws {
-        try b.only(["storagePolicy", "environment"])
+        try b.only(WireContract.channelCreation)
         environment = try b.environment()
         // Compared as a number first: converting an out-of-range Double to Int would trap.
         let requested = try b.number("storagePolicy") ?? 0

@@ -1,0 +1,36 @@
+/// The fields each request body of the API takes: the one list the handlers enforce (an unknown
+/// field is a 400 naming it) and `WireContractTests` checks, route by route, against the OpenAPI
+/// document (`/openapi.json`). IsleClient's bodies go through the same check on the server, so a
+/// drift anywhere fails a test.
+public enum WireContract {
+    static let installation = ["pushToStartTokens", "widgetToken", "liveActivitiesEnabled", "frequentPushesEnabled", "environment", "ticket"]
+    static let activityRegistration = ["attributesType", "channelID", "token", "externalKey", "topics", "installationID", "attributes", "contentState", "relevanceScore",
+                                       "environment", "ticket"]
+    static let token = ["token"]
+    static let userBinding = ["userID"]
+    static let keyBinding = ["externalKey"]
+    static let update = ["contentState", "alert", "staleDate", "relevanceScore", "priority", "sendAt"]
+    static let end = update + ["dismissalDate"]
+    static let start = ["attributesType", "attributes", "contentState", "alert", "staleDate", "relevanceScore", "externalKey", "topics"]
+    static let channelCreation = ["storagePolicy", "environment"]
+
+    /// Every route that takes a body, as the OpenAPI document names it, with its fields.
+    public static let requests: [String: [String]] = [
+        "PUT /v1/installations/{installation}": installation,
+        "POST /v1/activities": activityRegistration,
+        "PUT /v1/activities/{activity}/token": token,
+        "POST /v1/activities/{activity}/update": update,
+        "POST /v1/activities/{activity}/end": end,
+        "POST /v1/activities/by-key/{key}/update": update,
+        "POST /v1/activities/by-key/{key}/end": end,
+        "POST /v1/topics/{topic}/update": update,
+        "POST /v1/topics/{topic}/end": end,
+        "POST /v1/installations/{installation}/start": start,
+        "POST /v1/users/{user}/start": start,
+        "POST /v1/channels": channelCreation,
+        "POST /v1/channels/{channel}/update": update,
+        "POST /v1/channels/{channel}/end": end,
+        "PUT /v1/installations/{installation}/user": userBinding,
+        "PUT /v1/activities/{activity}/key": keyBinding,
+    ]
+}
