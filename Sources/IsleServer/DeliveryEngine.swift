@@ -47,6 +47,42 @@ public final class DeliveryEngine: Service {
     /// Tell the engine new work is queued (the API calls this after committing).
     public func wake() { wakeupContinuation.yield(()) }
 
+    /// Wake times of work that comes due later (a retry, a scheduled push, a budget wait, an app's
+    /// pause ending), rounded up to 50 ms: one timer per distinct time, so the engine sleeps until
+    /// the next thing is due instead of polling for it.
+    let timers = Mutex<Set<Int64>>([])
+    static let timerResolution: Double = 0.05
+    static let maximumTimers = 10_000
+
+    /// Tell the engine work comes due at `due` (at once when that is not in the future).
+    public func wake(at due: Date) {
+        let now = clock.now
+        guard due > now else { return wake() }
+        let slot = Int64((due.timeIntervalSince1970 / Self.timerResolution).rounded(.up))
+        let isNew = timers.withLock { pending in
+            // Past the cap, the fallback wake (`pollInterval`) still comes.
+            guard pending.count < Self.maximumTimers else { return false }
+            return pending.insert(slot).inserted
+        }
+        guard isNew else { return }
+        let delay = Double(slot) * Self.timerResolution - now.timeIntervalSince1970
+        Task { [weak self] in
+            try? await Task.sleep(for: .milliseconds(Int64(max(0, delay) * 1000) + 1))
+            guard let self else { return }
+            _ = self.timers.withLock { $0.remove(slot) }
+            self.wake()
+        }
+    }
+
+    /// After a completion: when its job comes due again.
+    func wakeWhenDue(_ completion: JobCompletion) {
+        switch completion.result {
+        case .retry(let at, _): wake(at: at)
+        case .deadToken(_, _, let graceUntil): wake(at: graceUntil)
+        default: break
+        }
+    }
+
     public func run() async throws {
         // Claims no running process can finish (SQLite: all of them, one process serves the file;
         // PostgreSQL: those whose lease ran out) go back to their lanes.
@@ -56,8 +92,9 @@ public final class DeliveryEngine: Service {
         await withDiscardingTaskGroup { group in
             // Work queued by another process sharing the store (PostgreSQL's NOTIFY) wakes this engine at once.
             group.addTask { await self.store.listenForWork { self.wake() } }
-            // A ticker so scheduled pushes and retries come due without an API call, and a sweep
-            // that takes back claims whose lease ran out.
+            // Work comes due by the timers of ``wake(at:)``; this fallback wake (every
+            // `pollInterval`, 5 s by default) catches what another process scheduled and then died,
+            // and runs the sweep that takes back claims whose lease ran out.
             group.addTask {
                 var lastSweep = ContinuousClock.now
                 while !Task.isCancelled {
@@ -141,6 +178,9 @@ public final class DeliveryEngine: Service {
                     }
                 }
                 if claimed.count == batch, batch > 0, worthIt { continue }
+                // About to wait: an app held by its circuit comes back when its pause ends.
+                let now = clock.now
+                for app in circuits.held(at: now) { wake(at: circuits.circuit(app).resumesAt(now)) }
                 guard await iterator.next() != nil else { break }
             }
         }
@@ -163,6 +203,7 @@ public final class DeliveryEngine: Service {
             }
         }
         await commit(completion)
+        wakeWhenDue(completion)
     }
 
     /// Bookkeeping is retried in process until it is written: a failed write never leaves a job

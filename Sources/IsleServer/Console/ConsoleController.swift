@@ -208,7 +208,7 @@ struct ConsoleController: Sendable {
         let job = NewPushJob(bundleID: admin.bundleID, kind: compose.event == "end" ? .end : .update, activityID: a.id, aps: .object(push.aps), hasAlert: push.hasAlert,
                              requestedPriority: push.priority, runAt: max(push.sendAt ?? now, now))
         let ids = try await services.store.enqueue([job], idempotency: nil, now: now)
-        services.engine.wake()
+        services.engine.wake(at: job.runAt)
         var text = "Queued as job \(ids.first.map(String.init) ?? "?")."
         for w in warnings { text += " Warning: \(w["message"]?.stringValue ?? "")" }
         return text

@@ -243,7 +243,7 @@ struct ActivityController {
         if !fanOut, live.count == 1 { value["activityID"] = .string(live[0].id) }
         if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0.id) }) }
         let ids = try await store.enqueue(jobs, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
-        services.engine.wake()
+        services.engine.wake(at: runAt)
         if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
         return JSONResponse.make(.object(value), status: .accepted)
     }

@@ -73,7 +73,7 @@ struct ChannelController {
                              runAt: max(push.sendAt ?? now, now))
         let value: JSONValue = ["accepted": 1]
         let ids = try await store.enqueue([job], idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
-        services.engine.wake()
+        services.engine.wake(at: job.runAt)
         return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
     }
 }
