@@ -53,6 +53,9 @@ public protocol IsleRegistry: Sendable {
     func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
                              idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord?
     func activity(id: String) async throws -> ActivityRecord?
+    /// The activity as accepting a push needs it: without its attributes, content and topics
+    /// (nil and empty), so a by-id update does not read and parse what it does not use.
+    func activityForPush(id: String) async throws -> ActivityRecord?
     /// The newest activity with this backend key.
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord?
     /// Every live activity with this backend key (one per device after a push-to-start to a user).
@@ -131,6 +134,8 @@ public protocol IsleQueue: Sendable {
 
 extension IsleRegistry {
     public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T { try await body() }
+    /// Stores that keep records in memory have nothing to save: the whole record.
+    public func activityForPush(id: String) async throws -> ActivityRecord? { try await activity(id: id) }
     // The same writes without an idempotency record.
     public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {

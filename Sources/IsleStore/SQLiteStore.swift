@@ -411,6 +411,12 @@ public final class SQLiteStore: IsleStore {
         try await pool.read { db in try Self.activity(db, where: "id = ?", [id]) }
     }
 
+    public func activityForPush(id: String) async throws -> ActivityRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [id]).map { Self.activity($0, topics: [], payloads: false) }
+        }
+    }
+
     public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
         try await pool.read { db in try Self.activity(db, where: "bundle_id = ? AND external_key = ? ORDER BY started_at DESC, rowid DESC", [bundleID, externalKey]) }
     }

@@ -122,6 +122,12 @@ struct StoreContractTests {
         #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "shared")?.id == "p1")
         #expect(try await s.liveActivities(bundleID: "com.example.pizza", installationID: "same").map(\.id) == ["p1"])
         #expect(try await s.liveActivities(bundleID: "com.example.other", installationID: "same").isEmpty)
+        // What accepting a push reads: the same activity, with what a push needs (issue 23).
+        try await s.insertActivity(ActivityRecord(id: "lean", bundleID: "com.example.pizza", attributesType: "T", attributes: ["a": 1], content: ["c": 2], state: .active,
+                                                  startedAt: t0, topics: ["t1"], stateReason: "why"))
+        let lean = try #require(try await s.activityForPush(id: "lean"))
+        #expect(lean.id == "lean" && lean.bundleID == "com.example.pizza" && lean.attributesType == "T" && lean.state == .active && lean.stateReason == "why")
+        #expect(try await s.activityForPush(id: "missing") == nil)
         // Retention: an activity that ended long ago goes (with its topics); a live one and its
         // installation stay however old; a silent installation with nothing live goes.
         let old = t0.addingTimeInterval(-100 * 86_400)

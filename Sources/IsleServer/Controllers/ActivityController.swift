@@ -23,7 +23,7 @@ struct ActivityController {
             v1.post("activities/:activity/\(event.rawValue)") { request, context in
                 let caller = try context.caller(.backend)
                 let id = try context.parameters.decoded("activity")
-                return try await enqueue(request, context, caller, event: event) { try await [services.ownActivity(caller, id)] }
+                return try await enqueue(request, context, caller, event: event) { try await [services.ownActivityForPush(caller, id)] }
             }
             v1.post("activities/by-key/:key/\(event.rawValue)") { request, context in
                 let caller = try context.caller(.backend)

@@ -31,6 +31,12 @@ struct APIServices: Sendable {
         return a
     }
 
+    /// ``ownActivity(_:_:)`` as accepting a push needs it (no attributes, content or topics).
+    func ownActivityForPush(_ caller: Caller, _ id: String) async throws -> ActivityRecord {
+        guard let a = try await store.activityForPush(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
+        return a
+    }
+
     /// The caller's own installation; another app's is not found.
     func ownInstallation(_ caller: Caller, _ id: String) async throws -> InstallationRecord {
         guard let i = try await store.installation(bundleID: caller.bundleID, id: id) else { throw APIError.notFound("installation \(id)") }

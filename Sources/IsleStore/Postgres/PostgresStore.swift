@@ -595,6 +595,13 @@ public final class PostgresStore: IsleStore {
         return try await read { conn in try await Self.activities(conn, where: "id = $1", [.text(id)], logger: log).first }
     }
 
+    public func activityForPush(id: String) async throws -> ActivityRecord? {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM activities WHERE id = $1", [.text(id)], logger: log).first.map { try Self.activity($0, topics: [], payloads: false) }
+        }
+    }
+
     public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
         let log = logger
         return try await read { conn in
