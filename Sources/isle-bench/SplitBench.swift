@@ -2,6 +2,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import IsleCore
+import IsleTesting
 import NIOCore
 
 /// `isle serve` and `isle sim` as separate processes, loaded from outside by `h2load --h1`
@@ -60,7 +61,7 @@ struct SplitBench: AsyncParsableCommand {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-split-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let ports = try (0..<5).map { _ in try Self.freePort() }
+        let ports = try (0..<5).map { _ in try freeLoopbackPort() }
         let schema = #"{"attributesType":"ScoreAttributes","attributes":{"match":"string"},"contentState":{"home":"int","away":"int"}}"#
         try schema.write(toFile: dir + "/schema.json", atomically: true, encoding: .utf8)
         var children: [Child] = []
@@ -295,20 +296,6 @@ struct SplitBench: AsyncParsableCommand {
         return nil
     }
 
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw ValidationError("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 
     static func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
 }

@@ -333,7 +333,11 @@ struct ClientTests {
                 }
                 // Each host saw only its own environment's tokens, and answered every push 200 (the
                 // log shows a token's last 6 hex digits).
-                func tail(_ token: String?) -> String { "…" + String((token ?? "-").suffix(6)) }
+                @Sendable func tail(_ token: String?) -> String { "…" + String((token ?? "-").suffix(6)) }
+                // The request log is written once the answer is sent, which may be just after the phone shows the push.
+                try await eventually("both hosts logged their push") {
+                    f.sim.apns.requestLog.contains { $0.path.hasSuffix(tail(debugRecord.updateToken)) } && production.apns.requestLog.contains { $0.path.hasSuffix(tail(storeRecord.updateToken)) }
+                }
                 let sandboxPushes = f.sim.apns.requestLog.filter { $0.path.hasPrefix("/3/device/") }
                 let productionPushes = production.apns.requestLog.filter { $0.path.hasPrefix("/3/device/") }
                 #expect(sandboxPushes.contains { $0.path.hasSuffix(tail(debugRecord.updateToken)) } && !sandboxPushes.contains { $0.path.hasSuffix(tail(storeRecord.updateToken)) })

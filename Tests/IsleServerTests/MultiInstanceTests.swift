@@ -335,7 +335,7 @@ final class IsleServerProcess: Sendable {
     }
 
     static func start(_ executable: String, _ arguments: [String], environment: [String: String]) async throws -> IsleServerProcess {
-        let port = try freePort()
+        let port = try freeLoopbackPort()
         let log = environment["ISLE_TEST_SERVER_LOG_DIR"].map { "\($0)/isle-serve-\(port).log" } ?? "/dev/null"
         let pid = try spawn(executable, arguments + ["--port", "\(port)"], environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, output: log)
         let server = IsleServerProcess(pid: pid, port: port)
@@ -393,22 +393,6 @@ final class IsleServerProcess: Sendable {
         return pid
     }
 
-    /// A port nobody listens on right now.
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        try withUnsafeMutablePointer(to: &address) { p in
-            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                guard bind(fd, sa, length) == 0, getsockname(fd, sa, &length) == 0 else { throw DeadlineExceeded(what: "a free port", after: .zero) }
-            }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
 enum IsleBinary {
