@@ -17,6 +17,10 @@ public enum LanePlanner {
         return nil
     }
 
+    /// Scheduled jobs that came due, moved into their lanes per claim (every store, one number):
+    /// a large scheduled fan-out comes due over a few claims instead of one long transaction.
+    public static let promotionBatch = 5_000
+
     /// An update without an alert: a later job with content makes it pointless.
     public static func isSupersedable(kind: PushJobKind, hasAlert: Bool, aps: JSONValue) -> Bool {
         guard !hasAlert else { return false }

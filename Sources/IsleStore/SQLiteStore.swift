@@ -372,7 +372,7 @@ public final class SQLiteStore: IsleStore {
                 SELECT * FROM activities WHERE bundle_id = ? AND (? IS NULL OR state = ?) ORDER BY started_at DESC, id DESC LIMIT ?
                 """), arguments: [bundleID, state?.rawValue, state?.rawValue, max(0, limit)])
             return try rows.map { r in
-                Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+                try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
             }
         }
     }
@@ -383,7 +383,7 @@ public final class SQLiteStore: IsleStore {
                 SELECT * FROM activities WHERE bundle_id = ? AND external_key = ? AND state IN ('active', 'starting') ORDER BY started_at, rowid
                 """), arguments: [bundleID, externalKey])
             return try rows.map { r in
-                Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+                try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
             }
         }
     }
@@ -413,7 +413,7 @@ public final class SQLiteStore: IsleStore {
 
     public func activityForPush(id: String) async throws -> ActivityRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [id]).map { Self.activity($0, topics: [], payloads: false) }
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [id]).map { try Self.activity($0, topics: [], payloads: false) }
         }
     }
 
@@ -430,7 +430,7 @@ public final class SQLiteStore: IsleStore {
             let rows = try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN ('active', 'starting') ORDER BY started_at, id"),
                                         arguments: [bundleID, installationID])
             return try rows.map { r in
-                Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+                try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
             }
         }
     }
@@ -438,17 +438,18 @@ public final class SQLiteStore: IsleStore {
     static func activity(_ db: Database, where clause: String, _ arguments: StatementArguments) throws -> ActivityRecord? {
         guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE \(clause) LIMIT 1"), arguments: arguments) else { return nil }
         let topics = try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [row["id"] as String])
-        return activity(row, topics: topics)
+        return try activity(row, topics: topics)
     }
 
     /// An activity row; `payloads: false` leaves its attributes and content unparsed (nil): the
     /// claim plans from the rest, and parsing up to 8 KB of JSON per delivery was a tenth of its cost.
-    static func activity(_ r: Row, topics: [String], payloads: Bool = true) -> ActivityRecord {
-        ActivityRecord(
+    static func activity(_ r: Row, topics: [String], payloads: Bool = true) throws -> ActivityRecord {
+        let id: String = r["id"]
+        return ActivityRecord(
             id: r["id"], bundleID: r["bundle_id"], externalKey: r["external_key"], installationID: r["installation_id"], attributesType: r["attributes_type"],
             attributes: payloads ? (r["attributes"] as String?).flatMap { try? JSONParser.parse($0) } : nil,
             content: payloads ? (r["content"] as String?).flatMap { try? JSONParser.parse($0) } : nil,
-            state: ActivityRecordState(rawValue: r["state"]) ?? .active, updateToken: r["update_token"], channelID: r["channel_id"], relevanceScore: r["relevance_score"],
+            state: try BadRow.decode(r["state"], as: ActivityRecordState.self, table: "activities", id: id, column: "state"), updateToken: r["update_token"], channelID: r["channel_id"], relevanceScore: r["relevance_score"],
             staleDate: (r["stale_date"] as Double?).map(Date.init(timeIntervalSince1970:)), startedAt: Date(timeIntervalSince1970: r["started_at"]),
             endedAt: (r["ended_at"] as Double?).map(Date.init(timeIntervalSince1970:)), dismissedAt: (r["dismissed_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
             lastTimestamp: r["last_timestamp"], topics: topics, stateReason: r["state_reason"],
@@ -461,7 +462,7 @@ public final class SQLiteStore: IsleStore {
                 SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
                 WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN ('active', 'starting') ORDER BY a.started_at, a.id
                 """), arguments: [bundleID, topic])
-            return rows.map { Self.activity($0, topics: [topic]) }
+            return try rows.map { try Self.activity($0, topics: [topic]) }
         }
     }
 
@@ -530,6 +531,13 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    /// Ends a job whose row does not decode as failed, with the reason, and gives its lane a head.
+    static func failBadRow(_ db: Database, _ bad: BadRow, id: Int64, lane: String?) throws {
+        try db.cachedStatement(sql: "UPDATE jobs SET state = 'failed', last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 WHERE id = ?")
+            .execute(arguments: [bad.description, id])
+        try fixHead(db, lane)
+    }
+
     /// Makes the first unfinished job of the lane its head.
     static func fixHead(_ db: Database, _ lane: String?) throws {
         guard let lane, let head = try openHead(db, lane), !head.isHead else { return }
@@ -557,13 +565,16 @@ public final class SQLiteStore: IsleStore {
         return decision.claim
     }
 
-    static func job(_ r: Row) -> PushJob {
-        PushJob(id: r["id"], bundleID: r["bundle_id"], kind: PushJobKind(rawValue: r["kind"]) ?? .update, activityID: r["activity_id"], installationID: r["installation_id"],
-                channelID: r["channel_id"],
-                aps: (try? JSONParser.parse(r["aps"] as String)) ?? [:], hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
-                runAt: Date(timeIntervalSince1970: r["run_at"]), state: PushJobState(rawValue: r["state"]) ?? .queued, attempts: r["attempts"],
-                claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
-                createdAt: Date(timeIntervalSince1970: r["created_at"]), lane: r["lane"], seq: r["seq"])
+    static func job(_ r: Row) throws -> PushJob {
+        let id: Int64 = r["id"]
+        let row = String(id)
+        return PushJob(id: id, bundleID: r["bundle_id"], kind: try BadRow.decode(r["kind"], as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
+                       activityID: r["activity_id"], installationID: r["installation_id"], channelID: r["channel_id"],
+                       aps: try BadRow.json(r["aps"], table: "jobs", id: row, column: "aps"), hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
+                       runAt: Date(timeIntervalSince1970: r["run_at"]), state: try BadRow.decode(r["state"], as: PushJobState.self, table: "jobs", id: row, column: "state"),
+                       attempts: r["attempts"],
+                       claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
+                       createdAt: Date(timeIntervalSince1970: r["created_at"]), lane: r["lane"], seq: r["seq"])
     }
 
     /// One transaction: scheduled jobs that came due take their place in their lanes; then due
@@ -585,7 +596,14 @@ public final class SQLiteStore: IsleStore {
             }
             sql += " ORDER BY run_at, seq LIMIT ?"
             arguments += [limit]
-            let heads = try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments).map(Self.job)
+            var heads: [PushJob] = []
+            for r in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments) {
+                do { heads.append(try Self.job(r)) } catch let bad as BadRow {
+                    // A row no version of Isle wrote: failed, saying why, and its lane moves on —
+                    // never sent with a guessed kind or payload, never blocking the others.
+                    try Self.failBadRow(db, bad, id: r["id"], lane: r["lane"])
+                }
+            }
             var claimed: [ClaimedJob] = []
             for head in heads {
                 var j = head
@@ -603,7 +621,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     static func promoteScheduled(_ db: Database, now: Date) throws {
-        let due = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, lane, carries_content FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT 10000"),
+        let due = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, lane, carries_content FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT \(LanePlanner.promotionBatch)"),
                                    arguments: [now.timeIntervalSince1970])
         guard !due.isEmpty else { return }
         var seq = try nextSeq(db)
@@ -623,7 +641,7 @@ public final class SQLiteStore: IsleStore {
         var apnsID: String? = row["apns_id"]
         var activity: ActivityRecord?
         if let a = j.activityID {
-            activity = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [a]).map { Self.activity($0, topics: [], payloads: false) }
+            activity = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [a]).map { try Self.activity($0, topics: [], payloads: false) }
         }
         if timestamp == nil {
             var channelLast: Int64?

@@ -216,10 +216,14 @@ extension PostgresStore {
     }
 
     static func job(_ r: PGRow) throws -> PushJob {
-        PushJob(id: try r.int("id"), bundleID: try r.string("bundle_id"), kind: PushJobKind(rawValue: try r.string("kind")) ?? .update, activityID: try r.optionalString("activity_id"),
-                installationID: try r.optionalString("installation_id"), channelID: try r.optionalString("channel_id"), aps: (try? JSONParser.parse(try r.string("aps"))) ?? [:],
+        let id = try r.int("id")
+        let row = String(id)
+        return PushJob(id: id, bundleID: try r.string("bundle_id"), kind: try BadRow.decode(try r.string("kind"), as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
+                activityID: try r.optionalString("activity_id"),
+                installationID: try r.optionalString("installation_id"), channelID: try r.optionalString("channel_id"),
+                aps: try BadRow.json(try r.string("aps"), table: "jobs", id: row, column: "aps"),
                 hasAlert: try r.bool("has_alert"), requestedPriority: try r.optionalInt("requested_priority").map(Int.init), runAt: try r.date("run_at"),
-                state: PushJobState(rawValue: try r.string("state")) ?? .queued, attempts: Int(try r.int("attempts")), claimedBy: try r.optionalString("claimed_by"),
+                state: try BadRow.decode(try r.string("state"), as: PushJobState.self, table: "jobs", id: row, column: "state"), attempts: Int(try r.int("attempts")), claimedBy: try r.optionalString("claimed_by"),
                 claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: try r.date("created_at"),
                 lane: try r.optionalString("lane"), seq: try r.optionalInt("seq"))
     }
@@ -240,7 +244,16 @@ extension PostgresStore {
             var stamps: [Int64: (timestamp: Int64?, apnsID: String?)] = [:]
             var heads: [PushJob] = []
             for r in headRows {
-                let j = try Self.job(r)
+                let j: PushJob
+                do { j = try Self.job(r) } catch let bad as BadRow {
+                    // A row no version of Isle wrote: failed, saying why, and its lane moves on.
+                    let lane = try r.optionalString("lane")
+                    if let lane { try await Self.lockLane(conn, lane, logger: log) }
+                    try await conn.rows("UPDATE jobs SET state = 'failed', last_error = $1, claimed_by = NULL, claimed_until = NULL, is_head = false WHERE id = $2",
+                                        [.text(bad.description), .int(try r.int("id"))], logger: log)
+                    try await Self.fixHead(conn, lane, logger: log)
+                    continue
+                }
                 heads.append(j)
                 stamps[j.id] = (try r.optionalInt("push_timestamp"), try r.optionalString("apns_id"))
             }
@@ -349,7 +362,7 @@ extension PostgresStore {
 
     static func promoteScheduled(_ conn: PostgresConnection, now: Date, logger: Logger) async throws {
         let due = try await conn.rows("""
-            SELECT id, lane, carries_content FROM jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED
+            SELECT id, lane, carries_content FROM jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT \(LanePlanner.promotionBatch) FOR UPDATE SKIP LOCKED
             """, [.date(now)], logger: logger)
         for r in due {
             let lane = try r.optionalString("lane")

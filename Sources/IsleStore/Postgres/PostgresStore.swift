@@ -514,7 +514,7 @@ public final class PostgresStore: IsleStore {
         ActivityRecord(
             id: try r.string("id"), bundleID: try r.string("bundle_id"), externalKey: try r.optionalString("external_key"), installationID: try r.optionalString("installation_id"),
             attributesType: try r.string("attributes_type"), attributes: payloads ? try r.optionalString("attributes").flatMap { try? JSONParser.parse($0) } : nil,
-            content: payloads ? try r.optionalString("content").flatMap { try? JSONParser.parse($0) } : nil, state: ActivityRecordState(rawValue: try r.string("state")) ?? .active,
+            content: payloads ? try r.optionalString("content").flatMap { try? JSONParser.parse($0) } : nil, state: try BadRow.decode(try r.string("state"), as: ActivityRecordState.self, table: "activities", id: try r.string("id"), column: "state"),
             updateToken: try r.optionalString("update_token"), channelID: try r.optionalString("channel_id"), relevanceScore: try r.optionalDouble("relevance_score"),
             staleDate: try r.optionalDate("stale_date"), startedAt: try r.date("started_at"), endedAt: try r.optionalDate("ended_at"), dismissedAt: try r.optionalDate("dismissed_at"),
             lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"),

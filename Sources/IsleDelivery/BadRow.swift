@@ -1,0 +1,29 @@
+public import IsleCore
+
+/// A stored row that does not decode (a state, kind or JSON column no version of Isle writes):
+/// an error naming the table, the row and the column — never a default that would send, keep or
+/// drop the wrong thing silently.
+public struct BadRow: Error, CustomStringConvertible, Sendable {
+    public var table: String
+    public var id: String
+    public var column: String
+    public var found: String
+    public init(table: String, id: String, column: String, found: String) {
+        self.table = table
+        self.id = id
+        self.column = column
+        self.found = found
+    }
+    public var description: String { "\(table) row \(id): column \(column) holds \(found.prefix(80)), which this version of Isle does not read" }
+
+    /// `raw` as the enum `T`, or this error.
+    public static func decode<T: RawRepresentable>(_ raw: String, as: T.Type, table: String, id: String, column: String) throws -> T where T.RawValue == String {
+        guard let value = T(rawValue: raw) else { throw BadRow(table: table, id: id, column: column, found: "\"\(raw)\"") }
+        return value
+    }
+
+    /// `text` parsed as JSON, or this error.
+    public static func json(_ text: String, table: String, id: String, column: String) throws -> JSONValue {
+        do { return try JSONParser.parse(text) } catch { throw BadRow(table: table, id: id, column: column, found: "text that is not JSON") }
+    }
+}
