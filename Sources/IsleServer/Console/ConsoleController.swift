@@ -201,14 +201,12 @@ struct ConsoleController: Sendable {
             throw APIError.invalid("body", "the request is not JSON: \(error)")
         }
         let push = try ActivityPush(Body(object: object), event: compose.event == "end" ? .end : .update)
-        let app = try await services.app(admin.bundleID)
+        // The API's own path (validation, the live check, the job), so the two cannot differ.
         let now = services.clock.now
-        let warnings = try PayloadCheck(now: now).validate(push.aps, schema: app.schema(a.attributesType), priority: push.priority)
-        guard a.state.acceptsPushes else { throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue); Isle sends nothing more to it") }
-        let job = NewPushJob(bundleID: admin.bundleID, kind: compose.event == "end" ? .end : .update, activityID: a.id, aps: .object(push.aps), hasAlert: push.hasAlert,
-                             requestedPriority: push.priority, runAt: max(push.sendAt ?? now, now))
-        let ids = try await services.store.enqueue([job], idempotency: nil, now: now)
-        services.engine.wake(at: job.runAt)
+        let pushes = ActivityPushes(services: services)
+        let prepared = try await pushes.prepare(bundleID: admin.bundleID, push: push, to: [a], single: true, now: now)
+        let ids = try await pushes.commit(prepared, idempotency: nil, now: now)
+        let warnings = prepared.warnings
         var text = "Queued as job \(ids.first.map(String.init) ?? "?")."
         for w in warnings { text += " Warning: \(w["message"]?.stringValue ?? "")" }
         return text

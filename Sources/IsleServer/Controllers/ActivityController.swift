@@ -220,30 +220,15 @@ struct ActivityController {
     func enqueue(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, event: ActivityPush.Event, fanOut: Bool = false,
                  _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
         let push = try ActivityPush(try await Body.read(request), event: event)
-        let app = try await services.app(caller.bundleID)
         let now = services.clock.now
-        let runAt = max(push.sendAt ?? now, now)
-        let activities = try await targets()
-        var warnings: [JSONValue] = []
-        var checked: Set<String> = []
-        for a in activities where !checked.contains(a.attributesType) {
-            checked.insert(a.attributesType)
-            warnings += try PayloadCheck(now: now).validate(push.aps, schema: app.schema(a.attributesType), priority: push.priority)
-        }
-        if !fanOut, let a = activities.first, !a.state.acceptsPushes {
-            throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
-        }
-        let live = activities.filter { $0.state.acceptsPushes }
-        let jobs = live.map {
-            NewPushJob(bundleID: caller.bundleID, kind: event == .end ? .end : .update, activityID: $0.id, aps: .object(push.aps), hasAlert: push.hasAlert,
-                       requestedPriority: push.priority, runAt: runAt)
-        }
-        var value: JSONObject = ["accepted": .int(jobs.count)]
-        if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+        let pushes = ActivityPushes(services: services)
+        let prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: try await targets(), single: !fanOut, now: now)
+        let live = prepared.live
+        var value: JSONObject = ["accepted": .int(prepared.jobs.count)]
+        if !prepared.warnings.isEmpty { value["warnings"] = .array(prepared.warnings) }
         if !fanOut, live.count == 1 { value["activityID"] = .string(live[0].id) }
         if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0.id) }) }
-        let ids = try await store.enqueue(jobs, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
-        services.engine.wake(at: runAt)
+        let ids = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
         if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
         return JSONResponse.make(.object(value), status: .accepted)
     }

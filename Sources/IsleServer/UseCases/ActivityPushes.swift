@@ -1,0 +1,50 @@
+import Foundation
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// Queueing an update or end for activities: the one path the API (`POST /v1/activities/…/update`,
+/// by key, by topic) and the console's compose form share, so their rules cannot drift apart.
+struct ActivityPushes {
+    let services: APIServices
+
+    struct Prepared {
+        var jobs: [NewPushJob]
+        /// The targets that still take pushes.
+        var live: [ActivityRecord]
+        /// The validator's warnings, as the API reports them.
+        var warnings: [JSONValue]
+        var runAt: Date
+    }
+
+    /// Validates `push` once per attributes type against the app's schema, refuses a single
+    /// target that no longer takes pushes (409 `activityNotLive`), and builds one job per live
+    /// target. Nothing is written.
+    func prepare(bundleID: String, push: ActivityPush, to activities: [ActivityRecord], single: Bool, now: Date) async throws -> Prepared {
+        let app = try await services.app(bundleID)
+        var warnings: [JSONValue] = []
+        var checked: Set<String> = []
+        for a in activities where !checked.contains(a.attributesType) {
+            checked.insert(a.attributesType)
+            warnings += try PayloadCheck(now: now).validate(push.aps, schema: app.schema(a.attributesType), priority: push.priority)
+        }
+        if single, let a = activities.first, !a.state.acceptsPushes {
+            throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
+        }
+        let live = activities.filter { $0.state.acceptsPushes }
+        let runAt = max(push.sendAt ?? now, now)
+        let jobs = live.map {
+            NewPushJob(bundleID: bundleID, kind: push.event == .end ? .end : .update, activityID: $0.id, aps: .object(push.aps), hasAlert: push.hasAlert,
+                       requestedPriority: push.priority, runAt: runAt)
+        }
+        return Prepared(jobs: jobs, live: live, warnings: warnings, runAt: runAt)
+    }
+
+    /// Commits the jobs (with the idempotent answer, in one transaction) and wakes the engine when
+    /// they come due.
+    func commit(_ prepared: Prepared, idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
+        let ids = try await services.store.enqueue(prepared.jobs, idempotency: idempotency, now: now)
+        services.engine.wake(at: prepared.runAt)
+        return ids
+    }
+}
