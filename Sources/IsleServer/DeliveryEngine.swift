@@ -422,7 +422,7 @@ final class ExpiringCache<Value: Sendable>: Sendable {
 
 final class AppCache: Sendable {
     private let cache = ExpiringCache<AppRecord?>()
-    func app(_ bundleID: String, store: any IsleStore) async throws -> AppRecord? {
+    func app(_ bundleID: String, store: any AppRepository) async throws -> AppRecord? {
         try await cache.value(bundleID) { try await store.app(bundleID) }
     }
 }

@@ -89,11 +89,17 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         case readingHead
         /// The head was decoded; the body has not ended yet.
         case readingBody
+        /// A 408 was sent and our side closed; what the client still sends is read and dropped
+        /// until it closes too (or a moment passes), so the 408 is not lost to a reset.
+        case lingering
     }
 
     private enum Deadline {
-        case head, body, idle
+        case head, body, idle, linger
     }
+
+    /// How long a lingering close waits for the client to stop sending.
+    static let linger: Duration = .seconds(2)
 
     private let timeouts: HTTPTimeouts
     private let logger: Logger
@@ -124,6 +130,7 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .lingering = state { return }
         if case .betweenRequests = state, unwrapInboundIn(data).readableBytes > 0 {
             state = .readingHead
             arm(context, .head)
@@ -167,6 +174,7 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         case .head: timeouts.header
         case .body: timeouts.body
         case .idle: timeouts.idle
+        case .linger: Self.linger
         }
         timer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(after)) { [self] in
             self.timer = nil
@@ -188,15 +196,20 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
             context.close(promise: nil)
         case .head:
             logger.info("closed a connection whose request head took longer than \(after)", metadata: ["peer": "\(peer)"])
-            if responsesOwed == 0 {
-                // Nothing is being answered on this connection: say why before closing.
-                var response = context.channel.allocator.buffer(capacity: 96)
-                response.writeString("HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
-                context.writeAndFlush(wrapOutboundOut(response), promise: nil)
-            }
-            context.close(promise: nil)
+            guard responsesOwed == 0 else { return context.close(promise: nil) }
+            // Nothing is being answered on this connection: say why, close our side, and drop what
+            // the client still sends until it closes — closing at once with its bytes unread would
+            // reset the connection and lose the 408 (a lingering close).
+            var response = context.channel.allocator.buffer(capacity: 96)
+            response.writeString("HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+            context.writeAndFlush(wrapOutboundOut(response), promise: nil)
+            state = .lingering
+            context.close(mode: .output, promise: nil)
+            arm(context, .linger)
         case .body:
             logger.info("closed a connection whose request body took longer than \(after)", metadata: ["peer": "\(peer)"])
+            context.close(promise: nil)
+        case .linger:
             context.close(promise: nil)
         }
     }

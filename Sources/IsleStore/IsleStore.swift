@@ -2,15 +2,19 @@ public import Foundation
 public import IsleCore
 
 /// Everything the server keeps: the registry (apps, keys, installations, activities, channels) and
-/// the delivery queue. Implementations: ``SQLiteStore`` (one file, the default); PostgreSQL comes
-/// next, behind the same protocols and the same contract tests.
+/// the delivery queue. Implementations: ``SQLiteStore`` (one file, the default), ``PostgresStore``
+/// (several servers on one database) and ``MemoryStore`` (unit tests), behind the same protocols and
+/// the same contract tests. Consumers take the narrow repository they need (``APIKeyRepository``,
+/// ``AppRepository``, …), not the whole store.
 public typealias IsleStore = IsleRegistry & IsleQueue
 
-/// Apps, keys, installations, activities and channels.
+/// Apps, keys, installations, activities and channels: every repository, with migrations and
+/// retention.
 ///
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
-public protocol IsleRegistry: Sendable {
+public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
+    IdempotencyRepository {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
     func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
@@ -18,15 +22,31 @@ public protocol IsleRegistry: Sendable {
     /// one-line reason. Release the hold when serving stops.
     func holdForServing() throws -> any ServingHold
 
-    // Apps and keys
+    /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends,
+    /// idempotency records past their lifetime, activities that ended long ago (with their topics)
+    /// and installations silent for long with no live activity — at most `limit` rows of each.
+    /// Returns the rows deleted.
+    @discardableResult
+    func prune(now: Date, retention: Retention, limit: Int) async throws -> Int
+}
+
+/// Apps: their provider keys (sealed), schemas and ticket keys.
+public protocol AppRepository: Sendable {
     func upsertApp(_ app: AppRecord) async throws
     func app(_ bundleID: String) async throws -> AppRecord?
     func apps() async throws -> [AppRecord]
+}
+
+/// API keys, by the hash of their secret.
+public protocol APIKeyRepository: Sendable {
     func insertAPIKey(_ key: APIKeyRecord) async throws
     func apiKey(secretHash: String) async throws -> APIKeyRecord?
     func revokeAPIKey(id: String, at: Date) async throws -> Bool
 
-    // Installations
+}
+
+/// Installations of an app, namespaced per app.
+public protocol InstallationRepository: Sendable {
     func upsertInstallation(_ installation: InstallationRecord) async throws
     /// Reads the installation (or `create`s it when there is none), lets `change` edit it and
     /// writes it back, in one transaction. `change` may throw to write nothing.
@@ -40,7 +60,10 @@ public protocol IsleRegistry: Sendable {
     func installation(bundleID: String, id: String) async throws -> InstallationRecord?
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord]
 
-    // Activities
+}
+
+/// Activities: registered, started, looked up by id, key, token, installation or topic.
+public protocol ActivityRepository: Sendable {
     /// Refuses (`.conflict`, nothing written) an activity whose `externalKey` is held by a live
     /// activity that is not on the same installation: checked in the insert's transaction, so two
     /// racing registrations cannot both take a key.
@@ -69,28 +92,33 @@ public protocol IsleRegistry: Sendable {
     /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
     func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
 
-    // Channels
+}
+
+/// Broadcast channels.
+public protocol ChannelRepository: Sendable {
     func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws
     func channels(bundleID: String) async throws -> [ChannelRecord]
     func channel(id: String) async throws -> ChannelRecord?
     func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws
 
-    // Reads
+}
+
+/// What APNs answered, and the priority-10 sends the hourly budget counts.
+public protocol DeliveryHistory: Sendable {
     func deliveries(activityID: String) async throws -> [DeliveryRecord]
     /// The newest `limit` deliveries of an activity older than delivery `before` (all when nil),
     /// oldest first, with their ids.
     func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord]
     func delivery(apnsID: String) async throws -> DeliveryRecord?
-    func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
-    /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends,
-    /// idempotency records past their lifetime, activities that ended long ago (with their topics)
-    /// and installations silent for long with no live activity — at most `limit` rows of each.
-    /// Returns the rows deleted.
-    @discardableResult
-    func prune(now: Date, retention: Retention, limit: Int) async throws -> Int
     /// Priority-10 sends to an activity since a time (the hourly budget).
     func highPrioritySends(activityID: String, since: Date) async throws -> Int
 }
+
+/// Idempotent answers, by app and `Idempotency-Key`.
+public protocol IdempotencyRepository: Sendable {
+    func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
+}
+
 
 /// The durable delivery queue: a narrow driver. Ordering and coalescing are ``LanePlanner``'s
 /// decisions; the driver stores jobs, keeps each lane's head, and applies completions.
@@ -134,13 +162,20 @@ public protocol IsleQueue: Sendable {
 
 extension IsleRegistry {
     public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T { try await body() }
-    /// Stores that keep records in memory have nothing to save: the whole record.
-    public func activityForPush(id: String) async throws -> ActivityRecord? { try await activity(id: id) }
-    // The same writes without an idempotency record.
+}
+
+extension InstallationRepository {
+    // The same write without an idempotency record.
     public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void) async throws -> InstallationRecord {
         try await modifyInstallation(bundleID: bundleID, id: id, create: create, change, idempotency: nil)
     }
+}
+
+extension ActivityRepository {
+    /// Stores that keep records in memory have nothing to save: the whole record.
+    public func activityForPush(id: String) async throws -> ActivityRecord? { try await activity(id: id) }
+    // The same writes without an idempotency record.
     public func insertActivity(_ activity: ActivityRecord) async throws { try await insertActivity(activity, idempotency: nil) }
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
         try await modifyActivity(id: id, change, idempotency: nil)
@@ -148,6 +183,9 @@ extension IsleRegistry {
     public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
         try await linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics, idempotency: nil)
     }
+}
+
+extension ChannelRepository {
     public func insertChannel(_ channel: ChannelRecord) async throws { try await insertChannel(channel, idempotency: nil) }
     public func deleteChannel(id: String) async throws { try await deleteChannel(id: id, idempotency: nil) }
 }

@@ -13,7 +13,7 @@ import IsleStore
 /// cannot starve the genuine ones.
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = IsleRequestContext
-    let store: any IsleStore
+    let store: any APIKeyRepository
     let limiter: RateLimiter?
     var authFailures: KeyedRateLimiter?
     var perInstallation: KeyedRateLimiter?

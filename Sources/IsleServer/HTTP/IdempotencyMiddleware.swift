@@ -20,7 +20,7 @@ struct IdempotencyMiddleware: RouterMiddleware {
     typealias Context = IsleRequestContext
     static let header = HTTPField.Name("Idempotency-Key")!
     static let replayHeader = HTTPField.Name("Idempotent-Replay")!
-    let store: any IsleStore
+    let store: any IdempotencyRepository
     let clock: any WallClock
     /// The largest body a write takes (as the handlers do).
     let bodyLimit: Int
