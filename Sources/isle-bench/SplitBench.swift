@@ -227,7 +227,7 @@ struct SplitBench: AsyncParsableCommand {
         let text = String(buffer: try await response.body.collect(upTo: 16 << 20))
         var total = 0
         for line in text.split(separator: "\n") where line.hasPrefix("isle_deliveries_total{") && line.contains("outcome=\"sent\"") {
-            total += Int(Double(line.split(separator: " ").last ?? "0") ?? 0)
+            if let v = Double(line.split(separator: " ").last ?? "0"), v.isFinite, v >= 0, v < 1e15 { total += Int(v) }
         }
         return total
     }

@@ -98,6 +98,8 @@ struct RawConnection {
                 group.addTask {
                     for (i, chunk) in chunks.enumerated() {
                         if i > 0 {
+                            // The pace of a slow client is the behaviour under test, not a wait
+                            // for an event: the server's deadlines must cut it short.
                             try? await Task.sleep(for: interval)
                             if Task.isCancelled { return true }
                         }
