@@ -75,8 +75,9 @@ struct HTTPTimeoutTests {
     }
 }
 
-/// One raw TCP connection: sends `chunks` one `every` apart, then waits, and reads everything until
-/// the server closes the connection.
+/// One raw TCP connection: sends `chunks`, the first at once and the others one `every` apart on
+/// the connection's own event loop (the pace of a slow client is the behaviour under test), and
+/// reads everything until the server closes the connection.
 struct RawConnection {
     struct Outcome: Sendable {
         var text: String
@@ -85,41 +86,62 @@ struct RawConnection {
         var closedByServer: Bool
     }
 
-    static func exchange(port: Int, chunks: [String], every interval: Duration) async throws -> Outcome {
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: "127.0.0.1", port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: false))
-                }
-            }
-        return try await channel.executeThenClose { inbound, outbound in
-            try await withThrowingTaskGroup(of: Bool.self) { group in
-                // The writer: true when the server closed before all was sent.
-                group.addTask {
-                    for (i, chunk) in chunks.enumerated() {
-                        if i > 0 {
-                            // The pace of a slow client is the behaviour under test, not a wait
-                            // for an event: the server's deadlines must cut it short.
-                            try? await Task.sleep(for: interval)
-                            if Task.isCancelled { return true }
-                        }
-                        do { try await outbound.write(ByteBuffer(string: chunk)) } catch { return true }
-                    }
-                    return false
-                }
-                var received = ByteBuffer()
-                do {
-                    for try await var part in inbound { received.writeBuffer(&part) }
-                } catch {
-                    // A reset counts as closed by the server too.
-                }
-                // The server closed its side: stop writing.
-                group.cancelAll()
-                let cutShort = try await group.next() ?? false
-                let text = String(buffer: received)
-                return Outcome(text: text, closedBeforeSendingAll: cutShort, closedByServer: true)
-            }
+    /// Collects what the server sends; on close, says what arrived and whether chunks were left.
+    final class Reader: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        var received = ByteBuffer()
+        var remaining: [String]
+        let interval: Duration
+        let done: EventLoopPromise<Outcome>
+        var pacer: Scheduled<Void>?
+
+        init(chunks: [String], interval: Duration, done: EventLoopPromise<Outcome>) {
+            remaining = chunks
+            self.interval = interval
+            self.done = done
+        }
+
+        func channelActive(context: ChannelHandlerContext) {
+            sendNext(context)
+            context.fireChannelActive()
+        }
+
+        /// Sends one chunk, and schedules the next on the event loop.
+        func sendNext(_ context: ChannelHandlerContext) {
+            guard context.channel.isActive, !remaining.isEmpty else { return }
+            let chunk = remaining.removeFirst()
+            context.writeAndFlush(NIOAny(ByteBuffer(string: chunk)), promise: nil)
+            guard !remaining.isEmpty else { return }
+            pacer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(interval)) { [self] in self.sendNext(context) }
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            var part = unwrapInboundIn(data)
+            received.writeBuffer(&part)
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            pacer?.cancel()
+            done.succeed(Outcome(text: String(buffer: received), closedBeforeSendingAll: !remaining.isEmpty, closedByServer: true))
+            context.fireChannelInactive()
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            // A reset counts as closed by the server too.
+            context.close(promise: nil)
         }
     }
 
+    static func exchange(port: Int, chunks: [String], every interval: Duration) async throws -> Outcome {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let done = loop.makePromise(of: Outcome.self)
+        _ = try await ClientBootstrap(group: loop)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(Reader(chunks: chunks, interval: interval, done: done))
+                }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        return try await done.futureResult.get()
+    }
 }
