@@ -11,12 +11,44 @@ public struct ClaimedJob: Sendable, Hashable {
     /// The activity as it was when claimed (nil for installation and channel jobs). Only for
     /// planning: completions patch what the push changed, never write this back.
     public var activity: ActivityRecord?
-    public init(job: PushJob, timestamp: Int64, apnsID: String, worker: String, activity: ActivityRecord?) {
+    /// The installation planning needs (see ``ClaimReads``), read in the claim's transaction.
+    public var installation: InstallationRecord?
+    /// Priority-10 pushes sent to the activity in the hour before the claim, when planning needs
+    /// them (see ``ClaimReads``); 0 otherwise.
+    public var highPrioritySends: Int
+    public init(job: PushJob, timestamp: Int64, apnsID: String, worker: String, activity: ActivityRecord?,
+                installation: InstallationRecord? = nil, highPrioritySends: Int = 0) {
         self.job = job
         self.timestamp = timestamp
         self.apnsID = apnsID
         self.worker = worker
         self.activity = activity
+        self.installation = installation
+        self.highPrioritySends = highPrioritySends
+    }
+}
+
+/// What a claim reads for planning besides the job and its activity, so a delivery makes no read
+/// of its own between its claim and its send: the installation of a start or widgets push (its
+/// tokens), the activity's installation for a priority-10 update (whether frequent pushes are
+/// on), and that activity's priority-10 sends in the last hour (the budget, docs/protocol.md §4).
+public struct ClaimReads: Sendable, Hashable {
+    /// The installation to read: (bundle id, installation id).
+    public var installation: (bundleID: String, id: String)? { installationKey.map { ($0.bundleID, $0.id) } }
+    /// The activity whose priority-10 sends since ``since`` to count.
+    public var highPriorityActivity: String?
+    public var since: Date
+    private var installationKey: Key?
+    private struct Key: Sendable, Hashable { var bundleID: String; var id: String }
+
+    public init(_ job: PushJob, activity: ActivityRecord?, now: Date) {
+        since = now.addingTimeInterval(-3600)
+        if job.kind == .start || job.kind == .widgets {
+            installationKey = job.installationID.map { Key(bundleID: job.bundleID, id: $0) }
+        } else if job.kind != .broadcast, DeliveryPlanner.wantsHighPriority(job), let a = activity {
+            installationKey = a.installationID.map { Key(bundleID: a.bundleID, id: $0) }
+            highPriorityActivity = a.id
+        }
     }
 }
 

@@ -232,13 +232,8 @@ public final class DeliveryEngine: Service {
             counters.failed()
             return JobCompletion(claim: c, result: .finished(.failed, reason: "the app \(job.bundleID) is no longer registered"))
         }
-        var context = DeliveryPlanner.Context(job: c, app: app, activity: c.activity, now: now)
-        if job.kind == .start || job.kind == .widgets {
-            context.installation = try await job.installationID.asyncMap { try await store.installation(bundleID: job.bundleID, id: $0) } ?? nil
-        } else if DeliveryPlanner.wantsHighPriority(job), let a = c.activity {
-            context.installation = try await a.installationID.asyncMap { try await store.installation(bundleID: a.bundleID, id: $0) } ?? nil
-            context.highPriorityUsed = try await store.highPrioritySends(activityID: a.id, since: now.addingTimeInterval(-3600))
-        }
+        // The installation and the hour's priority-10 sends were read with the claim (ClaimReads).
+        var context = DeliveryPlanner.Context(job: c, app: app, activity: c.activity, installation: c.installation, highPriorityUsed: c.highPrioritySends, now: now)
         if job.kind == .broadcast, let id = job.channelID { context.channel = try await store.channel(id: id) }
 
         switch planner.plan(context) {

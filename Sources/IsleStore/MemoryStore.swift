@@ -359,7 +359,10 @@ public final class MemoryStore: IsleStore {
                 if j.apnsID == nil { j.apnsID = UUID().uuidString.lowercased() }
                 j.job.markClaimed(by: worker, until: now.addingTimeInterval(lease))
                 s.jobs[id] = j
-                claimed.append(ClaimedJob(job: j.job, timestamp: j.timestamp!, apnsID: j.apnsID!, worker: worker, activity: activity))
+                let reads = ClaimReads(j.job, activity: activity, now: now)
+                let installation = reads.installation.flatMap { s.installations[Self.key($0.bundleID, $0.id)] }
+                let sends = reads.highPriorityActivity.map { a in s.highPriority.filter { $0.0 == a && $0.1 >= reads.since }.count } ?? 0
+                claimed.append(ClaimedJob(job: j.job, timestamp: j.timestamp!, apnsID: j.apnsID!, worker: worker, activity: activity, installation: installation, highPrioritySends: sends))
             }
             return claimed
         }

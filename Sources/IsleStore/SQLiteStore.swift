@@ -664,7 +664,16 @@ public final class SQLiteStore: IsleStore {
             UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = ?, apns_id = ? WHERE id = ?
             """).execute(arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
         j.markClaimed(by: worker, until: now.addingTimeInterval(lease))
-        return ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity)
+        let reads = ClaimReads(j, activity: activity, now: now)
+        var installation: InstallationRecord?
+        if let key = reads.installation {
+            installation = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [key.bundleID, key.id]).map(Self.installation)
+        }
+        var sends = 0
+        if let a = reads.highPriorityActivity {
+            sends = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM high_priority_sends WHERE activity_id = ? AND at >= ?"), arguments: [a, reads.since.timeIntervalSince1970]) ?? 0
+        }
+        return ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity, installation: installation, highPrioritySends: sends)
     }
 
     public func complete(_ c: JobCompletion) async throws -> Bool {

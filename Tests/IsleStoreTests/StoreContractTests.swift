@@ -440,6 +440,35 @@ struct StoreContractTests {
         #expect(c.job.kind == .end && text(c) == "done")
     }
 
+    @Test("a claim reads what planning needs: the installation of a priority-10 update and its hour's priority-10 sends; a start's installation; nothing for a plain update", arguments: StoreKind.allCases)
+    func claimReadsPlanningContext(_ kind: StoreKind) async throws {
+        let s = try await kind.make()
+        try await s.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        try await s.upsertInstallation(InstallationRecord(id: "phone", bundleID: "com.example.pizza", pushToStartTokens: ["T": "pts"], frequentPushesEnabled: true, updatedAt: t0))
+        for id in ["a0", "a1"] {
+            try await s.insertActivity(ActivityRecord(id: id, bundleID: "com.example.pizza", installationID: "phone", attributesType: "T", state: .active, updateToken: "tok-\(id)", startedAt: t0))
+        }
+        // a0: three priority-10 sends, one of them more than an hour before the claim.
+        try await s.enqueue([update("a0", "1", alert: true)], idempotency: nil, now: t0)
+        for (n, at) in [t0, t0.addingTimeInterval(1_000), t0.addingTimeInterval(2_000)].enumerated() {
+            let c = try #require(try await s.claim(limit: 1, now: at, lease: 60, worker: "w").first)
+            #expect(try await finish(s, c, highPriorityAt: at))
+            try await s.enqueue([update("a0", "\(n + 2)", alert: true)], idempotency: nil, now: at)
+        }
+        let now = t0.addingTimeInterval(3_700)
+        try await s.enqueue([update("a1", "plain"),
+                             NewPushJob(bundleID: "com.example.pizza", kind: .start, installationID: "phone", aps: ["event": "start", "attributes-type": "T"], hasAlert: true, runAt: now)],
+                            idempotency: nil, now: now)
+        let claimed = try await s.claim(limit: 10, now: now, lease: 60, worker: "w")
+        let high = try #require(claimed.first { $0.job.activityID == "a0" })
+        #expect(high.installation?.id == "phone" && high.installation?.frequentPushesEnabled == true)
+        #expect(high.highPrioritySends == 2, "sends at t0+1000 and t0+2000 are within the hour before t0+3700; the one at t0 is not")
+        let plain = try #require(claimed.first { $0.job.activityID == "a1" })
+        #expect(plain.installation == nil && plain.highPrioritySends == 0)
+        let start = try #require(claimed.first { $0.job.kind == .start })
+        #expect(start.installation?.pushToStartTokens["T"] == "pts")
+    }
+
     @Test("hundreds of jobs behind a stuck activity do not hold back anyone else", arguments: StoreKind.allCases)
     func stuckActivityDelaysOnlyItself(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 12)

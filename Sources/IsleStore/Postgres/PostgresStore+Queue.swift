@@ -57,7 +57,8 @@ extension PostgresStore {
             let scheduled = job.runAt > now
             let supersedable = LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps)
             let carries = LanePlanner.carriesContent(kind: job.kind, aps: job.aps)
-            var isHead = false
+            // A due job without a lane (a start, a widgets push) waits for nothing: it is its own head.
+            var isHead = !scheduled && lane == nil
             if !scheduled, let lane {
                 if let head = heads[lane] {
                     // A head waiting for a retry that this job makes pointless goes now, not later.
@@ -343,6 +344,27 @@ extension PostgresStore {
             }
             j.markClaimed(by: worker, until: now.addingTimeInterval(lease))
             claimed.append(ClaimedJob(job: j, timestamp: timestamp!, apnsID: stamps[j.id]?.apnsID ?? UUID().uuidString.lowercased(), worker: worker, activity: activity))
+        }
+        // What planning needs besides the activity (ClaimReads), one statement each for the batch.
+        let reads = claimed.map { ClaimReads($0.job, activity: $0.activity, now: now) }
+        let wanted = reads.compactMap(\.installation)
+        if !wanted.isEmpty {
+            var installations: [String: InstallationRecord] = [:]
+            for r in try await conn.rows("SELECT i.* FROM installations AS i JOIN unnest($1::text[], $2::text[]) AS w(b, id) ON i.bundle_id = w.b AND i.id = w.id",
+                                         [.texts(wanted.map(\.bundleID)), .texts(wanted.map(\.id))], logger: log) {
+                let i = try Self.installation(r)
+                installations[i.bundleID + "\u{1F}" + i.id] = i
+            }
+            for (n, read) in reads.enumerated() { claimed[n].installation = read.installation.flatMap { installations[$0.bundleID + "\u{1F}" + $0.id] } }
+        }
+        let counted = reads.compactMap(\.highPriorityActivity)
+        if !counted.isEmpty {
+            var sends: [String: Int] = [:]
+            for r in try await conn.rows("SELECT activity_id, COUNT(*) AS n FROM high_priority_sends WHERE activity_id = ANY($1::text[]) AND at >= $2 GROUP BY activity_id",
+                                         [.texts(Array(Set(counted))), .date(now.addingTimeInterval(-3600))], logger: log) {
+                sends[try r.string("activity_id")] = Int(try r.int("n"))
+            }
+            for (n, read) in reads.enumerated() { claimed[n].highPrioritySends = read.highPriorityActivity.flatMap { sends[$0] } ?? 0 }
         }
         if !activityStamps.isEmpty {
             try await conn.rows("UPDATE activities AS a SET last_timestamp = t.ts FROM unnest($1::text[], $2::bigint[]) AS t(id, ts) WHERE a.id = t.id",
