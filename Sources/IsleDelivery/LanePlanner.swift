@@ -1,4 +1,5 @@
 public import IsleCore
+public import Foundation
 
 /// Ordering and coalescing, as pure rules every store applies the same way.
 ///
@@ -38,6 +39,68 @@ public enum LanePlanner {
         case .end, .broadcast: return aps.apsContentState != nil
         case .start, .widgets: return false
         }
+    }
+
+    /// A lane's first unfinished job, as a store reads it.
+    public struct Head: Sendable, Hashable {
+        public var id: Int64
+        /// Already flagged as the lane's head.
+        public var isHead: Bool
+        public var claimed: Bool
+        public var supersedable: Bool
+        public init(id: Int64, isHead: Bool, claimed: Bool, supersedable: Bool) {
+            self.id = id
+            self.isHead = isHead
+            self.claimed = claimed
+            self.supersedable = supersedable
+        }
+    }
+
+    /// Where a job goes as it joins the queue: when it is accepted, and when a scheduled job
+    /// comes due. Every store writes exactly this.
+    public struct Placement: Sendable, Hashable {
+        public var lane: String?
+        /// Waiting outside its lane until its time (`scheduled`), or in it (`queued`).
+        public var scheduled: Bool
+        /// The lane's first unfinished job, or a job without a lane: claimable once due.
+        public var isHead: Bool
+        public var supersedable: Bool
+        public var carriesContent: Bool
+        /// The lane's head is a plain update not yet sent that this job makes pointless: the
+        /// store lets ``decide(_:)`` run over the lane now rather than at the next claim.
+        public var coalescesLane: Bool
+    }
+
+    /// Places a job due at `runAt`, at `now`, behind `head` (its lane's first unfinished job,
+    /// which the store reads only when the job is due and has a lane; nil for an empty lane).
+    public static func place(kind: PushJobKind, activityID: String?, channelID: String?, hasAlert: Bool, aps: JSONValue, runAt: Date, now: Date,
+                             head: (String) throws -> Head?) rethrows -> Placement {
+        let lane = lane(kind: kind, activityID: activityID, channelID: channelID)
+        let scheduled = runAt > now
+        let carries = carriesContent(kind: kind, aps: aps)
+        var joined = Joining(isHead: false, coalescesLane: false)
+        if !scheduled { joined = try join(lane: lane, carriesContent: carries, head: head) }
+        return Placement(lane: lane, scheduled: scheduled, isHead: joined.isHead, supersedable: isSupersedable(kind: kind, hasAlert: hasAlert, aps: aps),
+                         carriesContent: carries, coalescesLane: joined.coalescesLane)
+    }
+
+    /// A due job entering its lane (at acceptance, or a scheduled one at promotion).
+    public struct Joining: Sendable, Hashable {
+        public var isHead: Bool
+        public var coalescesLane: Bool
+    }
+
+    /// A due job with `lane` enters it behind the lane's first unfinished job (read by `head`):
+    /// it is the head if there is none (or it has no lane), and it makes the lane coalesce now if
+    /// it carries content and that head is an unsent plain update.
+    public static func join(lane: String?, carriesContent: Bool, head: (String) throws -> Head?) rethrows -> Joining {
+        guard let lane, let current = try head(lane) else { return Joining(isHead: true, coalescesLane: false) }
+        return Joining(isHead: false, coalescesLane: carriesContent && !current.claimed && current.supersedable)
+    }
+
+    /// ``place(kind:activityID:channelID:hasAlert:aps:runAt:now:head:)`` for a new job.
+    public static func place(_ job: NewPushJob, now: Date, head: (String) throws -> Head?) rethrows -> Placement {
+        try place(kind: job.kind, activityID: job.activityID, channelID: job.channelID, hasAlert: job.hasAlert, aps: job.aps, runAt: job.runAt, now: now, head: head)
     }
 
     /// One unfinished job of a lane, as the planner needs to see it.

@@ -270,24 +270,22 @@ public final class MemoryStore: IsleStore {
             for a in activities { try Self.insert(&s, a) }
             var ids: [Int64] = []
             for j in jobs {
-                let lane = LanePlanner.lane(kind: j.kind, activityID: j.activityID, channelID: j.channelID)
-                let scheduled = j.runAt > now
-                let head = !scheduled ? lane.flatMap { Self.openHead(s, $0) } : nil
+                let head = LanePlanner.lane(kind: j.kind, activityID: j.activityID, channelID: j.channelID).flatMap { Self.openHead(s, $0) }
+                let p = LanePlanner.place(j, now: now) { _ in head }
                 let id = s.nextJobID
                 s.nextJobID += 1
                 var seq: Int64?
-                if !scheduled {
+                if !p.scheduled {
                     seq = s.nextSeq
                     s.nextSeq += 1
                 }
-                let carries = LanePlanner.carriesContent(kind: j.kind, aps: j.aps)
                 s.jobs[id] = Job(
                     job: PushJob(id: id, bundleID: j.bundleID, kind: j.kind, activityID: j.activityID, installationID: j.installationID, channelID: j.channelID, aps: j.aps,
-                                 hasAlert: j.hasAlert, requestedPriority: j.requestedPriority, runAt: j.runAt, state: scheduled ? .scheduled : .queued, attempts: 0, claimedBy: nil,
-                                 claimedUntil: nil, lastError: nil, createdAt: now, lane: lane, seq: seq),
-                    isHead: !scheduled && head == nil, supersedable: LanePlanner.isSupersedable(kind: j.kind, hasAlert: j.hasAlert, aps: j.aps), carriesContent: carries)
+                                 hasAlert: j.hasAlert, requestedPriority: j.requestedPriority, runAt: j.runAt, state: p.scheduled ? .scheduled : .queued, attempts: 0, claimedBy: nil,
+                                 claimedUntil: nil, lastError: nil, createdAt: now, lane: p.lane, seq: seq),
+                    isHead: p.isHead, supersedable: p.supersedable, carriesContent: p.carriesContent)
                 ids.append(id)
-                if carries, let lane, let head, let h = s.jobs[head], h.job.state == .queued, h.supersedable { _ = Self.coalesce(&s, lane: lane, now: now) }
+                if p.coalescesLane, let lane = p.lane { _ = Self.coalesce(&s, lane: lane, now: now) }
             }
             if var r = idempotency {
                 r.body = r.body(withJobs: ids)
@@ -301,9 +299,11 @@ public final class MemoryStore: IsleStore {
     static func open(_ s: State, _ lane: String) -> [Job] {
         s.jobs.values.filter { $0.job.lane == lane && ($0.job.state == .queued || $0.job.state == .claimed) }.sorted { ($0.job.seq ?? 0) < ($1.job.seq ?? 0) }
     }
-    static func openHead(_ s: State, _ lane: String) -> Int64? { open(s, lane).first?.job.id }
+    static func openHead(_ s: State, _ lane: String) -> LanePlanner.Head? {
+        open(s, lane).first.map { LanePlanner.Head(id: $0.job.id, isHead: $0.isHead, claimed: $0.job.state == .claimed, supersedable: $0.supersedable) }
+    }
     static func fixHead(_ s: inout State, _ lane: String?) {
-        guard let lane, let id = openHead(s, lane) else { return }
+        guard let lane, let id = openHead(s, lane)?.id else { return }
         s.jobs[id]?.isHead = true
     }
 
@@ -327,12 +327,13 @@ public final class MemoryStore: IsleStore {
             // Scheduled jobs that came due take their place in their lanes.
             for var j in s.jobs.values.filter({ $0.job.state == .scheduled && $0.job.runAt <= now }).sorted(by: { ($0.job.runAt, $0.job.id) < ($1.job.runAt, $1.job.id) }) {
                 let head = j.job.lane.flatMap { Self.openHead(s, $0) }
+                let joined = LanePlanner.join(lane: j.job.lane, carriesContent: j.carriesContent) { _ in head }
                 j.job.state = .queued
                 j.job.seq = s.nextSeq
                 s.nextSeq += 1
-                j.isHead = head == nil
+                j.isHead = joined.isHead
                 s.jobs[j.job.id] = j
-                if j.carriesContent, let lane = j.job.lane, let head, let h = s.jobs[head], h.job.state == .queued, h.supersedable { _ = Self.coalesce(&s, lane: lane, now: now) }
+                if joined.coalescesLane, let lane = j.job.lane { _ = Self.coalesce(&s, lane: lane, now: now) }
             }
             let heads = s.jobs.values.filter { $0.isHead && $0.job.state == .queued && $0.job.runAt <= now && !excludingApps.contains($0.job.bundleID) }
                 .sorted { ($0.job.runAt, $0.job.seq ?? 0) < ($1.job.runAt, $1.job.seq ?? 0) }

@@ -486,21 +486,16 @@ public final class SQLiteStore: IsleStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             for j in jobs {
-                let lane = LanePlanner.lane(kind: j.kind, activityID: j.activityID, channelID: j.channelID)
-                let supersedable = LanePlanner.isSupersedable(kind: j.kind, hasAlert: j.hasAlert, aps: j.aps)
-                let carries = LanePlanner.carriesContent(kind: j.kind, aps: j.aps)
-                let scheduled = j.runAt > now
-                var head: LaneHead?
-                if !scheduled, let lane { head = try Self.openHead(db, lane) }
+                let p = try LanePlanner.place(j, now: now) { try Self.openHead(db, $0) }
                 try insert.execute(arguments: [
                     j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority,
-                    j.runAt.timeIntervalSince1970, scheduled ? "scheduled" : "queued", created,
-                    lane, scheduled ? nil : seq, !scheduled && head == nil, supersedable, carries,
+                    j.runAt.timeIntervalSince1970, p.scheduled ? "scheduled" : "queued", created,
+                    p.lane, p.scheduled ? nil : seq, p.isHead, p.supersedable, p.carriesContent,
                 ])
-                if !scheduled { seq += 1 }
+                if !p.scheduled { seq += 1 }
                 ids.append(db.lastInsertedRowID)
                 // A head waiting for a retry that this job makes pointless goes now, not later.
-                if carries, let lane, let head, !head.claimed, head.supersedable { try Self.coalesce(db, lane: lane, now: now) }
+                if p.coalescesLane, let lane = p.lane { try Self.coalesce(db, lane: lane, now: now) }
             }
             if var r = idempotency {
                 // A live record with this key means another request committed first: this one queues nothing.
@@ -515,19 +510,12 @@ public final class SQLiteStore: IsleStore {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs")) ?? 1
     }
 
-    struct LaneHead {
-        var id: Int64
-        var isHead: Bool
-        var claimed: Bool
-        var supersedable: Bool
-    }
-
     /// The first unfinished job of a lane.
-    static func openHead(_ db: Database, _ lane: String) throws -> LaneHead? {
+    static func openHead(_ db: Database, _ lane: String) throws -> LanePlanner.Head? {
         try Row.fetchOne(db.cachedStatement(sql: """
             SELECT id, is_head, state, supersedable FROM jobs INDEXED BY jobs_lane_open WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1
             """), arguments: [lane]).map { r in
-            LaneHead(id: r["id"], isHead: r["is_head"], claimed: (r["state"] as String) == "claimed", supersedable: r["supersedable"])
+            LanePlanner.Head(id: r["id"], isHead: r["is_head"], claimed: (r["state"] as String) == "claimed", supersedable: r["supersedable"])
         }
     }
 
@@ -627,10 +615,10 @@ public final class SQLiteStore: IsleStore {
         var seq = try nextSeq(db)
         for r in due {
             let lane: String? = r["lane"]
-            let head = try lane.map { try openHead(db, $0) } ?? nil
-            try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', seq = ?, is_head = ? WHERE id = ?").execute(arguments: [seq, head == nil, r["id"] as Int64])
+            let joined = try LanePlanner.join(lane: lane, carriesContent: r["carries_content"]) { try openHead(db, $0) }
+            try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', seq = ?, is_head = ? WHERE id = ?").execute(arguments: [seq, joined.isHead, r["id"] as Int64])
             seq += 1
-            if (r["carries_content"] as Bool), let lane, let head, !head.claimed, head.supersedable { try coalesce(db, lane: lane, now: now) }
+            if joined.coalescesLane, let lane { try coalesce(db, lane: lane, now: now) }
         }
     }
 

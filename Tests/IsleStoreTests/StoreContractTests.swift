@@ -731,6 +731,34 @@ struct LanePlannerTests {
         #expect(LanePlanner.carriesContent(kind: .end, aps: ["event": "end", "content-state": [:]]))
         #expect(LanePlanner.lane(kind: .widgets, activityID: nil, channelID: nil) == nil)
     }
+
+    @Test("placement: where a job joins the queue, the one rule every store writes")
+    func placement() {
+        let now = Date(timeIntervalSince1970: 1_767_225_600)
+        typealias H = LanePlanner.Head
+        let plainHead = H(id: 1, isHead: true, claimed: false, supersedable: true)
+        func place(_ kind: PushJobKind, activity: String? = "a", alert: Bool = false, aps: JSONValue = ["event": "update", "content-state": [:]], at: Date? = nil, head: H?) -> LanePlanner.Placement {
+            LanePlanner.place(kind: kind, activityID: activity, channelID: nil, hasAlert: alert, aps: aps, runAt: at ?? now, now: now) { _ in head }
+        }
+        // No lane (a start, a widgets push): its own head, whatever else is queued.
+        let start = place(.start, activity: nil, aps: ["event": "start"], head: plainHead)
+        #expect(start.lane == nil && start.isHead && !start.scheduled && !start.coalescesLane)
+        // An empty lane: the head.
+        #expect(place(.update, head: nil).isHead)
+        // Behind an unsent plain update, content makes the lane coalesce now; an end without content does not.
+        let behind = place(.update, alert: true, head: plainHead)
+        #expect(!behind.isHead && behind.coalescesLane && !behind.supersedable)
+        #expect(!place(.end, aps: ["event": "end"], head: plainHead).coalescesLane)
+        // Behind a head in flight, or one with an alert: it waits, nothing is coalesced.
+        #expect(!place(.update, head: H(id: 1, isHead: true, claimed: true, supersedable: true)).coalescesLane)
+        #expect(!place(.update, head: H(id: 1, isHead: true, claimed: false, supersedable: false)).coalescesLane)
+        // Scheduled: outside its lane until it comes due (the head is not even read).
+        let later = LanePlanner.place(kind: .update, activityID: "a", channelID: nil, hasAlert: false, aps: ["event": "update"], runAt: now.addingTimeInterval(60), now: now) { _ -> H? in
+            Issue.record("a scheduled job's lane head was read")
+            return nil
+        }
+        #expect(later.scheduled && !later.isHead && !later.coalescesLane)
+    }
 }
 
 @Suite("SQLite: one serving process per file")

@@ -53,22 +53,14 @@ extension PostgresStore {
         var rows: [NewRow] = []
         var coalescing: [String: Date] = [:]
         for (job, now) in all {
-            let lane = lane(job)
-            let scheduled = job.runAt > now
-            let supersedable = LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps)
-            let carries = LanePlanner.carriesContent(kind: job.kind, aps: job.aps)
-            // A due job without a lane (a start, a widgets push) waits for nothing: it is its own head.
-            var isHead = !scheduled && lane == nil
-            if !scheduled, let lane {
-                if let head = heads[lane] {
-                    // A head waiting for a retry that this job makes pointless goes now, not later.
-                    if carries, !head.claimed, head.supersedable { coalescing[lane] = max(coalescing[lane] ?? now, now) }
-                } else {
-                    isHead = true
-                    heads[lane] = LaneHead(id: 0, isHead: true, claimed: false, supersedable: supersedable)
-                }
+            let p = LanePlanner.place(job, now: now) { heads[$0] }
+            if let lane = p.lane, !p.scheduled {
+                // A head waiting for a retry that this job makes pointless goes now, not later.
+                if p.coalescesLane { coalescing[lane] = max(coalescing[lane] ?? now, now) }
+                // The batch's later jobs of this lane stand behind this one.
+                if p.isHead { heads[lane] = LanePlanner.Head(id: 0, isHead: true, claimed: false, supersedable: p.supersedable) }
             }
-            rows.append(NewRow(job: job, lane: lane, scheduled: scheduled, isHead: isHead, supersedable: supersedable, carries: carries, now: now))
+            rows.append(NewRow(job: job, lane: p.lane, scheduled: p.scheduled, isHead: p.isHead, supersedable: p.supersedable, carries: p.carriesContent, now: now))
         }
         let ids = try await insertJobs(conn, rows, logger: log)
         var out: [[Int64]] = []
@@ -127,14 +119,14 @@ extension PostgresStore {
     }
 
     /// The first open job of each lane (none for an empty lane), in one statement.
-    static func openHeads(_ conn: PostgresConnection, _ lanes: [String], logger: Logger) async throws -> [String: LaneHead] {
+    static func openHeads(_ conn: PostgresConnection, _ lanes: [String], logger: Logger) async throws -> [String: LanePlanner.Head] {
         guard !lanes.isEmpty else { return [:] }
-        var heads: [String: LaneHead] = [:]
+        var heads: [String: LanePlanner.Head] = [:]
         for r in try await conn.rows("""
             SELECT l.lane, h.id, h.is_head, h.state, h.supersedable FROM unnest($1::text[]) AS l(lane)
             CROSS JOIN LATERAL (SELECT id, is_head, state, supersedable FROM jobs WHERE jobs.lane = l.lane AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1) AS h
             """, [.texts(lanes)], logger: logger) {
-            heads[try r.string("lane")] = LaneHead(id: try r.int("id"), isHead: try r.bool("is_head"), claimed: try r.string("state") == "claimed",
+            heads[try r.string("lane")] = LanePlanner.Head(id: try r.int("id"), isHead: try r.bool("is_head"), claimed: try r.string("state") == "claimed",
                                                    supersedable: try r.bool("supersedable"))
         }
         return heads
@@ -145,17 +137,11 @@ extension PostgresStore {
         for a in activities { try await insertActivity(conn, a, logger: logger) }
     }
 
-    struct LaneHead {
-        var id: Int64
-        var isHead: Bool
-        var claimed: Bool
-        var supersedable: Bool
-    }
 
-    static func openHead(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws -> LaneHead? {
+    static func openHead(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws -> LanePlanner.Head? {
         try await conn.row("SELECT id, is_head, state, supersedable FROM jobs WHERE lane = $1 AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1",
                            [.text(lane)], logger: logger).map { r in
-            LaneHead(id: try r.int("id"), isHead: try r.bool("is_head"), claimed: try r.string("state") == "claimed", supersedable: try r.bool("supersedable"))
+            LanePlanner.Head(id: try r.int("id"), isHead: try r.bool("is_head"), claimed: try r.string("state") == "claimed", supersedable: try r.bool("supersedable"))
         }
     }
 
@@ -389,10 +375,11 @@ extension PostgresStore {
         for r in due {
             let lane = try r.optionalString("lane")
             if let lane { guard try await tryLockLane(conn, lane, logger: logger) else { continue } }
-            var head: LaneHead?
+            var head: LanePlanner.Head?
             if let lane { head = try await openHead(conn, lane, logger: logger) }
-            try await conn.rows("UPDATE jobs SET state = 'queued', seq = nextval('job_seq'), is_head = $1 WHERE id = $2", [.bool(head == nil), .int(try r.int("id"))], logger: logger)
-            if try r.bool("carries_content"), let lane, let head, !head.claimed, head.supersedable { try await coalesce(conn, lane: lane, now: now, logger: logger) }
+            let joined = try LanePlanner.join(lane: lane, carriesContent: r.bool("carries_content")) { _ in head }
+            try await conn.rows("UPDATE jobs SET state = 'queued', seq = nextval('job_seq'), is_head = $1 WHERE id = $2", [.bool(joined.isHead), .int(try r.int("id"))], logger: logger)
+            if joined.coalescesLane, let lane { try await coalesce(conn, lane: lane, now: now, logger: logger) }
         }
     }
 
