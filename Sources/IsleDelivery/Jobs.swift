@@ -53,6 +53,31 @@ public struct ClaimReads: Sendable, Hashable {
 }
 
 extension ClaimedJob {
+    /// A new apns-id for a job's first claim: a version 7 UUID (RFC 9562: 48 bits of Unix
+    /// milliseconds, then random bits from the system generator). Time-ordered, so the
+    /// deliveries index on it grows at its end instead of touching a random page per push, and
+    /// made without opening `/dev/urandom` as `UUID()` does here. APNs takes any canonical UUID
+    /// ("Sending notification requests to APNs", `apns-id`).
+    public static func newAPNsID(now: Date) -> String {
+        var random = SystemRandomNumberGenerator()
+        let ms = UInt64(max(0, (now.timeIntervalSince1970 * 1000).rounded(.down)))
+        let a: UInt64 = random.next(), b: UInt64 = random.next()
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * UInt64(5 - i))) }
+        for i in 6..<16 { bytes[i] = UInt8(truncatingIfNeeded: (i < 11 ? a >> (8 * UInt64(i - 6)) : b >> (8 * UInt64(i - 11)))) }
+        bytes[6] = 0x70 | (bytes[6] & 0x0F)
+        bytes[8] = 0x80 | (bytes[8] & 0x3F)
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (i, byte) in bytes.enumerated() {
+            if i == 4 || i == 6 || i == 8 || i == 10 { text.append(UInt8(ascii: "-")) }
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
     /// A push's timestamp at its first claim: now in whole seconds, strictly after the last one
     /// sent to its activity and (a broadcast) its channel — the device drops an older one.
     public static func firstTimestamp(now: Date, afterActivity activityLast: Int64?, afterChannel channelLast: Int64?) -> Int64 {

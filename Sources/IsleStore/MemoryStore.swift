@@ -357,7 +357,7 @@ public final class MemoryStore: IsleStore {
                         activity?.lastTimestamp = ts
                     }
                 }
-                if j.apnsID == nil { j.apnsID = UUID().uuidString.lowercased() }
+                if j.apnsID == nil { j.apnsID = ClaimedJob.newAPNsID(now: now) }
                 j.job.markClaimed(by: worker, until: now.addingTimeInterval(lease))
                 s.jobs[id] = j
                 let reads = ClaimReads(j.job, activity: activity, now: now)

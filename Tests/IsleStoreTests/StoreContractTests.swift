@@ -732,6 +732,23 @@ struct LanePlannerTests {
         #expect(LanePlanner.lane(kind: .widgets, activityID: nil, channelID: nil) == nil)
     }
 
+    @Test("apns-ids: version 7 UUIDs, ordered by time, never repeated")
+    func apnsIDs() throws {
+        let t = Date(timeIntervalSince1970: 1_767_225_600.123)
+        let ids = (0..<2_000).map { ClaimedJob.newAPNsID(now: t.addingTimeInterval(Double($0 / 100) * 0.01)) }
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(50) {
+            let uuid = try #require(UUID(uuidString: id), "\(id) is a canonical UUID")
+            #expect(uuid.uuidString.lowercased() == id)
+            #expect(Array(id)[14] == "7", "version 7: \(id)")
+            #expect("89ab".contains(Array(id)[19]), "RFC 9562 variant: \(id)")
+        }
+        // The first 48 bits are the milliseconds: later claims sort after earlier ones.
+        #expect(ids.first!.hasPrefix("019b76da-a87b"))
+        let prefixes = ids.map { String($0.prefix(13)) }
+        #expect(prefixes == prefixes.sorted())
+    }
+
     @Test("placement: where a job joins the queue, the one rule every store writes")
     func placement() {
         let now = Date(timeIntervalSince1970: 1_767_225_600)

@@ -329,7 +329,7 @@ extension PostgresStore {
                 timestamp = ts
             }
             j.markClaimed(by: worker, until: now.addingTimeInterval(lease))
-            claimed.append(ClaimedJob(job: j, timestamp: timestamp!, apnsID: stamps[j.id]?.apnsID ?? UUID().uuidString.lowercased(), worker: worker, activity: activity))
+            claimed.append(ClaimedJob(job: j, timestamp: timestamp!, apnsID: stamps[j.id]?.apnsID ?? ClaimedJob.newAPNsID(now: now), worker: worker, activity: activity))
         }
         // What planning needs besides the activity (ClaimReads), one statement each for the batch.
         let reads = claimed.map { ClaimReads($0.job, activity: $0.activity, now: now) }
