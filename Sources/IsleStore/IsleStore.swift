@@ -205,3 +205,9 @@ extension IsleQueue {
 public protocol ServingHold: Sendable {
     func release()
 }
+
+extension ActivityLifecycle {
+    /// ``ActivityLifecycle/pushChangesStates`` as an SQL list (`'starting', 'active'`): the live
+    /// states in the stores' set-based writes and look-ups, from the one definition.
+    static let pushChangesSQL = pushChangesStates.map { "'\($0.rawValue)'" }.joined(separator: ", ")
+}

@@ -153,9 +153,7 @@ public final class MemoryStore: IsleStore {
                     && (installationID == nil || $0.installationID == installationID)
             }
             guard var a = match else { return nil }
-            a.updateToken = token
-            a.state = .active
-            a.topics = Array(Set(a.topics + topics)).sorted()
+            try ActivityLifecycle.apply(.startLinked(token: token, topics: topics), to: &a)
             s.activities[a.id] = a
             if let idempotency { try Self.insertIdempotency(&s, idempotency.record(for: a)) }
             return a
@@ -411,21 +409,8 @@ public final class MemoryStore: IsleStore {
 
     static func apply(_ s: inout State, _ p: ActivityPatch, to id: String) {
         guard var a = s.activities[id] else { return }
-        if a.state.acceptsPushes {
-            if let content = p.content { a.content = content }
-            if let score = p.relevanceScore { a.relevanceScore = score }
-            if p.setsStaleDate { a.staleDate = p.staleDate }
-        }
-        if let e = p.end, a.state.acceptsPushes {
-            a.state = .ended
-            if a.endedAt == nil { a.endedAt = e.at }
-            if let d = e.dismissAt { a.dismissedAt = d }
-            if let r = e.reason { a.stateReason = r }
-        }
-        if let u = p.unreachable, a.state.acceptsPushes, u.ifToken == nil || a.updateToken == u.ifToken {
-            a.state = .unreachable
-            a.stateReason = u.reason
-        }
+        // A push never throws: it changes a live activity or nothing.
+        try? ActivityLifecycle.apply(.pushed(p), to: &a)
         s.activities[id] = a
     }
 

@@ -335,7 +335,7 @@ public final class SQLiteStore: IsleStore {
     public func insertActivity(_ a: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
         try await writer.write { db in
             if let key = a.externalKey,
-               let holder = try Self.activity(db, where: "bundle_id = ? AND external_key = ? AND state IN ('active', 'starting') AND (installation_id IS NULL OR installation_id IS NOT ?)",
+               let holder = try Self.activity(db, where: "bundle_id = ? AND external_key = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) AND (installation_id IS NULL OR installation_id IS NOT ?)",
                                               [a.bundleID, key, a.installationID]) {
                 throw StoreError(.conflict, "\(key) is the key of live activity \(holder.id)")
             }
@@ -366,9 +366,7 @@ public final class SQLiteStore: IsleStore {
                 arguments += [installationID]
             }
             guard var a = try Self.activity(db, where: clause + " ORDER BY started_at, rowid", arguments) else { return nil }
-            a.updateToken = token
-            a.state = .active
-            a.topics = Array(Set(a.topics + topics)).sorted()
+            try ActivityLifecycle.apply(.startLinked(token: token, topics: topics), to: &a)
             try Self.update(db, a)
             if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
             return a
@@ -389,7 +387,7 @@ public final class SQLiteStore: IsleStore {
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
         try await pool.read { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT * FROM activities WHERE bundle_id = ? AND external_key = ? AND state IN ('active', 'starting') ORDER BY started_at, rowid
+                SELECT * FROM activities WHERE bundle_id = ? AND external_key = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, rowid
                 """), arguments: [bundleID, externalKey])
             return try rows.map { r in
                 try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
@@ -436,7 +434,7 @@ public final class SQLiteStore: IsleStore {
 
     public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN ('active', 'starting') ORDER BY started_at, id"),
+            let rows = try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id"),
                                         arguments: [bundleID, installationID])
             return try rows.map { r in
                 try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
@@ -469,7 +467,7 @@ public final class SQLiteStore: IsleStore {
         try await pool.read { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
-                WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN ('active', 'starting') ORDER BY a.started_at, a.id
+                WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY a.started_at, a.id
                 """), arguments: [bundleID, topic])
             return try rows.map { try Self.activity($0, topics: [topic]) }
         }
@@ -723,18 +721,18 @@ public final class SQLiteStore: IsleStore {
             try db.cachedStatement(sql: """
                 UPDATE activities SET content = COALESCE(?, content), relevance_score = COALESCE(?, relevance_score),
                     stale_date = CASE WHEN ? THEN ? ELSE stale_date END
-                WHERE \(column) = ? AND state IN ('active', 'starting')
+                WHERE \(column) = ? AND state IN (\(ActivityLifecycle.pushChangesSQL))
                 """).execute(arguments: [p.content?.jsonString, p.relevanceScore, p.setsStaleDate, p.staleDate?.timeIntervalSince1970, id])
         }
         if let e = p.end {
             try db.cachedStatement(sql: """
                 UPDATE activities SET state = 'ended', ended_at = COALESCE(ended_at, ?), dismissed_at = COALESCE(?, dismissed_at), state_reason = COALESCE(?, state_reason)
-                WHERE \(column) = ? AND state IN ('active', 'starting')
+                WHERE \(column) = ? AND state IN (\(ActivityLifecycle.pushChangesSQL))
                 """).execute(arguments: [e.at.timeIntervalSince1970, e.dismissAt?.timeIntervalSince1970, e.reason, id])
         }
         if let u = p.unreachable {
             try db.cachedStatement(sql: """
-                UPDATE activities SET state = 'unreachable', state_reason = ? WHERE \(column) = ? AND state IN ('active', 'starting') AND (? IS NULL OR update_token = ?)
+                UPDATE activities SET state = 'unreachable', state_reason = ? WHERE \(column) = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) AND (? IS NULL OR update_token = ?)
                 """).execute(arguments: [u.reason, id, u.ifToken, u.ifToken])
         }
     }
@@ -948,7 +946,7 @@ public final class SQLiteStore: IsleStore {
             }
             try db.execute(sql: """
                 DELETE FROM installations WHERE rowid IN (SELECT i.rowid FROM installations i INDEXED BY installations_updated WHERE i.updated_at < ?
-                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN ('active', 'starting')) LIMIT ?)
+                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))) LIMIT ?)
                 """, arguments: [t - retention.staleInstallations, limit])
             n += db.changesCount
             return n

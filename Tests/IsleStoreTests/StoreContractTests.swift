@@ -469,6 +469,52 @@ struct StoreContractTests {
         #expect(start.installation?.pushToStartTokens["T"] == "pts")
     }
 
+    /// What of an activity's record its lifecycle decides.
+    struct LifecycleView: Equatable, CustomStringConvertible {
+        var state: ActivityRecordState, token: String?, content: JSONValue?, score: Double?, stale: Date?, ended: Date?, dismissed: Date?, reason: String?
+        init(_ a: ActivityRecord) {
+            (state, token, content, score, stale, ended, dismissed, reason) = (a.state, a.updateToken, a.content, a.relevanceScore, a.staleDate, a.endedAt, a.dismissedAt, a.stateReason)
+        }
+        var description: String { "\(state) token=\(token ?? "-") content=\(content?.jsonString ?? "-") ended=\(ended.map { "\($0.timeIntervalSince1970)" } ?? "-") reason=\(reason ?? "-")" }
+    }
+
+    @Test("an activity's record follows ActivityLifecycle on every store: seeded random device reports, rotations and pushes (content, end, dead token)", arguments: StoreKind.allCases)
+    func lifecycleMatchesTheModel(_ kind: StoreKind) async throws {
+        for seed in 0..<10 {
+            let s = try await seeded(kind, activities: 1)
+            var model = try #require(try await s.activity(id: "a0"))
+            var random = SeededRandom(seed: UInt64(seed))
+            var now = t0
+            for step in 0..<14 {
+                now = now.addingTimeInterval(60)
+                let event: ActivityLifecycle.Event = switch Int.random(in: 0..<7, using: &random) {
+                case 0: .tokenRotated("tok-\(seed)-\(step)")
+                case 1: .dismissed(at: now)
+                case 2: .endedByApp(at: now)
+                case 3: .pushed(ActivityPatch(content: ["x": .string("\(step)")], relevanceScore: Double(step), setsStaleDate: true, staleDate: now.addingTimeInterval(600)))
+                case 4: .pushed(ActivityPatch(content: ["x": .string("last")], end: .init(at: now, dismissAt: now.addingTimeInterval(3600), reason: "ended by a push")))
+                case 5: .pushed(ActivityPatch(unreachable: .init(reason: "410 Unregistered", ifToken: model.updateToken)))
+                default: .pushed(ActivityPatch(unreachable: .init(reason: "410 for an older token", ifToken: "tok-older")))
+                }
+                var expected = model
+                let modelRefused = (try? ActivityLifecycle.apply(event, to: &expected)) == nil
+                var storeRefused = false
+                if case .pushed(let patch) = event {
+                    // The real path: a job queued, claimed and finished with what its push changed.
+                    try await s.enqueue([update("a0", "\(step)")], idempotency: nil, now: now)
+                    let c = try #require(try await s.claim(limit: 1, now: now, lease: 60, worker: "w").first)
+                    #expect(try await finish(s, c, activity: patch))
+                } else {
+                    do { _ = try await s.modifyActivity(id: "a0", { try ActivityLifecycle.apply(event, to: &$0) }, idempotency: nil) } catch { storeRefused = true }
+                }
+                #expect(storeRefused == modelRefused, "seed \(seed), step \(step): \(event)")
+                if !modelRefused { model = expected }
+                let stored = try #require(try await s.activity(id: "a0"))
+                #expect(LifecycleView(stored) == LifecycleView(model), "seed \(seed), step \(step) after \(event)")
+            }
+        }
+    }
+
     @Test("hundreds of jobs behind a stuck activity do not hold back anyone else", arguments: StoreKind.allCases)
     func stuckActivityDelaysOnlyItself(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 12)

@@ -163,16 +163,7 @@ struct ActivityController {
         let bundleID = caller.bundleID
         guard let a = try await store.modifyActivity(id: id, { a in
             guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
-            // A token rotated on the device may reach us after APNs answered 410 for the old one:
-            // a new token brings an unreachable activity back.
-            guard a.state.acceptsPushes || a.state == .unreachable else {
-                throw APIError(.conflict, "activityEnded", "the activity is \(a.state.rawValue); its token is no longer used")
-            }
-            a.updateToken = token
-            if a.state == .starting || a.state == .unreachable {
-                a.state = .active
-                a.stateReason = nil
-            }
+            try Self.lifecycle(.tokenRotated(token), &a)
         }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
         // A job waiting for this token goes now.
         try await services.wakeLane(id)
@@ -191,17 +182,14 @@ struct ActivityController {
         let bundleID = caller.bundleID
         guard let a = try await store.modifyActivity(id: id, { a in
             guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
-            if a.endedAt == nil { a.endedAt = now }
-            if report == "dismissed" {
-                a.state = .dismissed
-                a.dismissedAt = now
-                a.stateReason = "the person dismissed it"
-            } else if a.state.acceptsPushes {
-                a.state = .ended
-                a.stateReason = "the app ended it"
-            }
+            try Self.lifecycle(report == "dismissed" ? .dismissed(at: now) : .endedByApp(at: now), &a)
         }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
         return JSONResponse.make(Views.activity(a))
+    }
+
+    /// Applies a device's event through ``ActivityLifecycle``; a refusal is a 409 with its code.
+    static func lifecycle(_ event: ActivityLifecycle.Event, _ a: inout ActivityRecord) throws {
+        do { try ActivityLifecycle.apply(event, to: &a) } catch { throw APIError(.conflict, error.code, error.message) }
     }
 
     /// Device calls on an activity act through its installation and that installation's secret;

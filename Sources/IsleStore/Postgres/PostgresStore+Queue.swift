@@ -474,7 +474,10 @@ extension PostgresStore {
         if !deliveries.isEmpty { try await insert(conn, deliveries, logger: log) }
         // What the pushes changed in their activities: content, relevance and stale date of every
         // activity job in one statement; ends, dead tokens and broadcasts' patches one by one (rare).
+        // Content before ends, as ActivityLifecycle applies one patch: an end that carries the
+        // final content-state stores it, then ends the activity.
         var contentPatches: [String: ActivityPatch] = [:]
+        var stateChanges: [(column: String, id: String, patch: ActivityPatch)] = []
         for i in done {
             let job = cs[i].claim.job
             guard var p = resolved[i].1 else { continue }
@@ -483,12 +486,13 @@ extension PostgresStore {
                 p.content = nil
                 p.relevanceScore = nil
                 p.setsStaleDate = false
-                if p.end != nil || p.unreachable != nil { try await apply(conn, p, column: "id", id, logger: log) }
+                if p.end != nil || p.unreachable != nil { stateChanges.append(("id", id, p)) }
             } else if job.kind == .broadcast, let channel = job.channelID {
-                try await apply(conn, p, column: "channel_id", channel, logger: log)
+                stateChanges.append(("channel_id", channel, p))
             }
         }
         if !contentPatches.isEmpty { try await applyContent(conn, contentPatches, logger: log) }
+        for change in stateChanges { try await apply(conn, change.patch, column: change.column, change.id, logger: log) }
         for i in done { if let p = cs[i].installation { try await apply(conn, p, logger: log) } }
         let budget = done.compactMap { i in cs[i].highPriorityAt.flatMap { at in cs[i].claim.job.activityID.map { ($0, at) } } }
         if !budget.isEmpty {
@@ -517,7 +521,7 @@ extension PostgresStore {
                 stale_date = CASE WHEN NOT t.sets_stale THEN a.stale_date WHEN t.has_stale THEN t.stale ELSE NULL END
             FROM unnest($1::text[], $2::text[], $3::bool[], $4::float8[], $5::bool[], $6::bool[], $7::float8[])
                 AS t(id, content, has_relevance, relevance, sets_stale, has_stale, stale)
-            WHERE a.id = t.id AND a.state IN ('active', 'starting')
+            WHERE a.id = t.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))
             """, [.texts(ids), .texts(ps.map { $0.content?.jsonString ?? "\u{1}" }), .bools(ps.map { $0.relevanceScore != nil }), .doubles(ps.map { $0.relevanceScore ?? 0 }),
                   .bools(ps.map(\.setsStaleDate)), .bools(ps.map { $0.staleDate != nil }), .doubles(ps.map { $0.staleDate?.timeIntervalSince1970 ?? 0 })], logger: logger)
     }
@@ -528,18 +532,18 @@ extension PostgresStore {
             try await conn.rows("""
                 UPDATE activities SET content = COALESCE($1, content), relevance_score = COALESCE($2, relevance_score),
                     stale_date = CASE WHEN $3 THEN $4 ELSE stale_date END
-                WHERE \(column) = $5 AND state IN ('active', 'starting')
+                WHERE \(column) = $5 AND state IN (\(ActivityLifecycle.pushChangesSQL))
                 """, [.text(p.content?.jsonString), .double(p.relevanceScore), .bool(p.setsStaleDate), .date(p.staleDate), .text(id)], logger: logger)
         }
         if let e = p.end {
             try await conn.rows("""
                 UPDATE activities SET state = 'ended', ended_at = COALESCE(ended_at, $1), dismissed_at = COALESCE($2, dismissed_at), state_reason = COALESCE($3, state_reason)
-                WHERE \(column) = $4 AND state IN ('active', 'starting')
+                WHERE \(column) = $4 AND state IN (\(ActivityLifecycle.pushChangesSQL))
                 """, [.date(e.at), .date(e.dismissAt), .text(e.reason), .text(id)], logger: logger)
         }
         if let u = p.unreachable {
             try await conn.rows("""
-                UPDATE activities SET state = 'unreachable', state_reason = $1 WHERE \(column) = $2 AND state IN ('active', 'starting') AND ($3::text IS NULL OR update_token = $3)
+                UPDATE activities SET state = 'unreachable', state_reason = $1 WHERE \(column) = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL)) AND ($3::text IS NULL OR update_token = $3)
                 """, [.text(u.reason), .text(id), .text(u.ifToken)], logger: logger)
         }
     }

@@ -547,7 +547,7 @@ public final class PostgresStore: IsleStore {
                 // The key's holder is decided under a lock on the key, so two racing registrations cannot both take it.
                 try await Self.lockLane(conn, "k:\(a.bundleID)\n\(key)", logger: log)
                 if let holder = try await conn.row("""
-                    SELECT id FROM activities WHERE bundle_id = $1 AND external_key = $2 AND state IN ('active', 'starting')
+                    SELECT id FROM activities WHERE bundle_id = $1 AND external_key = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL))
                         AND (installation_id IS NULL OR installation_id IS DISTINCT FROM $3) LIMIT 1
                     """, [.text(a.bundleID), .text(key), .text(a.installationID)], logger: log) {
                     throw StoreError(.conflict, "\(key) is the key of live activity \(try holder.string("id"))")
@@ -581,9 +581,7 @@ public final class PostgresStore: IsleStore {
                 args.append(.text(installationID))
             }
             guard var a = try await Self.activities(conn, where: clause + " ORDER BY started_at, ord LIMIT 1", args, forUpdate: true, logger: log).first else { return nil }
-            a.updateToken = token
-            a.state = .active
-            a.topics = Array(Set(a.topics + topics)).sorted()
+            try ActivityLifecycle.apply(.startLinked(token: token, topics: topics), to: &a)
             try await Self.update(conn, a, logger: log)
             if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
             return a
@@ -612,7 +610,7 @@ public final class PostgresStore: IsleStore {
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in
-            try await Self.activities(conn, where: "bundle_id = $1 AND external_key = $2 AND state IN ('active', 'starting') ORDER BY started_at, ord",
+            try await Self.activities(conn, where: "bundle_id = $1 AND external_key = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, ord",
                                       [.text(bundleID), .text(externalKey)], logger: log)
         }
     }
@@ -627,7 +625,7 @@ public final class PostgresStore: IsleStore {
     public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in
-            try await Self.activities(conn, where: "bundle_id = $1 AND installation_id = $2 AND state IN ('active', 'starting') ORDER BY started_at, ord",
+            try await Self.activities(conn, where: "bundle_id = $1 AND installation_id = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, ord",
                                       [.text(bundleID), .text(installationID)], logger: log)
         }
     }
@@ -644,7 +642,7 @@ public final class PostgresStore: IsleStore {
         let log = logger
         return try await read { conn in
             try await Self.activities(conn, where: """
-                id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2) AND state IN ('active', 'starting') ORDER BY started_at, id
+                id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2) AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id
                 """, [.text(bundleID), .text(topic)], logger: log)
         }
     }
@@ -736,7 +734,7 @@ public final class PostgresStore: IsleStore {
             }
             n += try await conn.rows("""
                 DELETE FROM installations WHERE (bundle_id, id) IN (SELECT i.bundle_id, i.id FROM installations i WHERE i.updated_at < $1
-                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN ('active', 'starting')) LIMIT $2)
+                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))) LIMIT $2)
                 RETURNING id
                 """, [.double(t - retention.staleInstallations), .int(limit)], logger: log).count
             return n
