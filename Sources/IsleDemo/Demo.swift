@@ -102,7 +102,6 @@ public struct Demo: Sendable {
             c.port = 0
             c.database = dir.appendingPathComponent("isle.sqlite").path
             c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
-            c.pollInterval = .milliseconds(20)
             c.masterKey = masterKey
             let server = IsleServerApp(configuration: c, store: store, clock: clock, logger: quiet)
 

@@ -60,17 +60,34 @@ public final class DeliveryEngine: Service {
         guard due > now else { return wake() }
         let slot = Int64((due.timeIntervalSince1970 / Self.timerResolution).rounded(.up))
         let isNew = timers.withLock { pending in
-            // Past the cap, the fallback wake (`pollInterval`) still comes.
+            // Past the cap, the next due time is asked of the store again whenever the engine
+            // is about to wait (``scheduleNextDue``).
             guard pending.count < Self.maximumTimers else { return false }
             return pending.insert(slot).inserted
         }
         guard isNew else { return }
-        let delay = Double(slot) * Self.timerResolution - now.timeIntervalSince1970
+        let at = Date(timeIntervalSince1970: Double(slot) * Self.timerResolution)
+        let clock = self.clock
         Task { [weak self] in
-            try? await Task.sleep(for: .milliseconds(Int64(max(0, delay) * 1000) + 1))
+            // On the injected clock: a test's clock wakes it when moved past `at`.
+            try? await clock.sleep(until: at)
             guard let self else { return }
             _ = self.timers.withLock { $0.remove(slot) }
             self.wake()
+        }
+    }
+
+    /// About to wait: a timer for the earliest work the store holds that is not claimable yet (a
+    /// retry, a scheduled push, a budget or token wait), so nothing waits for a poll — work
+    /// another process queued, or whose timer died with its process, included.
+    func scheduleNextDue(held: Set<String>) async {
+        let now = clock.now
+        do {
+            guard let due = try await store.nextDue(after: now, excludingApps: held) else { return }
+            wake(at: due)
+        } catch {
+            // The database is away: the claim that fails next says so and backs off.
+            wake(at: now.addingTimeInterval(1))
         }
     }
 
@@ -92,18 +109,15 @@ public final class DeliveryEngine: Service {
         await withDiscardingTaskGroup { group in
             // Work queued by another process sharing the store (PostgreSQL's NOTIFY) wakes this engine at once.
             group.addTask { await self.store.listenForWork { self.wake() } }
-            // Work comes due by the timers of ``wake(at:)``; this fallback wake (every
-            // `pollInterval`, 5 s by default) catches what another process scheduled and then died,
-            // and runs the sweep that takes back claims whose lease ran out.
+            // Work comes due by the timers of ``wake(at:)`` and ``scheduleNextDue(held:)``; no
+            // poll. The sweep (every `sweepInterval`) is maintenance: it takes back claims whose
+            // lease ran out and prunes what is past its retention, and wakes the engine only when
+            // it took claims back.
             group.addTask {
-                var lastSweep = ContinuousClock.now
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: self.configuration.pollInterval)
-                    self.wake()
-                    if ContinuousClock.now - lastSweep >= self.configuration.sweepInterval {
-                        lastSweep = ContinuousClock.now
-                        await self.sweep()
-                    }
+                    try? await Task.sleep(for: self.configuration.sweepInterval)
+                    if Task.isCancelled { break }
+                    await self.sweep()
                 }
             }
             await withTaskCancellationHandler {
@@ -178,9 +192,12 @@ public final class DeliveryEngine: Service {
                     }
                 }
                 if claimed.count == batch, batch > 0, worthIt { continue }
-                // About to wait: an app held by its circuit comes back when its pause ends.
+                // About to wait: an app held by its circuit comes back when its pause ends; the
+                // rest of the store's work when it comes due.
                 let now = clock.now
-                for app in circuits.held(at: now) { wake(at: circuits.circuit(app).resumesAt(now)) }
+                let held = circuits.held(at: now)
+                for app in held { wake(at: circuits.circuit(app).resumesAt(now)) }
+                if failing == nil { await scheduleNextDue(held: held) }
                 guard await iterator.next() != nil else { break }
             }
         }

@@ -69,10 +69,6 @@ public struct ServerConfiguration: Sendable {
     /// not published; these are Isle's defaults), and with frequent updates on.
     public var hourlyHighPriorityBudget = 15
     public var frequentHourlyHighPriorityBudget = 120
-    /// The fallback wake-up: the engine wakes for new work (the API, PostgreSQL's NOTIFY) and when
-    /// queued work comes due (a timer per due time), and also this often, for work another
-    /// process scheduled before it died. Tests on a manual clock set it short.
-    public var pollInterval: Duration = .seconds(5)
     public var requestTimeout: Duration = .seconds(30)
     /// Opens the apps' sealed `.p8` keys (see ``MasterKey``).
     public var masterKey: MasterKey?

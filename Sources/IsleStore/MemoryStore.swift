@@ -414,6 +414,15 @@ public final class MemoryStore: IsleStore {
         s.activities[id] = a
     }
 
+    public func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date? {
+        state.withLock { s in
+            let waiting = s.jobs.values.filter { j in
+                !excludingApps.contains(j.job.bundleID) && (j.job.state == .scheduled || (j.job.state == .queued && j.isHead))
+            }
+            return Date.nextDue(waiting.map(\.job.runAt).min(), after: now)
+        }
+    }
+
     public func requeueClaimsAtStart(now: Date) async throws -> Int { try await requeueExpiredClaims(now: .distantFuture, keeping: []) }
 
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {

@@ -774,6 +774,22 @@ public final class SQLiteStore: IsleStore {
         try await requeueExpiredClaims(now: .distantFuture, keeping: [])
     }
 
+    public func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date? {
+        try await pool.read { db in
+            var apps = ""
+            var arguments = StatementArguments()
+            if !excludingApps.isEmpty {
+                apps = " AND bundle_id NOT IN (\(Array(repeating: "?", count: excludingApps.count).joined(separator: ", ")))"
+                arguments = StatementArguments(excludingApps.sorted())
+            }
+            let earliest = try Double.fetchOne(db, sql: """
+                SELECT MIN(t) FROM (SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_ready WHERE is_head = 1 AND state = 'queued'\(apps)
+                    UNION ALL SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled'\(apps))
+                """, arguments: arguments + arguments)
+            return Date.nextDue(earliest.map { Date(timeIntervalSince1970: $0) }, after: now)
+        }
+    }
+
     public func wakeLane(activityID: String, now: Date) async throws {
         try await writer.write { db in
             try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE lane = ? AND is_head = 1 AND state = 'queued' AND run_at > ?",

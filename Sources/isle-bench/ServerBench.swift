@@ -114,7 +114,6 @@ struct ServerBench: AsyncParsableCommand {
             c.port = 0
             c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
             c.concurrency = 256
-            c.pollInterval = .milliseconds(20)
             c.masterKey = masterKey
             guard let transport = APNsTransportKind(rawValue: apnsTransport) else { throw ValidationError("--apns-transport: http2 or async-http-client") }
             c.apnsTransport = transport

@@ -67,6 +67,30 @@ struct DeliveryCoreRegressionTests {
         }
     }
 
+    @Test("2d. no poll: a push scheduled before a restart (its timer gone with the process) and a retry due later are delivered when the clock reaches them")
+    func dueWorkFoundWithoutPolling() async throws {
+        // A sweep so rare it cannot be what delivers: only the engine's own due-time timers can.
+        try await ServerFixture.with(server: { $0.sweepInterval = .seconds(3600) }) { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-no-poll")
+            let sendAt = Int64(f.clock.now.timeIntervalSince1970) + 600
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey,
+                                     body: ["contentState": Pizza.state("Scheduled"), "sendAt": JSONValue(integerLiteral: sendAt)]).status == 202)
+            // The server that set the timer stops; a new one starts on the same file and has no timer of its own for it.
+            await f.stop()
+            try await f.start()
+            f.clock.advance(by: 300)
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] != "Scheduled", "not before its time")
+            f.clock.advance(by: 301)
+            try await f.waitForDevice("the scheduled push delivered at its time") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Scheduled" }
+            // A 503 makes the next push a retry due later: the engine's timer on the injected clock brings it.
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Retried")]).status == 202)
+            try await eventually("the 503 answered") { (try await view(f, id)["deliveries"]?.arrayValue ?? []).contains { $0["status"] == 503 } }
+            f.clock.advance(by: 120)
+            try await f.waitForDevice("the retry delivered once its time came") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Retried" }
+        }
+    }
+
     @Test("3a. a token rotated while a push is in flight is kept: later pushes use it and the activity stays reachable")
     func rotationDuringSendWins() async throws {
         try await ServerFixture.with { f in

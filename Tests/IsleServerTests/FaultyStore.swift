@@ -104,6 +104,7 @@ final class FaultyStore: IsleStore {
     }
     func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int { try await base.requeueExpiredClaims(now: now, keeping: keeping) }
     func requeueClaimsAtStart(now: Date) async throws -> Int { try await base.requeueClaimsAtStart(now: now) }
+    func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date? { try await base.nextDue(after: now, excludingApps: excludingApps) }
     func wakeLane(activityID: String, now: Date) async throws { try await base.wakeLane(activityID: activityID, now: now) }
     func wakeApp(bundleID: String, now: Date) async throws { try await base.wakeApp(bundleID: bundleID, now: now) }
     func job(id: Int64) async throws -> PushJob? { try await base.job(id: id) }

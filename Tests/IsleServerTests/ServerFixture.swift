@@ -67,7 +67,6 @@ final class ServerFixture: Sendable {
         c.port = 0
         c.sendBothEnvironments(to: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM))
         c.database = databasePath
-        c.pollInterval = .milliseconds(20)
         c.concurrency = 64
         c.randomSeed = 9
         c.masterKey = Self.masterKey

@@ -515,6 +515,22 @@ struct StoreContractTests {
         }
     }
 
+    @Test("the next due time: the earliest scheduled job or waiting lane head of an app not held; a head due but unclaimed means soon; nothing waiting means nil", arguments: StoreKind.allCases)
+    func nextDue(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        #expect(try await s.nextDue(after: t0, excludingApps: []) == nil)
+        try await s.enqueue([update("a0", "later", at: t0.addingTimeInterval(600))], idempotency: nil, now: t0)
+        #expect(try await s.nextDue(after: t0, excludingApps: []) == t0.addingTimeInterval(600))
+        #expect(try await s.nextDue(after: t0, excludingApps: ["com.example.pizza"]) == nil, "an app held by its circuit wakes the engine when its pause ends instead")
+        // a1's head is retried in 30 s: that is earlier.
+        try await s.enqueue([update("a1", "now")], idempotency: nil, now: t0)
+        let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
+        #expect(try await retry(s, c, at: t0.addingTimeInterval(30)))
+        #expect(try await s.nextDue(after: t0, excludingApps: []) == t0.addingTimeInterval(30))
+        // Due at once but not claimed (say its lane is busy in another process): look again shortly.
+        #expect(try await s.nextDue(after: t0.addingTimeInterval(40), excludingApps: []) == t0.addingTimeInterval(40.05))
+    }
+
     @Test("hundreds of jobs behind a stuck activity do not hold back anyone else", arguments: StoreKind.allCases)
     func stuckActivityDelaysOnlyItself(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 12)

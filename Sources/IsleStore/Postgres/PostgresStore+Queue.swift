@@ -383,6 +383,17 @@ extension PostgresStore {
         }
     }
 
+    public func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date? {
+        let log = logger
+        let earliest = try await read { conn in
+            try await conn.row("""
+                SELECT MIN(t) AS t FROM (SELECT MIN(run_at) AS t FROM jobs WHERE is_head AND state = 'queued' AND NOT (bundle_id = ANY($1::text[]))
+                    UNION ALL SELECT MIN(run_at) FROM jobs WHERE state = 'scheduled' AND NOT (bundle_id = ANY($1::text[]))) AS due
+                """, [.texts(excludingApps.sorted())], logger: log)?.optionalDouble("t")
+        }
+        return Date.nextDue(earliest.map { Date(timeIntervalSince1970: $0) }, after: now)
+    }
+
     /// Results written while another batch commits wait and go together in the next transaction
     /// (``completions``): a handful of set-based statements per batch instead of about nine per push.
     public func complete(_ c: JobCompletion) async throws -> Bool {

@@ -224,12 +224,16 @@ public final class PostgresStore: IsleStore {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { conn in
-                    for try await _ in try await conn.listen(Self.notifyChannel) { wake() }
+                    let notifications = try await conn.listen(Self.notifyChannel)
+                    // Listening again after a break: what was committed meanwhile is looked at now.
+                    wake()
+                    for try await _ in notifications { wake() }
                 }
             } catch {
-                logger.debug("LISTEN isle_jobs stopped; polling until it is back", metadata: ["error": "\(error)"])
+                logger.debug("LISTEN isle_jobs stopped; looking for work every second until it is back", metadata: ["error": "\(error)"])
             }
             try? await Task.sleep(for: .seconds(1))
+            wake()
         }
     }
 
