@@ -22,6 +22,24 @@ public struct BadRow: Error, CustomStringConvertible, Sendable {
         return value
     }
 
+    /// `text` as a JSON object of strings (an installation's push-to-start tokens), or this error.
+    public static func stringMap(_ text: String, table: String, id: String, column: String) throws -> [String: String] {
+        guard case .object(let object) = try json(text, table: table, id: id, column: column) else {
+            throw BadRow(table: table, id: id, column: column, found: "JSON that is not an object")
+        }
+        var out: [String: String] = [:]
+        for (k, v) in object {
+            guard let s = v.stringValue else { throw BadRow(table: table, id: id, column: column, found: "a value for \"\(k)\" that is not a string") }
+            out[k] = s
+        }
+        return out
+    }
+
+    /// `raw` as the enum `T` when present (NULL is nil), or this error.
+    public static func decode<T: RawRepresentable>(_ raw: String?, as type: T.Type, table: String, id: String, column: String) throws -> T? where T.RawValue == String {
+        try raw.map { try decode($0, as: type, table: table, id: id, column: column) }
+    }
+
     /// `text` parsed as JSON, or this error.
     public static func json(_ text: String, table: String, id: String, column: String) throws -> JSONValue {
         do { return try JSONParser.parse(text) } catch { throw BadRow(table: table, id: id, column: column, found: "text that is not JSON") }

@@ -49,11 +49,18 @@ public struct TicketKey: Sendable, Hashable {
         JSONValue.array(keys.map { ["id": .string($0.id), "publicKey": .string($0.publicKeyPEM), "createdAt": .double($0.createdAt.timeIntervalSince1970)] }).jsonString
     }
 
-    public static func decode(_ text: String?) -> [TicketKey] {
-        guard let text, let a = (try? JSONParser.parse(text))?.arrayValue else { return [] }
-        return a.compactMap { v in
-            guard let id = v["id"]?.stringValue, let pem = v["publicKey"]?.stringValue else { return nil }
-            return TicketKey(id: id, publicKeyPEM: pem, createdAt: Date(timeIntervalSince1970: v["createdAt"]?.numberValue?.doubleValue ?? 0))
+    /// The `ticket_keys` column of app `bundleID`; a value no version of Isle writes is a
+    /// ``BadRow``, never an empty list (which would refuse every ticket without saying why).
+    public static func decode(_ text: String?, bundleID: String) throws -> [TicketKey] {
+        guard let text else { return [] }
+        guard case .array(let a) = try BadRow.json(text, table: "apps", id: bundleID, column: "ticket_keys") else {
+            throw BadRow(table: "apps", id: bundleID, column: "ticket_keys", found: "JSON that is not an array")
+        }
+        return try a.map { v in
+            guard let id = v["id"]?.stringValue, let pem = v["publicKey"]?.stringValue, let created = v["createdAt"]?.numberValue?.doubleValue else {
+                throw BadRow(table: "apps", id: bundleID, column: "ticket_keys", found: "a key without id, publicKey or createdAt")
+            }
+            return TicketKey(id: id, publicKeyPEM: pem, createdAt: Date(timeIntervalSince1970: created))
         }
     }
 }
@@ -410,4 +417,16 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         self.message = message
     }
     public var description: String { message }
+}
+
+extension AppRecord {
+    /// The `schemas` column of app `bundleID`, or a ``BadRow`` naming what does not decode.
+    public static func storedSchemas(_ text: String, bundleID: String) throws -> [ActivitySchema] {
+        guard case .array(let a) = try BadRow.json(text, table: "apps", id: bundleID, column: "schemas") else {
+            throw BadRow(table: "apps", id: bundleID, column: "schemas", found: "JSON that is not an array")
+        }
+        return try a.map { v in
+            do { return try ActivitySchema(json: v) } catch { throw BadRow(table: "apps", id: bundleID, column: "schemas", found: "a schema that does not decode (\(error))") }
+        }
+    }
 }

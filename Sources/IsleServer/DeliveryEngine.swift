@@ -197,7 +197,9 @@ public final class DeliveryEngine: Service {
                 let now = clock.now
                 let held = circuits.held(at: now)
                 for app in held { wake(at: circuits.circuit(app).resumesAt(now)) }
-                if failing == nil { await scheduleNextDue(held: held) }
+                // Only once nothing is in flight: each completion wakes the loop again anyway, and
+                // under load this keeps the look-up off the hot path.
+                if failing == nil, inFlight.count == 0 { await scheduleNextDue(held: held) }
                 guard await iterator.next() != nil else { break }
             }
         }

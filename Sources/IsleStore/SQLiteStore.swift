@@ -239,10 +239,11 @@ public final class SQLiteStore: IsleStore {
         try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY bundle_id").map(Self.app) }
     }
 
-    static func app(_ r: Row) -> AppRecord {
-        let schemas = ((try? JSONParser.parse(r["schemas"] as String))?.arrayValue ?? []).compactMap { try? ActivitySchema(json: $0) }
-        return AppRecord(bundleID: r["bundle_id"], teamID: r["team_id"], keyID: r["key_id"], keyPEM: r["key_pem"], frequentUpdatesDeclared: r["frequent_updates"],
-                         schemas: schemas, createdAt: Date(timeIntervalSince1970: r["created_at"]), ticketKeys: TicketKey.decode(r["ticket_keys"]))
+    static func app(_ r: Row) throws -> AppRecord {
+        let bundleID: String = r["bundle_id"]
+        return AppRecord(bundleID: bundleID, teamID: r["team_id"], keyID: r["key_id"], keyPEM: r["key_pem"], frequentUpdatesDeclared: r["frequent_updates"],
+                         schemas: try AppRecord.storedSchemas(r["schemas"], bundleID: bundleID), createdAt: Date(timeIntervalSince1970: r["created_at"]),
+                         ticketKeys: try TicketKey.decode(r["ticket_keys"], bundleID: bundleID))
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {
@@ -313,13 +314,14 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    static func installation(_ r: Row) -> InstallationRecord {
-        var tokens: [String: String] = [:]
-        for (k, v) in (try? JSONParser.parse(r["push_to_start_tokens"] as String))?.objectValue ?? [:] { tokens[k] = v.stringValue }
-        return InstallationRecord(id: r["id"], bundleID: r["bundle_id"], userID: r["user_id"], pushToStartTokens: tokens, widgetToken: r["widget_token"],
-                                  liveActivitiesEnabled: r["live_activities_enabled"], frequentPushesEnabled: r["frequent_pushes_enabled"],
+    static func installation(_ r: Row) throws -> InstallationRecord {
+        let id: String = r["id"]
+        let key = "\(r["bundle_id"] as String)/\(id)"
+        return InstallationRecord(id: id, bundleID: r["bundle_id"], userID: r["user_id"],
+                                  pushToStartTokens: try BadRow.stringMap(r["push_to_start_tokens"], table: "installations", id: key, column: "push_to_start_tokens"),
+                                  widgetToken: r["widget_token"], liveActivitiesEnabled: r["live_activities_enabled"], frequentPushesEnabled: r["frequent_pushes_enabled"],
                                   updatedAt: Date(timeIntervalSince1970: r["updated_at"]), secretHash: r["secret_hash"],
-                                  environment: (r["environment"] as String?).flatMap(PushEnvironment.init(rawValue:)))
+                                  environment: try BadRow.decode(r["environment"] as String?, as: PushEnvironment.self, table: "installations", id: key, column: "environment"))
     }
 
     // MARK: Activities
@@ -454,13 +456,13 @@ public final class SQLiteStore: IsleStore {
         let id: String = r["id"]
         return ActivityRecord(
             id: r["id"], bundleID: r["bundle_id"], externalKey: r["external_key"], installationID: r["installation_id"], attributesType: r["attributes_type"],
-            attributes: payloads ? (r["attributes"] as String?).flatMap { try? JSONParser.parse($0) } : nil,
-            content: payloads ? (r["content"] as String?).flatMap { try? JSONParser.parse($0) } : nil,
+            attributes: payloads ? try (r["attributes"] as String?).map { try BadRow.json($0, table: "activities", id: id, column: "attributes") } : nil,
+            content: payloads ? try (r["content"] as String?).map { try BadRow.json($0, table: "activities", id: id, column: "content") } : nil,
             state: try BadRow.decode(r["state"], as: ActivityRecordState.self, table: "activities", id: id, column: "state"), updateToken: r["update_token"], channelID: r["channel_id"], relevanceScore: r["relevance_score"],
             staleDate: (r["stale_date"] as Double?).map(Date.init(timeIntervalSince1970:)), startedAt: Date(timeIntervalSince1970: r["started_at"]),
             endedAt: (r["ended_at"] as Double?).map(Date.init(timeIntervalSince1970:)), dismissedAt: (r["dismissed_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
             lastTimestamp: r["last_timestamp"], topics: topics, stateReason: r["state_reason"],
-            environment: (r["environment"] as String?).flatMap(PushEnvironment.init(rawValue:)))
+            environment: try BadRow.decode(r["environment"] as String?, as: PushEnvironment.self, table: "activities", id: id, column: "environment"))
     }
 
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
@@ -882,9 +884,9 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    static func channel(_ r: Row) -> ChannelRecord {
+    static func channel(_ r: Row) throws -> ChannelRecord {
         ChannelRecord(id: r["id"], bundleID: r["bundle_id"], storagePolicy: r["storage_policy"], createdAt: Date(timeIntervalSince1970: r["created_at"]),
-                      environment: (r["environment"] as String?).flatMap(PushEnvironment.init(rawValue:)))
+                      environment: try BadRow.decode(r["environment"] as String?, as: PushEnvironment.self, table: "channels", id: r["id"], column: "environment"))
     }
 
     public func channels(bundleID: String) async throws -> [ChannelRecord] {

@@ -53,4 +53,36 @@ struct BadRowTests {
             #expect(e.table == "activities" && e.id == "b" && e.column == "state" && e.description.contains("levitating"))
         }
     }
+
+    @Test("installation tokens, an activity's content or environment, an app's schemas or ticket keys that do not decode: errors naming the row and column, never an empty default", arguments: [
+        ("installations", "push_to_start_tokens", "'[1, 2]'"),
+        ("installations", "push_to_start_tokens", "'{\"T\": 7}'"),
+        ("installations", "environment", "'staging'"),
+        ("activities", "content", "'{not json'"),
+        ("activities", "environment", "'staging'"),
+        ("apps", "schemas", "'[{\"attributesType\": 3}]'"),
+        ("apps", "ticket_keys", "'[{\"id\": \"k\"}]'"),
+    ])
+    func otherColumns(table: String, column: String, value: String) async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-badrow-\(UUID().uuidString).sqlite").path
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+        let t0 = Date(timeIntervalSince1970: 1_790_000_000)
+        try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        try await store.upsertInstallation(InstallationRecord(id: "phone", bundleID: "com.example.pizza", pushToStartTokens: ["T": "pts"], updatedAt: t0))
+        try await store.insertActivity(ActivityRecord(id: "a", bundleID: "com.example.pizza", installationID: "phone", attributesType: "T", content: ["x": 1], state: .active, startedAt: t0))
+        let db = try DatabaseQueue(path: path)
+        try await db.write { db in try db.execute(sql: "UPDATE \(table) SET \(column) = \(value)") }
+        do {
+            switch table {
+            case "installations": _ = try await store.installation(bundleID: "com.example.pizza", id: "phone")
+            case "activities": _ = try await store.activity(id: "a")
+            default: _ = try await store.app("com.example.pizza")
+            }
+            Issue.record("\(table).\(column) = \(value) was read")
+        } catch let e as BadRow {
+            #expect(e.table == table && e.column == column, "\(e)")
+            #expect(e.id.contains(table == "apps" ? "com.example.pizza" : table == "activities" ? "a" : "phone"), "\(e)")
+        }
+    }
 }

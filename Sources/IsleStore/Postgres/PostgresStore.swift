@@ -366,10 +366,10 @@ public final class PostgresStore: IsleStore {
     }
 
     static func app(_ r: PGRow) throws -> AppRecord {
-        let schemas = ((try? JSONParser.parse(try r.string("schemas")))?.arrayValue ?? []).compactMap { try? ActivitySchema(json: $0) }
-        return AppRecord(bundleID: try r.string("bundle_id"), teamID: try r.string("team_id"), keyID: try r.string("key_id"), keyPEM: try r.string("key_pem"),
-                         frequentUpdatesDeclared: try r.bool("frequent_updates"), schemas: schemas, createdAt: try r.date("created_at"),
-                         ticketKeys: TicketKey.decode(try r.optionalString("ticket_keys")))
+        let bundleID = try r.string("bundle_id")
+        return AppRecord(bundleID: bundleID, teamID: try r.string("team_id"), keyID: try r.string("key_id"), keyPEM: try r.string("key_pem"),
+                         frequentUpdatesDeclared: try r.bool("frequent_updates"), schemas: try AppRecord.storedSchemas(try r.string("schemas"), bundleID: bundleID),
+                         createdAt: try r.date("created_at"), ticketKeys: try TicketKey.decode(try r.optionalString("ticket_keys"), bundleID: bundleID))
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {
@@ -434,12 +434,13 @@ public final class PostgresStore: IsleStore {
     }
 
     static func installation(_ r: PGRow) throws -> InstallationRecord {
-        var tokens: [String: String] = [:]
-        for (k, v) in (try? JSONParser.parse(try r.string("push_to_start_tokens")))?.objectValue ?? [:] { tokens[k] = v.stringValue }
-        return InstallationRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), userID: try r.optionalString("user_id"), pushToStartTokens: tokens,
+        let id = try r.string("id")
+        let key = "\(try r.string("bundle_id"))/\(id)"
+        return InstallationRecord(id: id, bundleID: try r.string("bundle_id"), userID: try r.optionalString("user_id"),
+                                  pushToStartTokens: try BadRow.stringMap(try r.string("push_to_start_tokens"), table: "installations", id: key, column: "push_to_start_tokens"),
                                   widgetToken: try r.optionalString("widget_token"), liveActivitiesEnabled: try r.bool("live_activities_enabled"),
                                   frequentPushesEnabled: try r.bool("frequent_pushes_enabled"), updatedAt: try r.date("updated_at"), secretHash: try r.optionalString("secret_hash"),
-                                  environment: try r.optionalString("environment").flatMap(PushEnvironment.init(rawValue:)))
+                                  environment: try BadRow.decode(try r.optionalString("environment"), as: PushEnvironment.self, table: "installations", id: key, column: "environment"))
     }
 
     public func upsertInstallation(_ i: InstallationRecord) async throws {
@@ -515,14 +516,15 @@ public final class PostgresStore: IsleStore {
 
     /// An activity row; `payloads: false` leaves attributes and content unparsed (nil), for planning.
     static func activity(_ r: PGRow, topics: [String], payloads: Bool = true) throws -> ActivityRecord {
-        ActivityRecord(
+        let id = try r.string("id")
+        return ActivityRecord(
             id: try r.string("id"), bundleID: try r.string("bundle_id"), externalKey: try r.optionalString("external_key"), installationID: try r.optionalString("installation_id"),
-            attributesType: try r.string("attributes_type"), attributes: payloads ? try r.optionalString("attributes").flatMap { try? JSONParser.parse($0) } : nil,
-            content: payloads ? try r.optionalString("content").flatMap { try? JSONParser.parse($0) } : nil, state: try BadRow.decode(try r.string("state"), as: ActivityRecordState.self, table: "activities", id: try r.string("id"), column: "state"),
+            attributesType: try r.string("attributes_type"), attributes: payloads ? try r.optionalString("attributes").map { try BadRow.json($0, table: "activities", id: id, column: "attributes") } : nil,
+            content: payloads ? try r.optionalString("content").map { try BadRow.json($0, table: "activities", id: id, column: "content") } : nil, state: try BadRow.decode(try r.string("state"), as: ActivityRecordState.self, table: "activities", id: try r.string("id"), column: "state"),
             updateToken: try r.optionalString("update_token"), channelID: try r.optionalString("channel_id"), relevanceScore: try r.optionalDouble("relevance_score"),
             staleDate: try r.optionalDate("stale_date"), startedAt: try r.date("started_at"), endedAt: try r.optionalDate("ended_at"), dismissedAt: try r.optionalDate("dismissed_at"),
             lastTimestamp: try r.optionalInt("last_timestamp"), topics: topics, stateReason: try r.optionalString("state_reason"),
-            environment: try r.optionalString("environment").flatMap(PushEnvironment.init(rawValue:)))
+            environment: try BadRow.decode(try r.optionalString("environment"), as: PushEnvironment.self, table: "activities", id: id, column: "environment"))
     }
 
     /// Activities matching `clause`, with their topics: in one statement for a read; for a change
@@ -664,7 +666,7 @@ public final class PostgresStore: IsleStore {
 
     static func channel(_ r: PGRow) throws -> ChannelRecord {
         ChannelRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), storagePolicy: Int(try r.int("storage_policy")), createdAt: try r.date("created_at"),
-                      environment: try r.optionalString("environment").flatMap(PushEnvironment.init(rawValue:)))
+                      environment: try BadRow.decode(try r.optionalString("environment"), as: PushEnvironment.self, table: "channels", id: try r.string("id"), column: "environment"))
     }
 
     public func channels(bundleID: String) async throws -> [ChannelRecord] {
