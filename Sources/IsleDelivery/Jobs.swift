@@ -152,6 +152,21 @@ public struct InstallationPatch: Sendable, Hashable {
         self.deadPushToStartToken = deadPushToStartToken
         self.deadWidgetToken = deadWidgetToken
     }
+    /// Removes each dead token only if the installation still holds it (a new one may have arrived
+    /// since the push); answers whether anything changed.
+    public func apply(to i: inout InstallationRecord) -> Bool {
+        var changed = false
+        if let (type, token) = deadPushToStartToken, i.pushToStartTokens[type] == token {
+            i.pushToStartTokens[type] = nil
+            changed = true
+        }
+        if let w = deadWidgetToken, i.widgetToken == w {
+            i.widgetToken = nil
+            changed = true
+        }
+        return changed
+    }
+
     public static func == (a: Self, b: Self) -> Bool {
         a.bundleID == b.bundleID && a.installationID == b.installationID && a.deadPushToStartToken?.type == b.deadPushToStartToken?.type
             && a.deadPushToStartToken?.token == b.deadPushToStartToken?.token && a.deadWidgetToken == b.deadWidgetToken
@@ -196,6 +211,39 @@ public struct JobCompletion: Sendable, Hashable {
             return (.retry(at: grace, reason: "\(reason); waiting briefly for a rotated token before giving up"), ActivityPatch(unreachable: .init(reason: reason, ifToken: token)))
         }
         return (.retry(at: Date(timeIntervalSince1970: 0), reason: "the update token changed while sending (\(reason)); sending again with the new token"), activity)
+    }
+
+    /// What completing the claim writes, given the activity's update token now (read only for a
+    /// dead-token answer): every store writes exactly this, guarded by the claim (same worker,
+    /// same attempt).
+    public struct Writes: Sendable, Hashable {
+        public enum JobWrite: Sendable, Hashable {
+            /// Done for good: the job leaves its lane and the lane's next job becomes its head.
+            case finish(PushJobState, reason: String?)
+            /// Back in its lane, still its head, due at `at`.
+            case requeue(at: Date, reason: String)
+        }
+        public var job: JobWrite
+        public var delivery: DeliveryRecord?
+        public var activity: ActivityPatch?
+        public var installation: InstallationPatch?
+        public var highPriorityAt: Date?
+        /// The lane may go at once (a rotated token arrived during the send): wake the engines.
+        public var wakesNow: Bool {
+            if case .requeue(let at, _) = job { return at <= Date(timeIntervalSince1970: 1) }
+            return false
+        }
+    }
+
+    public func writes(currentToken: String?) -> Writes {
+        let (result, patch) = resolvingDeadToken(currentToken: currentToken)
+        let job: Writes.JobWrite = switch result {
+        case .finished(let state, let reason): .finish(state, reason: reason)
+        case .retry(let at, let reason): .requeue(at: at, reason: reason)
+        // resolvingDeadToken always decides; kept total without a trap.
+        case .deadToken(_, let reason, let grace): .requeue(at: grace, reason: reason)
+        }
+        return Writes(job: job, delivery: delivery, activity: patch, installation: installation, highPriorityAt: highPriorityAt)
     }
 
     public init(claim: ClaimedJob, result: Result, delivery: DeliveryRecord? = nil, activity: ActivityPatch? = nil, installation: InstallationPatch? = nil, highPriorityAt: Date? = nil) {

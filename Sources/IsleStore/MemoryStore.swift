@@ -371,38 +371,35 @@ public final class MemoryStore: IsleStore {
         try transaction { s in
             let id = c.claim.job.id
             guard var j = s.jobs[id], j.job.state == .claimed, j.job.claimedBy == c.claim.worker, j.job.attempts == c.claim.job.attempts else { return false }
-            let (result, patch) = c.resolvingDeadToken(currentToken: j.job.activityID.flatMap { s.activities[$0]?.updateToken })
+            let w = c.writes(currentToken: j.job.activityID.flatMap { s.activities[$0]?.updateToken })
             j.job.claimedBy = nil
             j.job.claimedUntil = nil
-            switch result {
-            case .finished(let state, let reason):
+            switch w.job {
+            case .finish(let state, let reason):
                 j.job.state = state
                 j.job.lastError = reason
                 j.isHead = false
                 s.jobs[id] = j
                 Self.fixHead(&s, j.job.lane)
-            case .retry(let at, let reason):
+            case .requeue(let at, let reason):
                 j.job.state = .queued
                 j.job.runAt = at
                 j.job.lastError = reason
                 s.jobs[id] = j
-            case .deadToken:
-                return false
             }
-            if let d = c.delivery { s.deliveries.append(d) }
-            if let p = patch {
+            if let d = w.delivery { s.deliveries.append(d) }
+            if let p = w.activity {
                 if let a = j.job.activityID {
                     Self.apply(&s, p, to: a)
                 } else if j.job.kind == .broadcast, let channel = j.job.channelID {
                     for (id, a) in s.activities where a.channelID == channel { Self.apply(&s, p, to: id) }
                 }
             }
-            if let p = c.installation, var i = s.installations[Self.key(p.bundleID, p.installationID)] {
-                if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token { i.pushToStartTokens[type] = nil }
-                if let w = p.deadWidgetToken, i.widgetToken == w { i.widgetToken = nil }
+            if let p = w.installation, var i = s.installations[Self.key(p.bundleID, p.installationID)] {
+                _ = p.apply(to: &i)
                 s.installations[Self.key(p.bundleID, p.installationID)] = i
             }
-            if let at = c.highPriorityAt, let a = j.job.activityID { s.highPriority.append((a, at)) }
+            if let at = w.highPriorityAt, let a = j.job.activityID { s.highPriority.append((a, at)) }
             return true
         }
     }

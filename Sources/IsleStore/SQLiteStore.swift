@@ -686,22 +686,20 @@ public final class SQLiteStore: IsleStore {
         if case .deadToken = c.result {
             current = try String?.fetchOne(db.cachedStatement(sql: "SELECT update_token FROM activities WHERE id = ?"), arguments: [job.activityID]) ?? nil
         }
-        let (result, activityPatch) = c.resolvingDeadToken(currentToken: current)
-        switch result {
-        case .finished(let state, let reason):
+        let w = c.writes(currentToken: current)
+        switch w.job {
+        case .finish(let state, let reason):
             try db.cachedStatement(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 " + guardClause)
                 .execute(arguments: [state.rawValue, reason] + guardArguments)
             guard db.changesCount > 0 else { return false }
             try fixHead(db, job.lane)
-        case .retry(let at, let reason):
+        case .requeue(let at, let reason):
             try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', run_at = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL " + guardClause)
                 .execute(arguments: [at.timeIntervalSince1970, reason] + guardArguments)
             guard db.changesCount > 0 else { return false }
-        case .deadToken:
-            return false
         }
-        if let d = c.delivery { try insert(db, d) }
-        if let p = activityPatch {
+        if let d = w.delivery { try insert(db, d) }
+        if let p = w.activity {
             if let id = job.activityID {
                 try apply(db, p, column: "id", id)
             } else if job.kind == .broadcast, let channel = job.channelID {
@@ -709,8 +707,8 @@ public final class SQLiteStore: IsleStore {
                 try apply(db, p, column: "channel_id", channel)
             }
         }
-        if let p = c.installation { try apply(db, p) }
-        if let at = c.highPriorityAt, let id = job.activityID {
+        if let p = w.installation { try apply(db, p) }
+        if let at = w.highPriorityAt, let id = job.activityID {
             try db.cachedStatement(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)").execute(arguments: [id, at.timeIntervalSince1970])
         }
         return true
@@ -741,16 +739,7 @@ public final class SQLiteStore: IsleStore {
 
     static func apply(_ db: Database, _ p: InstallationPatch) throws {
         guard var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?", arguments: [p.bundleID, p.installationID]).map(installation) else { return }
-        var changed = false
-        if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token {
-            i.pushToStartTokens[type] = nil
-            changed = true
-        }
-        if let w = p.deadWidgetToken, i.widgetToken == w {
-            i.widgetToken = nil
-            changed = true
-        }
-        if changed { try writeInstallation(db, i) }
+        if p.apply(to: &i) { try writeInstallation(db, i) }
     }
 
     static func insert(_ db: Database, _ d: DeliveryRecord) throws {

@@ -811,6 +811,27 @@ struct LanePlannerTests {
         #expect(prefixes == prefixes.sorted())
     }
 
+    @Test("completion writes: a dead token retires the activity only if it still holds it; a rotated one sends again at once; installation tokens go only if still held")
+    func completionWrites() {
+        let t = Date(timeIntervalSince1970: 1_767_225_600)
+        let job = PushJob(id: 7, bundleID: "b", kind: .update, activityID: "a", installationID: nil, channelID: nil, aps: ["event": "update"], hasAlert: false, requestedPriority: nil, runAt: t, state: .claimed,
+                          attempts: 1, claimedBy: "w", claimedUntil: t, lastError: nil, createdAt: t, lane: "a:a", seq: 1)
+        let claim = ClaimedJob(job: job, timestamp: 1, apnsID: "x", worker: "w", activity: nil)
+        let dead = JobCompletion(claim: claim, result: .deadToken(token: "old", reason: "410 Unregistered", graceUntil: t.addingTimeInterval(30)))
+        let same = dead.writes(currentToken: "old")
+        #expect(same.job == JobCompletion.Writes.JobWrite.requeue(at: t.addingTimeInterval(30), reason: "410 Unregistered; waiting briefly for a rotated token before giving up"))
+        #expect(same.activity?.unreachable == .init(reason: "410 Unregistered", ifToken: "old") && !same.wakesNow)
+        let rotated = dead.writes(currentToken: "new")
+        #expect(rotated.wakesNow && rotated.activity == nil)
+        #expect(dead.writes(currentToken: nil).job == JobCompletion.Writes.JobWrite.finish(.failed, reason: "410 Unregistered"))
+        #expect(JobCompletion(claim: claim, result: .finished(.sent, reason: nil)).writes(currentToken: nil).job == JobCompletion.Writes.JobWrite.finish(.sent, reason: nil))
+
+        var i = InstallationRecord(id: "p", bundleID: "b", pushToStartTokens: ["T": "new"], widgetToken: "w1", updatedAt: t)
+        #expect(!InstallationPatch(bundleID: "b", installationID: "p", deadPushToStartToken: ("T", "old")).apply(to: &i), "a token replaced since the push stays")
+        #expect(InstallationPatch(bundleID: "b", installationID: "p", deadPushToStartToken: ("T", "new"), deadWidgetToken: "w1").apply(to: &i))
+        #expect(i.pushToStartTokens.isEmpty && i.widgetToken == nil)
+    }
+
     @Test("placement: where a job joins the queue, the one rule every store writes")
     func placement() {
         let now = Date(timeIntervalSince1970: 1_767_225_600)

@@ -431,15 +431,14 @@ extension PostgresStore {
                 if let t = try r.optionalString("update_token") { tokens[try r.string("id")] = t }
             }
         }
-        let resolved = cs.map { c in c.resolvingDeadToken(currentToken: c.claim.job.activityID.flatMap { tokens[$0] }) }
+        let writes = cs.map { c in c.writes(currentToken: c.claim.job.activityID.flatMap { tokens[$0] }) }
         let none = "\u{1}"
         var finished: [Int] = []
         var retried: [Int] = []
-        for (i, (result, _)) in resolved.enumerated() {
-            switch result {
-            case .finished: finished.append(i)
-            case .retry: retried.append(i)
-            case .deadToken: break
+        for (i, w) in writes.enumerated() {
+            switch w.job {
+            case .finish: finished.append(i)
+            case .requeue: retried.append(i)
             }
         }
         func guardArgs(_ indices: [Int]) -> [PGArg] {
@@ -449,7 +448,7 @@ extension PostgresStore {
         if !finished.isEmpty {
             var states: [String] = [], reasons: [String] = []
             for i in finished {
-                if case .finished(let state, let reason) = resolved[i].0 {
+                if case .finish(let state, let reason) = writes[i].job {
                     states.append(state.rawValue)
                     reasons.append(reason ?? none)
                 }
@@ -466,7 +465,7 @@ extension PostgresStore {
         if !retried.isEmpty {
             var ats: [Double] = [], reasons: [String] = []
             for i in retried {
-                if case .retry(let at, let reason) = resolved[i].0 {
+                if case .requeue(let at, let reason) = writes[i].job {
                     ats.append(at.timeIntervalSince1970)
                     reasons.append(reason)
                 }
@@ -477,11 +476,8 @@ extension PostgresStore {
                 WHERE j.id = t.id AND j.state = 'claimed' AND j.claimed_by = t.worker AND j.attempts = t.attempts RETURNING j.id
                 """, guardArgs(retried) + [.doubles(ats), .texts(reasons)], logger: log) { written.insert(try r.int("id")) }
         }
-        let done = cs.indices.filter { i in
-            if case .deadToken = resolved[i].0 { return false }
-            return written.contains(cs[i].claim.job.id)
-        }
-        let deliveries = done.compactMap { cs[$0].delivery }
+        let done = cs.indices.filter { written.contains(cs[$0].claim.job.id) }
+        let deliveries = done.compactMap { writes[$0].delivery }
         if !deliveries.isEmpty { try await insert(conn, deliveries, logger: log) }
         // What the pushes changed in their activities: content, relevance and stale date of every
         // activity job in one statement; ends, dead tokens and broadcasts' patches one by one (rare).
@@ -491,7 +487,7 @@ extension PostgresStore {
         var stateChanges: [(column: String, id: String, patch: ActivityPatch)] = []
         for i in done {
             let job = cs[i].claim.job
-            guard var p = resolved[i].1 else { continue }
+            guard var p = writes[i].activity else { continue }
             if let id = job.activityID {
                 if p.content != nil || p.relevanceScore != nil || p.setsStaleDate { contentPatches[id] = p }
                 p.content = nil
@@ -504,21 +500,14 @@ extension PostgresStore {
         }
         if !contentPatches.isEmpty { try await applyContent(conn, contentPatches, logger: log) }
         for change in stateChanges { try await apply(conn, change.patch, column: change.column, change.id, logger: log) }
-        for i in done { if let p = cs[i].installation { try await apply(conn, p, logger: log) } }
-        let budget = done.compactMap { i in cs[i].highPriorityAt.flatMap { at in cs[i].claim.job.activityID.map { ($0, at) } } }
+        for i in done { if let p = writes[i].installation { try await apply(conn, p, logger: log) } }
+        let budget = done.compactMap { i in writes[i].highPriorityAt.flatMap { at in cs[i].claim.job.activityID.map { ($0, at) } } }
         if !budget.isEmpty {
             try await conn.rows("INSERT INTO high_priority_sends (activity_id, at) SELECT * FROM unnest($1::text[], $2::float8[])",
                                 [.texts(budget.map(\.0)), .doubles(budget.map(\.1.timeIntervalSince1970))], logger: log)
         }
-        let wakes = done.contains { i in
-            if case .retry(let at, _) = resolved[i].0 { return at <= Date(timeIntervalSince1970: 1) }
-            return false
-        }
-        if wakes { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
-        return cs.indices.map { i in
-            if case .deadToken = resolved[i].0 { return false }
-            return written.contains(cs[i].claim.job.id)
-        }
+        if done.contains(where: { writes[$0].wakesNow }) { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
+        return cs.indices.map { written.contains(cs[$0].claim.job.id) }
     }
 
     /// Content, relevance and stale date of many activities in one statement (never of one that
@@ -562,16 +551,7 @@ extension PostgresStore {
     static func apply(_ conn: PostgresConnection, _ p: InstallationPatch, logger: Logger) async throws {
         guard var i = try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2 FOR UPDATE", [.text(p.bundleID), .text(p.installationID)],
                                          logger: logger).map(installation) else { return }
-        var changed = false
-        if let (type, token) = p.deadPushToStartToken, i.pushToStartTokens[type] == token {
-            i.pushToStartTokens[type] = nil
-            changed = true
-        }
-        if let w = p.deadWidgetToken, i.widgetToken == w {
-            i.widgetToken = nil
-            changed = true
-        }
-        if changed { try await writeInstallation(conn, i, logger: logger) }
+        if p.apply(to: &i) { try await writeInstallation(conn, i, logger: logger) }
     }
 
     static func insert(_ conn: PostgresConnection, _ ds: [DeliveryRecord], logger: Logger) async throws {
