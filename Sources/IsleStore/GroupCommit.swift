@@ -27,16 +27,31 @@ final class GroupCommit: Sendable {
             box.withLock { $0 = value }
         }, run: { batch in
             do {
-                return try await pool.write { db in
-                    batch.map { work -> Result<Void, any Error> in
-                        do {
-                            try db.inSavepoint {
-                                try work(db)
-                                return .commit
+                // Optimistic first: the batch's writes one after the other in one transaction, no
+                // savepoints (two statements fewer per write). Writes almost never fail on their
+                // own; when one does, the transaction is rolled back and the batch written again,
+                // each write in its own savepoint, so only that one fails.
+                do {
+                    return try await pool.write { db in
+                        for (n, work) in batch.enumerated() {
+                            do { try work(db) } catch { throw OneWriteFailed(index: n, error: error) }
+                        }
+                        return batch.map { _ in .success(()) }
+                    }
+                } catch let failed as OneWriteFailed where batch.count == 1 {
+                    return [.failure(failed.error)]
+                } catch is OneWriteFailed {
+                    return try await pool.write { db in
+                        batch.map { work -> Result<Void, any Error> in
+                            do {
+                                try db.inSavepoint {
+                                    try work(db)
+                                    return .commit
+                                }
+                                return .success(())
+                            } catch {
+                                return .failure(error)
                             }
-                            return .success(())
-                        } catch {
-                            return .failure(error)
                         }
                     }
                 }
@@ -47,6 +62,12 @@ final class GroupCommit: Sendable {
             }
         })
         return box.withLock { $0! }
+    }
+
+    /// A write of an optimistic batch failed (the transaction is rolled back with it).
+    struct OneWriteFailed: Error {
+        var index: Int
+        var error: any Error
     }
 
     static func describe(_ error: any Error) -> String {

@@ -593,25 +593,25 @@ public final class SQLiteStore: IsleStore {
             }
             sql += " ORDER BY run_at, seq LIMIT ?"
             arguments += [limit]
-            var heads: [PushJob] = []
+            var heads: [(job: PushJob, stamp: Stamp)] = []
             for r in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments) {
-                do { heads.append(try Self.job(r)) } catch let bad as BadRow {
+                do { heads.append((try Self.job(r), Stamp(r))) } catch let bad as BadRow {
                     // A row no version of Isle wrote: failed, saying why, and its lane moves on —
                     // never sent with a guessed kind or payload, never blocking the others.
                     try Self.failBadRow(db, bad, id: r["id"], lane: r["lane"])
                 }
             }
             var claimed: [ClaimedJob] = []
-            for head in heads {
-                var j = head
+            for (head, stamp) in heads {
+                var (j, s) = (head, stamp)
                 if let lane = head.lane, LanePlanner.isSupersedable(kind: head.kind, hasAlert: head.hasAlert, aps: head.aps) {
                     guard let id = try Self.coalesce(db, lane: lane, now: now) else { continue }
                     if id != head.id {
-                        guard let next = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) else { continue }
-                        j = next
+                        guard let r = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]) else { continue }
+                        (j, s) = (try Self.job(r), Stamp(r))
                     }
                 }
-                claimed.append(try Self.claimOne(db, j, now: now, lease: lease, worker: worker))
+                claimed.append(try Self.claimOne(db, j, stamp: s, now: now, lease: lease, worker: worker))
             }
             return claimed
         }
@@ -631,11 +631,20 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    static func claimOne(_ db: Database, _ job: PushJob, now: Date, lease: TimeInterval, worker: String) throws -> ClaimedJob {
+    /// What a job's first claim fixed: its timestamp and apns-id (nil before it).
+    struct Stamp {
+        var timestamp: Int64?
+        var apnsID: String?
+        init(_ r: Row) {
+            timestamp = r["push_timestamp"]
+            apnsID = r["apns_id"]
+        }
+    }
+
+    static func claimOne(_ db: Database, _ job: PushJob, stamp: Stamp, now: Date, lease: TimeInterval, worker: String) throws -> ClaimedJob {
         var j = job
-        let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT push_timestamp, apns_id FROM jobs WHERE id = ?"), arguments: [j.id])!
-        var timestamp: Int64? = row["push_timestamp"]
-        var apnsID: String? = row["apns_id"]
+        var timestamp = stamp.timestamp
+        var apnsID = stamp.apnsID
         var activity: ActivityRecord?
         if let a = j.activityID {
             activity = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [a]).map { try Self.activity($0, topics: [], payloads: false) }
