@@ -25,12 +25,13 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "Also run everything on this PostgreSQL server (postgres://user@host:port/db; a new database per run) and compare.") var postgres: String?
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 300
     @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 64).") var concurrency = 64
+    @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
 
     func run() async throws {
         guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
         let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
         guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build -c release --product isle)") }
-        guard (1...1_000_000).contains(updates), (1...1_000_000).contains(bare), (1...10_000).contains(activities), (1...1000).contains(clients), (0...100_000).contains(fanOut) else {
+        guard (1...1_000_000).contains(updates), (1...1_000_000).contains(bare), (1...100).contains(rounds), rounds <= min(updates, bare), (1...10_000).contains(activities), (1...1000).contains(clients), (0...100_000).contains(fanOut) else {
             throw ValidationError("counts out of range")
         }
         print("isle serve and isle sim as child processes, h2load --h1 as the backend (\(ProcessInfo.processInfo.activeProcessorCount) cores); CPU from /proc/PID/stat")
@@ -111,30 +112,44 @@ struct SplitBench: AsyncParsableCommand {
         // Warm up both processes (connections, caches, JIT-free but page-faulted code).
         _ = try Child.output(h2load, ["--h1", "-n", "2000", "-c", "\(clients)", base + "/health"])
 
-        // 1. The floor: a bare request.
-        let bareCPU = try Self.cpu(of: server.pid)
-        let bareRun = try Child.output(h2load, ["--h1", "-n", "\(bare)", "-c", "\(clients)", base + "/health"])
-        let bareUS = (try Self.cpu(of: server.pid) - bareCPU) * 1e6 / Double(bare)
-        guard Self.succeeded(bareRun) >= bare else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
-
-        // 2. Updates with an alert to `activities` activities: every accepted update is one delivery.
+        // 1 and 2, alternated over `rounds` rounds so both see the same moments of this shared
+        // machine: the floor (bare requests) and updates with an alert to `activities` activities
+        // (every accepted update is one delivery), each round's updates all delivered before the
+        // next round's floor starts.
         let body = dir + "/update.json"
         try #"{"contentState":{"home":1,"away":0},"alert":{"title":"Goal","body":"1–0"},"priority":5}"#.write(toFile: body, atomically: true, encoding: .utf8)
         let uris = dir + "/uris.txt"
         try ids.map { "\(base)/v1/activities/\($0)/update" }.joined(separator: "\n").write(toFile: uris, atomically: true, encoding: .utf8)
-        let sentBefore = try await Self.sent(http, base)
-        let updateCPU = try Self.cpu(of: server.pid)
-        let simCPU = try Self.cpu(of: sim.pid)
-        let started = ContinuousClock.now
-        let updateRun = try Child.output(h2load, ["--h1", "-n", "\(updates)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
-                                                  "-H", "content-type: application/json", "-i", uris])
-        let accepted = Self.succeeded(updateRun)
-        let acceptedIn = ContinuousClock.now - started
-        guard accepted == updates else { throw ValidationError("updates: \(Self.summary(updateRun))") }
-        try await waitSent(http, base, sentBefore + updates)
-        let deliveredIn = ContinuousClock.now - started
-        let updateUS = (try Self.cpu(of: server.pid) - updateCPU) * 1e6 / Double(updates)
-        let simUS = (try Self.cpu(of: sim.pid) - simCPU) * 1e6 / Double(updates)
+        var bareSeconds = 0.0, updateSeconds = 0.0, simSeconds = 0.0
+        var acceptedIn = Duration.zero, deliveredIn = Duration.zero
+        var roundRatios: [Double] = []
+        for round in 0..<rounds {
+            let bareCount = bare / rounds + (round < bare % rounds ? 1 : 0)
+            let updateCount = updates / rounds + (round < updates % rounds ? 1 : 0)
+            let bareCPU = try Self.cpu(of: server.pid)
+            let bareRun = try Child.output(h2load, ["--h1", "-n", "\(bareCount)", "-c", "\(clients)", base + "/health"])
+            let bareUsed = try Self.cpu(of: server.pid) - bareCPU
+            guard Self.succeeded(bareRun) >= bareCount else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
+
+            let sentBefore = try await Self.sent(http, base)
+            let updateCPU = try Self.cpu(of: server.pid)
+            let simCPU = try Self.cpu(of: sim.pid)
+            let started = ContinuousClock.now
+            let updateRun = try Child.output(h2load, ["--h1", "-n", "\(updateCount)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
+                                                      "-H", "content-type: application/json", "-i", uris])
+            acceptedIn += ContinuousClock.now - started
+            guard Self.succeeded(updateRun) == updateCount else { throw ValidationError("updates: \(Self.summary(updateRun))") }
+            try await waitSent(http, base, sentBefore + updateCount)
+            deliveredIn += ContinuousClock.now - started
+            let updateUsed = try Self.cpu(of: server.pid) - updateCPU
+            simSeconds += try Self.cpu(of: sim.pid) - simCPU
+            bareSeconds += bareUsed
+            updateSeconds += updateUsed
+            roundRatios.append((updateUsed / Double(updateCount)) / (bareUsed / Double(bareCount)))
+        }
+        let bareUS = bareSeconds * 1e6 / Double(bare)
+        let updateUS = updateSeconds * 1e6 / Double(updates)
+        let simUS = simSeconds * 1e6 / Double(updates)
 
         // 3. Fan-out: one request, `fanOut` deliveries, `fanOutRounds` times.
         var fanUS = 0.0
@@ -173,8 +188,9 @@ struct SplitBench: AsyncParsableCommand {
         let name = database == nil ? "SQLite" : "PostgreSQL"
         let deliveredPerSecond = Double(updates) / Self.seconds(deliveredIn)
         print(String(format: "%@ · floor: GET /health %.0f µs of server CPU per request", name, bareUS))
-        print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (simulator %.0f µs)",
-                     name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS, simUS))
+        print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (rounds %.1f–%.1f×; simulator %.0f µs)",
+                     name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS,
+                     roundRatios.min() ?? 0, roundRatios.max() ?? 0, simUS))
         if fanOut > 0, fanOutRounds > 0 {
             print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
