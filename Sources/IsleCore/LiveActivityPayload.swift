@@ -178,10 +178,35 @@ public struct LiveActivityPayload: Sendable, Hashable {
     public static func wireBytes(aps: JSONObject, timestamp: Int64) -> [UInt8] {
         var all = aps
         all["timestamp"] = .int(timestamp)
+        return JSONValue.object(["aps": .object(wireOrdered(all))]).jsonBytes
+    }
+
+    /// `aps`'s keys in ``apsKeyOrder``, others after them in their order: how a job's `aps` is
+    /// stored once it is accepted, so sending it is ``wireBytes(encodedAPS:timestamp:)``.
+    public static func wireOrdered(_ aps: JSONObject) -> JSONObject {
         var ordered = JSONObject()
-        for k in apsKeyOrder { if let v = all[k] { ordered[k] = v } }
-        for (k, v) in all where ordered[k] == nil { ordered[k] = v }
-        return JSONValue.object(["aps": .object(ordered)]).jsonBytes
+        for k in apsKeyOrder { if let v = aps[k] { ordered[k] = v } }
+        for (k, v) in aps where ordered[k] == nil { ordered[k] = v }
+        return ordered
+    }
+
+    /// `{"aps": …}` from the compact JSON text of a stored `aps` object (without its timestamp,
+    /// keys in ``apsKeyOrder``, as ``wireOrdered(_:)`` leaves them) and the push's timestamp, by
+    /// splicing the timestamp in: the payload is encoded once, when it is accepted, and not
+    /// serialized again for each send. Nil when `encodedAPS` is not such an object.
+    public static func wireBytes(encodedAPS: some BidirectionalCollection<UInt8>, timestamp: Int64) -> [UInt8]? {
+        guard encodedAPS.first == UInt8(ascii: "{"), encodedAPS.last == UInt8(ascii: "}") else { return nil }
+        let inner = encodedAPS.dropFirst().dropLast()
+        var out: [UInt8] = []
+        out.reserveCapacity(encodedAPS.count + 40)
+        out.append(contentsOf: #"{"aps":{"timestamp":"#.utf8)
+        out.append(contentsOf: String(timestamp).utf8)
+        if !inner.isEmpty {
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: inner)
+        }
+        out.append(contentsOf: "}}".utf8)
+        return out
     }
 
     /// The payload as JSON, `aps` keys in a fixed order: timestamp, event, content-state,

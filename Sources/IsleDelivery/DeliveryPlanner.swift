@@ -121,7 +121,7 @@ public struct DeliveryPlanner: Sendable {
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
             let priority = Self.wantsHighPriority(job) ? 10 : 5
             let kind: PushJobKind = job.aps.apsEvent == "end" ? .end : .update
-            return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job.aps, timestamp: c.job.timestamp),
+            return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job, timestamp: c.job.timestamp),
                               priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now), environment: channel.environment), d)
         }
     }
@@ -148,7 +148,7 @@ public struct DeliveryPlanner: Sendable {
             let budget = frequent ? frequentHourlyHighPriorityBudget : hourlyHighPriorityBudget
             if c.highPriorityUsed >= budget { downgraded = true } else { priority = 10 }
         }
-        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
+        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
                           attributesType: a.attributesType, patch: Self.patch(job.aps, kind: job.kind, now: c.now), environment: a.environment), d)
     }
 
@@ -159,7 +159,7 @@ public struct DeliveryPlanner: Sendable {
         guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
         let d = deadline(job, activity: c.activity)
         guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
-        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job.aps, timestamp: c.job.timestamp), priority: 10, downgraded: false, attributesType: type, environment: i.environment), d)
+        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: 10, downgraded: false, attributesType: type, environment: i.environment), d)
     }
 
     /// What a delivered update or end changes in the server's record of the activity.
@@ -182,8 +182,9 @@ public struct DeliveryPlanner: Sendable {
 
     /// `{"aps": {…}}` with the push's timestamp, keys in Isle's wire order: the one place a
     /// stored job becomes bytes.
-    public static func payload(_ aps: JSONValue, timestamp: Int64) -> [UInt8] {
-        LiveActivityPayload.wireBytes(aps: aps.objectValue ?? [:], timestamp: timestamp)
+    public static func payload(_ job: PushJob, timestamp: Int64) -> [UInt8] {
+        if let encoded = job.encodedAPS, let bytes = LiveActivityPayload.wireBytes(encodedAPS: encoded, timestamp: timestamp) { return bytes }
+        return LiveActivityPayload.wireBytes(aps: job.aps.objectValue ?? [:], timestamp: timestamp)
     }
 
     static func hours(_ t: TimeInterval) -> String {

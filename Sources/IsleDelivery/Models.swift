@@ -250,6 +250,10 @@ public struct PushJob: Sendable, Hashable {
     public var lane: String?
     /// Its place in its lane (nil while scheduled).
     public var seq: Int64?
+    /// `aps` as the store holds it (compact JSON, wire order): what a send splices its timestamp
+    /// into (``LiveActivityPayload/wireBytes(encodedAPS:timestamp:)``) instead of encoding `aps`
+    /// again. Nil: encoded from `aps` at the send.
+    public var encodedAPS: [UInt8]?
 
     public init(id: Int64, bundleID: String, kind: PushJobKind, activityID: String?, installationID: String?, channelID: String?, aps: JSONValue, hasAlert: Bool,
                 requestedPriority: Int?, runAt: Date, state: PushJobState, attempts: Int, claimedBy: String?, claimedUntil: Date?, lastError: String?, createdAt: Date,
@@ -293,7 +297,8 @@ public struct NewPushJob: Sendable, Hashable {
         self.activityID = activityID
         self.installationID = installationID
         self.channelID = channelID
-        self.aps = aps
+        // Stored in wire order, so each send splices its timestamp into the stored text.
+        self.aps = aps.objectValue.map { .object(LiveActivityPayload.wireOrdered($0)) } ?? aps
         self.hasAlert = hasAlert
         self.requestedPriority = requestedPriority
         self.runAt = runAt

@@ -565,13 +565,16 @@ public final class SQLiteStore: IsleStore {
     static func job(_ r: Row) throws -> PushJob {
         let id: Int64 = r["id"]
         let row = String(id)
-        return PushJob(id: id, bundleID: r["bundle_id"], kind: try BadRow.decode(r["kind"], as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
+        let aps: String = r["aps"]
+        var job = PushJob(id: id, bundleID: r["bundle_id"], kind: try BadRow.decode(r["kind"], as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
                        activityID: r["activity_id"], installationID: r["installation_id"], channelID: r["channel_id"],
-                       aps: try BadRow.json(r["aps"], table: "jobs", id: row, column: "aps"), hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
+                       aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"), hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
                        runAt: Date(timeIntervalSince1970: r["run_at"]), state: try BadRow.decode(r["state"], as: PushJobState.self, table: "jobs", id: row, column: "state"),
                        attempts: r["attempts"],
                        claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
                        createdAt: Date(timeIntervalSince1970: r["created_at"]), lane: r["lane"], seq: r["seq"])
+        job.encodedAPS = Array(aps.utf8)
+        return job
     }
 
     /// One transaction: scheduled jobs that came due take their place in their lanes; then due

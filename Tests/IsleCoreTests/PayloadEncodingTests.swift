@@ -155,4 +155,15 @@ struct PayloadEncodingTests {
         #expect(throws: SchemaFormatError.self) { try ActivitySchema(jsonText: text) }
         do { _ = try ActivitySchema(jsonText: text) } catch { #expect(error.path == path) }
     }
+
+    @Test("a stored aps (wire order, no timestamp) spliced with a timestamp is byte for byte the encoded payload; what is not an object is refused")
+    func encodedOnce() throws {
+        let aps: JSONObject = ["alert": ["title": "Goal"], "content-state": ["home": 1], "event": "update", "relevance-score": 50, "stale-date": 1_790_000_600, "custom": true]
+        let stored = JSONValue.object(LiveActivityPayload.wireOrdered(aps)).jsonBytes
+        #expect(LiveActivityPayload.wireBytes(encodedAPS: stored, timestamp: 1_790_000_000) == LiveActivityPayload.wireBytes(aps: aps, timestamp: 1_790_000_000))
+        #expect(LiveActivityPayload.wireBytes(encodedAPS: Array("{}".utf8), timestamp: 7) == Array(#"{"aps":{"timestamp":7}}"#.utf8))
+        #expect(LiveActivityPayload.wireBytes(encodedAPS: Array("[1]".utf8), timestamp: 7) == nil)
+        let parsed = try JSONParser.parse(LiveActivityPayload.wireBytes(encodedAPS: stored, timestamp: 42)!)
+        #expect(parsed["aps"]?["timestamp"] == 42 && parsed["aps"]?["custom"] == true)
+    }
 }

@@ -205,14 +205,17 @@ extension PostgresStore {
     static func job(_ r: PGRow) throws -> PushJob {
         let id = try r.int("id")
         let row = String(id)
-        return PushJob(id: id, bundleID: try r.string("bundle_id"), kind: try BadRow.decode(try r.string("kind"), as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
+        let aps = try r.string("aps")
+        var job = PushJob(id: id, bundleID: try r.string("bundle_id"), kind: try BadRow.decode(try r.string("kind"), as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
                 activityID: try r.optionalString("activity_id"),
                 installationID: try r.optionalString("installation_id"), channelID: try r.optionalString("channel_id"),
-                aps: try BadRow.json(try r.string("aps"), table: "jobs", id: row, column: "aps"),
+                aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"),
                 hasAlert: try r.bool("has_alert"), requestedPriority: try r.optionalInt("requested_priority").map(Int.init), runAt: try r.date("run_at"),
                 state: try BadRow.decode(try r.string("state"), as: PushJobState.self, table: "jobs", id: row, column: "state"), attempts: Int(try r.int("attempts")), claimedBy: try r.optionalString("claimed_by"),
                 claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: try r.date("created_at"),
                 lane: try r.optionalString("lane"), seq: try r.optionalInt("seq"))
+        job.encodedAPS = Array(aps.utf8)
+        return job
     }
 
     /// Claims up to `limit` heads in one transaction of a fixed number of set-based statements,
