@@ -35,6 +35,8 @@ extension APSFields {
 
 extension JSONValue: APSFields {
     public func apsField(_ key: String) -> JSONValue? { self[key] }
+    /// A whole push payload's `aps` dictionary (`{"aps": {…}, …}`).
+    public var aps: JSONValue? { self["aps"] }
 }
 
 extension JSONObject: APSFields {

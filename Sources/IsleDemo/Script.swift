@@ -484,7 +484,7 @@ struct WireRecord: Sendable {
         reason = json["reason"]?.stringValue
         outcome = json["outcome"]?["code"]?.stringValue
         sentence = json["outcome"]?["sentence"]?.stringValue
-        event = json["body"]?.stringValue.flatMap { try? JSONParser.parse(Array($0.utf8)) }?["aps"]?.apsEvent
+        event = json["body"]?.stringValue.flatMap { try? JSONParser.parse(Array($0.utf8)) }?.aps?.apsEvent
     }
 }
 
