@@ -35,6 +35,17 @@ public struct BadRow: Error, CustomStringConvertible, Sendable {
         return out
     }
 
+    /// `raw` as the integer-backed enum `T` (a priority), or this error.
+    public static func decode<T: RawRepresentable>(_ raw: Int, as: T.Type, table: String, id: String, column: String) throws -> T where T.RawValue == Int {
+        guard let value = T(rawValue: raw) else { throw BadRow(table: table, id: id, column: column, found: "\(raw)") }
+        return value
+    }
+
+    /// `raw` as the integer-backed enum `T` when present (NULL is nil), or this error.
+    public static func decode<T: RawRepresentable>(_ raw: Int?, as type: T.Type, table: String, id: String, column: String) throws -> T? where T.RawValue == Int {
+        try raw.map { try decode($0, as: type, table: table, id: id, column: column) }
+    }
+
     /// `raw` as the enum `T` when present (NULL is nil), or this error.
     public static func decode<T: RawRepresentable>(_ raw: String?, as type: T.Type, table: String, id: String, column: String) throws -> T? where T.RawValue == String {
         try raw.map { try decode($0, as: type, table: table, id: id, column: column) }

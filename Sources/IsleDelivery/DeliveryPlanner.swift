@@ -34,7 +34,7 @@ public struct DeliveryPlanner: Sendable {
         public var target: Target
         /// The exact bytes to send (empty for `widgets`, which has its own fixed body).
         public var payload: [UInt8]
-        public var priority: Int
+        public var priority: PushPriority
         /// Priority 10 was asked for and the activity's hourly budget is spent.
         public var downgraded: Bool
         public var attributesType: String?
@@ -89,7 +89,7 @@ public struct DeliveryPlanner: Sendable {
 
     /// The caller asked for priority 10, or asked nothing and the push has an alert.
     public static func wantsHighPriority(_ job: PushJob) -> Bool {
-        job.requestedPriority == 10 || (job.requestedPriority == nil && job.hasAlert)
+        job.requestedPriority == .high || (job.requestedPriority == nil && job.hasAlert)
     }
 
     public func deadline(_ job: PushJob, activity: ActivityRecord?) -> Deadline {
@@ -114,12 +114,12 @@ public struct DeliveryPlanner: Sendable {
             guard let i = c.installation, let token = i.widgetToken else { return .fail("the installation has no widget push token") }
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
-            return .send(Push(target: .widgets(token: token), payload: [], priority: 10, downgraded: false, environment: i.environment), d)
+            return .send(Push(target: .widgets(token: token), payload: [], priority: .high, downgraded: false, environment: i.environment), d)
         case .broadcast:
             guard let channel = c.channel, channel.bundleID == job.bundleID else { return .drop("the channel no longer exists", nil) }
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
-            let priority = Self.wantsHighPriority(job) ? 10 : 5
+            let priority: PushPriority = Self.wantsHighPriority(job) ? .high : .low
             let kind: PushJobKind = job.aps.apsEvent == "end" ? .end : .update
             return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job, timestamp: c.job.timestamp),
                               priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now), environment: channel.environment), d)
@@ -141,12 +141,12 @@ public struct DeliveryPlanner: Sendable {
         guard let token = a.updateToken else {
             return .wait(until: min(c.now.addingTimeInterval(tokenWait), d.at), "waiting for the device to hand over the activity's update token")
         }
-        var priority = 5
+        var priority = PushPriority.low
         var downgraded = false
         if Self.wantsHighPriority(job) {
             let frequent = c.app.frequentUpdatesDeclared && (c.installation?.frequentPushesEnabled ?? false)
             let budget = frequent ? frequentHourlyHighPriorityBudget : hourlyHighPriorityBudget
-            if c.highPriorityUsed >= budget { downgraded = true } else { priority = 10 }
+            if c.highPriorityUsed >= budget { downgraded = true } else { priority = .high }
         }
         return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
                           attributesType: a.attributesType, patch: Self.patch(job.aps, kind: job.kind, now: c.now), environment: a.environment), d)
@@ -159,7 +159,7 @@ public struct DeliveryPlanner: Sendable {
         guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
         let d = deadline(job, activity: c.activity)
         guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
-        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: 10, downgraded: false, attributesType: type, environment: i.environment), d)
+        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: .high, downgraded: false, attributesType: type, environment: i.environment), d)
     }
 
     /// What a delivered update or end changes in the server's record of the activity.

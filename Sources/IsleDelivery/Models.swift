@@ -238,7 +238,7 @@ public struct PushJob: Sendable, Hashable {
     public var aps: JSONValue
     public var hasAlert: Bool
     /// The priority the caller asked for (nil = Isle decides).
-    public var requestedPriority: Int?
+    public var requestedPriority: PushPriority?
     public var runAt: Date
     public var state: PushJobState
     public var attempts: Int
@@ -256,7 +256,7 @@ public struct PushJob: Sendable, Hashable {
     public var encodedAPS: [UInt8]?
 
     public init(id: Int64, bundleID: String, kind: PushJobKind, activityID: String?, installationID: String?, channelID: String?, aps: JSONValue, hasAlert: Bool,
-                requestedPriority: Int?, runAt: Date, state: PushJobState, attempts: Int, claimedBy: String?, claimedUntil: Date?, lastError: String?, createdAt: Date,
+                requestedPriority: PushPriority?, runAt: Date, state: PushJobState, attempts: Int, claimedBy: String?, claimedUntil: Date?, lastError: String?, createdAt: Date,
                 lane: String?, seq: Int64?) {
         self.id = id
         self.bundleID = bundleID
@@ -287,11 +287,11 @@ public struct NewPushJob: Sendable, Hashable {
     public var installationID: String?
     public var aps: JSONValue
     public var hasAlert: Bool
-    public var requestedPriority: Int?
+    public var requestedPriority: PushPriority?
     public var runAt: Date
     public var channelID: String?
 
-    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: Int? = nil, runAt: Date) {
+    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: PushPriority? = nil, runAt: Date) {
         self.bundleID = bundleID
         self.kind = kind
         self.activityID = activityID
@@ -315,14 +315,14 @@ public struct DeliveryRecord: Sendable, Hashable, Codable {
     public var status: Int
     public var reason: String?
     public var latencyMS: Double
-    public var priority: Int
+    public var priority: PushPriority
     /// Isle sent priority 5 although 10 was asked for (budget).
     public var downgraded: Bool
     public var at: Date
     /// The store's id for the record (set when read; a cursor for paging).
     public var id: Int64?
 
-    public init(jobID: Int64, activityID: String?, apnsID: String?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: Int, downgraded: Bool, at: Date) {
+    public init(jobID: Int64, activityID: String?, apnsID: String?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: PushPriority, downgraded: Bool, at: Date) {
         self.jobID = jobID
         self.activityID = activityID
         self.apnsID = apnsID

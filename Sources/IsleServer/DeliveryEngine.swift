@@ -321,7 +321,7 @@ public final class DeliveryEngine: Service {
         case .sent:
             counters.sent(downgraded: push.downgraded)
             counters.metrics.timeInQueue(now.timeIntervalSince(job.createdAt))
-            return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == 10 && job.activityID != nil ? now : nil)
+            return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == .high && job.activityID != nil ? now : nil)
         case .retry(let at, let why):
             counters.retried()
             return JobCompletion(claim: c, result: .retry(at: at, reason: why), delivery: delivery)
@@ -383,13 +383,13 @@ public final class DeliveryEngine: Service {
             case .liveActivity(let hex):
                 guard let token = try? DeviceToken(hex: hex) else { return (.refused("the stored token is not hex"), nil, 0) }
                 response = try await client.send(APNsPush(deviceToken: token, bundleID: app.bundleID, pushType: .liveactivity, payload: push.payload,
-                                                          priority: push.priority == 10 ? .high : .low, apnsID: UUID(uuidString: c.apnsID),
+                                                          priority: push.priority, apnsID: UUID(uuidString: c.apnsID),
                                                           schema: push.attributesType.flatMap(app.schema)))
             case .widgets(let hex):
                 guard let token = try? DeviceToken(hex: hex) else { return (.refused("the stored token is not hex"), nil, 0) }
                 response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: UUID(uuidString: c.apnsID)))
             case .broadcast(let channelID, let storagePolicy):
-                response = try await client.broadcast(BroadcastPush(bundleID: app.bundleID, channelID: channelID, payload: push.payload, priority: push.priority == 10 ? .high : .low,
+                response = try await client.broadcast(BroadcastPush(bundleID: app.bundleID, channelID: channelID, payload: push.payload, priority: push.priority,
                                                                     expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: UUID(uuidString: c.apnsID)))
             }
             return (.accepted, response, Self.ms(ContinuousClock.now - start))

@@ -497,7 +497,7 @@ public final class SQLiteStore: IsleStore {
             for j in jobs {
                 let p = try LanePlanner.place(j, now: now) { try Self.openHead(db, $0) }
                 try insert.execute(arguments: [
-                    j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority,
+                    j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority?.rawValue,
                     j.runAt.timeIntervalSince1970, p.scheduled ? "scheduled" : "queued", created,
                     p.lane, p.scheduled ? nil : seq, p.isHead, p.supersedable, p.carriesContent,
                 ])
@@ -568,7 +568,7 @@ public final class SQLiteStore: IsleStore {
         let aps: String = r["aps"]
         var job = PushJob(id: id, bundleID: r["bundle_id"], kind: try BadRow.decode(r["kind"], as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
                        activityID: r["activity_id"], installationID: r["installation_id"], channelID: r["channel_id"],
-                       aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"), hasAlert: r["has_alert"], requestedPriority: r["requested_priority"],
+                       aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"), hasAlert: r["has_alert"], requestedPriority: try BadRow.decode(r["requested_priority"] as Int?, as: PushPriority.self, table: "jobs", id: row, column: "requested_priority"),
                        runAt: Date(timeIntervalSince1970: r["run_at"]), state: try BadRow.decode(r["state"], as: PushJobState.self, table: "jobs", id: row, column: "state"),
                        attempts: r["attempts"],
                        claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
@@ -757,7 +757,7 @@ public final class SQLiteStore: IsleStore {
     static func insert(_ db: Database, _ d: DeliveryRecord) throws {
         try db.cachedStatement(sql: """
             INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority, d.downgraded, d.at.timeIntervalSince1970])
+            """).execute(arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970])
     }
 
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
@@ -907,9 +907,9 @@ public final class SQLiteStore: IsleStore {
 
     // MARK: Reads
 
-    static func delivery(_ r: Row) -> DeliveryRecord {
+    static func delivery(_ r: Row) throws -> DeliveryRecord {
         var d = DeliveryRecord(jobID: r["job_id"], activityID: r["activity_id"], apnsID: r["apns_id"], apnsUniqueID: r["apns_unique_id"], status: r["status"], reason: r["reason"],
-                       latencyMS: r["latency_ms"], priority: r["priority"], downgraded: r["downgraded"], at: Date(timeIntervalSince1970: r["at"]))
+                       latencyMS: r["latency_ms"], priority: try BadRow.decode(r["priority"] as Int, as: PushPriority.self, table: "deliveries", id: "\(r["id"] as Int64)", column: "priority"), downgraded: r["downgraded"], at: Date(timeIntervalSince1970: r["at"]))
         d.id = r["id"]
         return d
     }

@@ -11,7 +11,7 @@ struct DeliveryPolicyTests {
     static let t0 = Date(timeIntervalSince1970: 1_767_225_600)
     static let app = AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", frequentUpdatesDeclared: true, createdAt: t0)
 
-    static func claimed(_ kind: PushJobKind = .update, aps: JSONValue = ["event": "update", "content-state": ["x": 1]], alert: Bool = false, priority: Int? = nil,
+    static func claimed(_ kind: PushJobKind = .update, aps: JSONValue = ["event": "update", "content-state": ["x": 1]], alert: Bool = false, priority: PushPriority? = nil,
                         activity: ActivityRecord? = activity(), created: Date = t0) -> ClaimedJob {
         let job = PushJob(id: 1, bundleID: app.bundleID, kind: kind, activityID: activity?.id, installationID: "i1", channelID: nil, aps: aps, hasAlert: alert,
                           requestedPriority: priority, runAt: created, state: .claimed, attempts: 1, claimedBy: "w", claimedUntil: nil, lastError: nil, createdAt: created,
@@ -30,7 +30,7 @@ struct DeliveryPolicyTests {
         let c = Self.claimed(aps: ["content-state": ["x": 1], "event": "update", "stale-date": 1_767_229_200])
         guard case .send(let push, let deadline) = planner.plan(.init(job: c, app: Self.app, activity: c.activity, now: Self.t0)) else { Issue.record("not sent"); return }
         #expect(String(decoding: push.payload, as: UTF8.self) == #"{"aps":{"timestamp":1767225601,"event":"update","content-state":{"x":1},"stale-date":1767229200}}"#)
-        #expect(push.priority == 5 && !push.downgraded)
+        #expect(push.priority == .low && !push.downgraded)
         #expect(push.patch?.content == ["x": 1] && push.patch?.setsStaleDate == true && push.patch?.staleDate == Date(timeIntervalSince1970: 1_767_229_200))
         // A plain update stops mattering at its stale date.
         #expect(deadline.at == Date(timeIntervalSince1970: 1_767_229_200) && deadline.why.contains("stale"))
@@ -42,7 +42,7 @@ struct DeliveryPolicyTests {
         func plan(used: Int, frequent: Bool) -> (Int, Bool)? {
             let inst = InstallationRecord(id: "i1", bundleID: Self.app.bundleID, frequentPushesEnabled: frequent, updatedAt: Self.t0)
             guard case .send(let p, _) = planner.plan(.init(job: c, app: Self.app, activity: c.activity, installation: inst, highPriorityUsed: used, now: Self.t0)) else { return nil }
-            return (p.priority, p.downgraded)
+            return (p.priority.rawValue, p.downgraded)
         }
         #expect(plan(used: 0, frequent: false)! == (10, false))
         #expect(plan(used: 15, frequent: false)! == (5, true))

@@ -78,7 +78,7 @@ struct StoreContractTests {
         let c0 = try #require(claimed.first { $0.job.activityID == "a0" })
         let c1 = try #require(claimed.first { $0.job.activityID == "a1" })
         #expect(try await finish(s, c0, delivery: DeliveryRecord(jobID: c0.job.id, activityID: "a0", apnsID: c0.apnsID, apnsUniqueID: nil, status: 200, reason: nil,
-                                                                    latencyMS: 1, priority: 10, downgraded: false, at: t0), highPriorityAt: t0))
+                                                                    latencyMS: 1, priority: .high, downgraded: false, at: t0), highPriorityAt: t0))
         #expect(try await s.complete(JobCompletion(claim: c1, result: .retry(at: t0, reason: "503"))))
         // Open work counted along its indexes equals the open part of the full count.
         try await s.enqueue([update("a0", "later", at: t0.addingTimeInterval(600))], idempotency: nil, now: t0)
@@ -299,11 +299,11 @@ struct StoreContractTests {
         let s = try await seeded(kind)
         try await s.enqueue([update("a0", "1")], idempotency: nil, now: t0)
         let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
-        let d = DeliveryRecord(jobID: c.job.id, activityID: "a0", apnsID: c.apnsID, apnsUniqueID: nil, status: 503, reason: "ServiceUnavailable", latencyMS: 1, priority: 10, downgraded: false, at: t0)
+        let d = DeliveryRecord(jobID: c.job.id, activityID: "a0", apnsID: c.apnsID, apnsUniqueID: nil, status: 503, reason: "ServiceUnavailable", latencyMS: 1, priority: .high, downgraded: false, at: t0)
         #expect(try await retry(s, c, at: t0.addingTimeInterval(10), delivery: d))
         #expect(try await s.claim(limit: 1, now: t0.addingTimeInterval(5), lease: 60, worker: "w").isEmpty)
         let c2 = try #require(try await s.claim(limit: 1, now: t0.addingTimeInterval(10), lease: 60, worker: "w").first)
-        #expect(try await finish(s, c2, activity: ActivityPatch(content: ["x": "1"]), delivery: DeliveryRecord(jobID: c2.job.id, activityID: "a0", apnsID: c2.apnsID, apnsUniqueID: "u", status: 200, reason: nil, latencyMS: 1, priority: 10, downgraded: false, at: t0), highPriorityAt: t0))
+        #expect(try await finish(s, c2, activity: ActivityPatch(content: ["x": "1"]), delivery: DeliveryRecord(jobID: c2.job.id, activityID: "a0", apnsID: c2.apnsID, apnsUniqueID: "u", status: 200, reason: nil, latencyMS: 1, priority: .high, downgraded: false, at: t0), highPriorityAt: t0))
         #expect(try await s.deliveries(activityID: "a0").map(\.status) == [503, 200])
         #expect(try await s.delivery(apnsID: c.apnsID)?.status == 200)
         #expect(try await s.highPrioritySends(activityID: "a0", since: t0.addingTimeInterval(-3600)) == 1)

@@ -107,7 +107,7 @@ struct InstallationController {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(start.attributesType) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
         }
         let now = services.clock.now
-        let warnings = try PayloadCheck(now: now).validate(start.aps, schema: schema, priority: 10)
+        let warnings = try PayloadCheck(now: now).validate(start.aps, schema: schema, priority: .high)
         let installations = try await targets()
         var jobs: [NewPushJob] = []
         var activities: [ActivityRecord] = []
@@ -125,7 +125,7 @@ struct InstallationController {
                                    attributesType: start.attributesType, attributes: start.attributes, content: start.contentState, state: .starting,
                                    relevanceScore: start.relevanceScore, startedAt: now, topics: start.topics, environment: i.environment)
             activities.append(a)
-            jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(start.aps), hasAlert: true, requestedPriority: 10, runAt: now))
+            jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(start.aps), hasAlert: true, requestedPriority: .high, runAt: now))
             started.append(["activityID": .string(a.id), "installationID": .string(i.id)])
         }
         guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(start.attributesType) activity") }
@@ -146,7 +146,7 @@ struct InstallationController {
         let i = try await services.ownInstallation(caller, id)
         guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
         let now = services.clock.now
-        let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: 10, runAt: now)
+        let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: .high, runAt: now)
         let value: JSONValue = ["accepted": 1]
         let ids = try await store.enqueue([job], idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
         services.engine.wake()

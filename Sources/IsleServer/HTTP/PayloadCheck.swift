@@ -8,11 +8,11 @@ import IsleHTTPAPI
 struct PayloadCheck {
     var now: Date
 
-    func validate(_ aps: JSONObject, schema: ActivitySchema? = nil, priority: Int?, broadcast: Bool = false) throws -> [JSONValue] {
+    func validate(_ aps: JSONObject, schema: ActivitySchema? = nil, priority: PushPriority?, broadcast: Bool = false) throws -> [JSONValue] {
         var withTimestamp = aps
         withTimestamp[APSKey.timestamp] = .int(Int64(now.timeIntervalSince1970))
         let payload = JSONValue.object(["aps": .object(withTimestamp)])
-        let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: priority.flatMap(PushPriority.init(rawValue:)), schema: schema, now: now))
+        let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: priority, schema: schema, now: now))
             .validate(value: payload, size: payload.encodedSize)
         if let e = report.errors.first {
             throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path))

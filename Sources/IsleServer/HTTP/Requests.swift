@@ -122,10 +122,13 @@ struct Body {
         do { return try DeviceToken(hex: s).hex } catch { throw APIError.invalid(k, "\(k): \(error.reason)") }
     }
 
-    func priority() throws -> Int? {
+    func priority() throws -> PushPriority? {
         guard let p = try number("priority") else { return nil }
-        guard p == 5 || p == 10 else { throw APIError.invalid("priority", "priority must be 5 or 10") }
-        return Int(p)
+        switch p {
+        case 5: return .low
+        case 10: return .high
+        default: throw APIError.invalid("priority", "priority must be 5 or 10")
+        }
     }
 
     /// `alert`: `{"title": "…"|{"loc-key","loc-args"}, "body": …, "sound"?: "default"|"<file>"}`.
@@ -322,7 +325,7 @@ struct ActivityPush {
     enum Event: String, CaseIterable { case update, end }
     var event: Event
     var aps: JSONObject
-    var priority: Int?
+    var priority: PushPriority?
     var sendAt: Date?
     var hasAlert: Bool { aps.apsHasAlert }
 

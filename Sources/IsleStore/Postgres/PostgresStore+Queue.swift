@@ -108,7 +108,7 @@ extension PostgresStore {
                 RETURNING id
                 """, [.texts(chunk.map(\.job.bundleID)), .texts(chunk.map(\.job.kind.rawValue)), .texts(chunk.map { $0.job.activityID ?? none }),
                       .texts(chunk.map { $0.job.installationID ?? none }), .texts(chunk.map { $0.job.channelID ?? none }), .texts(chunk.map(\.job.aps.jsonString)),
-                      .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority ?? -1) }), .doubles(chunk.map { $0.job.runAt.timeIntervalSince1970 }),
+                      .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority?.rawValue ?? -1) }), .doubles(chunk.map { $0.job.runAt.timeIntervalSince1970 }),
                       .doubles(chunk.map { $0.now.timeIntervalSince1970 }), .texts(chunk.map { $0.lane ?? none }), .bools(chunk.map(\.scheduled)), .bools(chunk.map(\.isHead)),
                       .bools(chunk.map(\.supersedable)), .bools(chunk.map(\.carries))], logger: logger)
             let sorted = try inserted.map { try $0.int("id") }.sorted()
@@ -210,7 +210,7 @@ extension PostgresStore {
                 activityID: try r.optionalString("activity_id"),
                 installationID: try r.optionalString("installation_id"), channelID: try r.optionalString("channel_id"),
                 aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"),
-                hasAlert: try r.bool("has_alert"), requestedPriority: try r.optionalInt("requested_priority").map(Int.init), runAt: try r.date("run_at"),
+                hasAlert: try r.bool("has_alert"), requestedPriority: try BadRow.decode(try r.optionalInt("requested_priority").map(Int.init), as: PushPriority.self, table: "jobs", id: row, column: "requested_priority"), runAt: try r.date("run_at"),
                 state: try BadRow.decode(try r.string("state"), as: PushJobState.self, table: "jobs", id: row, column: "state"), attempts: Int(try r.int("attempts")), claimedBy: try r.optionalString("claimed_by"),
                 claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: try r.date("created_at"),
                 lane: try r.optionalString("lane"), seq: try r.optionalInt("seq"))
@@ -566,7 +566,7 @@ extension PostgresStore {
                 WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, n)
             ORDER BY n
             """, [.ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
-                  .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority) }),
+                  .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
                   .bools(ds.map(\.downgraded)), .doubles(ds.map { $0.at.timeIntervalSince1970 })], logger: logger)
     }
 

@@ -692,7 +692,7 @@ public final class PostgresStore: IsleStore {
     static func delivery(_ r: PGRow) throws -> DeliveryRecord {
         var d = DeliveryRecord(jobID: try r.int("job_id"), activityID: try r.optionalString("activity_id"), apnsID: try r.optionalString("apns_id"),
                                apnsUniqueID: try r.optionalString("apns_unique_id"), status: Int(try r.int("status")), reason: try r.optionalString("reason"),
-                               latencyMS: try r.double("latency_ms"), priority: Int(try r.int("priority")), downgraded: try r.bool("downgraded"), at: try r.date("at"))
+                               latencyMS: try r.double("latency_ms"), priority: try BadRow.decode(Int(try r.int("priority")), as: PushPriority.self, table: "deliveries", id: String(try r.int("id")), column: "priority"), downgraded: try r.bool("downgraded"), at: try r.date("at"))
         d.id = try r.int("id")
         return d
     }
