@@ -36,7 +36,8 @@ public final class IsleServerApp: Service {
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
         let services = APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
-                                                                   authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock))
+                                                                   authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock),
+                                                                   apiKeys: APIKeyDirectory(store: store))
         let router = Self.buildRouter(services: services, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
                                       perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
                                       perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
@@ -57,7 +58,7 @@ public final class IsleServerApp: Service {
         let operations = OperationsController(services: services)
         operations.addRoutes(to: router)
         let v1 = router.group("v1")
-            .add(middleware: APIKeyMiddleware(store: services.store, limiter: limiter, authFailures: services.authFailures, perInstallation: perInstallation, perAddress: perAddress))
+            .add(middleware: APIKeyMiddleware(keys: services.apiKeys, limiter: limiter, authFailures: services.authFailures, perInstallation: perInstallation, perAddress: perAddress))
             .add(middleware: IdempotencyMiddleware(store: services.store, clock: services.clock, bodyLimit: Limits.body))
         operations.addRoutes(to: v1)
         InstallationController(services: services).addRoutes(to: v1)

@@ -17,8 +17,6 @@ import Synchronization
 struct ConsoleController: Sendable {
     let services: APIServices
     let sessions = ConsoleSessions()
-    /// API keys read at most once a second each.
-    let keys = ExpiringCache<APIKeyRecord?>()
 
     func addRoutes(to router: Router<IsleRequestContext>) {
         router.get("console") { request, context in
@@ -40,7 +38,7 @@ struct ConsoleController: Sendable {
             let form = try await Self.form(request)
             let secret = form["key"] ?? ""
             let hash = APIKeys.hash(secret)
-            guard !secret.isEmpty, let key = try await services.store.apiKey(secretHash: hash), key.revokedAt == nil, key.scope == .admin else {
+            guard !secret.isEmpty, let key = try await services.apiKeys.current(hash: hash), key.scope == .admin else {
                 _ = services.authFailures.take(address)
                 return page("Sign in", ConsolePages.login(error: ConsolePages.refusedKey), status: .forbidden)
             }
@@ -109,7 +107,7 @@ struct ConsoleController: Sendable {
     /// most once a second per key): revoking the key ends its sessions within a second.
     func admin(_ request: Request, _ context: IsleRequestContext) async throws -> Admin? {
         if let token = Self.cookie(request), let s = sessions.find(token, now: services.clock.now) {
-            if let key = try await currentKey(s.keyHash), key.scope == .admin, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id) }
+            if let key = try await services.apiKeys.current(hash: s.keyHash), key.scope == .admin, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id) }
             sessions.close(token)
             return nil
         }
@@ -118,18 +116,12 @@ struct ConsoleController: Sendable {
         if let wait = services.authFailures.isExhausted(address) ? services.authFailures.take(address) : nil {
             throw KeyedRateLimiter.tooMany("this address sent keys that cannot sign in: it", services.authFailures.limit, wait)
         }
-        guard let key = try await currentKey(APIKeys.hash(String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces))), key.scope == .admin else {
+        guard let key = try await services.apiKeys.current(secret: String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)), key.scope == .admin else {
             // The same answer for an unknown, revoked or other-scope key: it says nothing about the key.
             _ = services.authFailures.take(address)
             throw APIError(.unauthorized, "unauthenticated", "the console takes an admin key of this server that was not revoked")
         }
         return Admin(bundleID: key.bundleID, keyID: key.id)
-    }
-
-    /// The key with this hash if it exists and is not revoked.
-    func currentKey(_ hash: String) async throws -> APIKeyRecord? {
-        let key = try await keys.value(hash) { try await services.store.apiKey(secretHash: hash) }
-        return key?.revokedAt == nil ? key : nil
     }
 
     func required(_ request: Request, _ context: IsleRequestContext) async throws -> Admin {

@@ -13,13 +13,11 @@ import IsleStore
 /// cannot starve the genuine ones.
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = IsleRequestContext
-    let store: any APIKeyRepository
+    let keys: APIKeyDirectory
     let limiter: RateLimiter?
     var authFailures: KeyedRateLimiter?
     var perInstallation: KeyedRateLimiter?
     var perAddress: KeyedRateLimiter?
-    /// Read at most once a second per key: a revocation takes effect within a second.
-    let keys = ExpiringCache<APIKeyRecord?>()
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let header = request.headers[.authorization] else { return try await next(request, context) }
@@ -29,7 +27,7 @@ struct APIKeyMiddleware: RouterMiddleware {
         let secret = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
         let address = context.remoteAddress ?? "unknown"
         let hash = APIKeys.hash(secret)
-        guard let key = try await keys.value(hash, load: { try await store.apiKey(secretHash: hash) }), key.revokedAt == nil else {
+        guard let key = try await keys.current(hash: hash) else {
             // Wrong keys are throttled per address (a valid key from the same address is not).
             if let authFailures, let wait = authFailures.take(address) { throw KeyedRateLimiter.tooMany("this address sent unknown API keys: it", authFailures.limit, wait) }
             throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
@@ -58,6 +56,26 @@ extension APIKeyMiddleware {
             return "s:" + String(InstallationSecret.hash(secret).prefix(32))
         }
         return nil
+    }
+}
+
+/// The API keys as the server checks them, for the API and the console alike: the key with a
+/// secret's hash, nil when unknown or revoked, read at most once a second per key — so a
+/// revocation takes effect everywhere within a second.
+final class APIKeyDirectory: Sendable {
+    let store: any APIKeyRepository
+    private let cache = ExpiringCache<APIKeyRecord?>()
+    init(store: any APIKeyRepository) { self.store = store }
+
+    func current(hash: String) async throws -> APIKeyRecord? {
+        let key = try await cache.value(hash) { try await store.apiKey(secretHash: hash) }
+        return key?.revokedAt == nil ? key : nil
+    }
+
+    /// The key with this secret, as ``current(hash:)``.
+    func current(secret: String) async throws -> APIKeyRecord? {
+        guard !secret.isEmpty else { return nil }
+        return try await current(hash: APIKeys.hash(secret))
     }
 }
 

@@ -18,6 +18,8 @@ struct APIServices: Sendable {
     var configuration = ServerConfiguration()
     /// Failed sign-ins and unknown API keys, per client address.
     var authFailures: KeyedRateLimiter
+    /// The API keys, as the API and the console check them.
+    var apiKeys: APIKeyDirectory
 
     /// The app, as the engine sees it (read at most once a second).
     func app(_ bundleID: String) async throws -> AppRecord {
