@@ -5,7 +5,7 @@ import IsleStore
 import Logging
 import Testing
 
-/// `isle db copy` (issue 11): the demo's database, copied to PostgreSQL, reads the same there.
+/// `isle db copy` (docs/server.md, "Scale out"): the demo's database, copied to PostgreSQL, reads the same there.
 @Suite("isle db copy")
 struct DbCopyTests {
     @Test("the demo's data copied to PostgreSQL: every row, equal on both sides; a target with data is refused unless --replace")

@@ -5,7 +5,7 @@ import IsleStore
 import Logging
 import Testing
 
-/// `isle serve`'s bounds and secrets (issue 22): every limit, quota, timeout and retention can be
+/// `isle serve`'s bounds and secrets (docs/security.md): every limit, quota, timeout and retention can be
 /// set by flag, environment or config file; bad values are all reported at once; a password never
 /// goes on the command line; config and password files others can read are refused.
 @Suite("isle serve: bounds and secrets settings")

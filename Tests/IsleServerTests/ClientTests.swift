@@ -9,7 +9,7 @@ import IsleStore
 import IsleTesting
 import Testing
 
-/// IsleClient end to end (issue 14): the app (IsleClient + SimulatedActivityKit) ↔ `isle serve` ↔
+/// IsleClient end to end (docs/client.md): the app (IsleClient + SimulatedActivityKit) ↔ `isle serve` ↔
 /// fake APNs ↔ simulated iPhone, with no hand-written HTTP on the app side.
 @Suite("IsleClient end to end")
 struct ClientTests {

@@ -8,7 +8,7 @@ import IsleTesting
 import NIOCore
 import Testing
 
-/// The operator console (issue 13): an admin key signs in, backend and device keys are refused,
+/// The operator console (docs/server.md, "The console"): an admin key signs in, backend and device keys are refused,
 /// pages escape what they print, an update composed there is validated before it is queued.
 /// The same pages in a real Chromium: scripts/browser-test.sh.
 @Suite("Isle server console")

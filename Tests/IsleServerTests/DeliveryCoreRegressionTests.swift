@@ -8,7 +8,7 @@ import Logging
 import Synchronization
 import Testing
 
-/// One test per defect of the first delivery core (issue 9), each against the simulator over
+/// One test per defect of the first delivery core (docs/server.md, "Delivery semantics"), each against the simulator over
 /// HTTP/2 + TLS, with the server on a real SQLite file. (docs/server.md, "Delivery semantics")
 @Suite("Delivery core v2: the defects of v1 stay fixed", .serialized)
 struct DeliveryCoreRegressionTests {

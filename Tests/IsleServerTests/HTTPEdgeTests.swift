@@ -10,7 +10,7 @@ import NIOCore
 import ServiceLifecycle
 import Testing
 
-/// The HTTP edge in Hummingbird's seams (issue 10): the caller in the request context, idempotency
+/// The HTTP edge in Hummingbird's seams (docs/server.md): the caller in the request context, idempotency
 /// committed with the work for every write, one error envelope with the simulator, one ServiceGroup.
 @Suite("HTTP edge")
 struct HTTPEdgeTests {

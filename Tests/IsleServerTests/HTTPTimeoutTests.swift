@@ -7,7 +7,7 @@ import NIOCore
 import NIOPosix
 import Testing
 
-/// Header, body and idle deadlines (issue 22, docs/security.md "Bounded by construction"), from
+/// Header, body and idle deadlines (docs/security.md, "Bounded by construction"), from
 /// raw TCP connections: a client trickling bytes cannot hold a connection past its deadline, and
 /// idle connections are closed — while well-behaved requests on other connections go through.
 @Suite("HTTP deadlines: slow heads, slow bodies and idle connections are closed")

@@ -10,7 +10,7 @@ import NIOCore
 import Synchronization
 import Testing
 
-/// Several real `isle serve` processes on one PostgreSQL (issue 11), against the simulator: traffic
+/// Several real `isle serve` processes on one PostgreSQL (docs/server.md, "Scale out"), against the simulator: traffic
 /// spread over all of them while one is killed with SIGKILL, PostgreSQL is restarted and another
 /// instance is restarted. Needs `ISLE_TEST_POSTGRES_URL` (CI sets it; the PostgreSQL restart also
 /// needs `ISLE_TEST_POSTGRES_CTL`, the cluster script CI started it with).

@@ -2,7 +2,7 @@ import Foundation
 import IsleTesting
 import Testing
 
-/// `isle serve` against a PostgreSQL server that asks for a password (issue 22): a wrong or missing
+/// `isle serve` against a PostgreSQL server that asks for a password (docs/security.md): a wrong or missing
 /// password fails at once, saying so — before, the pool retried until a call's 35-second deadline
 /// and said only that PostgreSQL did not answer. The password is never printed.
 @Suite("isle serve: PostgreSQL that asks for a password")

@@ -8,7 +8,7 @@ import IsleTesting
 import Testing
 
 /// Trust model v2 (docs/security.md): the device key is public, so binding an order or a user to a
-/// phone comes from the backend. Each test is an attack that worked before (issue 22's findings).
+/// phone comes from the backend. Each test is an attack that worked before (docs/security.md).
 @Suite("Trust model v2: binding comes from the backend")
 struct TrustModelV2Tests {
     static let junk = String(repeating: "ee", count: 40)

@@ -3,7 +3,7 @@ import IsleCore
 import IsleServer
 import Testing
 
-/// One wire contract (issue 23): the fields each handler takes (`WireContract`, which the handlers
+/// One wire contract (docs/server.md, "Delivery semantics"): the fields each handler takes (`WireContract`, which the handlers
 /// enforce) are exactly the OpenAPI document's, route by route; IsleClient's bodies pass the
 /// handlers' check in the client tests, so the three cannot drift apart unnoticed.
 @Suite("One wire contract: the handlers' fields are the OpenAPI document's")

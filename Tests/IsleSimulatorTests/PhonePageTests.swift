@@ -6,7 +6,7 @@ import IsleTesting
 import NIOCore
 import Testing
 
-/// The phone page (issue 13): served from the binary, escaped, and live over server-sent events.
+/// The phone page (docs/server.md, "The console"): served from the binary, escaped, and live over server-sent events.
 /// The same page in a real Chromium: scripts/browser-test.sh.
 @Suite("Simulator phone page")
 struct PhonePageTests {

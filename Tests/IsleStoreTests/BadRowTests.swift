@@ -5,7 +5,7 @@ import IsleStore
 import Testing
 
 /// A stored row that does not decode is an error naming its table, row and column — never a
-/// default (issue 23). In the claim, such a job is failed with that reason and its lane moves on:
+/// default (docs/server.md, "Delivery semantics"). In the claim, such a job is failed with that reason and its lane moves on:
 /// it is never sent with a guessed kind or payload, and it blocks nothing.
 @Suite("Bad rows: an error with the row's id, never a default")
 struct BadRowTests {

@@ -18,7 +18,7 @@ struct PostgresStoreTests {
         #expect(try PostgresSettings(url: "postgres://isle@h/db", environment: ["PGPASSWORD": "from-env"]).password == "from-env")
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("pgpass-\(UUID().uuidString)").path
         try "from-file\n".write(toFile: file, atomically: true, encoding: .utf8)
-        // A password file others can read is refused, saying how to fix it (issue 22).
+        // A password file others can read is refused, saying how to fix it (docs/security.md).
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file)
         #expect(throws: StoreError.self) { try PostgresSettings(url: "postgres://isle@h/db?passwordfile=\(file)", environment: [:]) }
         do { _ = try PostgresSettings(url: "postgres://isle@h/db?passwordfile=\(file)", environment: [:]) } catch let e as StoreError {

@@ -122,7 +122,7 @@ struct StoreContractTests {
         #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "shared")?.id == "p1")
         #expect(try await s.liveActivities(bundleID: "com.example.pizza", installationID: "same").map(\.id) == ["p1"])
         #expect(try await s.liveActivities(bundleID: "com.example.other", installationID: "same").isEmpty)
-        // What accepting a push reads: the same activity, with what a push needs (issue 23).
+        // What accepting a push reads: the same activity, with what a push needs (docs/server.md, "Delivery semantics").
         try await s.insertActivity(ActivityRecord(id: "lean", bundleID: "com.example.pizza", attributesType: "T", attributes: ["a": 1], content: ["c": 2], state: .active,
                                                   startedAt: t0, topics: ["t1"], stateReason: "why"))
         let lean = try #require(try await s.activityForPush(id: "lean"))
@@ -391,7 +391,7 @@ struct StoreContractTests {
         try await s.insertActivity(ActivityRecord(id: "after", bundleID: "com.example.pizza", externalKey: "order-1", attributesType: "T", state: .active, updateToken: "tok-after", startedAt: t0))
     }
 
-    // MARK: Delivery core v2 (issue 9): each defect of the first queue, as a contract
+    // MARK: Delivery core v2 (docs/server.md, "Delivery semantics"): each defect of the first queue, as a contract
 
     @Test("a head waiting for its retry blocks the later jobs of its activity, and only of its activity", arguments: StoreKind.allCases)
     func retryBlocksItsLane(_ kind: StoreKind) async throws {
