@@ -13,7 +13,7 @@ struct TicketKeyCommand: AsyncParsableCommand {
         abstract: "Keys that verify the registration tickets your backend signs (the backend keeps the private key).",
         subcommands: [Create.self, Import.self, List.self, Remove.self])
 
-    static func app(_ store: any IsleStore, _ bundleID: String, _ shown: String) async throws -> AppRecord {
+    static func app(_ store: any AppRepository, _ bundleID: String, _ shown: String) async throws -> AppRecord {
         guard let app = try await store.app(bundleID) else { throw CLIError("no app \(bundleID) in \(shown): add it first with isle app add") }
         return app
     }
