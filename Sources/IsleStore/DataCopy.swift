@@ -13,6 +13,19 @@ public enum DataCopy {
         case text(String)
     }
 
+    /// A column as a store declares it: its name, its declared type in that store's dialect, and
+    /// whether it may hold NULL. The store contract compares SQLite's and PostgreSQL's.
+    public struct Column: Sendable, Hashable {
+        public var name: String
+        public var type: String
+        public var nullable: Bool
+        public init(name: String, type: String, nullable: Bool) {
+            self.name = name
+            self.type = type
+            self.nullable = nullable
+        }
+    }
+
     /// A table's rows, by column name.
     public struct Table: Sendable {
         public var name: String

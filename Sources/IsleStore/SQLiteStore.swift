@@ -853,6 +853,14 @@ public final class SQLiteStore: IsleStore {
     }
 
     /// Every row of `table` (one of ``DataCopy/tables``), as stored.
+    /// The columns of a copied table as migrated here.
+    public func columns(of table: String) async throws -> [DataCopy.Column] {
+        guard DataCopy.tables.contains(table) else { throw StoreError(.notFound, "no table \(table)") }
+        return try await pool.read { db in
+            try db.columns(in: table).map { DataCopy.Column(name: $0.name, type: $0.type.uppercased(), nullable: !$0.isNotNull && $0.primaryKeyIndex == 0) }
+        }
+    }
+
     public func exportTable(_ table: String) async throws -> DataCopy.Table {
         guard DataCopy.tables.contains(table) else { throw StoreError(.notFound, "no table \(table) to copy") }
         return try await pool.read { db in

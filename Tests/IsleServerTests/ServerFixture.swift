@@ -141,7 +141,9 @@ final class ServerFixture: Sendable {
                 try? await f.http.shutdown()
                 throw error
             }
-            await f.kill()
+            // Gracefully: cancelling can race NIO's accept of a connection a client is still
+            // opening (apple/swift-nio#3481), which traps; a graceful stop never does.
+            await f.stop()
             try await f.http.shutdown()
         }
     }

@@ -36,6 +36,36 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("the two schemas do not drift: every table has the same columns in SQLite and PostgreSQL, of the same kind and nullability", .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))
+    func schemasAgree() async throws {
+        let pg = try await PostgresTestDatabase.fresh()
+        try await pg.migrate()
+        let sqlite = try SQLiteStore(path: FileManager.default.temporaryDirectory.appendingPathComponent("isle-schema-\(UUID().uuidString).sqlite").path)
+        try await sqlite.migrate()
+        // Where the dialects differ by design: PostgreSQL numbers rows explicitly where SQLite has its rowid.
+        let postgresOnly: Set<String> = ["activities.ord", "high_priority_sends.id"]
+        // A type of one dialect, as the kind of value it holds.
+        func kind(_ type: String) -> String {
+            switch type.uppercased() {
+            case "TEXT": "text"
+            case "INTEGER", "BIGINT", "BOOLEAN": "integer"
+            case "REAL", "DOUBLE PRECISION": "real"
+            default: type
+            }
+        }
+        for table in DataCopy.tables {
+            let s = Dictionary(uniqueKeysWithValues: try await sqlite.columns(of: table).map { ($0.name, $0) })
+            let p = Dictionary(uniqueKeysWithValues: try await pg.columns(of: table).map { ($0.name, $0) }.filter { !postgresOnly.contains("\(table).\($0.0)") })
+            #expect(s.count >= 2 && p.count >= 2, "\(table): no columns read")
+            #expect(Set(s.keys) == Set(p.keys), "\(table): only in SQLite \(Set(s.keys).subtracting(p.keys).sorted()), only in PostgreSQL \(Set(p.keys).subtracting(s.keys).sorted())")
+            for (name, c) in s {
+                guard let other = p[name] else { continue }
+                #expect(kind(c.type) == kind(other.type), "\(table).\(name): SQLite \(c.type), PostgreSQL \(other.type)")
+                #expect(c.nullable == other.nullable, "\(table).\(name): nullable in SQLite \(c.nullable), in PostgreSQL \(other.nullable)")
+            }
+        }
+    }
+
     @Test("a refused password, user or database fails at once with its own message, never the password", .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))
     func refusedCredentials() async throws {
         let base = try PostgresSettings(url: try #require(PostgresTestDatabase.url))

@@ -810,6 +810,18 @@ extension PostgresStore {
     /// Writes `table`'s rows into the table of the same name, in one transaction per table:
     /// SQLite's 0/1 become booleans where PostgreSQL has them; columns PostgreSQL does not have are
     /// refused by name. `replace` empties every copied table first (in the first call).
+    /// The columns of a copied table as migrated here.
+    public func columns(of table: String) async throws -> [DataCopy.Column] {
+        guard DataCopy.tables.contains(table) else { throw StoreError(.notFound, "no table \(table)") }
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_name = $1 AND table_schema = current_schema() ORDER BY ordinal_position",
+                                [.text(table)], logger: log).map { r in
+                DataCopy.Column(name: try r.string("column_name"), type: try r.string("data_type"), nullable: try r.string("is_nullable") == "YES")
+            }
+        }
+    }
+
     public func importTable(_ table: DataCopy.Table, replacing: Bool) async throws {
         guard DataCopy.tables.contains(table.name) else { throw StoreError(.notFound, "no table \(table.name) to copy into") }
         let log = logger
