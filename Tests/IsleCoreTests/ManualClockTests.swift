@@ -25,7 +25,10 @@ struct ManualClockTests {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: .seconds(10))
         while !condition() {
-            guard clock.now < deadline else { throw CancellationError() }
+            guard clock.now < deadline else {
+                Issue.record("\(what) did not happen within 10 seconds")
+                throw CancellationError()
+            }
             await Task.yield()
         }
     }
