@@ -32,21 +32,19 @@ public struct ClaimedJob: Sendable, Hashable {
 /// of its own between its claim and its send: the installation of a start or widgets push (its
 /// tokens), the activity's installation for a priority-10 update (whether frequent pushes are
 /// on), and that activity's priority-10 sends in the last hour (the budget, docs/protocol.md §4).
-public struct ClaimReads: Sendable, Hashable {
+public struct ClaimReads: Sendable {
     /// The installation to read: (bundle id, installation id).
-    public var installation: (bundleID: String, id: String)? { installationKey.map { ($0.bundleID, $0.id) } }
+    public var installation: (bundleID: String, id: String)?
     /// The activity whose priority-10 sends since ``since`` to count.
     public var highPriorityActivity: String?
     public var since: Date
-    private var installationKey: Key?
-    private struct Key: Sendable, Hashable { var bundleID: String; var id: String }
 
     public init(_ job: PushJob, activity: ActivityRecord?, now: Date) {
         since = now.addingTimeInterval(-3600)
         if job.kind == .start || job.kind == .widgets {
-            installationKey = job.installationID.map { Key(bundleID: job.bundleID, id: $0) }
+            installation = job.installationID.map { (job.bundleID, $0) }
         } else if job.kind != .broadcast, DeliveryPlanner.wantsHighPriority(job), let a = activity {
-            installationKey = a.installationID.map { Key(bundleID: a.bundleID, id: $0) }
+            installation = a.installationID.map { (a.bundleID, $0) }
             highPriorityActivity = a.id
         }
     }

@@ -84,7 +84,13 @@ public final class DeliveryEngine: Service {
         let now = clock.now
         do {
             guard let due = try await store.nextDue(after: now, excludingApps: held) else { return }
-            wake(at: due)
+            if due > now { return wake(at: due) }
+            // Due already but not claimed (its lane busy in another process): look again in a
+            // moment of real time — not on the injected clock, which a test may never move again.
+            Task { [weak self] in
+                try? await Task.sleep(for: .milliseconds(50))
+                self?.wake()
+            }
         } catch {
             // The database is away: the claim that fails next says so and backs off.
             wake(at: now.addingTimeInterval(1))

@@ -146,10 +146,9 @@ public protocol IsleQueue: Sendable {
     /// Calls `wake` whenever queued work is committed by any process sharing the store, until
     /// cancelled. Stores with one process return at once (the engine wakes itself).
     func listenForWork(_ wake: @escaping @Sendable () -> Void) async
-    /// When the engine should look again, given nothing claimable is left at `now`: the earliest
-    /// time a lane head (a retry, a budget or token wait) or a scheduled job of an app not in
-    /// `excludingApps` comes due; shortly after `now` when a head is due already but was not
-    /// claimed (its lane busy in another process); nil when nothing waits.
+    /// The earliest time a lane head (a retry, a budget or token wait) or a scheduled job of an
+    /// app not in `excludingApps` comes due — at or before `now` when one is due already but was
+    /// not claimed (its lane busy in another process); nil when nothing waits.
     func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date?
     /// The lane's waiting head may go now (e.g. the update token it waited for arrived).
     func wakeLane(activityID: String, now: Date) async throws
@@ -217,11 +216,3 @@ extension ActivityLifecycle {
     static let pushChangesSQL = pushChangesStates.map { "'\($0.rawValue)'" }.joined(separator: ", ")
 }
 
-extension Date {
-    /// ``IsleQueue/nextDue(after:excludingApps:)`` from the earliest due time the store found.
-    static func nextDue(_ earliest: Date?, after now: Date) -> Date? {
-        guard let earliest else { return nil }
-        // Due already but not claimed: look again in a moment, not in a loop.
-        return earliest > now ? earliest : now.addingTimeInterval(0.05)
-    }
-}

@@ -417,7 +417,7 @@ public final class MemoryStore: IsleStore {
             let waiting = s.jobs.values.filter { j in
                 !excludingApps.contains(j.job.bundleID) && (j.job.state == .scheduled || (j.job.state == .queued && j.isHead))
             }
-            return Date.nextDue(waiting.map(\.job.runAt).min(), after: now)
+            return waiting.map(\.job.runAt).min()
         }
     }
 

@@ -789,7 +789,7 @@ public final class SQLiteStore: IsleStore {
                 SELECT MIN(t) FROM (SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_ready WHERE is_head = 1 AND state = 'queued'\(apps)
                     UNION ALL SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled'\(apps))
                 """, arguments: arguments + arguments)
-            return Date.nextDue(earliest.map { Date(timeIntervalSince1970: $0) }, after: now)
+            return earliest.map { Date(timeIntervalSince1970: $0) }
         }
     }
 

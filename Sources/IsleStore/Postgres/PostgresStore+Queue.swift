@@ -394,7 +394,7 @@ extension PostgresStore {
                     UNION ALL SELECT MIN(run_at) FROM jobs WHERE state = 'scheduled' AND NOT (bundle_id = ANY($1::text[]))) AS due
                 """, [.texts(excludingApps.sorted())], logger: log)?.optionalDouble("t")
         }
-        return Date.nextDue(earliest.map { Date(timeIntervalSince1970: $0) }, after: now)
+        return earliest.map { Date(timeIntervalSince1970: $0) }
     }
 
     /// Results written while another batch commits wait and go together in the next transaction
