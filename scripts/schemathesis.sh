@@ -18,17 +18,34 @@ if ! command -v schemathesis >/dev/null; then
   [ -x .venv-schemathesis/bin/schemathesis ] || { python3 -m venv .venv-schemathesis && .venv-schemathesis/bin/pip install --quiet schemathesis; }
   PATH="$PWD/.venv-schemathesis/bin:$PATH"
 fi
-# APNs is the simulator (channel creation and deletion go to it).
+# APNs is the simulator (channel creation and deletion go to it). The device-key limits are raised
+# so generated requests reach the handlers rather than the rate limiter (attack.sh checks the limits).
+ISLE_SERVE_FLAGS="--installation-rate 5000/s,burst=10000 --address-rate 5000/s,burst=10000 --device-rate 5000/s,burst=10000"
 source scripts/isle-stack.sh
 isle_stack 18443
-# The device runs as an app does: with its installation's secret, so device routes are exercised
-# past the secret check (requests for other installations are refused with 403, as documented).
-SECRET=$(curl -s -X PUT "$SERVER/v1/installations/schemathesis-phone" -H "Authorization: Bearer $DEVICE" -d '{}' \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["installationSecret"])')
+ISLE=.build/debug/isle
+ticket() { "$ISLE" ticket --key "$TICKET_KEY" --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --ttl 3600 "$@"; }
+json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+# Records that exist, as an app and its backend make them: the installation (its user from a
+# ticket), a live activity on the simulated phone registered with the backend's ticket for its
+# order key and a topic. scripts/schemathesis_hooks.py puts them (and a valid ticket) into most
+# generated requests, so device and backend routes run past "not found" and the secret check.
+SECRET=$(curl -sf -X PUT "$SERVER/v1/installations/schemathesis-phone" -H "Authorization: Bearer $DEVICE" \
+  -d "{\"ticket\":\"$(ticket --user schemathesis-user --installation schemathesis-phone)\"}" | json_field installationSecret)
+TOKEN=$(curl -sf -X POST "$SIM_CONTROL/devices/device-1/apps/com.example.pizza/activities" -d '{"attributesType":"PizzaDeliveryAttributes",
+  "attributes":{"numberOfPizzas":1,"totalAmount":"$9.00","orderNumber":"4242"},
+  "contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]},"waitForPushToken":true}' | json_field updateToken)
+ACTIVITY=$(curl -sf -X POST "$SERVER/v1/activities" -H "Authorization: Bearer $DEVICE" -H "Isle-Installation-Secret: $SECRET" \
+  -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"installationID\":\"schemathesis-phone\",
+       \"externalKey\":\"order-4242\",\"topics\":[\"kitchen\"],\"ticket\":\"$(ticket --external-key order-4242 --installation schemathesis-phone)\"}" | json_field id)
+export SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}"
+export ISLE_ST_INSTALLATION=schemathesis-phone ISLE_ST_ACTIVITY="$ACTIVITY" ISLE_ST_KEY=order-4242 ISLE_ST_TOPIC=kitchen ISLE_ST_USER=schemathesis-user
+export ISLE_ST_TICKET="$(ticket --external-key order-4243 --user schemathesis-user --installation schemathesis-phone)" ISLE_ST_TICKET_KEY=order-4243
+echo "records: installation schemathesis-phone, activity $ACTIVITY (order-4242, topic kitchen), user schemathesis-user"
 status=0
-schemathesis run "$SERVER/openapi.json" -H "Authorization: Bearer $BACKEND" \
+schemathesis --config-file scripts/schemathesis.toml run "$SERVER/openapi.json" -H "Authorization: Bearer $BACKEND" \
   --checks all --seed "$SEED" --max-examples "$MAX_EXAMPLES" --no-color || status=1
-schemathesis run "$SERVER/openapi.json" -H "Authorization: Bearer $DEVICE" -H "Isle-Installation-Secret: $SECRET" \
+schemathesis --config-file scripts/schemathesis.toml run "$SERVER/openapi.json" -H "Authorization: Bearer $DEVICE" -H "Isle-Installation-Secret: $SECRET" \
   --checks all --seed "$SEED" --max-examples "$MAX_EXAMPLES" --no-color || status=1
 if grep -q " 500 \|status=500" "$DIR/serve.log"; then echo "the server logged a 500"; status=1; fi
 exit $status

@@ -79,7 +79,7 @@ struct EndToEndTests {
             #expect(thief.status == 400 && thief.json["error"]?["field"] == "installationID" && thief.json["error"]?["attributes"] == nil, "\(thief.json.jsonString)")
             let thief2 = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(String(repeating: "ee", count: 40)), "externalKey": "order-12345"],
                                               installation: "thief", ticket: "")
-            #expect(thief2.status == 400 && thief2.json["error"]?["field"] == "ticket", "\(thief2.json.jsonString)")
+            #expect(thief2.status == 403 && thief2.json["error"]?["code"] == "ticketRequired" && thief2.json["error"]?["field"] == "ticket", "\(thief2.json.jsonString)")
             let link = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: [
                 "attributesType": "PizzaDeliveryAttributes", "token": .string(try await f.sim.world.waitForPushToken(activityID: started.id, on: f.device)), "externalKey": "order-12345", "installationID": "inst-1",
             ], headers: [("Isle-Installation-Secret", secret)])

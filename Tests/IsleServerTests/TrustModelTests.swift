@@ -69,7 +69,7 @@ struct TrustModelTests {
             // Without the backend's ticket for the key: refused before anything is looked up.
             let takeover = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.otherToken), "externalKey": "order-1234"],
                                                 installation: "attacker", ticket: "")
-            #expect(takeover.status == 400 && takeover.json["error"]?["field"] == "ticket", "\(takeover.json.jsonString)")
+            #expect(takeover.status == 403 && takeover.json["error"]?["code"] == "ticketRequired" && takeover.json["error"]?["field"] == "ticket", "\(takeover.json.jsonString)")
             // Even with a genuine ticket for the key (say one leaked), another installation gets a
             // 409 that names nobody's activity.
             let leaked = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.otherToken), "externalKey": "order-1234"],

@@ -26,7 +26,7 @@ struct TrustModelV2Tests {
     func squatting() async throws {
         try await ServerFixture.with { f in
             let squat = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.junk), "externalKey": "order-8888"], installation: "attacker", ticket: "")
-            #expect(squat.status == 400 && squat.json["error"]?["field"] == "ticket", "\(squat.json.jsonString)")
+            #expect(squat.status == 403 && squat.json["error"]?["code"] == "ticketRequired" && squat.json["error"]?["field"] == "ticket", "\(squat.json.jsonString)")
             // A ticket for the attacker's own order does not cover another key.
             let other = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(Self.junk), "externalKey": "order-8888"],
                                              installation: "attacker", ticket: f.ticket(key: "order-1111"))

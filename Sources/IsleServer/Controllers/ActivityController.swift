@@ -95,14 +95,15 @@ struct ActivityController {
         // Any other key comes from the backend: its ticket names the key (and maybe the installation).
         if let key = r.externalKey {
             guard let ticketText = r.ticket else {
-                throw APIError.invalid("ticket", "externalKey needs a registration ticket from your backend naming it (the device key is public, so Isle never takes an order key on the device's word); or register without externalKey and let the backend bind it with PUT /v1/activities/{id}/key")
+                // Well-formed but not authorized for that key: a 403, as for a ticket that does not name it.
+                throw APIError(.forbidden, "ticketRequired", "externalKey needs a registration ticket from your backend naming it (the device key is public, so Isle never takes an order key on the device's word); or register without externalKey and let the backend bind it with PUT /v1/activities/{id}/key", field: "ticket")
             }
             let ticket: RegistrationTicket
             do { ticket = try RegistrationTicket.verify(ticketText, app: app, now: services.clock.now) } catch { throw error.apiError() }
             guard ticket.externalKey == key else { throw APIError(.forbidden, "invalidTicket", "the ticket does not name externalKey \(key)", field: "ticket") }
             if let bound = ticket.installationID, bound != installationID { throw APIError(.forbidden, "invalidTicket", "the ticket is for another installation", field: "ticket") }
         } else if r.ticket != nil {
-            throw APIError.invalid("ticket", "a ticket goes with the externalKey it names")
+            throw APIError(.forbidden, "invalidTicket", "a ticket binds the externalKey it names, and this registration names none: send externalKey with it", field: "ticket")
         }
         let live = try await store.liveActivities(bundleID: caller.bundleID, installationID: installationID)
         guard live.count < services.configuration.quotas.liveActivitiesPerInstallation else {
