@@ -380,7 +380,8 @@ struct HostileInputTests {
             let state = Pizza.state("A").jsonString
             // (method, path, a valid body) for every write route.
             let routes: [(String, String, String)] = [
-                ("PUT", "/v1/installations/inst-1", #"{"userID":"u1","pushToStartTokens":{"PizzaDeliveryAttributes":"\#(token)"},"widgetToken":"\#(token)","liveActivitiesEnabled":true,"frequentPushesEnabled":false}"#),
+                ("PUT", "/v1/installations/inst-1", #"{"ticket":"\#(f.ticket(user: "u1", installation: "inst-1"))","pushToStartTokens":{"PizzaDeliveryAttributes":"\#(token)"},"widgetToken":"\#(token)","liveActivitiesEnabled":true,"frequentPushesEnabled":false,"environment":"sandbox"}"#),
+                ("PUT", "/v1/installations/inst-1/user", #"{"userID":"u1"}"#),
                 ("POST", "/v1/activities", #"{"attributesType":"PizzaDeliveryAttributes","token":"\#(token)","externalKey":"o-1","installationID":"inst-1","topics":["t"],"relevanceScore":10,"ticket":"\#(f.ticket(key: "o-1"))"}"#),
                 ("PUT", "/v1/activities/\(id)/key", #"{"externalKey":"bound-1"}"#),
                 ("PUT", "/v1/activities/\(id)/token", #"{"token":"\#(token)"}"#),
