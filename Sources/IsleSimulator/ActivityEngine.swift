@@ -81,7 +81,7 @@ struct ActivityEngine {
         guard let first = late.first, let v = first.value.numberValue?.doubleValue else { return outcome }
         var o = outcome
         let shown = Date(timeIntervalSinceReferenceDate: v)
-        o.sentence += " Flagged: \(first.path) = \(first.value.briefDescription) decodes as \(Clock.text(shown)), about 31 years late — it looks like Unix time; send \(Int64(v - ActivityKitEncoding.referenceDateOffset))."
+        o.sentence += " Flagged: \(first.path) = \(first.value.briefDescription) decodes as \(Clock.text(shown)), about 31 years late — it looks like Unix time; send \(Int64(saturating: v - ActivityKitEncoding.referenceDateOffset))."
         o.field = first.path
         o.expected = "seconds since 2001-01-01"
         o.found = "Unix time \(first.value.briefDescription)"

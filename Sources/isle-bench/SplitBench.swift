@@ -151,6 +151,36 @@ struct SplitBench: AsyncParsableCommand {
         let updateUS = updateSeconds * 1e6 / Double(updates)
         let simUS = simSeconds * 1e6 / Double(updates)
 
+        // Parts of an update, each beside a bare request measured just before it: the same POST to
+        // an activity that does not exist (key check, body read and parse, one indexed read, a 404:
+        // the request side without validation or a write), and the same update with sendAt a day
+        // ahead (validated and committed durably as a scheduled job, never delivered in this run:
+        // accepting alone). Delivering is what the update costs beyond accepting it.
+        let partCount = max(1, updates / rounds)
+        let missing = dir + "/missing.txt"
+        try ids.map { "\(base)/v1/activities/act_missing-\($0.suffix(12))/update" }.joined(separator: "\n").write(toFile: missing, atomically: true, encoding: .utf8)
+        let later = dir + "/later.json"
+        try #"{"contentState":{"home":1,"away":0},"alert":{"title":"Goal","body":"1–0"},"priority":5,"sendAt":\#(Int(Date().timeIntervalSince1970) + 86_400)}"#
+            .write(toFile: later, atomically: true, encoding: .utf8)
+        var partFloor = 0.0, notFoundUS = 0.0, acceptUS = 0.0
+        do {
+            let cpu0 = try Self.cpu(of: server.pid)
+            let bareRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", base + "/health"])
+            guard Self.succeeded(bareRun) >= partCount else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
+            let cpu1 = try Self.cpu(of: server.pid)
+            let missingRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
+                                                       "-H", "content-type: application/json", "-i", missing])
+            guard Self.statusCount(missingRun, "4xx") == partCount else { throw ValidationError("updates to missing activities: \(Self.summary(missingRun))") }
+            let cpu2 = try Self.cpu(of: server.pid)
+            let laterRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", "-d", later, "-H", "authorization: Bearer \(backend)",
+                                                     "-H", "content-type: application/json", "-i", uris])
+            guard Self.succeeded(laterRun) == partCount else { throw ValidationError("scheduled updates: \(Self.summary(laterRun))") }
+            let cpu3 = try Self.cpu(of: server.pid)
+            partFloor = (cpu1 - cpu0) * 1e6 / Double(partCount)
+            notFoundUS = (cpu2 - cpu1) * 1e6 / Double(partCount)
+            acceptUS = (cpu3 - cpu2) * 1e6 / Double(partCount)
+        }
+
         // 3. Fan-out: one request, `fanOut` deliveries, `fanOutRounds` times.
         var fanUS = 0.0
         var fanSeconds = 0.0
@@ -191,6 +221,8 @@ struct SplitBench: AsyncParsableCommand {
         print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (rounds %.1f–%.1f×; simulator %.0f µs)",
                      name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS,
                      roundRatios.min() ?? 0, roundRatios.max() ?? 0, simUS))
+        print(String(format: "%@ · parts (%d each, beside %.0f µs per bare request measured just before): the update POST answered 404 %.0f µs = %.1f×; accepted for later (validated, committed, not delivered) %.0f µs = %.1f×; so delivering ≈ %.0f µs = %.1f× of the update's",
+                     name, partCount, partFloor, notFoundUS, notFoundUS / partFloor, acceptUS, acceptUS / partFloor, updateUS - acceptUS, (updateUS - acceptUS) / bareUS))
         if fanOut > 0, fanOutRounds > 0 {
             print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
@@ -296,6 +328,15 @@ struct SplitBench: AsyncParsableCommand {
         for line in output.split(separator: "\n") where line.hasPrefix("requests:") {
             let words = line.split(separator: " ")
             if let i = words.firstIndex(of: "succeeded,"), i > 0 { return Int(words[i - 1]) ?? 0 }
+        }
+        return 0
+    }
+
+    /// "status codes: A 2xx, B 3xx, C 4xx, D 5xx": the count of one class.
+    static func statusCount(_ output: String, _ kind: String) -> Int {
+        for line in output.split(separator: "\n") where line.hasPrefix("status codes:") {
+            let words = line.replacingOccurrences(of: ",", with: "").split(separator: " ")
+            if let i = words.firstIndex(where: { $0 == kind }), i > 0 { return Int(words[i - 1]) ?? 0 }
         }
         return 0
     }

@@ -97,6 +97,20 @@ struct DeviceRuleTests {
         #expect(r.outcome?.field == "content-state.deliveryTimer[0]")
     }
 
+    @Test("a Date too large for any integer is flagged without stopping the simulator", arguments: [1e308, 9.3e18, -1e308])
+    func hugeDate(_ huge: Double) async throws {
+        let f = try DeviceFixture()
+        let a = try await f.start()
+        let payload: JSONValue = ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970)), "event": "update",
+                                          "content-state": ["driverName": "Anne", "deliveryTimer": [.int(788_918_400), .double(huge)]]]]
+        let r = await f.push(a.updateToken!, payload)
+        #expect(r.outcome != nil)
+        // Still answering pushes afterwards.
+        let next = await f.push(a.updateToken!, ["aps": ["timestamp": .int(Int64(f.now.timeIntervalSince1970) + 1), "event": "update",
+                                                         "content-state": ["driverName": "Bob", "deliveryTimer": [788_918_400, 788_919_900]]]])
+        #expect(next.outcome?.code == .applied)
+    }
+
     @Test("8 hours active, then the system ends it; 4 more hours on the Lock Screen; never past 12 h")
     func lifetime() async throws {
         let f = try DeviceFixture()
