@@ -26,6 +26,10 @@ curl -s -X POST http://127.0.0.1:18080/devices/device-1/apps/com.example.pizza/a
   -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":3,"totalAmount":"$42.00","orderNumber":"12345"},"contentState":{"driverName":"Bill James","deliveryTimer":[788918400,788919900]},"waitForPushToken":true}' > /dev/null
 TOKEN=$(curl -s http://127.0.0.1:18080/devices/device-1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["activities"][0]["updateToken"])')
 
+# The provider key is its owner's alone: any local user could mint tokens the simulator accepts.
+MODE=$(stat -c %a /tmp/isle-sim/AuthKey_SIMKEY0001.p8)
+[ "$MODE" = 600 ] || { echo "the simulator's provider key is mode $MODE, not 600"; exit 1; }
+
 # --- README: push to it with isle push --------------------------------------------------------
 export ISLE_APNS_URL=https://127.0.0.1:18443 ISLE_APNS_CA_CERT=/tmp/isle-sim/ca.pem
 export ISLE_APNS_KEY=/tmp/isle-sim/AuthKey_SIMKEY0001.p8 ISLE_APNS_KEY_ID=SIMKEY0001 ISLE_APNS_TEAM_ID=SIMTEAM001 ISLE_BUNDLE_ID=com.example.pizza

@@ -154,7 +154,13 @@ struct SimCommand: AsyncParsableCommand {
         let keyPath = folder + "/AuthKey_\(keyID).p8"
         do {
             try sim.apns.register(RegisteredKey(keyID: keyID, teamID: teamID, publicKeyPEM: key.publicKey.pemRepresentation))
-            try key.pemRepresentation.write(toFile: keyPath, atomically: true, encoding: .utf8)
+            // Owner-only (0600): with this key any local user could mint tokens the simulator accepts.
+            // Written to a new file each start, so an older copy's looser mode does not survive.
+            try? FileManager.default.removeItem(atPath: keyPath)
+            guard FileManager.default.createFile(atPath: keyPath, contents: Data((key.pemRepresentation + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+                throw CLIError("--dir: cannot write the provider key to \(keyPath)")
+            }
+            chmod(keyPath, 0o600)
         } catch let e as SimulatorError {
             throw CLIError("--key-id/--team-id: \(e.message)")
         }

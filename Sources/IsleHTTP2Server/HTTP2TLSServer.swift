@@ -66,6 +66,11 @@ public struct HTTP2ServerResponse: Sendable {
 /// ``bind(configuration:logger:handler:)`` binds at once so the port is known; ``run()`` serves
 /// until its task is cancelled or the service group shuts down.
 public final class HTTP2TLSServer: Service {
+    /// Connection ids are unique in the process, not per listener: the fake APNs keeps each
+    /// connection's provider-token state by id, and its three hosts (device, broadcast, channel
+    /// management) are three listeners — numbered each from 1, a fresh connection to one host
+    /// inherited another host's token history (429 TooManyProviderTokenUpdates).
+    private static let connectionCounter = Atomic<Int>(0)
     public struct Configuration: Sendable {
         public var host: String
         /// 0 picks a free port.
@@ -137,7 +142,6 @@ public final class HTTP2TLSServer: Service {
             HTTP2Setting(parameter: .maxHeaderListSize, value: HPACKDecoder.defaultMaxHeaderListSize),
         ]
         let http2Configuration = h2
-        let counter = Atomic<Int>(0)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
@@ -148,7 +152,7 @@ public final class HTTP2TLSServer: Service {
                     let multiplexer = try channel.pipeline.syncOperations.configureAsyncHTTP2Pipeline(mode: .server, configuration: http2Configuration) { stream in
                         stream.eventLoop.makeCompletedFuture { try StreamChannel(wrappingChannelSynchronously: stream) }
                     }
-                    let id = counter.wrappingAdd(1, ordering: .relaxed).newValue
+                    let id = Self.connectionCounter.wrappingAdd(1, ordering: .relaxed).newValue
                     return (id, channel, multiplexer)
                 }
             }

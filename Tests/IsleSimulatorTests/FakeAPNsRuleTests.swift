@@ -241,6 +241,22 @@ struct FakeAPNsRuleTests {
         }
     }
 
+    @Test("each host's connections are their own: a fresh connection to channel management or broadcasts takes a new token after the device host used another")
+    func connectionsPerHost() async throws {
+        try await SimFixture.with { f in
+            #expect(try await Rules.device(f).status == 200)
+            // Later, a new token: on new connections to the other hosts it is their first.
+            f.clock.advance(by: 60)
+            let created = try await f.raw.send("/1/apps/\(Pizza.bundleID)/channels", headers: [("authorization", "bearer \(f.raw.jwt(iat: f.clock.now))")],
+                                               body: Array(#"{"message-storage-policy":0,"push-type":"LiveActivity"}"#.utf8))
+            #expect(created.status == 201, "\(created.status) \(String(decoding: created.body, as: UTF8.self))")
+            f.clock.advance(by: 60)
+            let channel = try #require(created.header("apns-channel-id"))
+            let broadcast = try await f.raw.send("/4/broadcasts/apps/\(Pizza.bundleID)", headers: Rules.bheaders(f, [("apns-channel-id", channel)]), body: Rules.validBody)
+            #expect(broadcast.status == 200, "\(broadcast.status) \(String(decoding: broadcast.body, as: UTF8.self))")
+        }
+    }
+
     @Test("another team's token on the same connection: 403 UnrelatedKeyIdInToken")
     func teamBinding() async throws {
         try await SimFixture.with { f in
