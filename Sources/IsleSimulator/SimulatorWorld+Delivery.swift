@@ -117,6 +117,12 @@ extension SimulatorWorld {
                            field: "content-state", expected: "what the app's ContentState decodes", found: problem)
     }
 
+    /// The app a topic addresses: `com.example.pizza.push-type.liveactivity` → `com.example.pizza`.
+    static func bundleID(ofTopic topic: String) -> String {
+        guard let r = topic.range(of: ".push-type.") else { return topic }
+        return String(topic[..<r.lowerBound])
+    }
+
     /// When APNs stops trying: `apns-expiration` (0: not stored; absent: `limit` from now).
     func storageEnd(_ expiration: Int64?, from now: Date, limit: TimeInterval) -> Date {
         guard let expiration else { return now.addingTimeInterval(limit) }
@@ -124,9 +130,12 @@ extension SimulatorWorld {
         return min(Date(timeIntervalSince1970: Double(expiration)), now.addingTimeInterval(limit))
     }
 
-    /// Keeps `push` for an offline device, replacing the one stored for the same app and activity.
+    /// Keeps `push` for an offline device, replacing the one stored for the same app: APNs stores
+    /// one notification per app for an offline device, the newest (Apple, "Sending notification
+    /// requests to APNs", Quality of Service, Store-and-Forward; docs/simulator.md). Two activities
+    /// of one app updated while the phone is offline: only the last push reaches it.
     func store(_ s: inout State, _ push: StoredPush, deviceID: String) -> PushOutcome {
-        let key = { (p: StoredPush) in p.token.map { "t:\($0)" } ?? "c:\(p.channelID ?? ""):\(p.activityID ?? "")" }
+        let key = { (p: StoredPush) in p.token != nil ? "a:\(Self.bundleID(ofTopic: p.topic))" : "c:\(p.channelID ?? ""):\(p.activityID ?? "")" }
         let mine = key(push)
         let now = push.receivedAt
         guard push.expiresAt > now else {
@@ -142,7 +151,7 @@ extension SimulatorWorld {
         }
         s.devices[deviceID]!.storedPushes.append(push)
         let why = replaced.map { r in
-            r.collapseID != nil && r.collapseID == push.collapseID ? "; it replaces the stored push with the same apns-collapse-id \(r.collapseID!)" : "; it replaces the one stored before (APNs keeps one per app and activity)"
+            r.collapseID != nil && r.collapseID == push.collapseID ? "; it replaces the stored push with the same apns-collapse-id \(r.collapseID!)" : "; it replaces the one stored before for this app\(r.token != push.token ? ", sent to another of its tokens" : "") (APNs keeps one per app)"
         } ?? ""
         return PushOutcome(.storedWhileOffline, "Stored by APNs: the device is offline; delivered when it comes back, until \(Clock.text(push.expiresAt))\(why).")
     }

@@ -78,7 +78,7 @@ struct FidelityTests {
             #expect(r.status == 200 && r.outcome?.code == .storedWhileOffline)
         }
         #expect(try f.activity(a.id).contentState["driverName"] == "Bill James", "nothing reaches an offline device")
-        #expect(try f.world.device(f.device).storedPushes.count == 1, "APNs keeps one per app and activity")
+        #expect(try f.world.device(f.device).storedPushes.count == 1, "APNs keeps one per app")
         try await f.world.setOnline(f.device, true)
         #expect(try f.activity(a.id).contentState["driverName"] == "third")
         let applied = try f.world.device(f.device).events.filter { $0.outcome?.code == .applied }
@@ -92,6 +92,22 @@ struct FidelityTests {
         try await f.world.setOnline(f.device, true)
         #expect(try f.activity(a.id).contentState["driverName"] == "third")
         #expect(try f.world.device(f.device).events.last { $0.outcome?.code == .expiredWhileOffline }?.message.contains("Missed") == true)
+    }
+
+    @Test("3 · two activities of one app updated while the phone is offline: APNs keeps one push per app, so only the newest arrives")
+    func offlineStoragePerApp() async throws {
+        let f = try DeviceFixture()
+        let a = try await f.start()
+        let b = try await f.start()
+        try await f.world.setOnline(f.device, false)
+        let first = await f.push(a.updateToken!, Pizza.update(f.now, driver: "to A"), priority: 10)
+        #expect(first.outcome?.code == .storedWhileOffline)
+        let second = await f.push(b.updateToken!, Pizza.update(f.now.addingTimeInterval(1), driver: "to B"), priority: 10)
+        #expect(second.outcome?.sentence.contains("sent to another of its tokens") == true, "\(second.outcome?.sentence ?? "")")
+        #expect(try f.world.device(f.device).storedPushes.count == 1)
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.activity(b.id).contentState["driverName"] == "to B")
+        #expect(try f.activity(a.id).contentState["driverName"] == "Bill James", "A's update was replaced by B's while offline")
     }
 
     @Test("3 · a broadcast channel's storage policy decides what an offline subscriber gets: 1 keeps the latest up to 8 h, 0 nothing")
