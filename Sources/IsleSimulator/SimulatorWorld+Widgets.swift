@@ -98,6 +98,11 @@ extension SimulatorWorld {
         return o
     }
 
+    /// Fetches timelines without following redirects: the URL was checked to be on this machine,
+    /// and a redirect could point anywhere (a 3xx is reported as the answer it is). Lives as long as
+    /// the process, as `HTTPClient.shared` does.
+    static let timelineClient = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+
     func fetchTimeline(_ source: SimulatedWidget.Configuration.Source, now: Date) async -> Result<WidgetTimeline, SimulatorError> {
         switch source {
         case .fixed(let t):
@@ -109,7 +114,7 @@ extension SimulatorWorld {
             do {
                 var request = HTTPClientRequest(url: url)
                 request.method = .GET
-                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                let response = try await Self.timelineClient.execute(request, timeout: .seconds(10))
                 let body = try await response.body.collect(upTo: 1 << 20)
                 guard response.status.code == 200 else { return .failure(SimulatorError(.invalidArgument, "\(url) answered \(response.status.code)")) }
                 return .success(try WidgetTimeline(json: try JSONParser.parse(Array(buffer: body))))

@@ -82,6 +82,35 @@ struct WidgetTests {
     }
 }
 
+extension WidgetTests {
+    @Test("a URL timeline source that redirects is not followed: the reload fails naming the answer, and the other URL is never asked")
+    func urlSourceRedirect() async throws {
+        let router = Router()
+        let followed = Counter()
+        router.get("timeline") { _, _ in Response(status: .found, headers: [.location: "/elsewhere"]) }
+        router.get("elsewhere") { _, _ in
+            _ = followed.next()
+            return #"{"entries":[{"date":1767225600,"content":{"pizza":"Redirected"}}],"policy":{"never":{}}}"#
+        }
+        let port = ControlPortWaiter()
+        var quiet = Logger(label: "timeline-server")
+        quiet.logLevel = .critical
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)), onServerRunning: { port.set($0.localAddress!.port!) }, logger: quiet)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await app.runService() }
+            let p = await port.wait()
+            let f = try DeviceFixture(widgets: [.init(kind: "server", source: .url("http://127.0.0.1:\(p)/timeline"))])
+            let outcome = await f.world.reloadWidgets(deviceID: f.device, bundleID: Pizza.bundleID, kinds: ["server"], reason: .app)
+            #expect(outcome.sentence.contains("1 failed to load"), "\(outcome.sentence)")
+            let error = try f.world.app(Pizza.bundleID, on: f.device).widgets[0].lastError ?? ""
+            #expect(error.contains("answered 302"), "\(error)")
+            #expect(try f.world.screen(deviceID: f.device).widgets[0].entry?.content["pizza"] != "Redirected")
+            #expect(followed.next() == 1, "the redirect's target was never requested")
+            group.cancelAll()
+        }
+    }
+}
+
 final class Counter: Sendable {
     private let value = Mutex(0)
     func next() -> Int { value.withLock { $0 += 1; return $0 } }
