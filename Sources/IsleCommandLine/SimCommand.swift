@@ -68,6 +68,10 @@ struct SimCommand: AsyncParsableCommand {
     var lowPriorityDelayMaximum: Double?
     @Option(name: .customLong("push-token-delay"), help: "Seconds after Activity.request before the push token arrives on pushTokenUpdates.")
     var pushTokenDelay: Double = 0
+    @Option(name: .customLong("push-to-start-limit"), help: "Push-to-starts one app may make on one device per --push-to-start-window; later ones start nothing (0: no limit; Apple publishes no figure, about ten is reported).")
+    var pushToStartLimit = 10
+    @Option(name: .customLong("push-to-start-window"), help: "Seconds of the push-to-start window.")
+    var pushToStartWindow: Double = 3600
     @Flag(name: .customLong("realistic"), help: "Isle's realistic model: priority 5 waits 1–60 s (seeded), tokens arrive 0.5 s after request.")
     var realistic = false
     @Option(name: .customLong("seed"), help: "Seeds the model's random choices, so a run can be replayed.")
@@ -89,6 +93,8 @@ struct SimCommand: AsyncParsableCommand {
             throw CLIError("\(name) must be at least 1")
         }
         if lowPriorityDelay < 0 || maxActiveHours <= 0 || maxEndedHours < 0 || pushTokenDelay < 0 { throw CLIError("durations must be positive") }
+        if pushToStartLimit < 0 { throw CLIError("--push-to-start-limit must be 0 (no limit) or more") }
+        if !(pushToStartWindow > 0 && pushToStartWindow <= 7 * 86400) { throw CLIError("--push-to-start-window must be more than 0 and at most 604800 seconds") }
         if let m = lowPriorityDelayMaximum, m < lowPriorityDelay { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
         if ![apnsPort, broadcastPort, managementPort, controlPort].allSatisfy({ (0...65535).contains($0) }) { throw CLIError("ports are 0…65535") }
         if singleHost, broadcastPort != 0 || managementPort != 0 { throw CLIError("--single-host serves everything on --apns-port; leave out --broadcast-port and --management-port") }
@@ -120,6 +126,8 @@ struct SimCommand: AsyncParsableCommand {
         if let m = lowPriorityDelayMaximum { c.device.lowPriorityDelayMaximum = m }
         if !realistic || pushTokenDelay > 0 { c.device.pushTokenDelay = pushTokenDelay }
         c.device.hourlyBudget = hourlyBudget
+        c.device.pushToStartLimit = pushToStartLimit
+        c.device.pushToStartWindow = pushToStartWindow
         c.device.frequentHourlyBudget = frequentHourlyBudget
         c.device.maximumActivitiesPerApp = maxPerApp
         c.device.maximumActivitiesPerDevice = maxPerDevice

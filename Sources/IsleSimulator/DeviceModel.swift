@@ -22,6 +22,9 @@ public struct PushOutcome: Sendable, Hashable, Codable {
         case storedWhileOffline, expiredWhileOffline
         /// The iOS version of the device does not have the feature the push needs.
         case unsupportedOnThisVersion
+        /// More push-to-starts for one app on one device than the system lets through in a short
+        /// time (``SimulatorConfiguration/pushToStartLimit``): APNs answered 200, nothing started.
+        case pushToStartThrottled
     }
     public var code: Code
     public var sentence: String

@@ -40,6 +40,12 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     public var widgetDailyReloadBudget = 70
     /// Widget entries closer than this are flagged.
     public var widgetMinimumEntrySpacing: TimeInterval = 300
+    /// Push-to-starts one app may make on one device within ``pushToStartWindow``; later ones start
+    /// nothing (APNs still answers 200). Apple publishes no figure; developers report that more
+    /// than about ten in a short time do not start (Apple Developer Forums, thread 799505). Isle's
+    /// assumption, stricter rather than kinder: 10 per rolling hour (docs/simulator.md). 0: no limit.
+    public var pushToStartLimit = 10
+    public var pushToStartWindow: TimeInterval = 3600
 
     public init() {}
 

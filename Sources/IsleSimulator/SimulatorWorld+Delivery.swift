@@ -230,6 +230,16 @@ extension SimulatorWorld {
             }
             channel = c
         }
+        // The system lets only so many push-to-starts through in a short time (docs/simulator.md).
+        if configuration.pushToStartLimit > 0 {
+            let key = deviceID + "\u{1}" + owner.bundleID
+            let recent = (s.pushStarts[key] ?? []).filter { now.timeIntervalSince($0) < configuration.pushToStartWindow }
+            guard recent.count < configuration.pushToStartLimit else {
+                s.pushStarts[key] = recent
+                return log(PushOutcome(.pushToStartThrottled, "Not started: \(owner.bundleID) already started \(recent.count) activities by push on this device in the last \(Int(saturating: configuration.pushToStartWindow / 60)) minutes; the system lets about \(configuration.pushToStartLimit) through in a short time (APNs answered 200). Start fewer, or update the running activity instead."))
+            }
+            s.pushStarts[key] = recent + [now]
+        }
         var a = newActivity(&s, deviceID: deviceID, app: app, attributesType: type, attributes: attributes, contentState: contentState, now: now, by: .push)
         a.channelID = channel
         a.lastTimestamp = ActivityEngine.apsDate(aps["timestamp"])

@@ -134,6 +134,9 @@ public final class SimulatorWorld: Sendable {
         var nextID = 0
         /// Draws the model's random choices (priority-5 delays), seeded.
         var random: SeededRandom
+        /// When each app started activities by push on each device ("device\u{1}bundle id"), within
+        /// the push-to-start window (``SimulatorConfiguration/pushToStartLimit``).
+        var pushStarts: [String: [Date]] = [:]
         /// Devices with activities waiting for their push token.
         var tokensDue: Set<String> = []
         /// A tick is scheduled to run at once (see `scheduleTick(after:)`).

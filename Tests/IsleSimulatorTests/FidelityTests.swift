@@ -37,6 +37,33 @@ struct FidelityTests {
     }
 
     // 2. docs/protocol.md §6: iOS 18+ "input-push-token": 1 → "start and receive a new update push token".
+    @Test("push-to-start budget: 15 starts in 15 seconds, the first 10 start and the rest do not (APNs 200); an hour later it starts again; 0 lifts the limit")
+    func pushToStartBudget() async throws {
+        var c = SimulatorConfiguration()
+        c.maximumActivitiesPerApp = 100
+        c.maximumActivitiesPerDevice = 100
+        for limit in [10, 0] {
+            c.pushToStartLimit = limit
+            let f = try DeviceFixture(configuration: c)
+            let pts = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+            var codes: [PushOutcome.Code] = []
+            for i in 0..<15 {
+                let r = await f.push(pts, DeviceRuleTests.startPayload(f.now), priority: 10)
+                #expect(r.status == 200)
+                codes.append(r.outcome?.code ?? .notDelivered)
+                if i < 14 { try await f.world.advanceClock(by: 1) }
+            }
+            if limit == 0 {
+                #expect(codes.allSatisfy { $0 == .started }, "\(codes)")
+                continue
+            }
+            #expect(codes.prefix(10).allSatisfy { $0 == .started } && codes.suffix(5).allSatisfy { $0 == .pushToStartThrottled }, "\(codes)")
+            #expect(try f.world.device(f.device).activities.count == 10)
+            try await f.world.advanceClock(by: 3600)
+            #expect(await f.push(pts, DeviceRuleTests.startPayload(f.now), priority: 10).outcome?.code == .started)
+        }
+    }
+
     @Test("2 · a push-to-start without input-push-token gets no update token on iOS 18+; with it, or before 18, it does")
     func inputPushToken() async throws {
         let f = try DeviceFixture()
