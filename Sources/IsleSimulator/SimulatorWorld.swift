@@ -350,6 +350,9 @@ public final class SimulatorWorld: Sendable {
                 guard s.channels[bundleID]?[id] != nil else { throw SimulatorError(.invalidArgument, "channel \(id) does not exist; the activity fails to start", field: "pushType") }
                 channel = id
             }
+            if start != nil, !s.devices[deviceID]!.runs(atLeast: 26) {
+                throw SimulatorError(.unsupported, "a scheduled start (Activity.request(…, start:)) needs iOS 26; this device runs \(s.devices[deviceID]!.osVersion)", field: "start")
+            }
             var a = newActivity(&s, deviceID: deviceID, app: app, attributesType: attributesType, attributes: attributes, contentState: contentState, now: now, by: .app)
             a.staleDate = staleDate
             a.relevanceScore = relevanceScore
@@ -496,6 +499,10 @@ public final class SimulatorWorld: Sendable {
     }
 
     func checkStart(_ s: State, deviceID: String, app: SimulatedApp, attributesType: String, attributes: JSONValue, contentState: JSONValue) -> Result<Void, PushOutcome> {
+        // ActivityKit's Live Activities arrived in iOS 16.1 (docs/protocol.md §10); 16.0 has the API's types, not the feature.
+        if let device = s.devices[deviceID], !device.runs(atLeast: 16, 1) {
+            return .failure(PushOutcome(.unsupportedOnThisVersion, "Not started: Live Activities need iOS 16.1; this device runs \(device.osVersion).", field: "osVersion", expected: "16.1 or later", found: device.osVersion))
+        }
         guard app.liveActivitiesEnabled else { return .failure(PushOutcome(.liveActivitiesDisabled, "Not started: the user turned Live Activities off for \(app.bundleID).")) }
         guard let schema = app.schemas[attributesType] else {
             let names = app.schemas.keys.sorted().joined(separator: ", ")
@@ -528,6 +535,7 @@ public final class SimulatorWorld: Sendable {
         case .tooLarge: .attributesTooLarge
         case .limitReached: sentence.contains("globalMaximumExceeded") ? .globalMaximumExceeded : .targetMaximumExceeded
         case .unknownAttributesType: .unsupported
+        case .unsupportedOnThisVersion: .unsupported
         default: .invalidArgument
         }
     }

@@ -37,6 +37,31 @@ struct FidelityTests {
     }
 
     // 2. docs/protocol.md §6: iOS 18+ "input-push-token": 1 → "start and receive a new update push token".
+    @Test("iOS versions: 16.0 cannot start a Live Activity (16.1 can); a scheduled start needs iOS 26")
+    func versionGates() async throws {
+        let f = try DeviceFixture()
+        for (version, starts) in [("16.0", false), ("16.1", true)] {
+            let device = try f.world.createDevice(name: version, osVersion: version, model: "iPhone 14")
+            _ = try Pizza.install(f.world, on: device)
+            do {
+                _ = try f.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+                #expect(starts, "iOS \(version) started a Live Activity")
+            } catch {
+                #expect(!starts && error.code == .unsupported && error.message.contains("16.1"), "iOS \(version): \(error.message)")
+            }
+        }
+        let ios18 = try f.world.createDevice(name: "18", osVersion: "18.4", model: "iPhone 16 Pro")
+        _ = try Pizza.install(f.world, on: ios18)
+        #expect(throws: SimulatorError.self) {
+            try f.world.requestActivity(bundleID: Pizza.bundleID, on: ios18, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state(),
+                                        start: f.now.addingTimeInterval(600))
+        }
+        // iOS 26 schedules it.
+        let scheduled = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                    contentState: Pizza.state(), start: f.now.addingTimeInterval(600))
+        #expect(scheduled.state == .pending)
+    }
+
     @Test("push-to-start budget: 15 starts in 15 seconds, the first 10 start and the rest do not (APNs 200); an hour later it starts again; 0 lifts the limit")
     func pushToStartBudget() async throws {
         var c = SimulatorConfiguration()
