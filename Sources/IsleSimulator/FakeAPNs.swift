@@ -271,14 +271,16 @@ public final class FakeAPNs: Sendable {
 
     func checkJWT(_ r: HTTP2ServerRequest, bundle: String, isDevice: Bool) -> (Int, String)? {
         guard let auth = r.value("authorization"), !auth.isEmpty else { return (403, "MissingProviderToken") }
-        guard auth.lowercased().hasPrefix("bearer ") else { return (403, "InvalidProviderToken") }
-        let jwt = String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        // "bearer " in any case, without lowercasing the whole header (it is sent with every push).
+        guard auth.utf8.count > 7, zip(auth.utf8.prefix(7), "bearer ".utf8).allSatisfy({ ($0 | 0x20) == $1 }) else { return (403, "InvalidProviderToken") }
+        var jwt = String(auth.dropFirst(7))
+        if jwt.first?.isWhitespace == true || jwt.last?.isWhitespace == true { jwt = jwt.trimmingCharacters(in: .whitespaces) }
         // The same token comes with every request of a connection: decode it once.
         let decoded: DecodedJWT
         if let d = decodedJWTs.withLock({ $0[jwt] }) {
             decoded = d
         } else {
+            let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
             guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let claimBytes = Self.base64URL(parts[1]), let signature = Self.base64URL(parts[2]),
                   let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes)
             else { return (403, "InvalidProviderToken") }
@@ -300,7 +302,7 @@ public final class FakeAPNs: Sendable {
             if let env = key.environment, env != world.environment { return (403, "BadEnvironmentKeyIdInToken") }
             if s.verifiedJWTs[jwt] == nil {
                 let ok = (try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM)).flatMap { pub in
-                    (try? P256.Signing.ECDSASignature(rawRepresentation: signature)).map { pub.isValidSignature($0, for: Array("\(parts[0]).\(parts[1])".utf8)) }
+                    (try? P256.Signing.ECDSASignature(rawRepresentation: signature)).map { pub.isValidSignature($0, for: Array(jwt.utf8[..<(jwt.utf8.lastIndex(of: UInt8(ascii: ".")) ?? jwt.utf8.endIndex)])) }
                 } ?? false
                 if s.verifiedJWTs.count > 10_000 { s.verifiedJWTs.removeAll() }
                 s.verifiedJWTs[jwt] = ok

@@ -151,6 +151,13 @@ struct SplitBench: AsyncParsableCommand {
         let updateUS = updateSeconds * 1e6 / Double(updates)
         let simUS = simSeconds * 1e6 / Double(updates)
 
+        // The simulator's floor: its CPU per bare control-API request (GET /health), beside its CPU
+        // per push above (each update is one push it receives and applies).
+        let simBareCPU = try Self.cpu(of: sim.pid)
+        let simBareRun = try Child.output(h2load, ["--h1", "-n", "\(bare / rounds)", "-c", "\(clients)", control + "/health"])
+        guard Self.succeeded(simBareRun) >= bare / rounds else { throw ValidationError("simulator GET /health: \(Self.summary(simBareRun))") }
+        let simBareUS = (try Self.cpu(of: sim.pid) - simBareCPU) * 1e6 / Double(bare / rounds)
+
         // Parts of an update, each beside a bare request measured just before it: the same POST to
         // an activity that does not exist (key check, body read and parse, one indexed read, a 404:
         // the request side without validation or a write), and the same update with sendAt a day
@@ -221,6 +228,8 @@ struct SplitBench: AsyncParsableCommand {
         print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (rounds %.1f–%.1f×; simulator %.0f µs)",
                      name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS,
                      roundRatios.min() ?? 0, roundRatios.max() ?? 0, simUS))
+        print(String(format: "%@ · simulator: %.0f µs of its CPU per push received and applied, beside %.0f µs per bare control-API GET /health = %.1f×",
+                     name, simUS, simBareUS, simUS / simBareUS))
         print(String(format: "%@ · parts (%d each, beside %.0f µs per bare request measured just before): the update POST answered 404 %.0f µs = %.1f×; accepted for later (validated, committed, not delivered) %.0f µs = %.1f×; so delivering ≈ %.0f µs = %.1f× of the update's",
                      name, partCount, partFloor, notFoundUS, notFoundUS / partFloor, acceptUS, acceptUS / partFloor, updateUS - acceptUS, (updateUS - acceptUS) / bareUS))
         if fanOut > 0, fanOutRounds > 0 {
