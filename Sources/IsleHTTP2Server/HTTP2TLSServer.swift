@@ -94,7 +94,10 @@ public final class HTTP2TLSServer: Service {
 
     public typealias Handler = @Sendable (HTTP2ServerRequest) async -> HTTP2ServerResponse
     typealias StreamChannel = NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
-    typealias Connection = (id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<StreamChannel>)
+    /// A stream and its id, read on the event loop as the stream opens (asking later is a hop to
+    /// the event loop and back for every request).
+    typealias Stream = (id: Int, channel: StreamChannel)
+    typealias Connection = (id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Stream>)
 
     /// Streams in progress on one connection, for a graceful GOAWAY.
     final class ConnectionStreams: Sendable {
@@ -150,7 +153,12 @@ public final class HTTP2TLSServer: Service {
                 channel.eventLoop.makeCompletedFuture { () throws -> Connection in
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     let multiplexer = try channel.pipeline.syncOperations.configureAsyncHTTP2Pipeline(mode: .server, configuration: http2Configuration) { stream in
-                        stream.eventLoop.makeCompletedFuture { try StreamChannel(wrappingChannelSynchronously: stream) }
+                        stream.eventLoop.makeCompletedFuture { () throws -> Stream in
+                            var id = 0
+                            if let options = stream.syncOptions, let streamID = try? options.getOption(HTTP2StreamChannelOptions.streamID) { id = Int(Int32(streamID)) }
+                            let wrapped = try StreamChannel(wrappingChannelSynchronously: stream)
+                            return (id: id, channel: wrapped)
+                        }
                     }
                     let id = Self.connectionCounter.wrappingAdd(1, ordering: .relaxed).newValue
                     return (id, channel, multiplexer)
@@ -198,7 +206,7 @@ public final class HTTP2TLSServer: Service {
             do {
                 try await withThrowingDiscardingTaskGroup { group in
                     for try await stream in connection.multiplexer.inbound {
-                        group.addTask { await self.serve(stream: stream, connection: connection, streams: streams) }
+                        group.addTask { await self.serve(stream: stream.channel, streamID: stream.id, connection: connection, streams: streams) }
                     }
                 }
             } catch {
@@ -212,8 +220,7 @@ public final class HTTP2TLSServer: Service {
         }
     }
 
-    private func serve(stream: StreamChannel, connection: Connection, streams: ConnectionStreams) async {
-        let streamID = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()).map { Int(Int32($0)) } ?? 0
+    private func serve(stream: StreamChannel, streamID: Int, connection: Connection, streams: ConnectionStreams) async {
         // After a GOAWAY, streams above its lastStreamID are refused unprocessed.
         let concurrent: Int? = streams.state.withLock { s in
             if let last = s.goAwayLast, streamID > last { return nil }
