@@ -66,23 +66,13 @@ struct WidgetTests {
         router.get("timeline") { _, _ in
             #"{"entries":[{"date":1767225600,"content":{"pizza":"From the server"}}],"policy":{"never":{}}}"#
         }
-        let port = ControlPortWaiter()
-        var quiet = Logger(label: "timeline-server")
-        quiet.logLevel = .critical
-        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)), onServerRunning: { port.set($0.localAddress!.port!) }, logger: quiet)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await app.runService() }
-            let p = await port.wait()
-            let f = try DeviceFixture(widgets: [.init(kind: "server", source: .url("http://127.0.0.1:\(p)/timeline"))])
+        try await Self.withTimelineServer(router) { f throws in
             let outcome = await f.world.reloadWidgets(deviceID: f.device, bundleID: Pizza.bundleID, kinds: ["server"], reason: .app)
             #expect(outcome.code == .widgetsReloaded)
             #expect(try f.world.screen(deviceID: f.device).widgets[0].entry?.content["pizza"] == "From the server")
-            group.cancelAll()
         }
     }
-}
 
-extension WidgetTests {
     @Test("a URL timeline source that redirects is not followed: the reload fails naming the answer, and the other URL is never asked")
     func urlSourceRedirect() async throws {
         let router = Router()
@@ -92,6 +82,19 @@ extension WidgetTests {
             _ = followed.next()
             return #"{"entries":[{"date":1767225600,"content":{"pizza":"Redirected"}}],"policy":{"never":{}}}"#
         }
+        try await Self.withTimelineServer(router) { f throws in
+            let outcome = await f.world.reloadWidgets(deviceID: f.device, bundleID: Pizza.bundleID, kinds: ["server"], reason: .app)
+            #expect(outcome.sentence.contains("1 failed to load"), "\(outcome.sentence)")
+            let error = try f.world.app(Pizza.bundleID, on: f.device).widgets[0].lastError ?? ""
+            #expect(error.contains("answered 302"), "\(error)")
+            #expect(try f.world.screen(deviceID: f.device).widgets[0].entry?.content["pizza"] != "Redirected")
+            #expect(followed.next() == 1, "the redirect's target was never requested")
+        }
+    }
+
+    /// `router` served on 127.0.0.1 (port 0) while `body` runs with a device whose widget "server"
+    /// loads its timeline from `/timeline` there.
+    static func withTimelineServer(_ router: Router<BasicRequestContext>, _ body: (DeviceFixture) async throws -> Void) async throws {
         let port = ControlPortWaiter()
         var quiet = Logger(label: "timeline-server")
         quiet.logLevel = .critical
@@ -99,14 +102,8 @@ extension WidgetTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await app.runService() }
             let p = await port.wait()
-            let f = try DeviceFixture(widgets: [.init(kind: "server", source: .url("http://127.0.0.1:\(p)/timeline"))])
-            let outcome = await f.world.reloadWidgets(deviceID: f.device, bundleID: Pizza.bundleID, kinds: ["server"], reason: .app)
-            #expect(outcome.sentence.contains("1 failed to load"), "\(outcome.sentence)")
-            let error = try f.world.app(Pizza.bundleID, on: f.device).widgets[0].lastError ?? ""
-            #expect(error.contains("answered 302"), "\(error)")
-            #expect(try f.world.screen(deviceID: f.device).widgets[0].entry?.content["pizza"] != "Redirected")
-            #expect(followed.next() == 1, "the redirect's target was never requested")
-            group.cancelAll()
+            defer { group.cancelAll() }  // also when body throws: the server must stop for the group to end
+            try await body(try DeviceFixture(widgets: [.init(kind: "server", source: .url("http://127.0.0.1:\(p)/timeline"))]))
         }
     }
 }
