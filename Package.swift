@@ -14,7 +14,6 @@ let package = Package(
         .library(name: "IsleAPNs", targets: ["IsleAPNs"]),
         .library(name: "IsleTesting", targets: ["IsleTesting"]),
         .library(name: "IsleSimulator", targets: ["IsleSimulator"]),
-        .library(name: "IsleClient", targets: ["IsleClient"]),
         .library(name: "IsleClientSimulator", targets: ["IsleClientSimulator"]),
         .executable(name: "isle", targets: ["isle"]),
     ],
@@ -36,6 +35,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // The app side: its own package (Client/, no dependencies), used here by path.
+        .package(path: "Client"),
     ],
     targets: [
         // Pure model and rules. Foundation only: no NIO, no database.
@@ -104,10 +105,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The app side (issue 14): Foundation only (URLSession; FoundationNetworking on Linux).
-        .target(name: "IsleClient", swiftSettings: swiftSettings),
         // IsleClient against the simulated iPhone: SimulatedActivityKit as IsleClient's ActivityKit.
-        .target(name: "IsleClientSimulator", dependencies: ["IsleClient", "IsleSimulator"], swiftSettings: swiftSettings),
+        .target(name: "IsleClientSimulator", dependencies: [.product(name: "IsleClient", package: "Client"), "IsleSimulator"], swiftSettings: swiftSettings),
         // Durable storage: apps, keys, installations, activities, the delivery queue.
         .target(
             name: "IsleStore",
@@ -141,7 +140,7 @@ let package = Package(
         .target(
             name: "IsleDemo",
             dependencies: [
-                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator", "IsleClient", "IsleClientSimulator",
+                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -214,7 +213,7 @@ let package = Package(
         .testTarget(
             name: "IsleServerTests",
             dependencies: [
-                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleClient", "IsleClientSimulator",
+                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

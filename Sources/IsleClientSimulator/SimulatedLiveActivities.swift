@@ -11,7 +11,12 @@ public struct SimulatedLiveActivities<Attributes: Codable & Sendable, ContentSta
 
     public struct Handle: LiveActivityHandle {
         public let handle: SimulatedActivityKit<Attributes, ContentState>.Handle
-        public init(_ handle: SimulatedActivityKit<Attributes, ContentState>.Handle) { self.handle = handle }
+        public let attributesType: String
+        /// `kit`: the simulated ActivityKit the handle came from (its attributes type is the handle's).
+        public init(_ handle: SimulatedActivityKit<Attributes, ContentState>.Handle, of kit: SimulatedActivityKit<Attributes, ContentState>) {
+            self.handle = handle
+            self.attributesType = kit.attributesType
+        }
         public var id: String { handle.id }
         public var pushToken: Data? { handle.pushToken }
         public var pushTokenUpdates: AsyncStream<Data> { handle.pushTokenUpdates }
@@ -32,8 +37,13 @@ public struct SimulatedLiveActivities<Attributes: Codable & Sendable, ContentSta
     }
 
     public var attributesType: String { kit.attributesType }
-    public var activities: [Handle] { kit.activities.map(Handle.init) }
-    public var activityUpdates: AsyncStream<Handle> { mapped(kit.activityUpdates, Handle.init) }
+    public var activities: [Handle] { kit.activities.map { Handle($0, of: kit) } }
+    public var activityUpdates: AsyncStream<Handle> {
+        let kit = self.kit
+        return mapped(kit.activityUpdates) { Handle($0, of: kit) }
+    }
+    /// One activity of this kit, for ``IsleClient/track(activity:topics:externalKey:ticket:)``.
+    public func handle(_ activity: SimulatedActivityKit<Attributes, ContentState>.Handle) -> Handle { Handle(activity, of: kit) }
     public var pushToStartToken: Data? { kit.pushToStartToken }
     public var pushToStartTokenUpdates: AsyncStream<Data> { kit.pushToStartTokenUpdates }
     public var areActivitiesEnabled: Bool { kit.areActivitiesEnabled }
@@ -50,5 +60,98 @@ func mapped<T: Sendable, U: Sendable>(_ source: AsyncStream<T>, _ transform: @es
             continuation.finish()
         }
         continuation.onTermination = { _ in task.cancel() }
+    }
+}
+
+/// The simulated phone's widget push token (WidgetKit's `currentPushInfo`, iOS 26) for
+/// ``IsleClient/trackWidgetPushToken(_:)``.
+public struct SimulatedWidgetPushTokens: WidgetPushTokenSource {
+    public let world: SimulatorWorld
+    public let deviceID: String
+    public let bundleID: String
+    public init(world: SimulatorWorld, deviceID: String, bundleID: String) {
+        self.world = world
+        self.deviceID = deviceID
+        self.bundleID = bundleID
+    }
+    public func currentToken() async -> Data? {
+        guard let hex = (try? world.app(bundleID, on: deviceID))?.widgetPushToken else { return nil }
+        var out = Data()
+        var it = hex.utf8.makeIterator()
+        while let h = it.next(), let l = it.next() { out.append(UInt8(String(decoding: [h, l], as: UTF8.self), radix: 16) ?? 0) }
+        return out
+    }
+}
+
+/// An app's life as iOS runs it, for tests of code that uses IsleClient (docs/client.md):
+/// foreground entries, and background tasks the way UIKit grants them. An app in the background
+/// holding no background task would be suspended at once (``isSuspendable``): a test suspends
+/// it then (stops its client) and checks that nothing was left unsent.
+public final class SimulatedAppLifecycle: AppLifecycle, @unchecked Sendable {
+    // @unchecked: every stored property below is read and written only under `lock`.
+    private let lock = NSLock()
+    private var foreground: Bool
+    private var held: [Int: @Sendable () -> Void] = [:]
+    private var nextID = 1
+    private var entries: [UUID: AsyncStream<Void>.Continuation] = [:]
+    private var grants = 0
+    private var suspensions = 0
+    /// Whether the system still grants background time (false: `beginBackgroundTask` answers nil).
+    private var granting = true
+
+    public init(foreground: Bool) { self.foreground = foreground }
+
+    /// Background tasks held now.
+    public var heldTasks: Int { lock.withLock { held.count } }
+    /// Background tasks granted so far.
+    public var grantedTasks: Int { lock.withLock { grants } }
+    public var isForeground: Bool { lock.withLock { foreground } }
+    /// The app is in the background with no background task: iOS would suspend it now.
+    public var isSuspendable: Bool { lock.withLock { !foreground && held.isEmpty } }
+
+    /// The person opens the app: `willEnterForeground`.
+    public func enterForeground() {
+        let streams: [AsyncStream<Void>.Continuation] = lock.withLock {
+            foreground = true
+            granting = true
+            return Array(entries.values)
+        }
+        for c in streams { c.yield() }
+    }
+
+    /// The person leaves the app.
+    public func enterBackground() { lock.withLock { foreground = false } }
+
+    /// The background time is up: every holder's expiration handler runs (UIKit's rule), and
+    /// no new task is granted until the app is in the foreground again.
+    public func expireBackgroundTime() {
+        let handlers: [@Sendable () -> Void] = lock.withLock {
+            granting = false
+            return Array(held.values)
+        }
+        for h in handlers { h() }
+    }
+
+    public func foregroundEntries() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let key = UUID()
+        lock.withLock { entries[key] = continuation }
+        continuation.onTermination = { [weak self] _ in self?.lock.withLock { self?.entries[key] = nil } }
+        return stream
+    }
+
+    public func beginBackgroundTask(name: String, expiration: @escaping @Sendable () -> Void) async -> BackgroundTaskID? {
+        lock.withLock {
+            guard granting else { return nil }
+            let id = nextID
+            nextID += 1
+            grants += 1
+            held[id] = expiration
+            return BackgroundTaskID(rawValue: id)
+        }
+    }
+
+    public func endBackgroundTask(_ id: BackgroundTaskID) async {
+        lock.withLock { _ = held.removeValue(forKey: id.rawValue) }
     }
 }

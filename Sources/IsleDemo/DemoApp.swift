@@ -28,8 +28,9 @@ final class DemoApp: Sendable {
 
     /// Launches the app: IsleClient restores its state (a file in the demo's directory; the
     /// Keychain on a phone), starts sending, and tracks every pizza activity by order number.
-    /// `ticket`: the registration ticket the backend signed for an order key (the app gets it with
-    /// the order), which lets IsleClient bind the activity to the order (docs/security.md).
+    /// `ticket`: the registration ticket the backend signs for an order key, which IsleClient asks
+    /// for (its ticket provider) when it registers the order's activity, binding the activity to
+    /// the order (docs/security.md).
     init(world: SimulatorWorld, device: String, bundleID: String, serverURL: URL, deviceKey: String, storage: String,
          ticket: @escaping @Sendable (String) -> String?, log: @escaping @Sendable (IsleClient.LogEntry) -> Void) async throws {
         kit = Kit(world: world, deviceID: device, bundleID: bundleID, attributesType: "PizzaDeliveryAttributes")
@@ -38,22 +39,19 @@ final class DemoApp: Sendable {
         configuration.maximumRetry = 2
         configuration.requestTimeout = 10
         configuration.log = log
+        configuration.ticket = { request in ticket(request.externalKey) }
         let client = try IsleClient(configuration: configuration, storage: FileStorage(path: storage))
         self.client = client
         runner = Task { await client.run() }
-        await client.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes?.orderNumber }, ticket: { h in h.attributes.flatMap { ticket($0.orderNumber) } })
+        await client.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes?.orderNumber })
+        // WidgetKit's widget push token (iOS 26), read now and at every foreground entry.
+        await client.trackWidgetPushToken(SimulatedWidgetPushTokens(world: world, deviceID: device, bundleID: bundleID))
     }
 
     /// `Activity<PizzaDeliveryAttributes>.request(attributes:content:pushType: .token)`.
     func startOrder(_ order: String, pizzas: Int, total: String, driver: String, until end: Date, now: Date, relevance: Double = 0) throws -> Kit.Handle {
         try kit.request(attributes: PizzaDeliveryAttributes(numberOfPizzas: pizzas, totalAmount: total, orderNumber: order),
                         content: ContentState(driverName: driver, deliveryTimer: now...end), relevanceScore: relevance)
-    }
-
-    /// The widget push token WidgetKit hands the app (iOS 26), passed on to IsleClient.
-    func reportWidgetToken(_ hex: String) async {
-        guard let token = try? DeviceToken(hex: hex) else { return }
-        await client.reportInstallation(widgetToken: Data(token.bytes))
     }
 
     func stop() async {

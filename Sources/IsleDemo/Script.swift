@@ -97,10 +97,8 @@ actor Script {
         }
         self.app = app
         installation = await app.client.installationID
-        view.activityKit("IsleClient(serverURL:deviceKey:) · track(ActivityKitAdapter<PizzaDeliveryAttributes>(), externalKey: { $0.attributes.orderNumber }, ticket: { the backend's ticket for the order })",
+        view.activityKit("IsleClient(serverURL:deviceKey:ticket: { the backend's ticket for the order }) · track(activitiesOf: PizzaDeliveryAttributes.self) { $0.attributes.orderNumber } · trackWidgetPushToken(WidgetKitPushTokens())",
                          says: "the app launches and hands ActivityKit to IsleClient")
-        // WidgetKit hands the app its widget push token (iOS 26); the app passes it on.
-        if let widget = try? world.app(Self.bundleID, on: device).widgetPushToken { await app.reportWidgetToken(widget) }
         _ = try await until("IsleClient registered the installation") { () async -> Bool? in await app.client.pendingReports == 0 ? true : nil }
         try await showScreen()
     }

@@ -130,7 +130,7 @@ struct ClientTests {
             let client = try await Self.client(f, storage: Self.storagePath())
             let runner = Task { await client.run() }
             let activity = try kit.request(attributes: Self.attributes, content: Self.state)
-            await client.track(activity: SimulatedLiveActivities<PizzaAttributes, PizzaState>.Handle(activity), attributesType: kit.attributesType, externalKey: "order-solo",
+            await client.track(activity: SimulatedLiveActivities(kit).handle(activity), externalKey: "order-solo",
                                  ticket: f.ticket(key: "order-solo", ttl: 86_400))
             try await eventually("the activity registered") { await client.serverID(of: activity.id) != nil }
             let rotated = try f.sim.world.rotateUpdateToken(activityID: activity.id, on: f.device)
@@ -147,6 +147,7 @@ struct ClientTests {
     struct NothingListed: LiveActivityKit {
         struct Handle: LiveActivityHandle {
             var id: String
+            var attributesType: String { "PizzaDeliveryAttributes" }
             var pushToken: Data? { nil }
             var pushTokenUpdates: AsyncStream<Data> { AsyncStream { $0.finish() } }
             var activityState: LiveActivityState { .dismissed }

@@ -12,6 +12,7 @@ struct InstallationController {
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.put("installations/:installation", use: register)
+        v1.delete("installations/:installation", use: delete)
         v1.put("installations/:installation/user", use: bindUser)
         v1.post("installations/:installation/start") { request, context in
             let caller = try context.caller(.backend)
@@ -74,6 +75,43 @@ struct InstallationController {
             value = .object(o)
         }
         return JSONResponse.make(value)
+    }
+
+    /// `DELETE /v1/installations/{id}` (device key and the installation's secret): the person signed
+    /// out or asked to be forgotten. Its live activities are ended (nothing more is pushed to
+    /// them), its push-to-start and widget tokens and its user are dropped, and its secret is
+    /// retired: no call can act for it again (the app registers a new installation). Answers how
+    /// many activities were ended; a second DELETE is a 403 (the secret no longer matches).
+    @Sendable func delete(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.device)
+        let id = try Limits.pathID(try context.parameters.decoded("installation"), "installation")
+        _ = try await Body.read(request)
+        let bundleID = caller.bundleID
+        guard let existing = try await store.installation(bundleID: bundleID, id: id) else { throw APIError.notFound("installation \(id)") }
+        guard existing.secretHash != nil else {
+            throw APIError(.forbidden, "installationSecretRequired", "installation \(id) was registered before installation secrets: register it again (PUT /v1/installations/{id}) to get one, then delete it with that secret", field: "Isle-Installation-Secret")
+        }
+        let presented = request.headers[InstallationSecret.header]
+        try InstallationSecret.check(presented, of: existing)
+        let now = services.clock.now
+        // A hash of a secret nobody holds: every later device call for this id is refused.
+        let retired = InstallationSecret.hash(InstallationSecret.make())
+        _ = try await store.modifyInstallation(bundleID: bundleID, id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }, { inst in
+            try InstallationSecret.check(presented, of: inst)
+            inst.userID = nil
+            inst.pushToStartTokens = [:]
+            inst.widgetToken = nil
+            inst.liveActivitiesEnabled = false
+            inst.frequentPushesEnabled = false
+            inst.secretHash = retired
+            inst.updatedAt = now
+        }, idempotency: nil)
+        var ended = 0
+        for a in try await store.liveActivities(bundleID: bundleID, installationID: id) {
+            // One that ended meanwhile (a push, the device) is left as it is.
+            if (try? await store.modifyActivity(id: a.id, { r in try ActivityLifecycle.apply(.endedByApp(at: now), to: &r) })) != nil { ended += 1 }
+        }
+        return JSONResponse.make(["id": .string(id), "deleted": .bool(true), "activitiesEnded": .int(ended)])
     }
 
     /// `PUT /v1/installations/{id}/user` (backend key): the person, for push-to-start to a user's devices.

@@ -31,6 +31,8 @@ struct Report: Codable, Sendable, Hashable {
         case installation
         /// An activity the app started (or one started by push), with its first token.
         case register(local: String, attributesType: String, token: String, externalKey: String?, topics: [String])
+        /// An activity on a broadcast channel (iOS 18): it has no token, only its channel.
+        case registerChannel(local: String, attributesType: String, channelID: String, externalKey: String?, topics: [String])
         /// A rotated activity token.
         case token(local: String, token: String)
         /// The person dismissed it, or it ended.
@@ -40,6 +42,8 @@ struct Report: Codable, Sendable, Hashable {
     var lane: String
     var kind: Kind
     var attempts = 0
+    /// Times a registration's ticket was fetched anew after the server found it expired.
+    var ticketRefreshes = 0
     var notBefore = Date.distantPast
     /// The request as first sent; every retry repeats it byte for byte.
     var request: Request?
@@ -56,7 +60,7 @@ struct Report: Codable, Sendable, Hashable {
         self.kind = kind
     }
 
-    enum CodingKeys: String, CodingKey { case key, lane, kind, attempts, notBefore, request }
+    enum CodingKeys: String, CodingKey { case key, lane, kind, attempts, ticketRefreshes, notBefore, request }
 
     init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -64,6 +68,7 @@ struct Report: Codable, Sendable, Hashable {
         lane = try c.decode(String.self, forKey: .lane)
         kind = try c.decode(Kind.self, forKey: .kind)
         attempts = try c.decodeIfPresent(Int.self, forKey: .attempts) ?? 0
+        ticketRefreshes = try c.decodeIfPresent(Int.self, forKey: .ticketRefreshes) ?? 0
         notBefore = try c.decodeIfPresent(Date.self, forKey: .notBefore) ?? .distantPast
         request = try c.decodeIfPresent(Request.self, forKey: .request)
     }
@@ -97,11 +102,13 @@ struct ClientState: Codable, Sendable {
     var outbox: [Report] = []
     /// Reports the server refused for good (4xx other than rate limits): kept for the app to see.
     var refused: [String] = []
+    /// Each activity whose registration the server refused, with the server's reason.
+    var refusals: [String: IsleClient.Refusal] = [:]
 
     init(installationID: String) { self.installationID = installationID }
 
     enum CodingKeys: String, CodingKey {
-        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets
+        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
     }
 
     /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
@@ -123,6 +130,7 @@ struct ClientState: Codable, Sendable {
         outbox = try c.decodeIfPresent([Report].self, forKey: .outbox) ?? []
         refused = try c.decodeIfPresent([String].self, forKey: .refused) ?? []
         tickets = try c.decodeIfPresent([String: String].self, forKey: .tickets) ?? [:]
+        refusals = try c.decodeIfPresent([String: IsleClient.Refusal].self, forKey: .refusals) ?? [:]
     }
 
     static let installationLane = "installation"
@@ -133,15 +141,15 @@ struct ClientState: Codable, Sendable {
     mutating func add(_ report: Report) {
         switch report.kind {
         case .installation:
-            if outbox.contains(where: { $0.kind == .installation && $0.attempts == 0 }) { return }
+            if outbox.contains(where: { $0.kind == .installation && $0.request == nil }) { return }
         case .token(let local, let token):
             // Not yet registered: the registration carries the newest token instead.
-            if let i = outbox.firstIndex(where: { if case .register(local, _, _, _, _) = $0.kind { true } else { false } }), outbox[i].attempts == 0,
+            if let i = outbox.firstIndex(where: { if case .register(local, _, _, _, _) = $0.kind { true } else { false } }), outbox[i].request == nil,
                case .register(_, let type, _, let key, let topics) = outbox[i].kind {
                 outbox[i].kind = .register(local: local, attributesType: type, token: token, externalKey: key, topics: topics)
                 return
             }
-            if let i = outbox.lastIndex(where: { if case .token(local, _) = $0.kind { true } else { false } }), outbox[i].attempts == 0 {
+            if let i = outbox.lastIndex(where: { if case .token(local, _) = $0.kind { true } else { false } }), outbox[i].request == nil {
                 outbox[i].kind = .token(local: local, token: token)
                 return
             }
@@ -151,53 +159,3 @@ struct ClientState: Codable, Sendable {
         outbox.append(report)
     }
 }
-
-#if canImport(Security) && (os(iOS) || os(macOS) || os(watchOS) || os(tvOS) || os(visionOS))
-import Security
-
-/// The Keychain: one generic-password item holds the SDK's state (the installation secret among
-/// it). Readable after the first unlock (a Live Activity wakes the app in the background) and
-/// never copied to another device by a backup (`ThisDeviceOnly`): a restored phone registers as
-/// a new installation with its own tokens. Kept to the four calls Apple documents; it cannot be
-/// compiled on the Linux machines Isle is built on.
-public struct KeychainStorage: IsleClientStorage {
-    public let service: String
-    public let account: String
-    public init(service: String = "dev.isle.client", account: String = "state") {
-        self.service = service
-        self.account = account
-    }
-
-    var query: [String: Any] {
-        [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service, kSecAttrAccount as String: account]
-    }
-
-    public func load() throws -> Data? {
-        var q = query
-        q[kSecReturnData as String] = true
-        q[kSecMatchLimit as String] = kSecMatchLimitOne
-        var result: AnyObject?
-        let status = SecItemCopyMatching(q as CFDictionary, &result)
-        if status == errSecItemNotFound { return nil }
-        guard status == errSecSuccess else { throw KeychainError(status: status) }
-        return result as? Data
-    }
-
-    public func save(_ data: Data) throws {
-        let update = SecItemUpdate(query as CFDictionary, [kSecValueData as String: data] as CFDictionary)
-        if update == errSecSuccess { return }
-        guard update == errSecItemNotFound else { throw KeychainError(status: update) }
-        var add = query
-        add[kSecValueData as String] = data
-        add[kSecAttrAccessible as String] = kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly
-        let status = SecItemAdd(add as CFDictionary, nil)
-        guard status == errSecSuccess else { throw KeychainError(status: status) }
-    }
-}
-
-/// A Keychain call failed (`OSStatus`).
-public struct KeychainError: Error, Sendable, CustomStringConvertible {
-    public let status: OSStatus
-    public var description: String { "Keychain error \(status)" }
-}
-#endif

@@ -1,0 +1,370 @@
+public import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+extension IsleClient {
+    /// Sends reports until ``stop()``: at once when one is added, and when a retry is due. Also
+    /// follows the app's ``Configuration/lifecycle``: each foreground entry runs ``refresh()``.
+    /// Call it once, in a task of the app's.
+    public func run() async {
+        guard !running, !stopped else { return }
+        running = true
+        defer { running = false }
+        if let lifecycle = configuration.lifecycle {
+            lifecycleTask = Task { [weak self] in
+                for await _ in lifecycle.foregroundEntries() { await self?.refresh() }
+            }
+        }
+        while !Task.isCancelled, !stopped {
+            let wait = await flush()
+            await holdBackgroundTime()
+            await sleep(upTo: wait)
+        }
+    }
+
+    /// Wakes ``run()`` (a new report, or ``stop()``).
+    func wake() {
+        if let w = waiter {
+            waiter = nil
+            w.resume()
+        } else {
+            wakePending = true
+        }
+    }
+
+    /// Waits for ``wake()``, or `seconds` (nil: no timer).
+    func sleep(upTo seconds: TimeInterval?) async {
+        if wakePending || stopped {
+            wakePending = false
+            return
+        }
+        let timer = seconds.map { wait in
+            Task { [weak self] in
+                // `Task.sleep(nanoseconds:)` (iOS 13): the SDK's floor is iOS 16.1.
+                try? await Task.sleep(nanoseconds: UInt64(min(3600, max(0.01, wait)) * 1_000_000_000))
+                await self?.wake()
+            }
+        }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in waiter = c }
+        timer?.cancel()
+        wakePending = false
+    }
+
+    /// Keeps a background task open while a report is due soon (so a push-started activity's
+    /// registration survives the app's suspension), and gives it back once nothing is.
+    func holdBackgroundTime() async {
+        guard let lifecycle = configuration.lifecycle, !backgroundBusy else { return }
+        backgroundBusy = true
+        defer { backgroundBusy = false }
+        let horizon = Date().addingTimeInterval(configuration.backgroundWindow)
+        let needed = !stopped && !backgroundExpired && state.outbox.contains { $0.notBefore <= horizon }
+        if needed, background == nil {
+            let id = await lifecycle.beginBackgroundTask(name: "IsleClient reports") { [weak self] in
+                Task { await self?.backgroundTimeExpired() }
+            }
+            // Stopped, or everything sent, while the system answered: give it straight back.
+            if let id, stopped || backgroundExpired || state.outbox.isEmpty {
+                await lifecycle.endBackgroundTask(id)
+            } else {
+                background = id
+            }
+        } else if !needed, let id = background {
+            background = nil
+            await lifecycle.endBackgroundTask(id)
+        }
+    }
+
+    func backgroundTimeExpired() async {
+        backgroundExpired = true
+        guard let id = background, let lifecycle = configuration.lifecycle else { return }
+        background = nil
+        await lifecycle.endBackgroundTask(id)
+    }
+
+    /// Sends every report that is due, in order per lane. Answers how long until the next retry
+    /// is due (nil: nothing is waiting).
+    @discardableResult
+    public func flush() async -> TimeInterval? {
+        guard !flushing else { return configuration.firstRetry }
+        flushing = true
+        defer { flushing = false }
+        while !stopped {
+            let now = Date()
+            // The head of each lane, if due.
+            var heads: [String: Report] = [:]
+            for r in state.outbox where heads[r.lane] == nil { heads[r.lane] = r }
+            // Activities are registered under the installation: until it has its secret, they wait.
+            if state.secret == nil {
+                if heads[ClientState.installationLane] == nil { state.add(Report(key: UUID().uuidString.lowercased(), lane: ClientState.installationLane, kind: .installation)) }
+                heads = heads.filter { $0.key == ClientState.installationLane }
+                if let i = state.outbox.first(where: { $0.lane == ClientState.installationLane }) { heads[ClientState.installationLane] = i }
+            }
+            let due = heads.values.filter { $0.notBefore <= now }.sorted { ($0.lane == ClientState.installationLane ? "" : $0.lane) < ($1.lane == ClientState.installationLane ? "" : $1.lane) }
+            if due.isEmpty {
+                let next = heads.values.map(\.notBefore).min()
+                return next.map { max(0, $0.timeIntervalSince(now)) }
+            }
+            for r in due { await send(r) }
+        }
+        return nil
+    }
+
+    enum Outcome {
+        case done(serverID: String?, secret: String?)
+        case retry(after: TimeInterval?)
+        case refused(Refusal)
+        /// The installation's secret is lost: start over under a new installation id.
+        case newInstallation
+        /// The registration's ticket was refused as expired or invalid: fetch a new one.
+        case newTicket
+    }
+
+    func send(_ report: Report) async {
+        guard !stopped, state.outbox.contains(where: { $0.key == report.key }) else { return }
+        // The request is fixed at its first attempt and every retry repeats it exactly: its
+        // Idempotency-Key stands for this one request (the server refuses the key with another
+        // body), and what changed since goes in a newer report.
+        if state.outbox.first(where: { $0.key == report.key })?.request == nil {
+            if let why = await fetchTicketIfNeeded(report) {
+                reschedule(report.key, after: nil, note: why)
+                return
+            }
+            guard !stopped, let i = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+            switch makeRequest(state.outbox[i]) {
+            case .success(let r): state.outbox[i].request = r
+            case .failure(let refusal):
+                state.refused.append(refusal.message)
+                let kind = state.outbox[i].kind
+                state.outbox.remove(at: i)
+                if let local = Self.activity(kind) { publishStatus(local) }
+                persist()
+                return
+            }
+        }
+        guard let i = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        state.outbox[i].attempts += 1
+        persist()
+        let frozen = state.outbox[i]
+        let outcome = await perform(frozen)
+        // Stopped meanwhile (the app is going away): like a process that died here, the answer is
+        // not written; the next launch repeats the request with the same key.
+        guard !stopped, let j = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
+        switch outcome {
+        case .done(let id, let secret):
+            if let secret { state.secret = secret }
+            state.outbox.remove(at: j)
+            if let local = Self.registration(report.kind) {
+                if let id { state.serverIDs[local] = id }
+                state.tickets[local] = nil
+                publishStatus(local)
+            }
+        case .retry(let after):
+            reschedule(report.key, after: after, note: nil)
+        case .newTicket:
+            // Made anew under a new key, with a ticket fetched now.
+            if let local = Self.registration(report.kind) { state.tickets[local] = nil }
+            state.outbox[j].ticketRefreshes += 1
+            state.outbox[j].request = nil
+            state.outbox[j].key = UUID().uuidString.lowercased()
+        case .refused(let why):
+            state.refused.append("\(frozen.request?.method ?? "") \(frozen.request?.path ?? ""): \(why)")
+            state.outbox.remove(at: j)
+            // Nothing after a refused registration can reach the server.
+            if let local = Self.registration(report.kind) {
+                state.outbox.removeAll { $0.lane == ClientState.lane(local) }
+                state.registered.remove(local)
+                state.types[local] = nil
+                state.tickets[local] = nil
+                state.refusals[local] = why
+                publishStatus(local)
+            }
+        case .newInstallation:
+            state.installationID = UUID().uuidString.lowercased()
+            state.secret = nil
+            // Every request made for the old id is made anew, under a new key.
+            for k in state.outbox.indices where state.outbox[k].request != nil || k == j {
+                state.outbox[k].attempts = 0
+                state.outbox[k].key = UUID().uuidString.lowercased()
+                state.outbox[k].request = nil
+            }
+        }
+        persist()
+    }
+
+    func reschedule(_ key: String, after: TimeInterval?, note: String?) {
+        guard let j = state.outbox.firstIndex(where: { $0.key == key }) else { return }
+        let attempts = max(1, state.outbox[j].attempts)
+        let backoff = min(configuration.maximumRetry, configuration.firstRetry * pow(2, Double(attempts - 1)))
+        state.outbox[j].notBefore = Date().addingTimeInterval(max(after ?? 0, backoff))
+        if note != nil { state.outbox[j].attempts += 1 }
+        persist()
+    }
+
+    /// The registration's ticket from ``Configuration/ticket``, when it names a key and has none
+    /// yet. Answers why it must wait (the provider failed), or nil to go on.
+    func fetchTicketIfNeeded(_ report: Report) async -> String? {
+        guard let provider = configuration.ticket else { return nil }
+        let local: String, type: String, key: String?
+        switch report.kind {
+        case .register(let l, let t, _, let k, _), .registerChannel(let l, let t, _, let k, _): (local, type, key) = (l, t, k)
+        default: return nil
+        }
+        guard let key, state.tickets[local] == nil else { return nil }
+        let request = TicketRequest(externalKey: key, attributesType: type, activityID: local, installationID: state.installationID)
+        do {
+            if let ticket = try await provider(request) { state.tickets[local] = ticket }
+            return nil
+        } catch {
+            log("ticket", "GET", "(the app's ticket provider)", nil, "retrying")
+            return "the ticket provider failed"
+        }
+    }
+
+    static func registration(_ kind: Report.Kind) -> String? {
+        switch kind {
+        case .register(let local, _, _, _, _), .registerChannel(let local, _, _, _, _): local
+        default: nil
+        }
+    }
+
+    static func activity(_ kind: Report.Kind) -> String? {
+        switch kind {
+        case .register(let local, _, _, _, _), .registerChannel(let local, _, _, _, _), .token(let local, _), .state(let local, _): local
+        case .installation: nil
+        }
+    }
+
+    /// One request with a completion handler, not `URLSession.data(for:)`: on Linux
+    /// (swift-corelibs-foundation), cancelling a task whose `data(for:)` is finishing can deadlock
+    /// the session's queue against the task's status lock (seen in this SDK's tests). A request is
+    /// bounded by `requestTimeout` instead of by cancellation.
+    func transfer(_ request: URLRequest) async throws -> (Data, URLResponse) {
+        let session = self.session
+        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<(Data, URLResponse), any Error>) in
+            session.dataTask(with: request) { data, response, error in
+                if let error {
+                    c.resume(throwing: error)
+                } else if let response {
+                    c.resume(returning: (data ?? Data(), response))
+                } else {
+                    c.resume(throwing: URLError(.badServerResponse))
+                }
+            }.resume()
+        }
+    }
+
+    /// The report as a request, from the state as it is now.
+    func makeRequest(_ report: Report) -> Result<Report.Request, Refusal> {
+        var body: [String: Any] = [:]
+        let method: String
+        let path: String
+        switch report.kind {
+        case .installation:
+            method = "PUT"
+            path = "/v1/installations/\(state.installationID)"
+            if !state.pushToStartTokens.isEmpty { body["pushToStartTokens"] = state.pushToStartTokens }
+            if let w = state.widgetToken { body["widgetToken"] = w }
+            if let e = state.liveActivitiesEnabled { body["liveActivitiesEnabled"] = e }
+            if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
+            if let e = configuration.environment { body["environment"] = e.rawValue }
+        case .register(let local, let type, let token, let key, let topics):
+            method = "POST"
+            path = "/v1/activities"
+            body = ["attributesType": type, "token": token, "installationID": state.installationID]
+            if let key { body["externalKey"] = key }
+            if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
+            if !topics.isEmpty { body["topics"] = topics }
+            if let e = configuration.environment { body["environment"] = e.rawValue }
+        case .registerChannel(let local, let type, let channel, let key, let topics):
+            method = "POST"
+            path = "/v1/activities"
+            body = ["attributesType": type, "channelID": channel, "installationID": state.installationID]
+            if let key { body["externalKey"] = key }
+            if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
+            if !topics.isEmpty { body["topics"] = topics }
+        case .token(let local, let token):
+            guard let id = state.serverIDs[local] else { return .failure(Refusal(status: nil, code: "notRegistered", message: "token rotation for activity \(local), which the server never registered")) }
+            method = "PUT"
+            path = "/v1/activities/\(id)/token"
+            body = ["token": token]
+        case .state(let local, let what):
+            guard let id = state.serverIDs[local] else { return .failure(Refusal(status: nil, code: "notRegistered", message: "\(what) for activity \(local), which the server never registered")) }
+            method = "POST"
+            path = "/v1/activities/\(id)/\(what)"
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return .success(Report.Request(method: method, path: path, body: data))
+    }
+
+    func perform(_ report: Report) async -> Outcome {
+        guard let frozen = report.request else { return .retry(after: nil) }
+        let method = frozen.method, path = frozen.path
+        let name = Self.name(report.kind)
+        guard let url = URL(string: configuration.serverURL.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + path) else {
+            return logged(.refused(Refusal(status: nil, code: "badURL", message: "the server URL cannot take \(path)")), name, method, path, nil)
+        }
+        var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
+        request.httpMethod = method
+        request.setValue("Bearer \(configuration.deviceKey)", forHTTPHeaderField: "Authorization")
+        request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if let secret = state.secret { request.setValue(secret, forHTTPHeaderField: "Isle-Installation-Secret") }
+        request.httpBody = frozen.body
+        let data: Data
+        let response: HTTPURLResponse
+        do {
+            let (d, r) = try await transfer(request)
+            guard let http = r as? HTTPURLResponse else { return logged(.retry(after: nil), name, method, path, nil) }
+            (data, response) = (d, http)
+        } catch {
+            // The network, or the server away: try again later.
+            return logged(.retry(after: nil), name, method, path, nil)
+        }
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        let outcome = Self.outcome(response, json: json, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
+        return logged(outcome, name, method, path, response.statusCode)
+    }
+
+    static func name(_ kind: Report.Kind) -> String {
+        switch kind {
+        case .installation: "installation"
+        case .register, .registerChannel: "register"
+        case .token: "token"
+        case .state(_, let what): what
+        }
+    }
+
+    func logged(_ outcome: Outcome, _ report: String, _ method: String, _ path: String, _ status: Int?) -> Outcome {
+        let text = switch outcome {
+        case .done: "sent"
+        case .retry, .newTicket: "retrying"
+        case .refused: "refused"
+        case .newInstallation: "new installation"
+        }
+        log(report, method, path, status, text)
+        return outcome
+    }
+
+    static func outcome(_ response: HTTPURLResponse, json: [String: Any]?, report: Report, hasSecret: Bool, canRefetchTicket: Bool) -> Outcome {
+        let error = json?["error"] as? [String: Any]
+        let code = error?["code"] as? String ?? ""
+        switch response.statusCode {
+        case 200..<300:
+            return .done(serverID: json?["id"] as? String, secret: json?["installationSecret"] as? String)
+        case 429, 500..<600:
+            // Retry-After in seconds, bounded: a server's odd value never parks the outbox for ever.
+            let after = response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init).map { $0.isFinite ? min(3600, max(0, $0)) : 60 }
+            return .retry(after: after)
+        case 403 where report.kind == .installation && !hasSecret:
+            // Registered before, but its one-time secret was lost with an answer: a new installation.
+            return .newInstallation
+        case 403 where (code == "ticketExpired" || code == "invalidTicket") && canRefetchTicket && registration(report.kind) != nil && report.ticketRefreshes < 2:
+            return .newTicket
+        case 409 where code == "idempotencyKeyInUse":
+            return .retry(after: 1)
+        default:
+            return .refused(Refusal(status: response.statusCode, code: code.isEmpty ? "http\(response.statusCode)" : code, message: error?["message"] as? String ?? ""))
+        }
+    }
+}
