@@ -181,10 +181,17 @@ public actor IsleClient {
         if statusWatchers[activityID]?.isEmpty == true { statusWatchers[activityID] = nil }
     }
 
-    /// Waits until the activity is registered or refused (or returns at once when it is neither
-    /// reported nor pending): `if case .refused(let why) = await isle.registration(of: activity.id) { … }`.
+    /// Waits until the activity is registered or refused: `if case .refused(let why) = await
+    /// isle.registration(of: activity.id) { … }`. An activity whose token has not come yet (or that
+    /// ActivityKit has not listed yet) is waited for; cancel the waiting task, or ``stop()`` the
+    /// client, to give up (the status at that moment is answered).
     public func registration(of activityID: String) async -> RegistrationStatus {
-        for await status in registrationUpdates(of: activityID) where status != .pending { return status }
+        for await status in registrationUpdates(of: activityID) {
+            switch status {
+            case .pending, .unknown: continue
+            default: return status
+            }
+        }
         return registrationStatus(of: activityID)
     }
 
