@@ -109,14 +109,19 @@ public final class SimulatedAppLifecycle: AppLifecycle, @unchecked Sendable {
     /// The app is in the background with no background task: iOS would suspend it now.
     public var isSuspendable: Bool { lock.withLock { !foreground && held.isEmpty } }
 
-    /// The person opens the app: `willEnterForeground`.
-    public func enterForeground() {
+    /// The person opens the app: `willEnterForeground`. Answers how many observers were told.
+    @discardableResult
+    public func enterForeground() -> Int {
         let streams: [AsyncStream<Void>.Continuation] = lock.withLock {
             foreground = true
             granting = true
             return Array(entries.values)
         }
-        for c in streams { c.yield() }
+        var told = 0
+        for c in streams {
+            if case .enqueued = c.yield() { told += 1 }
+        }
+        return told
     }
 
     /// The person leaves the app.

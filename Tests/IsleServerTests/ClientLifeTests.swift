@@ -46,6 +46,13 @@ struct ClientLifeTests {
         return try IsleClient(configuration: c, storage: FileStorage(path: storage))
     }
 
+    /// Every push the server queued has had its outcome.
+    static func queueDrained(_ f: ServerFixture) async throws {
+        try await eventually(within: .seconds(30), "the server's queue drained") {
+            try await SQLiteStore(path: f.databasePath).openJobCounts().values.reduce(0, +) == 0
+        }
+    }
+
     static func hex(_ data: Data?) -> String? { data.map { $0.map { String(format: "%02x", $0) }.joined() } }
 
     @Test("launched in the background by a push-to-start: the app holds background time until the new activity is registered, then gives it back")
@@ -254,6 +261,217 @@ struct ClientLifeTests {
             #expect(record.updateToken == nil)
             await client.stop()
             run.cancel()
+        }
+    }
+
+    /// Seeds: `ISLE_CLIENT_SEED` replays one; `ISLE_CLIENT_SEEDS=90` runs 90 from it (docs/client.md).
+    static var seeds: [UInt64] {
+        let env = ProcessInfo.processInfo.environment
+        let first = env["ISLE_CLIENT_SEED"].flatMap(UInt64.init) ?? 20_261_125
+        let count = env["ISLE_CLIENT_SEEDS"].flatMap(Int.init) ?? 2
+        return (0..<UInt64(max(1, count))).map { first &+ $0 }
+    }
+
+    @Test("seeded random life: foreground and background launches, push-to-start while terminated, silent push-to-start sequences, rotations, ends and dismissals while closed, double tracking, server outages; the app never gives back background time owing a report, and the server ends in step with the phone",
+          arguments: ClientLifeTests.seeds)
+    func randomizedLife(seed: UInt64) async throws {
+        var random = SeededRandom(seed: seed)
+        try await ClientTests.withRestartableServer { f, port in
+            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let storage = ClientTests.storagePath()
+            let key: @Sendable (SimulatedLiveActivities<Attributes, State>.Handle) -> String? = { $0.attributes.map { "order-" + $0.orderNumber } }
+            // The backend signs a ticket for any order it is asked about (its own orders, here).
+            let ticket: @Sendable (IsleClient.TicketRequest) async throws -> String? = { request in f.ticket(key: request.externalKey, ttl: 600) }
+            var log: [String] = []
+            var serverUp = true
+            var app: (client: IsleClient, run: Task<Void, Never>, lifecycle: SimulatedAppLifecycle)?
+            var installation: String?
+            func context() -> String { "seed \(seed) (ISLE_CLIENT_SEED=\(seed) ISLE_CLIENT_SEEDS=1 replays it): \(log.joined(separator: ", "))" }
+
+            func launch(foreground: Bool) async throws {
+                let lifecycle = SimulatedAppLifecycle(foreground: foreground)
+                let client = try await Self.client(f, storage: storage, port: port, lifecycle: lifecycle, ticket: ticket)
+                let run = Task { await client.run() }
+                // Half the launches see a push-to-start sequence that never yields.
+                if random.next() % 2 == 0 {
+                    await client.track(SilentPushToStart(base: SimulatedLiveActivities(kit)), externalKey: key)
+                } else {
+                    await client.track(SimulatedLiveActivities(kit), externalKey: key)
+                }
+                app = (client, run, lifecycle)
+                installation = await client.installationID
+            }
+            func terminate() async {
+                guard let a = app else { return }
+                await a.client.stop()
+                a.run.cancel()
+                app = nil
+            }
+            /// The app in the background until iOS suspends it (here: terminates it). A background
+            /// launch (`launchedInBackground`) saw everything it owes at `track`, so the check is
+            /// strict: once it holds no background task, nothing may be owed while the server is up.
+            /// An app sent to the background from the foreground may still be receiving ActivityKit
+            /// updates, so there the SDK must send what it owes and then give its time back.
+            func backgroundWake(launchedInBackground: Bool) async throws {
+                guard let a = app, !a.lifecycle.isForeground else { return }
+                if serverUp {
+                    if launchedInBackground {
+                        try await eventually(within: .seconds(20), "background time given back") { a.lifecycle.heldTasks == 0 }
+                        let owed = await a.client.pendingReports
+                        #expect(owed == 0, "suspended owing \(owed) report(s); \(context())")
+                    } else {
+                        try await eventually(within: .seconds(20), "reports sent and background time given back; \(context())") {
+                            let owed = await a.client.pendingReports
+                            return owed == 0 && a.lifecycle.heldTasks == 0
+                        }
+                    }
+                } else {
+                    a.lifecycle.expireBackgroundTime()
+                    try await eventually(within: .seconds(20), "the expired background time given back") { a.lifecycle.heldTasks == 0 }
+                }
+                await terminate()
+                log.append("suspended")
+            }
+
+            try await launch(foreground: true)
+            log.append("launch")
+            for step in 0..<30 {
+                let live = kit.activities.filter { $0.activityState == .active }
+                let ongoing = kit.activities.filter { $0.activityState != .dismissed }.count
+                switch random.next() % 10 {
+                case 0 where ongoing < 4 && app?.lifecycle.isForeground == true:
+                    let a = try kit.request(attributes: Attributes(numberOfPizzas: 1, totalAmount: "$9.00", orderNumber: "r\(step)"), content: ClientTests.state)
+                    log.append("start \(a.id.prefix(6))")
+                    if random.next() % 3 == 0, let client = app?.client {
+                        // The app also tracks it by hand: still one tracking, one registration.
+                        await client.track(activity: SimulatedLiveActivities(kit).handle(a), externalKey: "order-r\(step)")
+                        log.append("track twice")
+                    }
+                case 1 where ongoing < 4 && serverUp && installation != nil:
+                    // The backend starts an order by push-to-start; the app may be terminated.
+                    let n = "p\(step)"
+                    let r = try await f.call("POST", "/v1/installations/\(installation!)/start", key: f.backendKey, body: [
+                        "attributesType": .string(Self.type), "externalKey": .string("order-" + n), "attributes": ["numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": .string(n)],
+                        "contentState": Pizza.state("Bill James"), "alert": ["title": "Order", "body": "On its way"],
+                    ])
+                    log.append("push-to-start \(n) → \(r.status)")
+                    if r.status == 202 {
+                        // Sent to the token the server has (APNs may refuse an old one): wait for the outcome.
+                        try await Self.queueDrained(f)
+                        let started = try f.sim.world.device(f.device).activities.contains { $0.attributes["orderNumber"]?.stringValue == n }
+                        if started {
+                            try await f.waitForDevice("the push-started activity \(n)'s token") { d in d.activities.contains { $0.updateToken != nil && $0.attributes["orderNumber"]?.stringValue == n } }
+                        }
+                        log.append(started ? "started \(n)" : "\(n) not started")
+                        if started && app == nil {
+                            // iOS launches the app in the background to hand it the new activity.
+                            try await launch(foreground: false)
+                            log.append("background launch")
+                            try await backgroundWake(launchedInBackground: true)
+                        }
+                    }
+                case 2 where !live.isEmpty:
+                    let a = live[Int(random.next() % UInt64(live.count))]
+                    if a.pushToken != nil {
+                        _ = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
+                        log.append("rotate \(a.id.prefix(6))")
+                    }
+                case 3:
+                    _ = try f.sim.world.rotatePushToStartToken(bundleID: Pizza.bundleID, attributesType: Self.type, on: f.device)
+                    log.append("push-to-start token rotated")
+                case 4 where !live.isEmpty:
+                    let a = live[Int(random.next() % UInt64(live.count))]
+                    if app == nil || random.next() % 2 == 0 {
+                        try a.end(nil)
+                        log.append("ended \(a.id.prefix(6))\(app == nil ? " while closed" : "")")
+                    } else {
+                        try f.sim.world.userDismiss(activityID: a.id, on: f.device)
+                        log.append("dismissed \(a.id.prefix(6))")
+                    }
+                case 5:
+                    if serverUp { await f.stop() } else { try await f.start() }
+                    serverUp.toggle()
+                    log.append(serverUp ? "server up" : "server down")
+                case 6 where app != nil:
+                    if app!.lifecycle.isForeground {
+                        app!.lifecycle.enterBackground()
+                        log.append("to background")
+                        try await backgroundWake(launchedInBackground: false)
+                    } else {
+                        app!.lifecycle.enterForeground()
+                        log.append("to foreground")
+                    }
+                case 7 where app == nil:
+                    try await launch(foreground: true)
+                    log.append("launch")
+                case 8 where app != nil:
+                    await terminate()
+                    log.append("terminated")
+                default:
+                    if let client = app?.client { _ = await client.flush() }
+                    log.append("flush")
+                }
+            }
+            // The end: the server is up, the person opens the app (the foreground entry re-reads everything).
+            if !serverUp { try await f.start() }
+            var told = -1
+            if app == nil { try await launch(foreground: true) } else { told = app!.lifecycle.enterForeground() }
+            let client = app!.client
+            let inst = try #require(installation)
+            let store = try SQLiteStore(path: f.databasePath)
+            let world = f.sim.world, device = f.device
+            // Everything sent, the foreground entry's re-read included, and every activity the phone
+            // gave a token to registered (or refused) on the client.
+            try await Self.queueDrained(f)
+            let waitingFor = Locked("")
+            do {
+                try await eventually(within: .seconds(60), "everything sent") {
+                    guard await client.pendingReports == 0 else { waitingFor.withLock { $0 = "reports to be sent" }; return false }
+                    // Every activity on the phone has the token ActivityKit gives it (push-started ones a moment later).
+                    guard try world.device(device).activities.allSatisfy({ $0.bundleID != Pizza.bundleID || $0.state != .active || $0.updateToken != nil }) else {
+                        waitingFor.withLock { $0 = "the phone's tokens" }
+                        return false
+                    }
+                    guard try await store.installation(bundleID: Pizza.bundleID, id: inst)?.pushToStartTokens[Self.type] == Self.hex(kit.pushToStartToken) else {
+                        waitingFor.withLock { $0 = "the push-to-start token on the server" }
+                        return false
+                    }
+                    for d in try world.device(device).activities where d.bundleID == Pizza.bundleID && d.updateToken != nil {
+                        switch await client.registrationStatus(of: d.id) {
+                        case .registered, .refused: continue
+                        case let other:
+                            waitingFor.withLock { $0 = "\(d.id) to be registered (\(other))" }
+                            return false
+                        }
+                    }
+                    return true
+                }
+            } catch {
+                let refused = await client.refusedReports, pending = await client.pendingReports
+                let server = try? await store.installation(bundleID: Pizza.bundleID, id: inst)?.pushToStartTokens[Self.type]
+                Issue.record("still waiting for \(waitingFor.withLock { $0 }) after 60 s (pending \(pending), refused \(refused), server \(server.flatMap { $0 }?.prefix(8) ?? "none"), phone \(Self.hex(kit.pushToStartToken)?.prefix(8) ?? "none"), foreground observers \(told)); \(context())")
+                throw error
+            }
+            let record = try await store.installation(bundleID: Pizza.bundleID, id: inst)
+            #expect(record?.pushToStartTokens[Self.type] == Self.hex(kit.pushToStartToken), "push-to-start token out of step; \(context())")
+            let records = try await store.recentActivities(bundleID: Pizza.bundleID, state: nil, limit: 500).filter { $0.installationID == inst && $0.updateToken != nil }
+            let onPhone = try f.sim.world.device(f.device).activities.filter { $0.bundleID == Pizza.bundleID && $0.updateToken != nil }
+            #expect(records.count == onPhone.count, "\(records.count) records for \(onPhone.count) activities; \(context())")
+            for d in onPhone {
+                let status = await client.registrationStatus(of: d.id)
+                guard case .registered(let id) = status, let r = records.first(where: { $0.id == id }) else {
+                    Issue.record("\(d.id) is \(status) on the client; \(context())")
+                    continue
+                }
+                switch d.state {
+                case .dismissed: #expect(r.state == .dismissed, "\(d.id) dismissed on the phone, \(r.state) on the server; \(context())")
+                case .ended: #expect(r.state == .ended || r.state == .dismissed, "\(d.id) ended on the phone, \(r.state) on the server; \(context())")
+                default: #expect(r.state == .active && r.updateToken == d.updateToken, "\(d.id): server \(r.state) with another token; \(context())")
+                }
+            }
+            let refused = await client.refusedReports
+            #expect(refused.isEmpty, "\(refused); \(context())")
+            await terminate()
         }
     }
 }

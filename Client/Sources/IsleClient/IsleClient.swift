@@ -91,6 +91,7 @@ public actor IsleClient {
     var lifecycleTask: Task<Void, Never>?
     var background: BackgroundTaskID?
     var backgroundBusy = false
+    var backgroundRecheck = false
     /// The system ended our background time: no new request until the app is in the foreground.
     var backgroundExpired = false
     var statusWatchers: [String: [UUID: AsyncStream<RegistrationStatus>.Continuation]] = [:]

@@ -77,7 +77,12 @@ struct Report: Codable, Sendable, Hashable {
 /// What the SDK persists (``IsleClientStorage``).
 struct ClientState: Codable, Sendable {
     var installationID: String
+    /// The installation's secret once the server registered it.
     var secret: String?
+    /// The secret this installation proposes at its first registration (the server keeps the one
+    /// the first registration presents): chosen and saved before anything is sent, so a first
+    /// answer lost with the app's process loses nothing.
+    var proposedSecret: String = ClientState.makeSecret()
     /// The installation as the app last reported it.
     var pushToStartTokens: [String: String] = [:]
     var widgetToken: String?
@@ -107,8 +112,15 @@ struct ClientState: Codable, Sendable {
 
     init(installationID: String) { self.installationID = installationID }
 
+    /// 32 random bytes, base64url: what the server accepts as an app-chosen secret (32–200 printable ASCII).
+    static func makeSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return "isle_app_" + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
     enum CodingKeys: String, CodingKey {
-        case installationID, secret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
+        case installationID, secret, proposedSecret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
     }
 
     /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
@@ -117,6 +129,7 @@ struct ClientState: Codable, Sendable {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         installationID = try c.decode(String.self, forKey: .installationID)
         secret = try c.decodeIfPresent(String.self, forKey: .secret)
+        proposedSecret = try c.decodeIfPresent(String.self, forKey: .proposedSecret) ?? ClientState.makeSecret()
         pushToStartTokens = try c.decodeIfPresent([String: String].self, forKey: .pushToStartTokens) ?? [:]
         widgetToken = try c.decodeIfPresent(String.self, forKey: .widgetToken)
         liveActivitiesEnabled = try c.decodeIfPresent(Bool.self, forKey: .liveActivitiesEnabled)

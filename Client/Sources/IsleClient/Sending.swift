@@ -12,8 +12,10 @@ extension IsleClient {
         running = true
         defer { running = false }
         if let lifecycle = configuration.lifecycle {
+            // Subscribed here, before the task runs: an entry right after `run()` starts is not missed.
+            let entries = lifecycle.foregroundEntries()
             lifecycleTask = Task { [weak self] in
-                for await _ in lifecycle.foregroundEntries() { await self?.refresh() }
+                for await _ in entries { await self?.refresh() }
             }
         }
         while !Task.isCancelled, !stopped {
@@ -54,25 +56,28 @@ extension IsleClient {
     /// Keeps a background task open while a report is due soon (so a push-started activity's
     /// registration survives the app's suspension), and gives it back once nothing is.
     func holdBackgroundTime() async {
-        guard let lifecycle = configuration.lifecycle, !backgroundBusy else { return }
+        guard let lifecycle = configuration.lifecycle else { return }
+        // One caller at a time talks to the system; a call that arrives meanwhile makes it look again.
+        guard !backgroundBusy else {
+            backgroundRecheck = true
+            return
+        }
         backgroundBusy = true
         defer { backgroundBusy = false }
-        let horizon = Date().addingTimeInterval(configuration.backgroundWindow)
-        let needed = !stopped && !backgroundExpired && state.outbox.contains { $0.notBefore <= horizon }
-        if needed, background == nil {
-            let id = await lifecycle.beginBackgroundTask(name: "IsleClient reports") { [weak self] in
-                Task { await self?.backgroundTimeExpired() }
-            }
-            // Stopped, or everything sent, while the system answered: give it straight back.
-            if let id, stopped || backgroundExpired || state.outbox.isEmpty {
+        repeat {
+            backgroundRecheck = false
+            let horizon = Date().addingTimeInterval(configuration.backgroundWindow)
+            let needed = !stopped && !backgroundExpired && state.outbox.contains { $0.notBefore <= horizon }
+            if needed, background == nil {
+                let id = await lifecycle.beginBackgroundTask(name: "IsleClient reports") { [weak self] in
+                    Task { await self?.backgroundTimeExpired() }
+                }
+                if let id { background = id }
+            } else if !needed, let id = background {
+                background = nil
                 await lifecycle.endBackgroundTask(id)
-            } else {
-                background = id
             }
-        } else if !needed, let id = background {
-            background = nil
-            await lifecycle.endBackgroundTask(id)
-        }
+        } while backgroundRecheck
     }
 
     func backgroundTimeExpired() async {
@@ -152,7 +157,12 @@ extension IsleClient {
         guard !stopped, let j = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
         switch outcome {
         case .done(let id, let secret):
-            if let secret { state.secret = secret }
+            if let secret {
+                state.secret = secret
+            } else if report.kind == .installation, state.secret == nil {
+                // The server took the secret this installation proposed (no secret in the answer).
+                state.secret = state.proposedSecret
+            }
             state.outbox.remove(at: j)
             if let local = Self.registration(report.kind) {
                 if let id { state.serverIDs[local] = id }
@@ -182,6 +192,7 @@ extension IsleClient {
         case .newInstallation:
             state.installationID = UUID().uuidString.lowercased()
             state.secret = nil
+            state.proposedSecret = ClientState.makeSecret()
             // Every request made for the old id is made anew, under a new key.
             for k in state.outbox.indices where state.outbox[k].request != nil || k == j {
                 state.outbox[k].attempts = 0
@@ -309,7 +320,7 @@ extension IsleClient {
         request.setValue("Bearer \(configuration.deviceKey)", forHTTPHeaderField: "Authorization")
         request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        if let secret = state.secret { request.setValue(secret, forHTTPHeaderField: "Isle-Installation-Secret") }
+        request.setValue(state.secret ?? state.proposedSecret, forHTTPHeaderField: "Isle-Installation-Secret")
         request.httpBody = frozen.body
         let data: Data
         let response: HTTPURLResponse

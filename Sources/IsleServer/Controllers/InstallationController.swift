@@ -63,8 +63,21 @@ struct InstallationController {
         // new installation id.
         let inst = try await store.modifyInstallation(bundleID: bundleID, id: id, create: { InstallationRecord(id: id, bundleID: bundleID, updatedAt: now) }, { inst in
             guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
-            // (An installation from before secrets existed gets one at its next registration.)
-            if inst.secretHash == nil { inst.secretHash = newHash } else { try InstallationSecret.check(presented, of: inst) }
+            // The first registration sets the secret: the one the app chose and presents (then a
+            // lost answer loses nothing), or else one made here and answered once. (An
+            // installation from before secrets existed gets one at its next registration.)
+            if inst.secretHash == nil {
+                if let presented, !presented.isEmpty {
+                    guard InstallationSecret.acceptable(presented) else {
+                        throw APIError(.badRequest, "invalidInstallationSecret", "a new installation's Isle-Installation-Secret must be 32 to 200 printable ASCII characters (or leave it out and keep the secret the answer holds)", field: "Isle-Installation-Secret")
+                    }
+                    inst.secretHash = InstallationSecret.hash(presented)
+                } else {
+                    inst.secretHash = newHash
+                }
+            } else {
+                try InstallationSecret.check(presented, of: inst)
+            }
             report.apply(to: &inst, now: now)
             if let userFromTicket { inst.userID = userFromTicket }
         }, idempotency: context.idempotentAnswer(.ok, Views.installation))

@@ -64,6 +64,12 @@ enum InstallationSecret {
         return "isle_inst_" + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 
+    /// Whether a secret the app chose itself may become its installation's (at the first
+    /// registration): at least 32 characters of printable ASCII, as hard to guess as one Isle makes.
+    static func acceptable(_ secret: String) -> Bool {
+        (32...200).contains(secret.utf8.count) && secret.utf8.allSatisfy { (0x21...0x7e).contains($0) }
+    }
+
     static func hash(_ secret: String) -> String { Hex.encode(SHA256.hash(data: Array(secret.utf8))) }
 
     /// Compares two hashes without an early exit.
