@@ -1,6 +1,7 @@
 public import Foundation
 public import IsleClient
 public import IsleSimulator
+import IsleCore
 
 /// IsleClient's view of a simulated iPhone: `SimulatedActivityKit` as a ``LiveActivityKit``, so
 /// the SDK runs on Linux against the simulator exactly as it runs against ActivityKit.
@@ -75,11 +76,8 @@ public struct SimulatedWidgetPushTokens: WidgetPushTokenSource {
         self.bundleID = bundleID
     }
     public func currentToken() async -> Data? {
-        guard let hex = (try? world.app(bundleID, on: deviceID))?.widgetPushToken else { return nil }
-        var out = Data()
-        var it = hex.utf8.makeIterator()
-        while let h = it.next(), let l = it.next() { out.append(UInt8(String(decoding: [h, l], as: UTF8.self), radix: 16) ?? 0) }
-        return out
+        guard let hex = (try? world.app(bundleID, on: deviceID))?.widgetPushToken, let token = try? DeviceToken(hex: hex) else { return nil }
+        return Data(token.bytes)
     }
 }
 

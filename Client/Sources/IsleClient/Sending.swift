@@ -280,20 +280,12 @@ extension IsleClient {
             if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
             if let e = configuration.environment { body["environment"] = e.rawValue }
         case .register(let local, let type, let token, let key, let topics):
-            method = "POST"
-            path = "/v1/activities"
-            body = ["attributesType": type, "token": token, "installationID": state.installationID]
-            if let key { body["externalKey"] = key }
-            if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
-            if !topics.isEmpty { body["topics"] = topics }
+            (method, path) = ("POST", "/v1/activities")
+            body = registration(local: local, type: type, key: key, topics: topics, ["token": token])
             if let e = configuration.environment { body["environment"] = e.rawValue }
         case .registerChannel(let local, let type, let channel, let key, let topics):
-            method = "POST"
-            path = "/v1/activities"
-            body = ["attributesType": type, "channelID": channel, "installationID": state.installationID]
-            if let key { body["externalKey"] = key }
-            if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
-            if !topics.isEmpty { body["topics"] = topics }
+            (method, path) = ("POST", "/v1/activities")
+            body = registration(local: local, type: type, key: key, topics: topics, ["channelID": channel])
         case .token(let local, let token):
             guard let id = state.serverIDs[local] else { return .failure(Refusal(status: nil, code: "notRegistered", message: "token rotation for activity \(local), which the server never registered")) }
             method = "PUT"
@@ -306,6 +298,17 @@ extension IsleClient {
         }
         let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data("{}".utf8)
         return .success(Report.Request(method: method, path: path, body: data))
+    }
+
+    /// A registration's body: the activity, its installation, and its key with the ticket for it.
+    func registration(local: String, type: String, key: String?, topics: [String], _ target: [String: Any]) -> [String: Any] {
+        var body = target
+        body["attributesType"] = type
+        body["installationID"] = state.installationID
+        if let key { body["externalKey"] = key }
+        if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
+        if !topics.isEmpty { body["topics"] = topics }
+        return body
     }
 
     func perform(_ report: Report) async -> Outcome {
