@@ -88,6 +88,8 @@ public actor IsleClient {
     /// Re-reads of each tracked attributes type (and the widget token), run at every foreground entry.
     var trackedKits: [String: KitTracking] = [:]
     var widgetSource: (any WidgetPushTokenSource)?
+    /// The lifecycle's foreground entries, subscribed at `init` and consumed by ``run()``.
+    let foregroundEntries: AsyncStream<Void>?
     var lifecycleTask: Task<Void, Never>?
     var background: BackgroundTaskID?
     var backgroundBusy = false
@@ -134,6 +136,7 @@ public actor IsleClient {
         self.configuration = configuration
         self.storage = storage
         self.session = session
+        foregroundEntries = configuration.lifecycle?.foregroundEntries()
         if let data = try storage.load() {
             state = try JSONDecoder().decode(ClientState.self, from: data)
         } else {

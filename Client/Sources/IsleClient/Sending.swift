@@ -11,9 +11,8 @@ extension IsleClient {
         guard !running, !stopped else { return }
         running = true
         defer { running = false }
-        if let lifecycle = configuration.lifecycle {
-            // Subscribed here, before the task runs: an entry right after `run()` starts is not missed.
-            let entries = lifecycle.foregroundEntries()
+        if let entries = foregroundEntries {
+            // Subscribed at `init`: an entry before `run()` got going waits in the stream.
             lifecycleTask = Task { [weak self] in
                 for await _ in entries { await self?.refresh() }
             }
