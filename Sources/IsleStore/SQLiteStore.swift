@@ -32,6 +32,8 @@ public final class SQLiteStore: IsleStore {
         }
         var config = Configuration()
         config.busyMode = .timeout(10)
+        // Reads are synchronous (``readNow(_:)``): at least as many readers as threads that may read at once.
+        config.maximumReaderCount = max(5, ProcessInfo.processInfo.activeProcessorCount * 2)
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = ON")
             try db.execute(sql: "PRAGMA synchronous = FULL")
@@ -44,6 +46,15 @@ public final class SQLiteStore: IsleStore {
         pool = try DatabasePool(path: path, configuration: config)
         writer = GroupCommit(pool: pool)
     }
+
+    /// A read on the calling thread (GRDB's synchronous `read`): no hop to a reader's dispatch
+    /// queue and back, the two thread switches that dominated a read-only request's CPU
+    /// (docs/performance.md, "Delivery core v3"). Every read of this store is synchronous, so a
+    /// reader connection is never held across a suspension: the pool's readers (5) outnumber the
+    /// threads that can read at once (Swift's cooperative pool and NIO's event loops), and a read
+    /// waiting for one always gets it. (Mixing these with GRDB's async reads deadlocked: an async
+    /// read gives its connection back only once its task runs again.)
+    func readNow<T>(_ body: (Database) throws -> T) throws -> T { try pool.read(body) }
 
     // MARK: One serving process per file
 
@@ -232,11 +243,11 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func app(_ bundleID: String) async throws -> AppRecord? {
-        try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM apps WHERE bundle_id = ?"), arguments: [bundleID]).map(Self.app) }
+        try readNow { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM apps WHERE bundle_id = ?"), arguments: [bundleID]).map(Self.app) }
     }
 
     public func apps() async throws -> [AppRecord] {
-        try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY bundle_id").map(Self.app) }
+        try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY bundle_id").map(Self.app) }
     }
 
     static func app(_ r: Row) throws -> AppRecord {
@@ -254,7 +265,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func apiKey(secretHash: String) async throws -> APIKeyRecord? {
-        try await pool.read { db in
+        try readNow { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM api_keys WHERE secret_hash = ?"), arguments: [secretHash]).map { r in
                 APIKeyRecord(id: r["id"], bundleID: r["bundle_id"], scope: APIKeyScope(rawValue: r["scope"]) ?? .device, secretHash: r["secret_hash"],
                              createdAt: Date(timeIntervalSince1970: r["created_at"]), revokedAt: (r["revoked_at"] as Double?).map(Date.init(timeIntervalSince1970:)))
@@ -303,13 +314,13 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func installation(bundleID: String, id: String) async throws -> InstallationRecord? {
-        try await pool.read { db in
+        try readNow { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [bundleID, id]).map(Self.installation)
         }
     }
 
     public func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] {
-        try await pool.read { db in
+        try readNow { db in
             try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND user_id = ? ORDER BY id"), arguments: [bundleID, userID]).map(Self.installation)
         }
     }
@@ -376,7 +387,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
-        try await pool.read { db in
+        try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT * FROM activities WHERE bundle_id = ? AND (? IS NULL OR state = ?) ORDER BY started_at DESC, id DESC LIMIT ?
                 """), arguments: [bundleID, state?.rawValue, state?.rawValue, max(0, limit)])
@@ -387,7 +398,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
-        try await pool.read { db in
+        try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT * FROM activities WHERE bundle_id = ? AND external_key = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, rowid
                 """), arguments: [bundleID, externalKey])
@@ -417,25 +428,25 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func activity(id: String) async throws -> ActivityRecord? {
-        try await pool.read { db in try Self.activity(db, where: "id = ?", [id]) }
+        try readNow { db in try Self.activity(db, where: "id = ?", [id]) }
     }
 
     public func activityForPush(id: String) async throws -> ActivityRecord? {
-        try await pool.read { db in
+        try readNow { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [id]).map { try Self.activity($0, topics: [], payloads: false) }
         }
     }
 
     public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
-        try await pool.read { db in try Self.activity(db, where: "bundle_id = ? AND external_key = ? ORDER BY started_at DESC, rowid DESC", [bundleID, externalKey]) }
+        try readNow { db in try Self.activity(db, where: "bundle_id = ? AND external_key = ? ORDER BY started_at DESC, rowid DESC", [bundleID, externalKey]) }
     }
 
     public func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? {
-        try await pool.read { db in try Self.activity(db, where: "bundle_id = ? AND update_token = ?", [bundleID, updateToken]) }
+        try readNow { db in try Self.activity(db, where: "bundle_id = ? AND update_token = ?", [bundleID, updateToken]) }
     }
 
     public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
-        try await pool.read { db in
+        try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id"),
                                         arguments: [bundleID, installationID])
             return try rows.map { r in
@@ -466,7 +477,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
-        try await pool.read { db in
+        try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
                 WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY a.started_at, a.id
@@ -778,7 +789,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date? {
-        try await pool.read { db in
+        try readNow { db in
             var apps = ""
             var arguments = StatementArguments()
             if !excludingApps.isEmpty {
@@ -808,11 +819,11 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func job(id: Int64) async throws -> PushJob? {
-        try await pool.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
+        try readNow { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
     }
 
     public func openJobCounts() async throws -> [PushJobState: Int] {
-        try await pool.read { db in
+        try readNow { db in
             let scheduled = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled'") ?? 0
             let open = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_lane_open WHERE state IN ('queued', 'claimed')") ?? 0
             let claimed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_claimed WHERE state = 'claimed'") ?? 0
@@ -821,11 +832,11 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func ping() async throws {
-        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+        _ = try readNow { db in try Int.fetchOne(db, sql: "SELECT 1") }
     }
 
     public func jobCounts() async throws -> [PushJobState: Int] {
-        try await pool.read { db in
+        try readNow { db in
             var out: [PushJobState: Int] = [:]
             for r in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM jobs GROUP BY state") {
                 if let s = PushJobState(rawValue: r["state"]) { out[s] = r["n"] }
@@ -835,7 +846,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func highPrioritySends(activityID: String, since: Date) async throws -> Int {
-        try await pool.read { db in
+        try readNow { db in
             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM high_priority_sends WHERE activity_id = ? AND at >= ?", arguments: [activityID, since.timeIntervalSince1970]) ?? 0
         }
     }
@@ -856,14 +867,14 @@ public final class SQLiteStore: IsleStore {
     /// The columns of a copied table as migrated here.
     public func columns(of table: String) async throws -> [DataCopy.Column] {
         guard DataCopy.tables.contains(table) else { throw StoreError(.notFound, "no table \(table)") }
-        return try await pool.read { db in
+        return try readNow { db in
             try db.columns(in: table).map { DataCopy.Column(name: $0.name, type: $0.type.uppercased(), nullable: !$0.isNotNull && $0.primaryKeyIndex == 0) }
         }
     }
 
     public func exportTable(_ table: String) async throws -> DataCopy.Table {
         guard DataCopy.tables.contains(table) else { throw StoreError(.notFound, "no table \(table) to copy") }
-        return try await pool.read { db in
+        return try readNow { db in
             let columns = try db.columns(in: table).map(\.name)
             let rows = try Row.fetchAll(db, sql: "SELECT \(columns.map { "\"\($0)\"" }.joined(separator: ", ")) FROM \(table) ORDER BY rowid")
             return DataCopy.Table(name: table, columns: columns, rows: rows.map { r in
@@ -899,11 +910,11 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func channels(bundleID: String) async throws -> [ChannelRecord] {
-        try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM channels WHERE bundle_id = ? ORDER BY created_at, id", arguments: [bundleID]).map(Self.channel) }
+        try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM channels WHERE bundle_id = ? ORDER BY created_at, id", arguments: [bundleID]).map(Self.channel) }
     }
 
     public func channel(id: String) async throws -> ChannelRecord? {
-        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM channels WHERE id = ?", arguments: [id]).map(Self.channel) }
+        try readNow { db in try Row.fetchOne(db, sql: "SELECT * FROM channels WHERE id = ?", arguments: [id]).map(Self.channel) }
     }
 
     public func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws {
@@ -923,22 +934,22 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord] {
-        try await pool.read { db in
+        try readNow { db in
             try Row.fetchAll(db, sql: "SELECT * FROM deliveries INDEXED BY deliveries_activity WHERE activity_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
                              arguments: [activityID, before ?? Int64.max, limit]).map(Self.delivery).reversed()
         }
     }
 
     public func deliveries(activityID: String) async throws -> [DeliveryRecord] {
-        try await pool.read { db in try Row.fetchAll(db, sql: "SELECT * FROM deliveries WHERE activity_id = ? ORDER BY id", arguments: [activityID]).map(Self.delivery) }
+        try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM deliveries WHERE activity_id = ? ORDER BY id", arguments: [activityID]).map(Self.delivery) }
     }
 
     public func delivery(apnsID: String) async throws -> DeliveryRecord? {
-        try await pool.read { db in try Row.fetchOne(db, sql: "SELECT * FROM deliveries WHERE apns_id = ? ORDER BY id DESC LIMIT 1", arguments: [apnsID]).map(Self.delivery) }
+        try readNow { db in try Row.fetchOne(db, sql: "SELECT * FROM deliveries WHERE apns_id = ? ORDER BY id DESC LIMIT 1", arguments: [apnsID]).map(Self.delivery) }
     }
 
     public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? {
-        try await pool.read { db in
+        try readNow { db in
             try Row.fetchOne(db, sql: "SELECT * FROM idempotency WHERE bundle_id = ? AND key = ?", arguments: [bundleID, key]).map { r in
                 IdempotencyRecord(key: r["key"], bundleID: r["bundle_id"], requestHash: r["request_hash"], status: r["status"], body: r["body"],
                                   createdAt: Date(timeIntervalSince1970: r["created_at"]))
