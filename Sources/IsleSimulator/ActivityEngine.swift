@@ -214,7 +214,11 @@ struct ActivityEngine {
                 events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The system ended the activity after \(Int(configuration.maximumActiveDuration / 3600)) hours active; it left the Dynamic Island and stays on the Lock Screen up to \(Int(configuration.maximumEndedDuration / 3600)) more hours."))
             case 5:
                 a.state = .active
-                events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The scheduled activity started."))
+                if let alert = a.scheduledAlert {
+                    a.lastAlert = ShownAlert(title: alert.title, body: alert.body, sound: alert.sound, at: t)
+                    a.scheduledAlert = nil
+                }
+                events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The scheduled activity started\(a.lastAlert?.at == t ? " with its alert: \(a.lastAlert!.title)" : "")."))
             default:
                 dismiss(&a, at: t)
                 events.append(DeviceEvent(time: t, source: .system, activityID: a.id, message: "The ended activity left the Lock Screen."))

@@ -172,6 +172,16 @@ struct ControlAPI {
             let stale = try ControlAPI.number(o, "staleDate").map { Date(timeIntervalSince1970: $0) }
             let score = try ControlAPI.number(o, "relevanceScore") ?? 0
             let start = try ControlAPI.number(o, "startDate").map { Date(timeIntervalSince1970: $0) }
+            var alertConfiguration: AlertConfiguration?
+            if let value = o["alertConfiguration"], !value.isNull {
+                guard let a = value.objectValue, let title = a["title"]?.stringValue, let body = a["body"]?.stringValue else {
+                    throw APIError(.badRequest, "invalidArgument", "alertConfiguration must be an object with title and body strings (and an optional sound)", field: "alertConfiguration")
+                }
+                if let sound = a["sound"], sound.stringValue == nil, !sound.isNull {
+                    throw APIError(.badRequest, "invalidArgument", "alertConfiguration.sound must be a string", field: "alertConfiguration.sound")
+                }
+                alertConfiguration = AlertConfiguration(title: title, body: body, sound: a["sound"]?.stringValue)
+            }
             let pushType: SimulatorWorld.RequestPushType
             switch o["pushType"] {
             case nil, .string("token")?: pushType = .token
@@ -181,7 +191,8 @@ struct ControlAPI {
             }
             let wait = try ControlAPI.bool(o, "waitForPushToken") ?? false
             var a = try run { () throws(SimulatorError) in
-                try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType, start: start)
+                try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType, start: start,
+                                           alertConfiguration: alertConfiguration)
             }
             // As on a device, the token is not in request's answer; an app awaits pushTokenUpdates,
             // and "waitForPushToken": true does the same before answering.

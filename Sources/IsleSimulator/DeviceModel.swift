@@ -55,6 +55,20 @@ public struct DeviceEvent: Sendable, Hashable, Codable {
 }
 
 /// An alert as the person sees it, after localization.
+/// ActivityKit's `AlertConfiguration`: what a scheduled activity shows when it starts. Apple makes
+/// it mandatory for a scheduled request (`request(attributes:content:pushType:style:alertConfiguration:start:)`,
+/// Apple's "Displaying live data with Live Activities").
+public struct AlertConfiguration: Sendable, Hashable, Codable {
+    public var title: String
+    public var body: String
+    public var sound: String?
+    public init(title: String, body: String, sound: String? = nil) {
+        self.title = title
+        self.body = body
+        self.sound = sound
+    }
+}
+
 public struct ShownAlert: Sendable, Hashable, Codable {
     public var title: String
     public var body: String
@@ -88,6 +102,8 @@ public struct SimulatedActivity: Sendable, Hashable, Codable {
     public var channelID: String?
     public var startedBy: DeviceEvent.Source
     public var lastAlert: ShownAlert?
+    /// A scheduled activity's alert configuration, shown when it starts (iOS 26).
+    public var scheduledAlert: AlertConfiguration?
     /// Times of priority-10 pushes counted against the hourly budget.
     var budgetLog: [Date] = []
     /// The newest throttled update, applied when budget frees.

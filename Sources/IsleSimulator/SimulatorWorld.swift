@@ -330,7 +330,8 @@ public final class SimulatorWorld: Sendable {
     /// With `start` in the future the activity is scheduled (iOS 26): `pending` until then, and it
     /// counts toward the limits.
     public func requestActivity(bundleID: String, on deviceID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
-                                staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token, start: Date? = nil) throws(SimulatorError) -> SimulatedActivity {
+                                staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token, start: Date? = nil,
+                                alertConfiguration: AlertConfiguration? = nil) throws(SimulatorError) -> SimulatedActivity {
         defer { changes.notify() }
         let now = clock.now
         let activity = try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
@@ -353,6 +354,9 @@ public final class SimulatorWorld: Sendable {
             if start != nil, !s.devices[deviceID]!.runs(atLeast: 26) {
                 throw SimulatorError(.unsupported, "a scheduled start (Activity.request(…, start:)) needs iOS 26; this device runs \(s.devices[deviceID]!.osVersion)", field: "start")
             }
+            if start != nil, alertConfiguration == nil {
+                throw SimulatorError(.invalidArgument, "a scheduled start needs an alertConfiguration (ActivityKit's request(…, alertConfiguration:start:) requires one): the alert the person sees when it starts", field: "alertConfiguration")
+            }
             var a = newActivity(&s, deviceID: deviceID, app: app, attributesType: attributesType, attributes: attributes, contentState: contentState, now: now, by: .app)
             a.staleDate = staleDate
             a.relevanceScore = relevanceScore
@@ -360,6 +364,10 @@ public final class SimulatorWorld: Sendable {
             if let start, start > now {
                 a.state = .pending
                 a.startedAt = start
+                a.scheduledAlert = alertConfiguration
+            } else if let alert = alertConfiguration, start != nil {
+                // Its date already passed: it starts now, with its alert.
+                a.lastAlert = ShownAlert(title: alert.title, body: alert.body, sound: alert.sound, at: now)
             }
             // The token is not there when request returns: it comes on pushTokenUpdates (WWDC23).
             if pushType == .token {
@@ -545,7 +553,7 @@ public final class SimulatorWorld: Sendable {
         return SimulatedActivity(
             id: "activity-\(s.nextID)", bundleID: app.bundleID, attributesType: attributesType, attributes: attributes, contentState: contentState,
             staleDate: nil, relevanceScore: 0, state: .active, startedAt: now, endedAt: nil, dismissedAt: nil, scheduledDismissal: nil,
-            lastTimestamp: nil, updateToken: nil, withheldToken: nil, channelID: nil, startedBy: source, lastAlert: nil)
+            lastTimestamp: nil, updateToken: nil, withheldToken: nil, channelID: nil, startedBy: source, lastAlert: nil, scheduledAlert: nil)
     }
 
     func issueUpdateToken(_ s: inout State, _ a: inout SimulatedActivity, deviceID: String, environment: SimulatedEnvironment) {

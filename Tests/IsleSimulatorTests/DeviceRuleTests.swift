@@ -370,15 +370,21 @@ struct SchedulingTests {
         c.maximumActivitiesPerApp = 1
         let f = try DeviceFixture(configuration: c)
         let a = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
-                                            contentState: Pizza.state(), start: f.now.addingTimeInterval(3600))
+                                            contentState: Pizza.state(), start: f.now.addingTimeInterval(3600),
+                                            alertConfiguration: AlertConfiguration(title: "Your table is ready", body: "Pizza at 8"))
         #expect(a.state == .pending)
         #expect(try f.world.screen(deviceID: f.device).lockScreen.isEmpty)
         #expect(throws: SimulatorError.self) { try f.request() }
         f.clock.advance(by: 3600)
         #expect(try f.activity(a.id).state == .active)
+        // It starts with its alert configuration: the expanded presentation, then compact.
+        let started = try f.world.screen(deviceID: f.device)
+        let shown = try f.activity(a.id).lastAlert?.title
+        #expect(started.dynamicIsland == .expanded && shown == "Your table is ready", "\(started.dynamicIsland)")
+        f.clock.advance(by: 6)
         #expect(try f.world.screen(deviceID: f.device).dynamicIsland == .compact)
         // The 8 hours count from the start date.
-        f.clock.advance(by: 8 * 3600 - 1)
+        f.clock.advance(by: 8 * 3600 - 7)
         #expect(try f.activity(a.id).state == .active)
     }
 

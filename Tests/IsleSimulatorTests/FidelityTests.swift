@@ -54,12 +54,24 @@ struct FidelityTests {
         _ = try Pizza.install(f.world, on: ios18)
         #expect(throws: SimulatorError.self) {
             try f.world.requestActivity(bundleID: Pizza.bundleID, on: ios18, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state(),
-                                        start: f.now.addingTimeInterval(600))
+                                        start: f.now.addingTimeInterval(600), alertConfiguration: AlertConfiguration(title: "Soon", body: "Pizza"))
         }
-        // iOS 26 schedules it.
+        // iOS 26 schedules it, with the alert configuration Apple makes mandatory for a scheduled
+        // start; without one the request fails naming it.
+        do {
+            _ = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                            contentState: Pizza.state(), start: f.now.addingTimeInterval(600))
+            Issue.record("a scheduled start without an alert configuration was accepted")
+        } catch {
+            #expect(error.code == .invalidArgument && error.field == "alertConfiguration", "\(error.message)")
+        }
         let scheduled = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
-                                                    contentState: Pizza.state(), start: f.now.addingTimeInterval(600))
-        #expect(scheduled.state == .pending)
+                                                    contentState: Pizza.state(), start: f.now.addingTimeInterval(600),
+                                                    alertConfiguration: AlertConfiguration(title: "Your order is next", body: "Pizza in 10 minutes"))
+        #expect(scheduled.state == .pending && scheduled.lastAlert == nil)
+        f.clock.advance(by: 600)
+        let started = try #require(try f.world.device(f.device).activities.first { $0.id == scheduled.id })
+        #expect(started.state == .active && started.lastAlert?.title == "Your order is next", "the scheduled activity starts with its alert")
     }
 
     @Test("push-to-start budget: 15 starts in 15 seconds, the first 10 start and the rest do not (APNs 200); an hour later it starts again; 0 lifts the limit")
