@@ -68,7 +68,12 @@ for pair in "sandbox 18280 dev" "production 18281 tf"; do
     grep -q '"status":200' "$D/activity-$ORDER.json" && break
     sleep 0.1
   done
-  curl -s "http://127.0.0.1:$CONTROL/devices/device-1/screen" > "$D/screen-$ORDER.json"
+  # Priority 5 lands opportunistically (isle sim: a seeded 0.5-3 s after APNs' 200), so look as an app would: until it shows.
+  for _ in $(seq 1 100); do
+    curl -s "http://127.0.0.1:$CONTROL/devices/device-1/screen" > "$D/screen-$ORDER.json"
+    grep -q "Driver $ORDER" "$D/screen-$ORDER.json" && break
+    sleep 0.1
+  done
   curl -s "http://127.0.0.1:$CONTROL/requests" > "$D/requests-$ORDER.json"
   ENV=$ENV ORDER=$ORDER D=$D python3 - <<'PY'
 import json, os

@@ -46,6 +46,7 @@ curl --http2 --cacert /tmp/isle-sim/ca.pem \
 grep -q "^200 HTTP/2" /tmp/isle-sim-curl.txt
 
 # --- README: what the phone shows, and why ----------------------------------------------------
+curl -s -X POST http://127.0.0.1:18080/clock/advance -d '{"seconds":3}' > /dev/null
 curl -s http://127.0.0.1:18080/devices/device-1/screen > /tmp/isle-sim-screen.json
 curl -s http://127.0.0.1:18080/devices/device-1/events > /tmp/isle-sim-events.json
 curl -s -X POST http://127.0.0.1:18080/clock/advance -d '{"seconds":28800}' > /dev/null

@@ -62,8 +62,8 @@ struct SimCommand: AsyncParsableCommand {
     var hourlyBudget = 15
     @Option(name: .customLong("frequent-hourly-budget"), help: "…with frequent updates declared and on.")
     var frequentHourlyBudget = 120
-    @Option(name: .customLong("low-priority-delay"), help: "Seconds before a priority-5 push is applied.")
-    var lowPriorityDelay: Double = 0
+    @Option(name: .customLong("low-priority-delay"), help: "Seconds before a priority-5 push is applied (default: a seeded 0.5–3 s; 0: at once).")
+    var lowPriorityDelay: Double?
     @Option(name: .customLong("low-priority-delay-max"), help: "With it, each priority-5 push waits a seeded random time between --low-priority-delay and this.")
     var lowPriorityDelayMaximum: Double?
     @Option(name: .customLong("push-token-delay"), help: "Seconds after Activity.request before the push token arrives on pushTokenUpdates.")
@@ -92,10 +92,10 @@ struct SimCommand: AsyncParsableCommand {
         for (name, v) in [("--hourly-budget", hourlyBudget), ("--frequent-hourly-budget", frequentHourlyBudget), ("--max-activities-per-app", maxPerApp), ("--max-activities-per-device", maxPerDevice), ("--widget-daily-budget", widgetDailyBudget)] where v < 1 {
             throw CLIError("\(name) must be at least 1")
         }
-        if lowPriorityDelay < 0 || maxActiveHours <= 0 || maxEndedHours < 0 || pushTokenDelay < 0 { throw CLIError("durations must be positive") }
+        if (lowPriorityDelay ?? 0) < 0 || maxActiveHours <= 0 || maxEndedHours < 0 || pushTokenDelay < 0 { throw CLIError("durations must be positive") }
         if pushToStartLimit < 0 { throw CLIError("--push-to-start-limit must be 0 (no limit) or more") }
         if !(pushToStartWindow > 0 && pushToStartWindow <= 7 * 86400) { throw CLIError("--push-to-start-window must be more than 0 and at most 604800 seconds") }
-        if let m = lowPriorityDelayMaximum, m < lowPriorityDelay { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
+        if let m = lowPriorityDelayMaximum, m < (lowPriorityDelay ?? 0) { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
         if ![apnsPort, broadcastPort, managementPort, controlPort].allSatisfy({ (0...65535).contains($0) }) { throw CLIError("ports are 0…65535") }
         if singleHost, broadcastPort != 0 || managementPort != 0 { throw CLIError("--single-host serves everything on --apns-port; leave out --broadcast-port and --management-port") }
     }
@@ -122,8 +122,13 @@ struct SimCommand: AsyncParsableCommand {
         }
         if realistic { c.device = .realistic(seed: seed) }
         c.device.seed = seed
-        if !realistic || lowPriorityDelay > 0 { c.device.lowPriorityDelay = lowPriorityDelay }
-        if let m = lowPriorityDelayMaximum { c.device.lowPriorityDelayMaximum = m }
+        if let lowPriorityDelay {
+            // A delay given alone is fixed; with --low-priority-delay-max it is the low end of a range.
+            c.device.lowPriorityDelay = lowPriorityDelay
+            c.device.lowPriorityDelayMaximum = lowPriorityDelayMaximum
+        } else if let m = lowPriorityDelayMaximum {
+            c.device.lowPriorityDelayMaximum = max(m, c.device.lowPriorityDelay)
+        }
         if !realistic || pushTokenDelay > 0 { c.device.pushTokenDelay = pushTokenDelay }
         c.device.hourlyBudget = hourlyBudget
         c.device.pushToStartLimit = pushToStartLimit

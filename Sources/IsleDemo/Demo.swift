@@ -24,7 +24,9 @@ public struct Demo: Sendable {
         public var json = false
         /// The simulated iPhone's rules (budgets, lifetimes); the scenario expects the defaults,
         /// so changing them is how a test shows the demo failing when the phone disagrees.
-        public var device = SimulatorConfiguration()
+        /// The demo's phone applies priority 5 at once: it shows each step as it lands, on a clock
+        /// of its own (`isle sim`'s default waits a seeded 0.5–3 s; docs/simulator.md).
+        public var device = SimulatorConfiguration.instant
         /// Where to keep the server's database when the demo ends (a copy of the SQLite file);
         /// nil deletes it with the run. For looking at what Isle stored, or `isle db copy`.
         public var keepDatabase: String?

@@ -46,7 +46,13 @@ extension SimulatorWorld {
                               deviceID: owner.deviceID)
                 return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
             }
-            return deliverLocked(&s, owner: owner, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now)
+            let delivered = deliverLocked(&s, owner: owner, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now)
+            if delivered.0.outcome?.code == .deferredLowPriority {
+                // Not before the shortest wait; the tick then finds when the rest fall due.
+                let earliest = now.addingTimeInterval(configuration.lowPriorityDelay)
+                s.lowPriorityDue[owner.deviceID] = min(s.lowPriorityDue[owner.deviceID] ?? earliest, earliest)
+            }
+            return delivered
         }
         // A push-to-start's activity gets its token after the start, like one the app requested.
         if state.withLock({ !$0.tokensDue.isEmpty }) { scheduleTick(after: configuration.pushTokenDelay) }

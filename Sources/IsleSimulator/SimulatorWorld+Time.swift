@@ -10,6 +10,7 @@ extension SimulatorWorld {
     /// manual clock; a request schedules one for its token.
     public func tick() async {
         handOutDueTokens()
+        applyDueLowPriority()
         await runDueWidgetReloads()
     }
 
@@ -41,6 +42,21 @@ extension SimulatorWorld {
             return n
         }
         if issued > 0 { changes.notify() }
+    }
+
+    /// Priority-5 pushes whose wait is over are applied (and watchers told), on the devices that
+    /// hold some; each such device then records when its next one falls due.
+    func applyDueLowPriority() {
+        let now = clock.now
+        let applied = state.withLock { s -> Bool in
+            let due = s.lowPriorityDue.filter { $0.value <= now }.map(\.key)
+            for deviceID in due {
+                try? advanceLocked(&s, deviceID: deviceID, to: now)
+                s.lowPriorityDue[deviceID] = s.devices[deviceID]?.activities.lazy.flatMap { $0.lowPriorityQueue.lazy.map(\.applyAt) }.min()
+            }
+            return !due.isEmpty
+        }
+        if applied { changes.notify() }
     }
 
     /// A tick after `delay` seconds: on a manual clock only when the delay is 0 (later ones wait for

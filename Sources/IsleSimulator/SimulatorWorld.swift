@@ -139,6 +139,9 @@ public final class SimulatorWorld: Sendable {
         var pushStarts: [String: [Date]] = [:]
         /// Devices with activities waiting for their push token.
         var tokensDue: Set<String> = []
+        /// Devices holding priority-5 pushes to apply later, with the earliest time one may be
+        /// due: the ticker applies them then, so a page watching the phone sees them land.
+        var lowPriorityDue: [String: Date] = [:]
         /// A tick is scheduled to run at once (see `scheduleTick(after:)`).
         var tickPending = false
     }

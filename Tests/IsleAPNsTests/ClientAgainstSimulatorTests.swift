@@ -59,12 +59,17 @@ struct ClientAgainstSimulatorTests {
             r.clock.advance(by: 60)
             let update = try LiveActivityPayload.update(contentState: PizzaState(driverName: "Anne Johnson", deliveryTimer: t...t.addingTimeInterval(1500)), timestamp: r.clock.now)
             try await r.client.send(.liveActivity(update, token: token, bundleID: "com.example.pizza"))
+            // Priority 5: the device applies it opportunistically (the simulator: within 3 s), not at once.
+            #expect(try r.sim.world.screen(deviceID: r.device).lockScreen.first?.contentState["driverName"] != "Anne Johnson")
+            r.clock.advance(by: 3)
             #expect(try r.sim.world.screen(deviceID: r.device).lockScreen.first?.contentState["driverName"] == "Anne Johnson")
             r.clock.advance(by: 60)
             let end = try LiveActivityPayload.end(contentState: PizzaState(driverName: "Delivered", deliveryTimer: t...t.addingTimeInterval(1500)), timestamp: r.clock.now, dismissalDate: r.clock.now.addingTimeInterval(1800))
             try await r.client.send(.liveActivity(end, token: token, bundleID: "com.example.pizza"))
+            r.clock.advance(by: 3)
+            #expect(try r.sim.world.screen(deviceID: r.device).lockScreen.first?.contentState["driverName"] == "Delivered")
             #expect(try r.sim.world.device(r.device).activities.first?.state == .ended)
-            r.clock.advance(by: 1800)
+            r.clock.advance(by: 1800 - 3)
             // Dismissed: the token is dead, and the client says what to do.
             do throws(APNsError) {
                 try await r.client.send(.liveActivity(update, token: token, bundleID: "com.example.pizza"))

@@ -44,8 +44,11 @@ struct ThirdPartyClientTests {
             let answer = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             #expect(process.terminationStatus == 0)
             #expect(answer == "200 2")
-            let screen = try sim.world.screen(deviceID: device)
-            #expect(screen.lockScreen.first?.contentState["driverName"] == "Anne Johnson")
+            // Priority 5: applied opportunistically (the simulator: within 3 s), so wait as an app would.
+            let world = sim.world
+            try await eventually(within: .seconds(10), "the update on the Lock Screen") {
+                try world.screen(deviceID: device).lockScreen.first?.contentState["driverName"] == "Anne Johnson"
+            }
         }
     }
 }

@@ -56,6 +56,7 @@ struct MultiInstanceTests {
         let url = try await PostgresStore.createDatabase(on: try PostgresSettings(url: server), prefix: "isle_multi", logger: logger).url
         progress("database \(url)")
         var simConfiguration = IsleSim.Configuration()
+        simConfiguration.device = .instant
         simConfiguration.device.maximumActivitiesPerApp = 200
         simConfiguration.device.maximumActivitiesPerDevice = 200
         simConfiguration.device.hourlyBudget = 1_000_000

@@ -113,6 +113,9 @@ final class ServerFixture: Sendable {
     static func with(configure: (inout IsleSim.Configuration) -> Void = { _ in }, server tune: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
                      _ body: (ServerFixture) async throws -> Void) async throws {
         var simConfiguration = IsleSim.Configuration()
+        // The server is under test: its pushes land as they arrive (the clock is the test's), so
+        // priority 5 is applied at once here; the simulator's own delays are tested on their own.
+        simConfiguration.device = .instant
         configure(&simConfiguration)
         let clock = ManualWallClock(Pizza.t0)
         try await IsleSim.withRunning(configuration: simConfiguration, clock: clock) { sim in

@@ -11,7 +11,7 @@ struct DeviceFixture {
     let clock: ManualWallClock
     let device: String
 
-    init(configuration: SimulatorConfiguration = .init(), frequent: Bool = false, localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = []) throws {
+    init(configuration: SimulatorConfiguration = .instant, frequent: Bool = false, localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = []) throws {
         clock = ManualWallClock(Pizza.t0)
         world = SimulatorWorld(configuration: configuration, clock: clock)
         device = world.createDevice(name: "iPhone")
@@ -62,7 +62,7 @@ struct DeviceRuleTests {
         #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(5), driver: "A")).outcome?.code == .olderTimestamp)
         #expect(await f.push(a.updateToken!, Pizza.update(f.now.addingTimeInterval(10), driver: "C")).outcome?.code == .applied)
         #expect(try f.activity(a.id).contentState["driverName"] == "C")
-        var strict = SimulatorConfiguration()
+        var strict = SimulatorConfiguration.instant
         strict.strictTimestamps = true
         let g = try DeviceFixture(configuration: strict)
         let b = try await g.start()
@@ -206,7 +206,7 @@ struct DeviceRuleTests {
 
     @Test("priority 5 is applied after the configured opportunistic delay")
     func lowPriorityDelay() async throws {
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.lowPriorityDelay = 30
         let f = try DeviceFixture(configuration: c)
         let a = try await f.start()
@@ -216,13 +216,44 @@ struct DeviceRuleTests {
         #expect(try f.activity(a.id).contentState["driverName"] == "later")
     }
 
+    @Test("by default priority 5 is never applied at once: each push waits a seeded 0.5–3 s, the same seed giving the same waits")
+    func lowPriorityNeverInstantByDefault() async throws {
+        func waits(seed: UInt64) async throws -> [TimeInterval] {
+            var c = SimulatorConfiguration()
+            c.seed = seed
+            c.hourlyBudget = 1000
+            let f = try DeviceFixture(configuration: c)
+            let a = try await f.start()
+            var out: [TimeInterval] = []
+            for n in 0..<8 {
+                let sent = f.clock.now
+                let outcome = await f.push(a.updateToken!, Pizza.update(sent, driver: "driver \(n)"), priority: 5).outcome
+                #expect(outcome?.code == .deferredLowPriority, "\(outcome?.sentence ?? "no outcome")")
+                #expect(try f.activity(a.id).contentState["driverName"] != .string("driver \(n)"), "applied at once")
+                // Step the clock until the device applies it.
+                var waited: TimeInterval = 0
+                while try f.activity(a.id).contentState["driverName"] != .string("driver \(n)"), waited < 10 {
+                    f.clock.advance(by: 0.1)
+                    waited += 0.1
+                }
+                out.append(waited)
+                f.clock.advance(by: 5)
+            }
+            return out
+        }
+        let first = try await waits(seed: 7)
+        #expect(first.allSatisfy { $0 >= 0.5 - 1e-9 && $0 <= 3.1 }, "\(first)")
+        #expect(Set(first.map { ($0 * 10).rounded() }).count > 1, "the waits vary: \(first)")
+        #expect(try await waits(seed: 7) == first, "the same seed replays the same waits")
+    }
+
     @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
     func limits() async throws {
         let f = try DeviceFixture()
         for _ in 0..<5 { _ = try await f.start() }
         #expect(throws: SimulatorError.self) { try f.request() }
         do throws(SimulatorError) { _ = try f.request() } catch { #expect(error.code == .targetMaximumExceeded) }
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.maximumActivitiesPerDevice = 2
         let g = try DeviceFixture(configuration: c)
         _ = try await g.start()
@@ -299,7 +330,7 @@ struct DeviceRuleTests {
 
     @Test("push-to-start with the update token withheld until the person allows")
     func withheld() async throws {
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.withholdUpdateTokenUntilAllowed = true
         let f = try DeviceFixture(configuration: c)
         let token = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
@@ -366,7 +397,7 @@ struct DeviceRuleTests {
 struct SchedulingTests {
     @Test("a scheduled activity is pending, counts toward the limit, and starts at its date")
     func pending() async throws {
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.maximumActivitiesPerApp = 1
         let f = try DeviceFixture(configuration: c)
         let a = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,

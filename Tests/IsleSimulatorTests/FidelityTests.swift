@@ -17,7 +17,7 @@ struct FidelityTests {
     // 1. docs/protocol.md §10.6: the token is "not available synchronously right after request".
     @Test("1 · the push token is not there when request returns; it arrives on pushTokenUpdates")
     func tokenArrivesLater() async throws {
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.pushTokenDelay = 2
         let f = try DeviceFixture(configuration: c)
         let kit = Kit(world: f.world, deviceID: f.device, bundleID: Pizza.bundleID)
@@ -76,7 +76,7 @@ struct FidelityTests {
 
     @Test("push-to-start budget: 15 starts in 15 seconds, the first 10 start and the rest do not (APNs 200); an hour later it starts again; 0 lifts the limit")
     func pushToStartBudget() async throws {
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.maximumActivitiesPerApp = 100
         c.maximumActivitiesPerDevice = 100
         for limit in [10, 0] {

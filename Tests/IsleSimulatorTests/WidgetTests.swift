@@ -46,7 +46,7 @@ struct WidgetTests {
 
     @Test("budget: 70 reloads per 24 h, then deferred until budget frees; the foreground app reloads for free")
     func budget() async throws {
-        var c = SimulatorConfiguration()
+        var c = SimulatorConfiguration.instant
         c.widgetDailyReloadBudget = 3
         let f = try DeviceFixture(configuration: c, widgets: [.init(kind: "favorite", source: .fixed(Self.timeline(Pizza.t0, ["A"], policy: .never)))])
         try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: false)
