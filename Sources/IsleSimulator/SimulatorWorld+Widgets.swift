@@ -11,7 +11,11 @@ final class ProviderRegistry: Sendable {
 }
 
 extension SimulatorWorld {
-    public enum ReloadReason: String, Sendable { case push, app, policy }
+    public enum ReloadReason: String, Sendable {
+        case push, app, policy
+        /// The widget was just added: its first timeline (free, like the app's own reloads in the foreground).
+        case added
+    }
 
     /// Registers a Swift timeline provider for widgets configured with `.provider(name)`.
     public func registerTimelineProvider(_ name: String, _ provider: @escaping @Sendable (_ now: Date) async throws -> WidgetTimeline) {
@@ -32,7 +36,7 @@ extension SimulatorWorld {
             for i in app.widgets.indices where kinds == nil || kinds!.contains(app.widgets[i].configuration.kind) {
                 var w = app.widgets[i]
                 w.reloadLog.removeAll { now.timeIntervalSince($0) >= 86400 }
-                let free = reason == .app && app.isForeground
+                let free = (reason == .app && app.isForeground) || (reason == .added && w.lastReload == nil)
                 if !free, w.reloadLog.count >= configuration.widgetDailyReloadBudget {
                     w.pendingReload = w.reloadLog[0].addingTimeInterval(86400)
                 } else {
@@ -127,21 +131,25 @@ extension SimulatorWorld {
     /// Runs the reloads that timeline policies and the budget have made due by now.
     public func runDueWidgetReloads() async {
         let now = clock.now
-        let due: [(String, String, String)] = state.withLock { s in
-            var out: [(String, String, String)] = []
+        let due: [(String, String, String, ReloadReason)] = state.withLock { s in
+            var out: [(String, String, String, ReloadReason)] = []
             for deviceID in s.deviceOrder {
                 for app in s.devices[deviceID]!.apps.values {
                     for w in app.widgets {
+                        if w.lastReload == nil, w.addedAt.map({ $0 <= now }) ?? false {
+                            out.append((deviceID, app.bundleID, w.configuration.kind, .added))
+                            continue
+                        }
                         let policyDue = w.timeline?.nextReload.map { $0 <= now && (w.lastReload ?? .distantPast) < $0 } ?? false
                         let budgetDue = w.pendingReload.map { $0 <= now } ?? false
-                        if policyDue || budgetDue { out.append((deviceID, app.bundleID, w.configuration.kind)) }
+                        if policyDue || budgetDue { out.append((deviceID, app.bundleID, w.configuration.kind, .policy)) }
                     }
                 }
             }
             return out
         }
-        for (deviceID, bundleID, kind) in due {
-            await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: [kind], reason: .policy)
+        for (deviceID, bundleID, kind, reason) in due {
+            await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: [kind], reason: reason)
         }
     }
 }

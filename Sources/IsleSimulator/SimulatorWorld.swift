@@ -218,7 +218,7 @@ public final class SimulatorWorld: Sendable {
         guard !install.bundleID.isEmpty, !install.bundleID.contains("/"), !install.bundleID.contains(".push-type.") else {
             throw SimulatorError(.invalidArgument, "bundleID must be a bare bundle id such as com.example.pizza", field: "bundleID")
         }
-        return try state.withLock { (s) throws(SimulatorError) -> SimulatedApp in
+        let installed = try state.withLock { (s) throws(SimulatorError) -> SimulatedApp in
             guard s.devices[deviceID] != nil else { throw SimulatorError(.notFound, "no device \(deviceID)") }
             if s.devices[deviceID]!.apps[install.bundleID] != nil { throw SimulatorError(.conflict, "\(install.bundleID) is already installed on \(deviceID)", field: "bundleID") }
             var app = SimulatedApp(
@@ -226,7 +226,7 @@ public final class SimulatorWorld: Sendable {
                 schemas: Dictionary(install.schemas.map { ($0.attributesType, $0) }, uniquingKeysWith: { _, b in b }),
                 declaresFrequentUpdates: install.declaresFrequentUpdates, liveActivitiesEnabled: true, frequentUpdatesEnabled: install.declaresFrequentUpdates,
                 localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
-                widgets: install.widgets.map { SimulatedWidget(configuration: $0) }, isForeground: install.foreground)
+                widgets: install.widgets.map { SimulatedWidget(configuration: $0, addedAt: clock.now) }, isForeground: install.foreground)
             let device = s.devices[deviceID]!
             for type in app.schemas.keys.sorted() where device.runs(atLeast: 17, 2) {
                 let token = Self.newToken(bytes: 40)
@@ -241,6 +241,7 @@ public final class SimulatorWorld: Sendable {
             s.devices[deviceID]!.apps[install.bundleID] = app
             return app
         }
+        return installed
     }
 
     public func device(_ id: String) throws(SimulatorError) -> SimulatedDevice {

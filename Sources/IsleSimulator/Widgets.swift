@@ -86,8 +86,20 @@ public struct SimulatedWidget: Sendable, Hashable, Codable {
     /// A reload deferred by the budget, due at this time.
     public var pendingReload: Date?
     public var lastError: String?
+    /// When the widget was added: WidgetKit asks its timeline provider for a first timeline at once
+    /// (not counted against the budget), so it is never blank waiting for a push or an app reload.
+    public var addedAt: Date?
 
-    init(configuration: Configuration) { self.configuration = configuration }
+    /// A fixed timeline is there from the moment the widget is added; a provider's or a URL's
+    /// first timeline is asked for at the next tick (a fraction of a second in real time).
+    init(configuration: Configuration, addedAt: Date? = nil) {
+        self.configuration = configuration
+        self.addedAt = addedAt
+        if case .fixed(let timeline) = configuration.source, let addedAt {
+            self.timeline = timeline
+            lastReload = addedAt
+        }
+    }
 
     func view(bundleID: String, at t: Date) -> WidgetView {
         WidgetView(bundleID: bundleID, kind: configuration.kind, family: configuration.family, entry: timeline?.entry(at: t), reloadCount: reloadCount, lastReload: lastReload, pendingReload: pendingReload, lastError: lastError)

@@ -16,12 +16,31 @@ struct WidgetTests {
     func shownEntry() async throws {
         let f = try DeviceFixture(widgets: [.init(kind: "favorite", source: .fixed(Self.timeline(Pizza.t0, ["A", "B", "C"], policy: .never)))])
         let token = try f.world.app(Pizza.bundleID, on: f.device).widgetPushToken!
-        #expect(try f.world.screen(deviceID: f.device).widgets.first?.entry == nil)
+        // Shown as soon as it is added (WidgetKit asks for a first timeline at once), before any reload.
+        #expect(try f.world.screen(deviceID: f.device).widgets.first?.entry?.content["pizza"] == "A")
+        #expect(try f.world.screen(deviceID: f.device).widgets.first?.reloadCount == 0)
         #expect(await f.push(token, ["aps": ["content-changed": true]], priority: 10, type: "widgets").outcome?.code == .widgetsReloaded)
         for (advance, expected) in [(0.0, "A"), (599, "A"), (1, "B"), (600, "C"), (3600, "C")] {
             f.clock.advance(by: advance)
             #expect(try f.world.screen(deviceID: f.device).widgets.first?.entry?.content["pizza"] == .string(expected))
         }
+    }
+
+    @Test("a provider's widget asks for its first timeline when added, without a push or the app, and without spending the budget")
+    func firstTimelineWhenAdded() async throws {
+        var c = SimulatorConfiguration.instant
+        c.widgetDailyReloadBudget = 1
+        let world = SimulatorWorld(configuration: c, clock: ManualWallClock(Pizza.t0))
+        world.registerTimelineProvider("first") { now in WidgetTests.timeline(now, ["first"], policy: .never) }
+        let device = world.createDevice(name: "iPhone")
+        _ = try world.install(.init(bundleID: Pizza.bundleID, schemas: [], widgets: [.init(kind: "k", source: .provider("first"))]), on: device)
+        try await world.advanceClock(by: 0.2)   // the next tick
+        let widget = try #require(try world.screen(deviceID: device).widgets.first)
+        #expect(widget.entry?.content["pizza"] == "first", "blank until a reload")
+        // The first load was free: the one reload of the day is still there for a push.
+        let token = try world.app(Pizza.bundleID, on: device).widgetPushToken!
+        let pushed = await world.deliver(token: token, pushType: "widgets", topic: Pizza.bundleID + ".push-type.widgets", priority: 10, payload: ["aps": ["content-changed": true]], apnsID: "w1")
+        #expect(pushed.outcome?.code == .widgetsReloaded, "\(pushed.outcome?.sentence ?? "")")
     }
 
     @Test("policies: atEnd reloads after the last entry; after(date) at the date; never waits for the app")
