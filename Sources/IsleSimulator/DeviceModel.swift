@@ -141,6 +141,9 @@ public struct SimulatedApp: Sendable, Hashable, Codable {
     public var widgets: [SimulatedWidget]
     /// Whether the app is in the foreground (its widget reloads are free then).
     public var isForeground: Bool
+    /// When ActivityKit and WidgetKit hand out the app's push-to-start and widget push tokens
+    /// (after install, never synchronously; nil once handed out).
+    public var tokensDueAt: Date?
 
     public var frequentUpdatesActive: Bool { declaresFrequentUpdates && frequentUpdatesEnabled }
 }

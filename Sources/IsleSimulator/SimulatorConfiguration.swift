@@ -51,13 +51,21 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     public var pushToStartLimit = 10
     public var pushToStartWindow: TimeInterval = 3600
 
+    /// Hand the push-to-start and widget push tokens out inside `install` (off: like ActivityKit
+    /// and WidgetKit, a moment later — after ``pushTokenDelay``, on the next tick — so an app that
+    /// reads `pushToStartToken` at launch without following `pushToStartTokenUpdates` misses it here
+    /// as it would on a phone).
+    public var tokensAtInstall = false
+
     public init() {}
 
-    /// The defaults, but priority 5 applied at once: for tests that check what arrives, not when.
+    /// The defaults, but priority 5 applied at once and the install's tokens handed out inside
+    /// `install`: for tests that check what arrives, not when.
     public static var instant: SimulatorConfiguration {
         var c = SimulatorConfiguration()
         c.lowPriorityDelay = 0
         c.lowPriorityDelayMaximum = nil
+        c.tokensAtInstall = true
         return c
     }
 

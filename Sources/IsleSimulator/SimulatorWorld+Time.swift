@@ -23,6 +23,20 @@ extension SimulatorWorld {
             for deviceID in s.tokensDue.sorted() {
                 guard s.devices[deviceID] != nil else { continue }
                 var waiting = false
+                for bundleID in s.devices[deviceID]!.apps.keys.sorted() {
+                    guard var app = s.devices[deviceID]!.apps[bundleID], let due = app.tokensDueAt else { continue }
+                    guard due <= now else {
+                        waiting = true
+                        continue
+                    }
+                    issueInstallTokens(&s, &app, deviceID: deviceID)
+                    s.devices[deviceID]!.apps[bundleID] = app
+                    if !app.pushToStartTokens.isEmpty || app.widgetPushToken != nil {
+                        s.devices[deviceID]!.events.append(DeviceEvent(time: due, source: .system, activityID: nil,
+                                                                       message: "\(bundleID) got its \([app.pushToStartTokens.isEmpty ? nil : "push-to-start token (pushToStartTokenUpdates)", app.widgetPushToken == nil ? nil : "widget push token"].compactMap { $0 }.joined(separator: " and "))."))
+                    }
+                    n += 1
+                }
                 for i in s.devices[deviceID]!.activities.indices {
                     var a = s.devices[deviceID]!.activities[i]
                     guard let due = a.tokenDueAt else { continue }
@@ -97,6 +111,37 @@ extension SimulatorWorld {
                 throw SimulatorError(.conflict, "activity \(activityID) got no push token within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
             }
             // Wakes on the next change, or at the deadline.
+            let waker = Task {
+                try? await Task.sleep(until: deadline)
+                self.changes.notify()
+            }
+            _ = await iterator.next()
+            waker.cancel()
+        }
+    }
+
+    /// Waits until the app has its push-to-start token for `attributesType`, as app code awaits
+    /// `pushToStartTokenUpdates` (iOS 17.2+; the token comes a moment after install).
+    public func waitForPushToStartToken(bundleID: String, attributesType: String, on deviceID: String, timeout: Duration = .seconds(10)) async throws(SimulatorError) -> String {
+        try await waitForAppToken(bundleID: bundleID, on: deviceID, timeout: timeout, what: "push-to-start token for \(attributesType)") { $0.pushToStartTokens[attributesType] }
+    }
+
+    /// Waits until the app has its widget push token (iOS 26+, with widgets).
+    public func waitForWidgetPushToken(bundleID: String, on deviceID: String, timeout: Duration = .seconds(10)) async throws(SimulatorError) -> String {
+        try await waitForAppToken(bundleID: bundleID, on: deviceID, timeout: timeout, what: "widget push token") { $0.widgetPushToken }
+    }
+
+    func waitForAppToken(bundleID: String, on deviceID: String, timeout: Duration, what: String, _ read: (SimulatedApp) -> String?) async throws(SimulatorError) -> String {
+        let feed = changes.subscribe()
+        let deadline = ContinuousClock.now + timeout
+        var iterator = feed.makeAsyncIterator()
+        while true {
+            let a = try app(bundleID, on: deviceID)
+            if let token = read(a) { return token }
+            guard a.tokensDueAt != nil else { throw SimulatorError(.conflict, "\(bundleID) on \(deviceID) gets no \(what) (not on this iOS, or no such type or widget)") }
+            if ContinuousClock.now >= deadline {
+                throw SimulatorError(.conflict, "\(bundleID) got no \(what) within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
+            }
             let waker = Task {
                 try? await Task.sleep(until: deadline)
                 self.changes.notify()

@@ -227,20 +227,17 @@ public final class SimulatorWorld: Sendable {
                 declaresFrequentUpdates: install.declaresFrequentUpdates, liveActivitiesEnabled: true, frequentUpdatesEnabled: install.declaresFrequentUpdates,
                 localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
                 widgets: install.widgets.map { SimulatedWidget(configuration: $0, addedAt: clock.now) }, isForeground: install.foreground)
-            let device = s.devices[deviceID]!
-            for type in app.schemas.keys.sorted() where device.runs(atLeast: 17, 2) {
-                let token = Self.newToken(bytes: 40)
-                app.pushToStartTokens[type] = token
-                s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: install.bundleID, kind: .pushToStart(type), environment: install.environment)
-            }
-            if !app.widgets.isEmpty, device.runs(atLeast: 26) {
-                let token = Self.newToken(bytes: 32)
-                app.widgetPushToken = token
-                s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: install.bundleID, kind: .widgets, environment: install.environment)
+            if configuration.tokensAtInstall {
+                issueInstallTokens(&s, &app, deviceID: deviceID)
+            } else {
+                // Like ActivityKit and WidgetKit: a moment after install, on the update sequences.
+                app.tokensDueAt = clock.now.addingTimeInterval(configuration.pushTokenDelay)
+                s.tokensDue.insert(deviceID)
             }
             s.devices[deviceID]!.apps[install.bundleID] = app
             return app
         }
+        if installed.tokensDueAt != nil { scheduleTick(after: configuration.pushTokenDelay) }
         return installed
     }
 
@@ -558,6 +555,23 @@ public final class SimulatorWorld: Sendable {
             id: "activity-\(s.nextID)", bundleID: app.bundleID, attributesType: attributesType, attributes: attributes, contentState: contentState,
             staleDate: nil, relevanceScore: 0, state: .active, startedAt: now, endedAt: nil, dismissedAt: nil, scheduledDismissal: nil,
             lastTimestamp: nil, updateToken: nil, withheldToken: nil, channelID: nil, startedBy: source, lastAlert: nil, scheduledAlert: nil)
+    }
+
+    /// The app's push-to-start tokens (one per attributes type, iOS 17.2+) and its widget push token
+    /// (when it has widgets, iOS 26+).
+    func issueInstallTokens(_ s: inout State, _ app: inout SimulatedApp, deviceID: String) {
+        guard let device = s.devices[deviceID] else { return }
+        for type in app.schemas.keys.sorted() where device.runs(atLeast: 17, 2) && app.pushToStartTokens[type] == nil {
+            let token = Self.newToken(bytes: 40)
+            app.pushToStartTokens[type] = token
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .pushToStart(type), environment: app.environment)
+        }
+        if !app.widgets.isEmpty, device.runs(atLeast: 26), app.widgetPushToken == nil {
+            let token = Self.newToken(bytes: 32)
+            app.widgetPushToken = token
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .widgets, environment: app.environment)
+        }
+        app.tokensDueAt = nil
     }
 
     func issueUpdateToken(_ s: inout State, _ a: inout SimulatedActivity, deviceID: String, environment: SimulatedEnvironment) {

@@ -44,7 +44,8 @@ struct ClientAgainstSimulatorTests {
     @Test("push-to-start, then updates with the token the device hands back, then end")
     func lifecycle() async throws {
         try await Self.with { r in
-            let pts = try DeviceToken(hex: try r.sim.world.app("com.example.pizza", on: r.device).pushToStartTokens["PizzaDeliveryAttributes"]!)
+            // ActivityKit hands the push-to-start token out a moment after install, on pushToStartTokenUpdates.
+            let pts = try DeviceToken(hex: try await r.sim.world.waitForPushToStartToken(bundleID: "com.example.pizza", attributesType: "PizzaDeliveryAttributes", on: r.device))
             let t = r.clock.now
             let start = try LiveActivityPayload.start(
                 attributes: PizzaAttributes(numberOfPizzas: 3, totalAmount: "$42.00", orderNumber: "12345"),
@@ -107,8 +108,10 @@ struct ClientAgainstSimulatorTests {
             let d = r.sim.world.createDevice(name: "second")
             let t = r.clock.now
             let timeline = WidgetTimeline(entries: [.init(date: t, content: ["pizza": "Margherita"]), .init(date: t.addingTimeInterval(600), content: ["pizza": "Diavola"])], policy: .never)
-            let app = try r.sim.world.install(.init(bundleID: "com.example.pizza", widgets: [.init(kind: "favorite", source: .fixed(timeline))]), on: d)
-            try await r.client.send(.widgetsReload(token: try DeviceToken(hex: app.widgetPushToken!), bundleID: "com.example.pizza"))
+            _ = try r.sim.world.install(.init(bundleID: "com.example.pizza", widgets: [.init(kind: "favorite", source: .fixed(timeline))]), on: d)
+            // WidgetKit hands the widget push token out a moment after install.
+            let token = try await r.sim.world.waitForWidgetPushToken(bundleID: "com.example.pizza", on: d)
+            try await r.client.send(.widgetsReload(token: try DeviceToken(hex: token), bundleID: "com.example.pizza"))
             #expect(try r.sim.world.screen(deviceID: d).widgets.first?.entry?.content == ["pizza": "Margherita"])
             r.clock.advance(by: 600)
             #expect(try r.sim.world.screen(deviceID: d).widgets.first?.entry?.content == ["pizza": "Diavola"])

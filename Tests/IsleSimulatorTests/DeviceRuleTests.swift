@@ -247,6 +247,18 @@ struct DeviceRuleTests {
         #expect(try await waits(seed: 7) == first, "the same seed replays the same waits")
     }
 
+    @Test("the push-to-start and widget push tokens are not there when install returns: they come a moment later, on the update sequences")
+    func installTokensComeLater() async throws {
+        let world = SimulatorWorld(configuration: SimulatorConfiguration(), clock: ManualWallClock(Pizza.t0))
+        let device = world.createDevice(name: "iPhone")
+        let installed = try world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema], widgets: [.init(kind: "k", source: .fixed(WidgetTimeline(entries: [], policy: .never)))]), on: device)
+        #expect(installed.pushToStartTokens.isEmpty && installed.widgetPushToken == nil, "handed out synchronously")
+        let p2s = try await world.waitForPushToStartToken(bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes", on: device)
+        let widget = try await world.waitForWidgetPushToken(bundleID: Pizza.bundleID, on: device)
+        #expect(p2s.count == 80 && widget.count == 64)
+        #expect(try world.device(device).events.contains { $0.message.contains("got its push-to-start token") })
+    }
+
     @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
     func limits() async throws {
         let f = try DeviceFixture()
