@@ -84,6 +84,8 @@ struct SimCommand: AsyncParsableCommand {
     var strictTimestamps = false
     @Flag(name: .customLong("withhold-update-token"), help: "Withhold a push-started activity's update token until POST …/allow.")
     var withholdUpdateToken = false
+    @Flag(name: .customLong("token-after-force-quit"), help: "Hand a push-started activity its update token even while its app is force-quit (by default it waits until the app is opened).")
+    var tokenAfterForceQuit = false
     @Option(name: .customLong("widget-daily-budget")) var widgetDailyBudget = 70
 
     func validate() throws {
@@ -140,6 +142,7 @@ struct SimCommand: AsyncParsableCommand {
         c.device.maximumEndedDuration = maxEndedHours * 3600
         c.device.strictTimestamps = strictTimestamps
         c.device.withholdUpdateTokenUntilAllowed = withholdUpdateToken
+        c.device.forceQuitWithholdsToken = !tokenAfterForceQuit
         c.device.widgetDailyReloadBudget = widgetDailyBudget
 
         // A provider key: the one given (read before anything starts), or one made now.

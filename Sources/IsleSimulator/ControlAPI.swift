@@ -146,7 +146,8 @@ struct ControlAPI {
             let live = try ControlAPI.bool(o, "liveActivitiesEnabled")
             let frequent = try ControlAPI.bool(o, "frequentUpdatesEnabled")
             let fg = try ControlAPI.bool(o, "foreground")
-            try run { () throws(SimulatorError) in try world.updateSettings(bundleID: bundle, on: id, liveActivitiesEnabled: live, frequentUpdatesEnabled: frequent, foreground: fg) }
+            let quit = try ControlAPI.bool(o, "forceQuit")
+            try run { () throws(SimulatorError) in try world.updateSettings(bundleID: bundle, on: id, liveActivitiesEnabled: live, frequentUpdatesEnabled: frequent, foreground: fg, forceQuit: quit) }
             return try ControlAPI.json(try run { () throws(SimulatorError) in try world.app(bundle, on: id) })
         }
         router.post("devices/:device/apps/:bundle/push-to-start-tokens/:type/rotate") { _, context in

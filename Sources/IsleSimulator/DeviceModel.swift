@@ -102,6 +102,10 @@ public struct SimulatedActivity: Sendable, Hashable, Codable {
     public var channelID: String?
     public var startedBy: DeviceEvent.Source
     public var lastAlert: ShownAlert?
+    /// A push-started activity of a force-quit app: its update token waits until the app is opened.
+    public var tokenWaitsForLaunch = false
+    /// When APNs starts answering 410 for a dismissed activity's token (drawn once, from the seed).
+    public var tokenInvalidAt: Date?
     /// A scheduled activity's alert configuration, shown when it starts (iOS 26).
     public var scheduledAlert: AlertConfiguration?
     /// Times of priority-10 pushes counted against the hourly budget.
@@ -144,6 +148,9 @@ public struct SimulatedApp: Sendable, Hashable, Codable {
     /// When ActivityKit and WidgetKit hand out the app's push-to-start and widget push tokens
     /// (after install, never synchronously; nil once handed out).
     public var tokensDueAt: Date?
+    /// The person force-quit the app (swiped it away): iOS does not launch it in the background
+    /// until the person opens it again.
+    public var isForceQuit = false
 
     public var frequentUpdatesActive: Bool { declaresFrequentUpdates && frequentUpdatesEnabled }
 }

@@ -57,15 +57,26 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     /// as it would on a phone).
     public var tokensAtInstall = false
 
+    /// A push-started activity of a force-quit app gets its update token only once the person opens
+    /// the app (developers report it never arrives while the app stays quit, Apple Developer Forums;
+    /// iOS does not launch a force-quit app in the background). Off: it arrives as for any app.
+    public var forceQuitWithholdsToken = true
+    /// After a dismissal APNs keeps accepting the activity's token (200, nothing shown) for a seeded
+    /// random time up to this before it answers 410 — Apple documents no moment, and servers see
+    /// both. 0: 410 at once.
+    public var tokenInvalidationDelayMaximum: TimeInterval = 120
+
     public init() {}
 
-    /// The defaults, but priority 5 applied at once and the install's tokens handed out inside
-    /// `install`: for tests that check what arrives, not when.
+    /// The defaults, but priority 5 applied at once, the install's tokens handed out inside
+    /// `install` and a dismissed activity's token answering 410 at once: for tests that check
+    /// what arrives, not when.
     public static var instant: SimulatorConfiguration {
         var c = SimulatorConfiguration()
         c.lowPriorityDelay = 0
         c.lowPriorityDelayMaximum = nil
         c.tokensAtInstall = true
+        c.tokenInvalidationDelayMaximum = 0
         return c
     }
 

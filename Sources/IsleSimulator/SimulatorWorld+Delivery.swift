@@ -37,8 +37,9 @@ extension SimulatorWorld {
             guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets) else {
                 return (DeliveryResult(status: 400, reason: "DeviceTokenNotForTopic", outcome: nil), nil)
             }
-            if case .activity(let id) = owner.kind, let a = s.devices[owner.deviceID]?.activities.first(where: { $0.id == id }), a.state == .dismissed {
-                return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: a.dismissedAt), nil)
+            if case .activity(let id) = owner.kind, let i = s.devices[owner.deviceID]?.activities.firstIndex(where: { $0.id == id }),
+               let answer = dismissedAnswer(&s, deviceID: owner.deviceID, index: i, apnsID: apnsID, now: now) {
+                return (answer, nil)
             }
             guard s.devices[owner.deviceID]?.isOnline ?? false else {
                 let o = store(&s, StoredPush(token: token, channelID: nil, activityID: nil, pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID,
@@ -82,10 +83,8 @@ extension SimulatorWorld {
             guard let i = s.devices[owner.deviceID]!.activities.firstIndex(where: { $0.id == id }) else {
                 return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil)
             }
+            if let answer = dismissedAnswer(&s, deviceID: owner.deviceID, index: i, apnsID: apnsID, now: now) { return (answer, nil) }
             var a = s.devices[owner.deviceID]!.activities[i]
-            if a.state == .dismissed {
-                return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: a.dismissedAt), nil)
-            }
             let app = s.devices[owner.deviceID]!.apps[owner.bundleID]!
             // Moved out and back, not copied: the log grows in place.
             var events = s.devices[owner.deviceID]!.events
@@ -201,6 +200,26 @@ extension SimulatorWorld {
         for (d, b, apnsID) in widgetWork { await reloadWidgets(deviceID: d, bundleID: b, kinds: nil, reason: .push, apnsID: apnsID) }
     }
 
+    /// What APNs answers for a dismissed activity's token: 200 (nothing shown) until the moment it
+    /// stops accepting it — drawn once from the seed, up to ``SimulatorConfiguration/tokenInvalidationDelayMaximum``
+    /// after the dismissal — and 410 `Unregistered` from then on. Nil: the activity is not dismissed.
+    func dismissedAnswer(_ s: inout State, deviceID: String, index i: Int, apnsID: String, now: Date) -> DeliveryResult? {
+        guard s.devices[deviceID]!.activities[i].state == .dismissed else { return nil }
+        let dismissedAt = s.devices[deviceID]!.activities[i].dismissedAt ?? now
+        let invalidAt: Date
+        if let t = s.devices[deviceID]!.activities[i].tokenInvalidAt {
+            invalidAt = t
+        } else {
+            let delay = configuration.tokenInvalidationDelayMaximum > 0 ? Double.random(in: 0...configuration.tokenInvalidationDelayMaximum, using: &s.random) : 0
+            invalidAt = dismissedAt.addingTimeInterval(delay)
+            s.devices[deviceID]!.activities[i].tokenInvalidAt = invalidAt
+        }
+        guard now < invalidAt else { return DeliveryResult(status: 410, reason: "Unregistered", invalidSince: dismissedAt) }
+        let o = PushOutcome(.notDelivered, "Dropped: the activity was dismissed at \(Clock.text(dismissedAt)); APNs still accepts its token for a while (it answers 410 from \(Clock.text(invalidAt))). Stop on the app's dismissal report, not only on a 410.")
+        s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .push, activityID: s.devices[deviceID]!.activities[i].id, apnsID: apnsID, outcome: o, message: o.sentence))
+        return DeliveryResult(status: 200, outcome: o, deviceID: deviceID)
+    }
+
     /// A push-to-start (docs/protocol.md §6; docs/protocol.md, Push-to-start).
     func startFromPush(_ s: inout State, owner: TokenOwner, tokenType: String, payload: JSONValue, apnsID: String, now: Date) -> PushOutcome {
         let deviceID = owner.deviceID
@@ -263,6 +282,9 @@ extension SimulatorWorld {
         } else if configuration.withholdUpdateTokenUntilAllowed {
             a.withheldToken = Self.newToken(bytes: 80)
             tokenNote = "; its update token waits until the person allows"
+        } else if app.isForceQuit, configuration.forceQuitWithholdsToken {
+            a.tokenWaitsForLaunch = true
+            tokenNote = "; the app was force-quit, so iOS does not launch it to hand over the update token: it comes only when the person opens the app"
         } else {
             a.tokenDueAt = now.addingTimeInterval(configuration.pushTokenDelay)
             s.tokensDue.insert(deviceID)

@@ -106,7 +106,10 @@ extension SimulatorWorld {
             let d = try device(deviceID)
             guard let a = d.activities.first(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             if let token = a.updateToken { return token }
-            guard a.tokenDueAt != nil else { throw SimulatorError(.conflict, "activity \(activityID) gets no push token (\(a.withheldToken != nil ? "withheld until the person allows" : "it was not started for token updates"))") }
+            guard a.tokenDueAt != nil else {
+                let why = a.withheldToken != nil ? "withheld until the person allows" : a.tokenWaitsForLaunch ? "its app was force-quit: the token comes when the app is opened" : "it was not started for token updates"
+                throw SimulatorError(.conflict, "activity \(activityID) gets no push token (\(why))")
+            }
             if ContinuousClock.now >= deadline {
                 throw SimulatorError(.conflict, "activity \(activityID) got no push token within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
             }

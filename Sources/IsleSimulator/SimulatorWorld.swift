@@ -288,8 +288,14 @@ public final class SimulatorWorld: Sendable {
 
     /// The user changes Settings. Turning frequent updates off or on ends every ongoing activity
     /// of the app (docs/protocol.md, Isle's decisions); turning Live Activities off ends them too.
-    public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil) throws(SimulatorError) {
-        defer { changes.notify() }
+    /// `foreground: true` opens the app (also after a force-quit: its withheld tokens then come);
+    /// `forceQuit: true` is the person swiping it away in the app switcher.
+    public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil,
+                               forceQuit: Bool? = nil) throws(SimulatorError) {
+        defer {
+            changes.notify()
+            if foreground == true, state.withLock({ !$0.tokensDue.isEmpty }) { scheduleTick(after: configuration.pushTokenDelay) }
+        }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -304,8 +310,28 @@ public final class SimulatorWorld: Sendable {
                 app.liveActivitiesEnabled = e
                 if !e { endReason = "The user turned Live Activities off for the app: the system ended its Live Activities." }
             }
-            if let fg = foreground { app.isForeground = fg }
+            var opened = false
+            if forceQuit == true {
+                app.isForceQuit = true
+                app.isForeground = false
+                s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user, activityID: nil, message: "The person force-quit \(bundleID): iOS will not launch it in the background until it is opened."))
+            }
+            if let fg = foreground {
+                app.isForeground = fg
+                if fg, app.isForceQuit {
+                    app.isForceQuit = false
+                    opened = true
+                }
+            }
             s.devices[deviceID]!.apps[bundleID] = app
+            if opened {
+                // Opened again: the activities started by push while it was quit get their tokens now.
+                for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].tokenWaitsForLaunch {
+                    s.devices[deviceID]!.activities[i].tokenWaitsForLaunch = false
+                    s.devices[deviceID]!.activities[i].tokenDueAt = now.addingTimeInterval(configuration.pushTokenDelay)
+                    s.tokensDue.insert(deviceID)
+                }
+            }
             if let endReason {
                 for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].state.isOngoing {
                     var a = s.devices[deviceID]!.activities[i]

@@ -259,6 +259,67 @@ struct DeviceRuleTests {
         #expect(try world.device(device).events.contains { $0.message.contains("got its push-to-start token") })
     }
 
+    @Test("a push-to-start to a force-quit app starts the activity, but its update token comes only when the person opens the app; a merely closed app gets it at once")
+    func forceQuitWithholdsToken() async throws {
+        let f = try DeviceFixture()
+        let p2s = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, forceQuit: true)
+        let started = await f.push(p2s, Self.startPayload(f.now), priority: 10)
+        #expect(started.outcome?.code == .started && started.outcome?.sentence.contains("force-quit") == true, "\(started.outcome?.sentence ?? "")")
+        let quit = try #require(try f.world.device(f.device).activities.first { $0.startedBy == .push })
+        try await f.world.advanceClock(by: 60)
+        #expect(try f.activity(quit.id).updateToken == nil, "a force-quit app's push-started activity got its token")
+        do throws(SimulatorError) {
+            _ = try await f.world.waitForPushToken(activityID: quit.id, on: f.device, timeout: .milliseconds(50))
+            Issue.record("waitForPushToken answered for a force-quit app")
+        } catch {
+            #expect(error.message.contains("force-quit"), "\(error.message)")
+        }
+        // The person opens the app: the token comes, as it would on pushTokenUpdates at launch.
+        try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: true)
+        let token = try await f.world.waitForPushToken(activityID: quit.id, on: f.device)
+        #expect(token.count == 160)
+        // Closed but not force-quit: iOS launches it in the background, and the token comes at once.
+        try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: false)
+        f.clock.advance(by: 1)
+        _ = await f.push(p2s, Self.startPayload(f.now), priority: 10)
+        let closed = try #require(try f.world.device(f.device).activities.last { $0.startedBy == .push })
+        #expect(closed.id != quit.id)
+        #expect(try await f.world.waitForPushToken(activityID: closed.id, on: f.device).count == 160)
+    }
+
+    @Test("a dismissed activity's token is not refused at once: APNs answers 200 (nothing shown) for a seeded while, then 410 with the dismissal time")
+    func dismissedTokenAnswersLater() async throws {
+        func invalidAfter(seed: UInt64) async throws -> TimeInterval {
+            var c = SimulatorConfiguration.instant
+            c.tokenInvalidationDelayMaximum = 120
+            c.seed = seed
+            let f = try DeviceFixture(configuration: c)
+            let a = try await f.start()
+            let dismissedAt = f.now
+            try f.world.userDismiss(activityID: a.id, on: f.device)
+            var waited: TimeInterval = 0
+            while true {
+                let r = await f.push(a.updateToken!, Pizza.update(f.now, driver: "after"), priority: 5)
+                if r.status == 410 {
+                    #expect(r.invalidSince == dismissedAt)
+                    return waited
+                }
+                #expect(r.status == 200 && r.outcome?.code == .notDelivered, "\(r.status) \(r.outcome?.sentence ?? "")")
+                #expect(try f.activity(a.id).contentState["driverName"] != .string("after"))
+                f.clock.advance(by: 5)
+                waited += 5
+                if waited > 200 { Issue.record("never 410"); return waited }
+            }
+        }
+        let seeds: [UInt64] = [1, 2, 3, 4, 5, 6]
+        var delays: [TimeInterval] = []
+        for seed in seeds { delays.append(try await invalidAfter(seed: seed)) }
+        #expect(delays.allSatisfy { $0 <= 125 }, "\(delays)")
+        #expect(Set(delays).count > 1, "the moment varies with the seed: \(delays)")
+        #expect(try await invalidAfter(seed: 3) == delays[2], "the same seed, the same moment")
+    }
+
     @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
     func limits() async throws {
         let f = try DeviceFixture()

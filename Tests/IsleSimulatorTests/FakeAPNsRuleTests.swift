@@ -23,7 +23,15 @@ struct SimFixture {
         return h
     }
 
-    static func with<R: Sendable>(configuration: IsleSim.Configuration = .init(), _ body: (SimFixture) async throws -> R) async throws -> R {
+    /// The fake APNs's answers are under test, not the device's timing: priority 5 at once, tokens at
+    /// install, a dismissed activity's token refused at once.
+    static var instant: IsleSim.Configuration {
+        var c = IsleSim.Configuration()
+        c.device = .instant
+        return c
+    }
+
+    static func with<R: Sendable>(configuration: IsleSim.Configuration = instant, _ body: (SimFixture) async throws -> R) async throws -> R {
         let clock = ManualWallClock(Pizza.t0)
         return try await IsleSim.withRunning(configuration: configuration, clock: clock) { sim in
             let device = sim.world.createDevice(name: "iPhone")
