@@ -37,7 +37,7 @@ extension SimulatorWorld {
             guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets) else {
                 return (DeliveryResult(status: 400, reason: "DeviceTokenNotForTopic", outcome: nil), nil)
             }
-            if case .activity(let id) = owner.kind, let i = s.devices[owner.deviceID]?.activities.firstIndex(where: { $0.id == id }),
+            if case .activity(let id) = owner.kind, let i = indexLocked(s, activityID: id, deviceID: owner.deviceID),
                let answer = dismissedAnswer(&s, deviceID: owner.deviceID, index: i, apnsID: apnsID, now: now) {
                 return (answer, nil)
             }
@@ -68,7 +68,13 @@ extension SimulatorWorld {
 
     /// A push reaching an online device (now, or later from APNs' storage).
     func deliverLocked(_ s: inout State, owner: TokenOwner, pushType: String, payload: JSONValue, priority: Int, apnsID: String, now: Date) -> (DeliveryResult, (String, String)?) {
-        do { try advanceLocked(&s, deviceID: owner.deviceID, to: now) } catch { return (DeliveryResult(status: 400, reason: "BadDeviceToken"), nil) }
+        guard s.devices[owner.deviceID] != nil else { return (DeliveryResult(status: 400, reason: "BadDeviceToken"), nil) }
+        // A push to one activity brings only that activity up to now; any other push, the device.
+        if case .activity(let id) = owner.kind, let i = indexLocked(s, activityID: id, deviceID: owner.deviceID) {
+            advanceActivityLocked(&s, deviceID: owner.deviceID, index: i, to: now)
+        } else {
+            do { try advanceLocked(&s, deviceID: owner.deviceID, to: now) } catch { return (DeliveryResult(status: 400, reason: "BadDeviceToken"), nil) }
+        }
         switch owner.kind {
         case .widgets:
             // WidgetKit reloads for the documented body only (docs/protocol.md §9.1).
@@ -80,7 +86,7 @@ extension SimulatorWorld {
             }
             return (DeliveryResult(status: 200, deviceID: owner.deviceID), (owner.deviceID, owner.bundleID))
         case .activity(let id):
-            guard let i = s.devices[owner.deviceID]!.activities.firstIndex(where: { $0.id == id }) else {
+            guard let i = indexLocked(s, activityID: id, deviceID: owner.deviceID) else {
                 return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil)
             }
             if let answer = dismissedAnswer(&s, deviceID: owner.deviceID, index: i, apnsID: apnsID, now: now) { return (answer, nil) }
@@ -293,6 +299,7 @@ extension SimulatorWorld {
         if let ts = aps["timestamp"]?.numberValue?.doubleValue, ts > 1e11 {
             tokenNote += ". Flagged: timestamp \(aps["timestamp"]!.briefDescription) looks like milliseconds: every later update in seconds will be ignored as older"
         }
+        s.activityIndex[a.id] = s.devices[deviceID]!.activities.count
         s.devices[deviceID]!.activities.append(a)
         return log(PushOutcome(.started, "Started a \(type) activity\(channel.map { " subscribed to channel \($0)" } ?? "")\(tokenNote)."), a.id)
     }

@@ -126,6 +126,9 @@ public final class SimulatorWorld: Sendable {
 
     struct State {
         var devices: [String: SimulatedDevice] = [:]
+        /// Each activity's place in its device's list (activities are only ever appended), so a
+        /// push finds its activity without a scan.
+        var activityIndex: [String: Int] = [:]
         var deviceOrder: [String] = []
         var tokens: [String: TokenOwner] = [:]
         /// bundle id → channel id → storage policy
@@ -401,6 +404,7 @@ public final class SimulatorWorld: Sendable {
                 a.tokenDueAt = now.addingTimeInterval(configuration.pushTokenDelay)
                 s.tokensDue.insert(deviceID)
             }
+            s.activityIndex[a.id] = s.devices[deviceID]!.activities.count
             s.devices[deviceID]!.activities.append(a)
             s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .app, activityID: a.id, message: "The app \(a.state == .pending ? "scheduled" : "started") a \(attributesType) activity\(a.tokenDueAt != nil ? "; its push token follows on pushTokenUpdates" : "")\(channel.map { " subscribed to channel \($0)" } ?? "")."))
             return a
@@ -513,6 +517,25 @@ public final class SimulatorWorld: Sendable {
     }
 
     // MARK: Helpers (lock held)
+
+    /// Time-based transitions of one activity (a push judges its own activity; the others catch up
+    /// whenever the device is read), so a push costs the same however many activities a device holds.
+    func advanceActivityLocked(_ s: inout State, deviceID: String, index i: Int, to now: Date) {
+        guard var d = s.devices.removeValue(forKey: deviceID) else { return }
+        defer { s.devices[deviceID] = d }
+        guard d.activities.indices.contains(i), let app = d.apps[d.activities[i].bundleID] else { return }
+        let logged = d.events.count
+        engine.advance(&d.activities[i], app: app, to: now, events: &d.events)
+        if d.events.count > logged { d.events.sort { $0.time < $1.time } }
+    }
+
+    /// The index of an activity in its device's list, if it is that device's.
+    func indexLocked(_ s: State, activityID: String, deviceID: String) -> Int? {
+        guard let i = s.activityIndex[activityID], let d = s.devices[deviceID], d.activities.indices.contains(i), d.activities[i].id == activityID else {
+            return s.devices[deviceID]?.activities.firstIndex { $0.id == activityID }
+        }
+        return i
+    }
 
     func advanceLocked(_ s: inout State, deviceID: String, to now: Date) throws(SimulatorError) {
         // Taken out of the dictionary while it changes, so its arrays stay uniquely referenced and
