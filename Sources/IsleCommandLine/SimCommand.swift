@@ -58,7 +58,7 @@ struct SimCommand: AsyncParsableCommand {
     @Flag(name: .customLong("frequent-updates"), help: "The --app declares NSSupportsLiveActivitiesFrequentUpdates.")
     var frequentUpdates = false
 
-    @Option(name: .customLong("hourly-budget"), help: "Priority-10 pushes per activity per hour.")
+    @Option(name: .customLong("hourly-budget"), help: "Priority-10 pushes per app per hour (per activity with --budget-per-activity).")
     var hourlyBudget = 15
     @Option(name: .customLong("frequent-hourly-budget"), help: "…with frequent updates declared and on.")
     var frequentHourlyBudget = 120
@@ -84,6 +84,12 @@ struct SimCommand: AsyncParsableCommand {
     var strictTimestamps = false
     @Flag(name: .customLong("withhold-update-token"), help: "Withhold a push-started activity's update token until POST …/allow.")
     var withholdUpdateToken = false
+    @Option(name: .customLong("per-token-limit"), help: "Pushes to one device token within --per-token-window before APNs answers 429 TooManyRequests (0: no limit).")
+    var perTokenLimit = 40
+    @Option(name: .customLong("per-token-window"), help: "Seconds of the per-token window.")
+    var perTokenWindow: Double = 10
+    @Flag(name: .customLong("budget-per-activity"), help: "Count the priority-10 budget per activity instead of per app (Apple does not say which).")
+    var budgetPerActivity = false
     @Flag(name: .customLong("token-after-force-quit"), help: "Hand a push-started activity its update token even while its app is force-quit (by default it waits until the app is opened).")
     var tokenAfterForceQuit = false
     @Option(name: .customLong("widget-daily-budget")) var widgetDailyBudget = 70
@@ -96,6 +102,8 @@ struct SimCommand: AsyncParsableCommand {
         }
         if (lowPriorityDelay ?? 0) < 0 || maxActiveHours <= 0 || maxEndedHours < 0 || pushTokenDelay < 0 { throw CLIError("durations must be positive") }
         if pushToStartLimit < 0 { throw CLIError("--push-to-start-limit must be 0 (no limit) or more") }
+        if perTokenLimit < 0 { throw CLIError("--per-token-limit must be 0 (no limit) or more") }
+        if !(perTokenWindow > 0 && perTokenWindow <= 3600) { throw CLIError("--per-token-window must be more than 0 and at most 3600 seconds") }
         if !(pushToStartWindow > 0 && pushToStartWindow <= 7 * 86400) { throw CLIError("--push-to-start-window must be more than 0 and at most 604800 seconds") }
         if let m = lowPriorityDelayMaximum, m < (lowPriorityDelay ?? 0) { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
         if ![apnsPort, broadcastPort, managementPort, controlPort].allSatisfy({ (0...65535).contains($0) }) { throw CLIError("ports are 0…65535") }
@@ -143,6 +151,9 @@ struct SimCommand: AsyncParsableCommand {
         c.device.strictTimestamps = strictTimestamps
         c.device.withholdUpdateTokenUntilAllowed = withholdUpdateToken
         c.device.forceQuitWithholdsToken = !tokenAfterForceQuit
+        c.device.perTokenLimit = perTokenLimit
+        c.device.budgetPerApp = !budgetPerActivity
+        c.device.perTokenWindow = perTokenWindow
         c.device.widgetDailyReloadBudget = widgetDailyBudget
 
         // A provider key: the one given (read before anything starts), or one made now.

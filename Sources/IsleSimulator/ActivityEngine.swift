@@ -14,16 +14,18 @@ struct ActivityEngine {
     // MARK: Receiving a push
 
     /// A `liveactivity` push that arrived on the activity's update token or its channel.
-    func receive(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent],
-                 random: inout SeededRandom) -> PushOutcome {
-        advance(&a, app: app, to: now, events: &events)
-        let outcome = judgeAndApply(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events, random: &random)
+    /// `appBudget`: the app's log of priority-10 pushes (used when the budget is the app's,
+    /// ``SimulatorConfiguration/budgetPerApp``; otherwise the activity keeps its own).
+    func receive(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, appBudget: inout [Date], now: Date,
+                 events: inout [DeviceEvent], random: inout SeededRandom) -> PushOutcome {
+        advance(&a, app: app, appBudget: &appBudget, to: now, events: &events)
+        let outcome = judgeAndApply(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, appBudget: &appBudget, now: now, events: &events, random: &random)
         events.append(DeviceEvent(time: now, source: .push, activityID: a.id, apnsID: apnsID, outcome: outcome, message: outcome.sentence))
         return outcome
     }
 
-    private func judgeAndApply(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, now: Date, events: inout [DeviceEvent],
-                               random: inout SeededRandom) -> PushOutcome {
+    private func judgeAndApply(_ payload: JSONValue, priority: Int, apnsID: String?, activity a: inout SimulatedActivity, app: SimulatedApp, appBudget: inout [Date], now: Date,
+                               events: inout [DeviceEvent], random: inout SeededRandom) -> PushOutcome {
         if !a.state.isOngoing {
             let when = a.endedAt.map { " at \(Clock.text($0))" } ?? ""
             return PushOutcome(.activityEnded, "Ignored: the activity ended\(when); ActivityKit ignores pushes after the end.")
@@ -42,15 +44,19 @@ struct ActivityEngine {
             return PushOutcome(.tooLarge, "Dropped: content-state and attributes together are \(stateSize + a.attributes.jsonBytes.count) bytes; ActivityKit allows \(configuration.maximumActivityDataSize).")
         }
         if priority >= 10 {
-            a.budgetLog.removeAll { now.timeIntervalSince($0) >= 3600 }
+            let perApp = configuration.budgetPerApp
+            var log = perApp ? appBudget : a.budgetLog
+            defer { if perApp { appBudget = log } else { a.budgetLog = log } }
+            log.removeAll { now.timeIntervalSince($0) >= 3600 }
             let limit = budget(for: app)
-            if a.budgetLog.count >= limit {
-                let freeAt = a.budgetLog[0].addingTimeInterval(3600)
+            if log.count >= limit {
+                let freeAt = log[0].addingTimeInterval(3600)
                 let replaced = a.deferred != nil ? " (replacing an older deferred update)" : ""
                 a.deferred = PendingUpdate(payload: payload, applyAt: freeAt, apnsID: apnsID, receivedAt: now)
-                return PushOutcome(.throttled, "Throttled: this activity already had \(limit) priority-10 pushes in the last hour\(app.frequentUpdatesActive ? "" : " (frequent updates off)"); the device keeps the newest and applies it at \(Clock.text(freeAt))\(replaced). Send routine updates with priority 5.")
+                let whose = perApp ? "\(app.bundleID) (all its activities together)" : "this activity"
+                return PushOutcome(.throttled, "Throttled: \(whose) already had \(limit) priority-10 pushes in the last hour\(app.frequentUpdatesActive ? "" : " (frequent updates off)"); the device keeps the newest and applies it at \(Clock.text(freeAt))\(replaced). Send routine updates with priority 5.")
             }
-            a.budgetLog.append(now)
+            log.append(now)
         } else if configuration.lowPriorityDelay > 0 || configuration.lowPriorityDelayMaximum != nil {
             var delay = configuration.lowPriorityDelay
             if let maximum = configuration.lowPriorityDelayMaximum, maximum > delay { delay = Double.random(in: delay...maximum, using: &random) }
@@ -175,7 +181,7 @@ struct ActivityEngine {
     // MARK: Time
 
     /// Applies every time-based transition up to `now`, earliest first.
-    func advance(_ a: inout SimulatedActivity, app: SimulatedApp, to now: Date, events: inout [DeviceEvent]) {
+    func advance(_ a: inout SimulatedActivity, app: SimulatedApp, appBudget: inout [Date], to now: Date, events: inout [DeviceEvent]) {
         while true {
             var next: (Date, Int)?
             func consider(_ d: Date?, _ kind: Int) {
@@ -196,8 +202,13 @@ struct ActivityEngine {
                 let pending = a.deferred!
                 a.deferred = nil
                 applyPending(pending, activity: &a, app: app, at: t, events: &events, why: "deferred by the budget")
-                a.budgetLog.removeAll { t.timeIntervalSince($0) >= 3600 }
-                a.budgetLog.append(t)
+                if configuration.budgetPerApp {
+                    appBudget.removeAll { t.timeIntervalSince($0) >= 3600 }
+                    appBudget.append(t)
+                } else {
+                    a.budgetLog.removeAll { t.timeIntervalSince($0) >= 3600 }
+                    a.budgetLog.append(t)
+                }
             case 1:
                 let i = a.lowPriorityQueue.indices.min { a.lowPriorityQueue[$0].applyAt < a.lowPriorityQueue[$1].applyAt }!
                 let pending = a.lowPriorityQueue.remove(at: i)

@@ -151,6 +151,8 @@ public struct SimulatedApp: Sendable, Hashable, Codable {
     /// The person force-quit the app (swiped it away): iOS does not launch it in the background
     /// until the person opens it again.
     public var isForceQuit = false
+    /// The app's priority-10 pushes in the last hour (when the budget is the app's).
+    var budgetLog: [Date] = []
 
     public var frequentUpdatesActive: Bool { declaresFrequentUpdates && frequentUpdatesEnabled }
 }

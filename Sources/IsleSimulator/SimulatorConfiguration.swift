@@ -3,8 +3,12 @@ public import Foundation
 /// Every number the simulated iPhone uses. These are Isle's **model** of ActivityKit and WidgetKit
 /// (docs/protocol.md, "Simulated device"), not values Apple publishes; change any of them.
 public struct SimulatorConfiguration: Sendable, Hashable, Codable {
-    /// Priority-10 pushes per activity per rolling hour (apps without frequent updates).
+    /// Priority-10 pushes per rolling hour (apps without frequent updates), counted per app.
     public var hourlyBudget = 15
+    /// The budget is the app's, all its activities together: Apple says "a certain budget of
+    /// ActivityKit push notifications per hour" without saying per what, so Isle takes the stricter
+    /// reading (docs/simulator.md). Off: each activity has a budget of its own.
+    public var budgetPerApp = true
     /// …when the app declares `NSSupportsLiveActivitiesFrequentUpdates` and the user has it on.
     public var frequentHourlyBudget = 120
     /// How long a priority-5 push waits before the device applies it (0 and no maximum: at once).
@@ -65,18 +69,26 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     /// random time up to this before it answers 410 — Apple documents no moment, and servers see
     /// both. 0: 410 at once.
     public var tokenInvalidationDelayMaximum: TimeInterval = 120
+    /// APNs answers 429 `TooManyRequests` to "too many consecutive requests to the same device
+    /// token" (Apple's "Handling notification responses from APNs"), with no figure: Isle's
+    /// assumption is more than this many pushes to one token within ``perTokenWindow``. 0: no limit.
+    public var perTokenLimit = 40
+    public var perTokenWindow: TimeInterval = 10
 
     public init() {}
 
     /// The defaults, but priority 5 applied at once, the install's tokens handed out inside
-    /// `install` and a dismissed activity's token answering 410 at once: for tests that check
-    /// what arrives, not when.
+    /// `install`, a dismissed activity's token answering 410 at once, no per-token limit and a
+    /// priority-10 budget per activity (the server's own model): for tests of a server, which check
+    /// what arrives rather than when.
     public static var instant: SimulatorConfiguration {
         var c = SimulatorConfiguration()
         c.lowPriorityDelay = 0
         c.lowPriorityDelayMaximum = nil
         c.tokensAtInstall = true
         c.tokenInvalidationDelayMaximum = 0
+        c.perTokenLimit = 0
+        c.budgetPerApp = false
         return c
     }
 

@@ -25,6 +25,17 @@ extension SimulatorWorld {
             guard let owner = s.tokens[token], owner.environment == environment else {
                 return (DeliveryResult(status: 400, reason: "BadDeviceToken", outcome: nil), nil)
             }
+            // Hammering one token: APNs refuses before anything reaches the device.
+            if configuration.perTokenLimit > 0 {
+                var hits = s.tokenHits[token] ?? []
+                hits.removeAll { now.timeIntervalSince($0) >= configuration.perTokenWindow }
+                guard hits.count < configuration.perTokenLimit else {
+                    s.tokenHits[token] = hits
+                    return (DeliveryResult(status: 429, reason: "TooManyRequests", outcome: nil), nil)
+                }
+                hits.append(now)
+                s.tokenHits[token] = hits
+            }
             let expectedTopic: String
             switch owner.kind {
             case .widgets: expectedTopic = owner.bundleID + ".push-type.widgets"
@@ -96,11 +107,16 @@ extension SimulatorWorld {
             var events = s.devices[owner.deviceID]!.events
             s.devices[owner.deviceID]!.events = []
             let before = a
-            var outcome = engine.receive(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, now: now, events: &events, random: &s.random)
+            var appBudget = s.devices[owner.deviceID]!.apps[owner.bundleID]!.budgetLog
+            s.devices[owner.deviceID]!.apps[owner.bundleID]!.budgetLog = []
+            let budgetBefore = appBudget
+            var outcome = engine.receive(payload, priority: priority, apnsID: apnsID, activity: &a, app: app, appBudget: &appBudget, now: now, events: &events, random: &s.random)
+            s.devices[owner.deviceID]!.apps[owner.bundleID]!.budgetLog = appBudget
             if let refused = crossCheck(a, outcome, bundleID: owner.bundleID) {
                 // The app's own decoder would refuse what the schema let through: the device keeps
                 // what it showed, and the log says why.
                 a = before
+                s.devices[owner.deviceID]!.apps[owner.bundleID]!.budgetLog = budgetBefore
                 outcome = refused
                 if let last = events.lastIndex(where: { $0.apnsID == apnsID && $0.activityID == a.id }) {
                     events[last].outcome = refused
@@ -196,7 +212,8 @@ extension SimulatorWorld {
                     guard let i = s.devices[deviceID]!.activities.firstIndex(where: { $0.id == activityID && $0.channelID == channel }),
                           let app = s.devices[deviceID]!.apps[s.devices[deviceID]!.activities[i].bundleID] else { continue }
                     var d = s.devices[deviceID]!
-                    _ = engine.receive(p.payload, priority: p.priority, apnsID: p.apnsID, activity: &d.activities[i], app: app, now: now, events: &d.events, random: &s.random)
+                    _ = engine.receive(p.payload, priority: p.priority, apnsID: p.apnsID, activity: &d.activities[i], app: app, appBudget: &d.apps[app.bundleID]!.budgetLog, now: now,
+                                       events: &d.events, random: &s.random)
                     s.devices[deviceID] = d
                 }
             }
@@ -385,7 +402,8 @@ extension SimulatorWorld {
                     continue
                 }
                 for i in subscribed {
-                    outcomes.append(engine.receive(payload, priority: priority, apnsID: requestID, activity: &d.activities[i], app: app, now: now, events: &d.events, random: &s.random))
+                    outcomes.append(engine.receive(payload, priority: priority, apnsID: requestID, activity: &d.activities[i], app: app, appBudget: &d.apps[bundleID]!.budgetLog, now: now,
+                                                   events: &d.events, random: &s.random))
                 }
                 s.devices[deviceID] = d
             }

@@ -129,6 +129,8 @@ public final class SimulatorWorld: Sendable {
         /// Each activity's place in its device's list (activities are only ever appended), so a
         /// push finds its activity without a scan.
         var activityIndex: [String: Int] = [:]
+        /// Recent pushes per device token (for APNs' 429 `TooManyRequests`).
+        var tokenHits: [String: [Date]] = [:]
         var deviceOrder: [String] = []
         var tokens: [String: TokenOwner] = [:]
         /// bundle id → channel id → storage policy
@@ -525,7 +527,7 @@ public final class SimulatorWorld: Sendable {
         defer { s.devices[deviceID] = d }
         guard d.activities.indices.contains(i), let app = d.apps[d.activities[i].bundleID] else { return }
         let logged = d.events.count
-        engine.advance(&d.activities[i], app: app, to: now, events: &d.events)
+        engine.advance(&d.activities[i], app: app, appBudget: &d.apps[app.bundleID]!.budgetLog, to: now, events: &d.events)
         if d.events.count > logged { d.events.sort { $0.time < $1.time } }
     }
 
@@ -549,7 +551,7 @@ public final class SimulatorWorld: Sendable {
             if current?.bundleID != d.activities[i].bundleID { current = d.apps[d.activities[i].bundleID] }
             guard let app = current, app.bundleID == d.activities[i].bundleID else { continue }
             let before = d.activities[i].state
-            engine.advance(&d.activities[i], app: app, to: now, events: &d.events)
+            engine.advance(&d.activities[i], app: app, appBudget: &d.apps[app.bundleID]!.budgetLog, to: now, events: &d.events)
             if before != .dismissed, d.activities[i].state == .dismissed, let t = d.activities[i].updateToken { _ = t }
         }
         // Time-based transitions are logged at the moment they happened: keep the log in time order.

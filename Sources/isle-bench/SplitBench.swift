@@ -71,7 +71,7 @@ struct SplitBench: AsyncParsableCommand {
         let sim = try Child.start(isle, ["sim", "--dir", dir + "/sim", "--apns-port", "\(ports[0])", "--broadcast-port", "\(ports[1])", "--management-port", "\(ports[2])",
                                          "--control-port", "\(ports[3])", "--device", "bench", "--app", "com.example.scores", "--schema", dir + "/schema.json",
                                          // Priority 5 applied at once: the run measures CPU, not the model's waits.
-                                         "--low-priority-delay", "0",
+                                         "--low-priority-delay", "0", "--per-token-limit", "0",
                                          "--max-activities-per-app", "200000", "--max-activities-per-device", "200000", "--hourly-budget", "100000000"],
                                   log: dir + "/sim.log")
         children.append(sim)

@@ -320,6 +320,46 @@ struct DeviceRuleTests {
         #expect(try await invalidAfter(seed: 3) == delays[2], "the same seed, the same moment")
     }
 
+    @Test("hammering one token: past 40 pushes in 10 s APNs answers 429 TooManyRequests and nothing reaches the device; another token is not affected; the window frees")
+    func tooManyRequestsPerToken() async throws {
+        var c = SimulatorConfiguration.instant
+        c.perTokenLimit = 40
+        c.perTokenWindow = 10
+        c.hourlyBudget = 1000
+        let f = try DeviceFixture(configuration: c)
+        let a = try await f.start()
+        let b = try await f.start()
+        for n in 0..<40 {
+            #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "n\(n)"), priority: 5).status == 200)
+        }
+        let refused = await f.push(a.updateToken!, Pizza.update(f.now, driver: "too many"), priority: 5)
+        #expect(refused.status == 429 && refused.reason == "TooManyRequests", "\(refused.status) \(refused.reason ?? "")")
+        #expect(try f.activity(a.id).contentState["driverName"] == .string("n39"))
+        #expect(await f.push(b.updateToken!, Pizza.update(f.now, driver: "other"), priority: 5).status == 200)
+        f.clock.advance(by: 10)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now, driver: "later"), priority: 5).status == 200)
+    }
+
+    @Test("the priority-10 budget is the app's: 15 pushes an hour across all its activities, the 16th to any of them throttled; per activity only when asked")
+    func budgetPerApp() async throws {
+        func throttledAt(perApp: Bool) async throws -> Int? {
+            var c = SimulatorConfiguration.instant
+            c.budgetPerApp = perApp
+            let f = try DeviceFixture(configuration: c)
+            let a = try await f.start()
+            let b = try await f.start()
+            for n in 0..<20 {
+                let target = n.isMultiple(of: 2) ? a : b
+                f.clock.advance(by: 1)
+                let r = await f.push(target.updateToken!, Pizza.update(f.now, driver: "n\(n)"), priority: 10)
+                if r.outcome?.code == .throttled { return n + 1 }
+            }
+            return nil
+        }
+        #expect(try await throttledAt(perApp: true) == 16, "the 16th priority-10 push of the app within the hour")
+        #expect(try await throttledAt(perApp: false) == nil, "per activity, 10 each stay within 15")
+    }
+
     @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
     func limits() async throws {
         let f = try DeviceFixture()
