@@ -139,6 +139,12 @@ struct ControlAPI {
             let app = try run { () throws(SimulatorError) in try world.install(install, on: id) }
             return try ControlAPI.json(app, status: .created)
         }
+        router.delete("devices/:device/apps/:bundle") { _, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            try run { () throws(SimulatorError) in try world.uninstall(bundleID: bundle, on: id) }
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) })
+        }
         router.patch("devices/:device/apps/:bundle/settings") { request, context in
             let id = try context.parameters.require("device")
             let bundle = try context.parameters.require("bundle")

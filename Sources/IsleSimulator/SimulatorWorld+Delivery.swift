@@ -102,7 +102,7 @@ extension SimulatorWorld {
             }
             if let answer = dismissedAnswer(&s, deviceID: owner.deviceID, index: i, apnsID: apnsID, now: now) { return (answer, nil) }
             var a = s.devices[owner.deviceID]!.activities[i]
-            let app = s.devices[owner.deviceID]!.apps[owner.bundleID]!
+            guard let app = s.devices[owner.deviceID]!.apps[owner.bundleID] else { return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil) }
             // Moved out and back, not copied: the log grows in place.
             var events = s.devices[owner.deviceID]!.events
             s.devices[owner.deviceID]!.events = []
@@ -256,7 +256,7 @@ extension SimulatorWorld {
         guard aps["alert"]?.objectValue != nil else {
             return log(PushOutcome(.startWithoutAlert, "Dropped: a start push without an alert starts nothing (APNs still answered 200)."))
         }
-        let app = s.devices[deviceID]!.apps[owner.bundleID]!
+        guard let app = s.devices[deviceID]!.apps[owner.bundleID] else { return log(PushOutcome(.notDelivered, "Dropped: \(owner.bundleID) is no longer installed.")) }
         let type = aps["attributes-type"]?.stringValue ?? ""
         guard type == tokenType else {
             return log(PushOutcome(.unknownAttributesType, "Dropped: attributes-type \"\(type)\" does not match this token's type \"\(tokenType)\" (exact Swift name, case-sensitive).",

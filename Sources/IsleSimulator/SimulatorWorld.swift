@@ -246,6 +246,23 @@ public final class SimulatorWorld: Sendable {
         return installed
     }
 
+    /// The person deletes the app: its Live Activities disappear (their tokens then answer like a
+    /// dismissed activity's — accepted a while, then 410), its push-to-start and widget tokens
+    /// answer 410 `Unregistered` at once, and its widgets go.
+    public func uninstall(bundleID: String, on deviceID: String) throws(SimulatorError) {
+        defer { changes.notify() }
+        let now = clock.now
+        try state.withLock { (s) throws(SimulatorError) in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            guard let app = s.devices[deviceID]!.apps.removeValue(forKey: bundleID) else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
+            for token in Array(app.pushToStartTokens.values) + [app.widgetPushToken].compactMap({ $0 }) { retire(&s, token, at: now) }
+            for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].state != .dismissed {
+                engine.dismiss(&s.devices[deviceID]!.activities[i], at: now)
+            }
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user, activityID: nil, message: "The person deleted \(bundleID): its Live Activities and widgets are gone."))
+        }
+    }
+
     public func device(_ id: String) throws(SimulatorError) -> SimulatedDevice {
         let now = clock.now
         return try state.withLock { (s) throws(SimulatorError) -> SimulatedDevice in
@@ -425,7 +442,7 @@ public final class SimulatorWorld: Sendable {
             guard let i = s.devices[deviceID]!.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             var a = s.devices[deviceID]!.activities[i]
             guard a.state.isOngoing else { throw SimulatorError(.conflict, "the activity has ended; updates are ignored") }
-            let app = s.devices[deviceID]!.apps[a.bundleID]!
+            guard let app = s.devices[deviceID]!.apps[a.bundleID] else { throw SimulatorError(.notFound, "\(a.bundleID) is not installed on \(deviceID)") }
             var aps: JSONObject = ["timestamp": .int(ActivityKitEncoding.unixSeconds(now)), "event": end ? "end" : "update"]
             if let contentState { aps["content-state"] = contentState } else if !end { aps["content-state"] = a.contentState }
             if end, dismissImmediately { aps["dismissal-date"] = .int(ActivityKitEncoding.unixSeconds(now)) }
@@ -459,9 +476,10 @@ public final class SimulatorWorld: Sendable {
             guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             var a = s.devices[deviceID]!.activities[i]
             guard let token = a.withheldToken else { return a.updateToken }
+            guard let environment = s.devices[deviceID]!.apps[a.bundleID]?.environment else { throw SimulatorError(.notFound, "\(a.bundleID) is not installed on \(deviceID)") }
             a.withheldToken = nil
             a.updateToken = token
-            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: a.bundleID, kind: .activity(a.id), environment: s.devices[deviceID]!.apps[a.bundleID]!.environment)
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: a.bundleID, kind: .activity(a.id), environment: environment)
             s.devices[deviceID]!.activities[i] = a
             return token
         }
@@ -475,7 +493,7 @@ public final class SimulatorWorld: Sendable {
             var a = s.devices[deviceID]!.activities[i]
             guard a.updateToken != nil else { throw SimulatorError(.conflict, "the activity has no push token") }
             guard a.state.isOngoing else { throw SimulatorError(.conflict, "the activity has ended") }
-            let env = s.devices[deviceID]!.apps[a.bundleID]!.environment
+            guard let env = s.devices[deviceID]!.apps[a.bundleID]?.environment else { throw SimulatorError(.notFound, "\(a.bundleID) is not installed on \(deviceID)") }
             if let old = a.updateToken { retire(&s, old, at: clock.now) }
             issueUpdateToken(&s, &a, deviceID: deviceID, environment: env)
             s.devices[deviceID]!.activities[i] = a

@@ -360,6 +360,33 @@ struct DeviceRuleTests {
         #expect(try await throttledAt(perApp: false) == nil, "per activity, 10 each stay within 15")
     }
 
+    @Test("deleting the app: a live activity's token is accepted a while then refused (410), the push-to-start and widget tokens at once; nothing traps afterwards")
+    func uninstall() async throws {
+        var c = SimulatorConfiguration.instant
+        c.tokenInvalidationDelayMaximum = 60
+        let f = try DeviceFixture(configuration: c, widgets: [.init(kind: "k", source: .fixed(WidgetTimeline(entries: [], policy: .never)))])
+        let a = try await f.start()
+        let p2s = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        let widget = try f.world.app(Pizza.bundleID, on: f.device).widgetPushToken!
+        try f.world.uninstall(bundleID: Pizza.bundleID, on: f.device)
+        #expect(try f.world.screen(deviceID: f.device).lockScreen.isEmpty)
+        #expect(try f.activity(a.id).state == .dismissed)
+        #expect(await f.push(p2s, Self.startPayload(f.now)).status == 410)
+        #expect(await f.push(widget, ["aps": ["content-changed": true]], priority: 10, type: "widgets").status == 410)
+        // The live activity's token: APNs does not know at once.
+        let soon = await f.push(a.updateToken!, Pizza.update(f.now), priority: 10)
+        #expect(soon.status == 200 || soon.status == 410)
+        f.clock.advance(by: 61)
+        #expect(await f.push(a.updateToken!, Pizza.update(f.now), priority: 10).status == 410)
+        // The app's own calls on what is gone answer, never trap.
+        #expect(throws: SimulatorError.self) { try f.world.rotateUpdateToken(activityID: a.id, on: f.device) }
+        #expect(throws: SimulatorError.self) { try f.world.appUpdate(activityID: a.id, on: f.device, contentState: Pizza.state()) }
+        #expect(throws: SimulatorError.self) { try f.world.uninstall(bundleID: Pizza.bundleID, on: f.device) }
+        // Installed again: a new start works.
+        _ = try Pizza.install(f.world, on: f.device)
+        #expect(try await f.start().state == .active)
+    }
+
     @Test("limits: 5 activities per app, 10 per device; Live Activities off refuses")
     func limits() async throws {
         let f = try DeviceFixture()
