@@ -92,6 +92,8 @@ struct SimCommand: AsyncParsableCommand {
     var budgetPerActivity = false
     @Flag(name: .customLong("token-after-force-quit"), help: "Hand a push-started activity its update token even while its app is force-quit (by default it waits until the app is opened).")
     var tokenAfterForceQuit = false
+    @Flag(name: .customLong("token-while-terminated"), help: "Hand a push-started activity its update token while its app is not running (by default it waits until the app is opened, as developers report).")
+    var tokenWhileTerminated = false
     @Option(name: .customLong("widget-daily-budget")) var widgetDailyBudget = 70
 
     func validate() throws {
@@ -151,6 +153,7 @@ struct SimCommand: AsyncParsableCommand {
         c.device.strictTimestamps = strictTimestamps
         c.device.withholdUpdateTokenUntilAllowed = withholdUpdateToken
         c.device.forceQuitWithholdsToken = !tokenAfterForceQuit
+        c.device.terminatedWithholdsToken = !tokenWhileTerminated
         c.device.perTokenLimit = perTokenLimit
         c.device.budgetPerApp = !budgetPerActivity
         c.device.perTokenWindow = perTokenWindow

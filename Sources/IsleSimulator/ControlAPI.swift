@@ -153,7 +153,10 @@ struct ControlAPI {
             let frequent = try ControlAPI.bool(o, "frequentUpdatesEnabled")
             let fg = try ControlAPI.bool(o, "foreground")
             let quit = try ControlAPI.bool(o, "forceQuit")
-            try run { () throws(SimulatorError) in try world.updateSettings(bundleID: bundle, on: id, liveActivitiesEnabled: live, frequentUpdatesEnabled: frequent, foreground: fg, forceQuit: quit) }
+            let terminated = try ControlAPI.bool(o, "terminated")
+            try run { () throws(SimulatorError) in
+                try world.updateSettings(bundleID: bundle, on: id, liveActivitiesEnabled: live, frequentUpdatesEnabled: frequent, foreground: fg, forceQuit: quit, terminated: terminated)
+            }
             return try ControlAPI.json(try run { () throws(SimulatorError) in try world.app(bundle, on: id) })
         }
         router.post("devices/:device/apps/:bundle/push-to-start-tokens/:type/rotate") { _, context in

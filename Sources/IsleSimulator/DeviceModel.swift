@@ -151,6 +151,9 @@ public struct SimulatedApp: Sendable, Hashable, Codable {
     /// The person force-quit the app (swiped it away): iOS does not launch it in the background
     /// until the person opens it again.
     public var isForceQuit = false
+    /// The app's process is not running (the system terminated it, or it was never launched since
+    /// install or reboot) — not force-quit: iOS may still launch it in the background.
+    public var isTerminated = false
     /// The app's priority-10 pushes in the last hour (when the budget is the app's).
     var budgetLog: [Date] = []
 

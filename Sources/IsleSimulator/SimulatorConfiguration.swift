@@ -65,6 +65,10 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     /// the app (developers report it never arrives while the app stays quit, Apple Developer Forums;
     /// iOS does not launch a force-quit app in the background). Off: it arrives as for any app.
     public var forceQuitWithholdsToken = true
+    /// The same for an app that is not running (terminated by the system, not force-quit):
+    /// developers report its push-started activity's update token does not arrive either until
+    /// the app runs again (Apple does not say). Off: iOS launches it in the background to hand it over.
+    public var terminatedWithholdsToken = true
     /// After a dismissal APNs keeps accepting the activity's token (200, nothing shown) for a seeded
     /// random time up to this before it answers 410 — Apple documents no moment, and servers see
     /// both. 0: 410 at once.
@@ -89,6 +93,7 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
         c.tokenInvalidationDelayMaximum = 0
         c.perTokenLimit = 0
         c.budgetPerApp = false
+        c.terminatedWithholdsToken = false
         return c
     }
 

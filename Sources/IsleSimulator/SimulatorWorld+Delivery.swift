@@ -308,6 +308,9 @@ extension SimulatorWorld {
         } else if app.isForceQuit, configuration.forceQuitWithholdsToken {
             a.tokenWaitsForLaunch = true
             tokenNote = "; the app was force-quit, so iOS does not launch it to hand over the update token: it comes only when the person opens the app"
+        } else if app.isTerminated, configuration.terminatedWithholdsToken {
+            a.tokenWaitsForLaunch = true
+            tokenNote = "; the app is not running, and (as developers report) its update token comes only when the app is opened"
         } else {
             a.tokenDueAt = now.addingTimeInterval(configuration.pushTokenDelay)
             s.tokensDue.insert(deviceID)

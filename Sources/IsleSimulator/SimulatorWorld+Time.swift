@@ -107,7 +107,7 @@ extension SimulatorWorld {
             guard let a = d.activities.first(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             if let token = a.updateToken { return token }
             guard a.tokenDueAt != nil else {
-                let why = a.withheldToken != nil ? "withheld until the person allows" : a.tokenWaitsForLaunch ? "its app was force-quit: the token comes when the app is opened" : "it was not started for token updates"
+                let why = a.withheldToken != nil ? "withheld until the person allows" : a.tokenWaitsForLaunch ? "its app was force-quit or not running: the token comes when the app is opened" : "it was not started for token updates"
                 throw SimulatorError(.conflict, "activity \(activityID) gets no push token (\(why))")
             }
             if ContinuousClock.now >= deadline {

@@ -313,7 +313,7 @@ public final class SimulatorWorld: Sendable {
     /// `foreground: true` opens the app (also after a force-quit: its withheld tokens then come);
     /// `forceQuit: true` is the person swiping it away in the app switcher.
     public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil,
-                               forceQuit: Bool? = nil) throws(SimulatorError) {
+                               forceQuit: Bool? = nil, terminated: Bool? = nil) throws(SimulatorError) {
         defer {
             changes.notify()
             if foreground == true, state.withLock({ !$0.tokensDue.isEmpty }) { scheduleTick(after: configuration.pushTokenDelay) }
@@ -333,6 +333,11 @@ public final class SimulatorWorld: Sendable {
                 if !e { endReason = "The user turned Live Activities off for the app: the system ended its Live Activities." }
             }
             var opened = false
+            if terminated == true {
+                app.isTerminated = true
+                app.isForeground = false
+                s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, activityID: nil, message: "The system terminated \(bundleID) (not force-quit)."))
+            }
             if forceQuit == true {
                 app.isForceQuit = true
                 app.isForeground = false
@@ -340,8 +345,9 @@ public final class SimulatorWorld: Sendable {
             }
             if let fg = foreground {
                 app.isForeground = fg
-                if fg, app.isForceQuit {
+                if fg, app.isForceQuit || app.isTerminated {
                     app.isForceQuit = false
+                    app.isTerminated = false
                     opened = true
                 }
             }

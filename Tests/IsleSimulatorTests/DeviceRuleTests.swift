@@ -259,7 +259,7 @@ struct DeviceRuleTests {
         #expect(try world.device(device).events.contains { $0.message.contains("got its push-to-start token") })
     }
 
-    @Test("a push-to-start to a force-quit app starts the activity, but its update token comes only when the person opens the app; a merely closed app gets it at once")
+    @Test("a push-to-start to a force-quit (or, by default, not running) app starts the activity, but its update token comes only when the app is opened; a running background app gets it at once")
     func forceQuitWithholdsToken() async throws {
         let f = try DeviceFixture()
         let p2s = try f.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"]!
@@ -279,7 +279,19 @@ struct DeviceRuleTests {
         try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: true)
         let token = try await f.world.waitForPushToken(activityID: quit.id, on: f.device)
         #expect(token.count == 160)
-        // Closed but not force-quit: iOS launches it in the background, and the token comes at once.
+        // Not running (terminated by the system): by default the same, until the app is opened.
+        var c = SimulatorConfiguration.instant
+        c.terminatedWithholdsToken = true
+        let g = try DeviceFixture(configuration: c)
+        let gp2s = try g.world.app(Pizza.bundleID, on: g.device).pushToStartTokens["PizzaDeliveryAttributes"]!
+        try g.world.updateSettings(bundleID: Pizza.bundleID, on: g.device, terminated: true)
+        _ = await g.push(gp2s, Self.startPayload(g.now), priority: 10)
+        let waiting = try #require(try g.world.device(g.device).activities.first { $0.startedBy == .push })
+        try await g.world.advanceClock(by: 60)
+        #expect(try g.activity(waiting.id).updateToken == nil, "a terminated app's push-started activity got its token")
+        try g.world.updateSettings(bundleID: Pizza.bundleID, on: g.device, foreground: true)
+        #expect(try await g.world.waitForPushToken(activityID: waiting.id, on: g.device).count == 160)
+        // In the background but running: iOS hands it over at once.
         try f.world.updateSettings(bundleID: Pizza.bundleID, on: f.device, foreground: false)
         f.clock.advance(by: 1)
         _ = await f.push(p2s, Self.startPayload(f.now), priority: 10)
