@@ -99,10 +99,7 @@ extension SimulatorWorld {
     /// Fails at once for an activity that will get none (no push type, a channel, withheld until
     /// allowed, started without `input-push-token`), and after `timeout` otherwise.
     public func waitForPushToken(activityID: String, on deviceID: String, timeout: Duration = .seconds(10)) async throws(SimulatorError) -> String {
-        let feed = changes.subscribe()
-        let deadline = ContinuousClock.now + timeout
-        var iterator = feed.makeAsyncIterator()
-        while true {
+        try await waitForToken(timeout: timeout, what: "activity \(activityID) got no push token") { () throws(SimulatorError) -> String? in
             let d = try device(deviceID)
             guard let a = d.activities.first(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             if let token = a.updateToken { return token }
@@ -110,16 +107,7 @@ extension SimulatorWorld {
                 let why = a.withheldToken != nil ? "withheld until the person allows" : a.tokenWaitsForLaunch ? "its app was force-quit or not running: the token comes when the app is opened" : "it was not started for token updates"
                 throw SimulatorError(.conflict, "activity \(activityID) gets no push token (\(why))")
             }
-            if ContinuousClock.now >= deadline {
-                throw SimulatorError(.conflict, "activity \(activityID) got no push token within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
-            }
-            // Wakes on the next change, or at the deadline.
-            let waker = Task {
-                try? await Task.sleep(until: deadline)
-                self.changes.notify()
-            }
-            _ = await iterator.next()
-            waker.cancel()
+            return nil
         }
     }
 
@@ -134,17 +122,27 @@ extension SimulatorWorld {
         try await waitForAppToken(bundleID: bundleID, on: deviceID, timeout: timeout, what: "widget push token") { $0.widgetPushToken }
     }
 
-    func waitForAppToken(bundleID: String, on deviceID: String, timeout: Duration, what: String, _ read: (SimulatedApp) -> String?) async throws(SimulatorError) -> String {
+    func waitForAppToken(bundleID: String, on deviceID: String, timeout: Duration, what: String, _ read: @escaping (SimulatedApp) -> String?) async throws(SimulatorError) -> String {
+        try await waitForToken(timeout: timeout, what: "\(bundleID) got no \(what)") { () throws(SimulatorError) -> String? in
+            let a = try app(bundleID, on: deviceID)
+            if let token = read(a) { return token }
+            guard a.tokensDueAt != nil else { throw SimulatorError(.conflict, "\(bundleID) on \(deviceID) gets no \(what) (not on this iOS, or no such type or widget)") }
+            return nil
+        }
+    }
+
+    /// Reads `check` now and after every change of the world until it answers a token (or throws),
+    /// failing after `timeout` with `what`.
+    func waitForToken(timeout: Duration, what: String, _ check: () throws(SimulatorError) -> String?) async throws(SimulatorError) -> String {
         let feed = changes.subscribe()
         let deadline = ContinuousClock.now + timeout
         var iterator = feed.makeAsyncIterator()
         while true {
-            let a = try app(bundleID, on: deviceID)
-            if let token = read(a) { return token }
-            guard a.tokensDueAt != nil else { throw SimulatorError(.conflict, "\(bundleID) on \(deviceID) gets no \(what) (not on this iOS, or no such type or widget)") }
+            if let token = try check() { return token }
             if ContinuousClock.now >= deadline {
-                throw SimulatorError(.conflict, "\(bundleID) got no \(what) within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
+                throw SimulatorError(.conflict, "\(what) within \(timeout)\(clock is ManualWallClock ? "; on a manual clock, advance it past the token delay" : "")")
             }
+            // Wakes on the next change, or at the deadline.
             let waker = Task {
                 try? await Task.sleep(until: deadline)
                 self.changes.notify()
