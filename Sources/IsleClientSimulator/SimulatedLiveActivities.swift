@@ -1,4 +1,5 @@
 public import Foundation
+import Synchronization
 public import IsleClient
 public import IsleSimulator
 import IsleCore
@@ -85,35 +86,35 @@ public struct SimulatedWidgetPushTokens: WidgetPushTokenSource {
 /// foreground entries, and background tasks the way UIKit grants them. An app in the background
 /// holding no background task would be suspended at once (``isSuspendable``): a test suspends
 /// it then (stops its client) and checks that nothing was left unsent.
-public final class SimulatedAppLifecycle: AppLifecycle, @unchecked Sendable {
-    // @unchecked: every stored property below is read and written only under `lock`.
-    private let lock = NSLock()
-    private var foreground: Bool
-    private var held: [Int: @Sendable () -> Void] = [:]
-    private var nextID = 1
-    private var entries: [UUID: AsyncStream<Void>.Continuation] = [:]
-    private var grants = 0
-    private var suspensions = 0
-    /// Whether the system still grants background time (false: `beginBackgroundTask` answers nil).
-    private var granting = true
+public final class SimulatedAppLifecycle: AppLifecycle, Sendable {
+    private struct State {
+        var foreground: Bool
+        var held: [Int: @Sendable () -> Void] = [:]
+        var nextID = 1
+        var entries: [UUID: AsyncStream<Void>.Continuation] = [:]
+        var grants = 0
+        /// Whether the system still grants background time (false: `beginBackgroundTask` answers nil).
+        var granting = true
+    }
+    private let state: Mutex<State>
 
-    public init(foreground: Bool) { self.foreground = foreground }
+    public init(foreground: Bool) { state = Mutex(State(foreground: foreground)) }
 
     /// Background tasks held now.
-    public var heldTasks: Int { lock.withLock { held.count } }
+    public var heldTasks: Int { state.withLock { $0.held.count } }
     /// Background tasks granted so far.
-    public var grantedTasks: Int { lock.withLock { grants } }
-    public var isForeground: Bool { lock.withLock { foreground } }
+    public var grantedTasks: Int { state.withLock { $0.grants } }
+    public var isForeground: Bool { state.withLock { $0.foreground } }
     /// The app is in the background with no background task: iOS would suspend it now.
-    public var isSuspendable: Bool { lock.withLock { !foreground && held.isEmpty } }
+    public var isSuspendable: Bool { state.withLock { !$0.foreground && $0.held.isEmpty } }
 
     /// The person opens the app: `willEnterForeground`. Answers how many observers were told.
     @discardableResult
     public func enterForeground() -> Int {
-        let streams: [AsyncStream<Void>.Continuation] = lock.withLock {
-            foreground = true
-            granting = true
-            return Array(entries.values)
+        let streams: [AsyncStream<Void>.Continuation] = state.withLock { s in
+            s.foreground = true
+            s.granting = true
+            return Array(s.entries.values)
         }
         var told = 0
         for c in streams {
@@ -123,14 +124,14 @@ public final class SimulatedAppLifecycle: AppLifecycle, @unchecked Sendable {
     }
 
     /// The person leaves the app.
-    public func enterBackground() { lock.withLock { foreground = false } }
+    public func enterBackground() { state.withLock { $0.foreground = false } }
 
     /// The background time is up: every holder's expiration handler runs (UIKit's rule), and
     /// no new task is granted until the app is in the foreground again.
     public func expireBackgroundTime() {
-        let handlers: [@Sendable () -> Void] = lock.withLock {
-            granting = false
-            return Array(held.values)
+        let handlers: [@Sendable () -> Void] = state.withLock { s in
+            s.granting = false
+            return Array(s.held.values)
         }
         for h in handlers { h() }
     }
@@ -138,23 +139,23 @@ public final class SimulatedAppLifecycle: AppLifecycle, @unchecked Sendable {
     public func foregroundEntries() -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         let key = UUID()
-        lock.withLock { entries[key] = continuation }
-        continuation.onTermination = { [weak self] _ in self?.lock.withLock { self?.entries[key] = nil } }
+        state.withLock { $0.entries[key] = continuation }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.entries.removeValue(forKey: key) } }
         return stream
     }
 
     public func beginBackgroundTask(name: String, expiration: @escaping @Sendable () -> Void) async -> BackgroundTaskID? {
-        lock.withLock {
-            guard granting else { return nil }
-            let id = nextID
-            nextID += 1
-            grants += 1
-            held[id] = expiration
+        state.withLock { s in
+            guard s.granting else { return nil }
+            let id = s.nextID
+            s.nextID += 1
+            s.grants += 1
+            s.held[id] = expiration
             return BackgroundTaskID(rawValue: id)
         }
     }
 
     public func endBackgroundTask(_ id: BackgroundTaskID) async {
-        lock.withLock { _ = held.removeValue(forKey: id.rawValue) }
+        state.withLock { _ = $0.held.removeValue(forKey: id.rawValue) }
     }
 }
