@@ -202,12 +202,12 @@ public final class FakeAPNs: Sendable {
         func fail(_ status: Int, _ reason: String, timestamp: Date? = nil) -> (HTTP2ServerResponse, String?, PushOutcome?) {
             (Self.error(status, reason, timestamp: timestamp), reason, nil)
         }
-        let path = r.path.split(separator: "?").first.map(String.init) ?? r.path
-        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        // Which endpoint?
+        // Which endpoint? A device push (nearly every request) is told from its prefix alone.
         enum Endpoint { case device, broadcast(String), channels(String), allChannels(String) }
         let endpoint: Endpoint
-        if parts.count >= 3, parts[1] == "3", parts[2] == "device" {
+        let devicePath = r.path.utf8.starts(with: "/3/device/".utf8)
+        let parts: [String] = devicePath ? [] : (r.path.split(separator: "?").first.map(String.init) ?? r.path).split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        if devicePath || (parts.count >= 3 && parts[1] == "3" && parts[2] == "device") {
             endpoint = .device
         } else if parts.count == 5, parts[1] == "4", parts[2] == "broadcasts", parts[3] == "apps" {
             endpoint = .broadcast(parts[4])
@@ -235,8 +235,9 @@ public final class FakeAPNs: Sendable {
         case .allChannels: if r.method != "GET" { return fail(405, "MethodNotAllowed") }
         }
         // Duplicate headers.
-        let names = r.headers.map(\.name)
-        if Set(names).count != names.count { return fail(400, "DuplicateHeaders") }
+        for i in r.headers.indices {
+            for j in r.headers.indices where j > i && r.headers[j].name == r.headers[i].name { return fail(400, "DuplicateHeaders") }
+        }
         // Provider token, and the topic it may push to.
         let bundle: String
         switch endpoint {
@@ -454,9 +455,18 @@ public final class FakeAPNs: Sendable {
         return HTTP2ServerResponse(status: status, headers: [("content-type", "application/json")], body: JSONValue.object(body).jsonBytes)
     }
 
+    /// 8-4-4-4-12 hexadecimal digits (either case), read as bytes.
     static func isUUID(_ s: String) -> Bool {
-        let groups = s.split(separator: "-", omittingEmptySubsequences: false)
-        return groups.map(\.count) == [8, 4, 4, 4, 12] && groups.allSatisfy { $0.allSatisfy(\.isHexDigit) }
+        var count = 0
+        for (i, b) in s.utf8.enumerated() {
+            count += 1
+            if i == 8 || i == 13 || i == 18 || i == 23 {
+                guard b == UInt8(ascii: "-") else { return false }
+            } else {
+                guard (0x30...0x39).contains(b) || (0x41...0x46).contains(b) || (0x61...0x66).contains(b) else { return false }
+            }
+        }
+        return count == 36
     }
 
     static func base64URL(_ s: Substring) -> [UInt8]? {
