@@ -53,16 +53,25 @@ struct ClientLifeTests {
         }
     }
 
+    /// The fixture phone's ActivityKit for the pizza attributes.
+    static func kit(_ f: ServerFixture) -> Kit { Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: type) }
+
+    /// A client launched and sending (`run()` in its own task).
+    static func running(_ f: ServerFixture, storage: String = ClientTests.storagePath(), port: Int? = nil, lifecycle: SimulatedAppLifecycle?,
+                        ticket: (@Sendable (IsleClient.TicketRequest) async throws -> String?)? = nil) async throws -> (IsleClient, Task<Void, Never>) {
+        let client = try await client(f, storage: storage, port: port, lifecycle: lifecycle, ticket: ticket)
+        return (client, Task { await client.run() })
+    }
+
     static func hex(_ data: Data?) -> String? { data.map { $0.map { String(format: "%02x", $0) }.joined() } }
 
     @Test("launched in the background by a push-to-start: the app holds background time until the new activity is registered, then gives it back")
     func backgroundPushToStart() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let kit = Self.kit(f)
             let storage = ClientTests.storagePath()
             // A first launch, in the foreground, hands over the push-to-start token; then the person leaves and the app is terminated.
-            let first = try await Self.client(f, storage: storage, lifecycle: SimulatedAppLifecycle(foreground: true))
-            let firstRun = Task { await first.run() }
+            let (first, firstRun) = try await Self.running(f, storage: storage, lifecycle: SimulatedAppLifecycle(foreground: true))
             await first.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes.map { "order-" + $0.orderNumber } })
             try await eventually("everything sent") { await first.pendingReports == 0 }
             let installation = await first.installationID
@@ -77,8 +86,7 @@ struct ClientLifeTests {
             let onPhone = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
             // iOS launches the app in the background to hand it the activity.
             let lifecycle = SimulatedAppLifecycle(foreground: false)
-            let woken = try await Self.client(f, storage: storage, lifecycle: lifecycle)
-            let run = Task { await woken.run() }
+            let (woken, run) = try await Self.running(f, storage: storage, lifecycle: lifecycle)
             await woken.track(SimulatedLiveActivities(kit), externalKey: { $0.attributes.map { "order-" + $0.orderNumber } })
             // Had the SDK asked for no background time, iOS would suspend the app right here, its report unsent.
             let unsent = await woken.pendingReports
@@ -97,12 +105,11 @@ struct ClientLifeTests {
     @Test("the background time runs out while the server is away: the SDK gives it back at once, and the next launch sends what was left")
     func backgroundTimeExpires() async throws {
         try await ClientTests.withRestartableServer { f, port in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let kit = Self.kit(f)
             let storage = ClientTests.storagePath()
             await f.stop()
             let lifecycle = SimulatedAppLifecycle(foreground: false)
-            let client = try await Self.client(f, storage: storage, port: port, lifecycle: lifecycle)
-            let run = Task { await client.run() }
+            let (client, run) = try await Self.running(f, storage: storage, port: port, lifecycle: lifecycle)
             await client.track(SimulatedLiveActivities(kit), externalKey: { _ in nil })
             #expect(lifecycle.heldTasks == 1)
             lifecycle.expireBackgroundTime()
@@ -112,8 +119,7 @@ struct ClientLifeTests {
             await client.stop()
             run.cancel()
             try await f.start()
-            let next = try await Self.client(f, storage: storage, port: port, lifecycle: SimulatedAppLifecycle(foreground: true))
-            let nextRun = Task { await next.run() }
+            let (next, nextRun) = try await Self.running(f, storage: storage, port: port, lifecycle: SimulatedAppLifecycle(foreground: true))
             await next.track(SimulatedLiveActivities(kit), externalKey: { _ in nil })
             try await eventually("the installation registered") {
                 let registered = await next.isInstallationRegistered, pending = await next.pendingReports
@@ -127,10 +133,9 @@ struct ClientLifeTests {
     @Test("the push-to-start token rotates while its sequence stays silent: coming to the foreground re-reads it")
     func foregroundReread() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let kit = Self.kit(f)
             let lifecycle = SimulatedAppLifecycle(foreground: true)
-            let client = try await Self.client(f, storage: ClientTests.storagePath(), lifecycle: lifecycle)
-            let run = Task { await client.run() }
+            let (client, run) = try await Self.running(f, storage: ClientTests.storagePath(), lifecycle: lifecycle)
             await client.track(SilentPushToStart(base: SimulatedLiveActivities(kit)), externalKey: { _ in nil })
             let installation = await client.installationID
             let store = try SQLiteStore(path: f.databasePath)
@@ -150,10 +155,9 @@ struct ClientLifeTests {
     @Test("track(activity:) reads the state at once: an activity that ended while the app was closed is reported ended; tracking it twice is one tracking; untrack stops it")
     func trackReadsStateAtOnce() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let kit = Self.kit(f)
             let storage = ClientTests.storagePath()
-            let first = try await Self.client(f, storage: storage, lifecycle: nil)
-            let run = Task { await first.run() }
+            let (first, run) = try await Self.running(f, storage: storage, lifecycle: nil)
             let activity = try kit.request(attributes: ClientTests.attributes, content: ClientTests.state)
             let handle = SimulatedLiveActivities(kit).handle(activity)
             await first.track(activity: handle, externalKey: nil)
@@ -165,8 +169,7 @@ struct ClientLifeTests {
             run.cancel()
             // Closed; the activity ends (an App Intent, the system) before the app runs again.
             try activity.end(nil)
-            let second = try await Self.client(f, storage: storage, lifecycle: nil)
-            let again = Task { await second.run() }
+            let (second, again) = try await Self.running(f, storage: storage, lifecycle: nil)
             await second.track(activity: handle, externalKey: nil)
             try await eventually("the end reported") { try await ClientTests().serverActivity(f, id)?.state == .ended }
             try await eventually("nothing left") { await second.pendingReports == 0 }
@@ -187,7 +190,7 @@ struct ClientLifeTests {
     @Test("the ticket provider is asked when the registration is sent, and again when the server finds the ticket expired; a refusal is a typed status")
     func ticketProviderAndStatus() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let kit = Self.kit(f)
             let asked = Locked<[String]>([])
             let client = try await Self.client(f, storage: ClientTests.storagePath(), lifecycle: nil) { request in
                 let n = asked.withLock { $0.append(request.externalKey); return $0.count }
@@ -217,9 +220,8 @@ struct ClientLifeTests {
     @Test("deleting the installation: the server ends its activities and forgets its tokens and user; the client starts over as a new installation")
     func deleteInstallation() async throws {
         try await ServerFixture.with { f in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
-            let client = try await Self.client(f, storage: ClientTests.storagePath(), lifecycle: nil)
-            let run = Task { await client.run() }
+            let kit = Self.kit(f)
+            let (client, run) = try await Self.running(f, storage: ClientTests.storagePath(), lifecycle: nil)
             await client.track(SimulatedLiveActivities(kit), externalKey: { _ in nil })
             let activity = try kit.request(attributes: ClientTests.attributes, content: ClientTests.state)
             guard case .registered(let id) = await client.registration(of: activity.id) else { Issue.record("not registered"); return }
@@ -250,9 +252,8 @@ struct ClientLifeTests {
             let created = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 0])
             #expect(created.status == 201 || created.status == 200, "\(created.json.jsonString)")
             let channel = try #require(created.json["id"]?.stringValue)
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
-            let client = try await Self.client(f, storage: ClientTests.storagePath(), lifecycle: nil)
-            let run = Task { await client.run() }
+            let kit = Self.kit(f)
+            let (client, run) = try await Self.running(f, storage: ClientTests.storagePath(), lifecycle: nil)
             let activity = try kit.request(attributes: ClientTests.attributes, content: ClientTests.state, pushType: .channel(channel))
             await client.track(activity: SimulatedLiveActivities(kit).handle(activity), channelID: channel, externalKey: nil)
             let status = await client.registration(of: activity.id)
@@ -277,7 +278,7 @@ struct ClientLifeTests {
     func randomizedLife(seed: UInt64) async throws {
         var random = SeededRandom(seed: seed)
         try await ClientTests.withRestartableServer { f, port in
-            let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: Self.type)
+            let kit = Self.kit(f)
             let storage = ClientTests.storagePath()
             let key: @Sendable (SimulatedLiveActivities<Attributes, State>.Handle) -> String? = { $0.attributes.map { "order-" + $0.orderNumber } }
             // The backend signs a ticket for any order it is asked about (its own orders, here).
@@ -290,8 +291,7 @@ struct ClientLifeTests {
 
             func launch(foreground: Bool) async throws {
                 let lifecycle = SimulatedAppLifecycle(foreground: foreground)
-                let client = try await Self.client(f, storage: storage, port: port, lifecycle: lifecycle, ticket: ticket)
-                let run = Task { await client.run() }
+                let (client, run) = try await Self.running(f, storage: storage, port: port, lifecycle: lifecycle, ticket: ticket)
                 // Half the launches see a push-to-start sequence that never yields.
                 if random.next() % 2 == 0 {
                     await client.track(SilentPushToStart(base: SimulatedLiveActivities(kit)), externalKey: key)

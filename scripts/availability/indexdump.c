@@ -10,6 +10,14 @@ static void put(indexstore_string_ref_t s) { fwrite(s.data, 1, s.length, stdout)
 
 struct record_context { indexstore_string_ref_t file; };
 
+/// `ref` as a C string in `buffer`; false when it does not fit.
+static bool c_string(indexstore_string_ref_t ref, char *buffer, size_t size) {
+    if (ref.length >= size) return false;
+    memcpy(buffer, ref.data, ref.length);
+    buffer[ref.length] = 0;
+    return true;
+}
+
 static bool on_occurrence(void *context, indexstore_occurrence_t occurrence) {
     struct record_context *r = context;
     indexstore_symbol_t symbol = indexstore_occurrence_get_symbol(occurrence);
@@ -30,11 +38,8 @@ static bool on_dependency(void *context, indexstore_unit_dependency_t dependency
     struct unit_context *u = context;
     if (indexstore_unit_dependency_get_kind(dependency) != INDEXSTORE_UNIT_DEPENDENCY_RECORD) return true;
     if (indexstore_unit_dependency_is_system(dependency)) return true;
-    indexstore_string_ref_t name = indexstore_unit_dependency_get_name(dependency);
     char record[4096];
-    if (name.length >= sizeof record) return true;
-    memcpy(record, name.data, name.length);
-    record[name.length] = 0;
+    if (!c_string(indexstore_unit_dependency_get_name(dependency), record, sizeof record)) return true;
     indexstore_error_t error = NULL;
     indexstore_record_reader_t reader = indexstore_record_reader_create(u->store, record, &error);
     if (!reader) {
@@ -51,9 +56,7 @@ static bool on_dependency(void *context, indexstore_unit_dependency_t dependency
 static bool on_unit(void *context, indexstore_string_ref_t unit_name) {
     struct unit_context *u = context;
     char name[4096];
-    if (unit_name.length >= sizeof name) return true;
-    memcpy(name, unit_name.data, unit_name.length);
-    name[unit_name.length] = 0;
+    if (!c_string(unit_name, name, sizeof name)) return true;
     indexstore_error_t error = NULL;
     indexstore_unit_reader_t reader = indexstore_unit_reader_create(u->store, name, &error);
     if (!reader) {
