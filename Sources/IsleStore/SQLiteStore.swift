@@ -82,9 +82,12 @@ public final class SQLiteStore: IsleStore {
         deinit { release() }
     }
 
-    // MARK: Migrations (append-only, numbered)
+    // MARK: Migrations
 
-    static let migrations: [String] = [
+    /// The steps that brought a database to its schema before ``Schema`` defined it, frozen: a
+    /// database an earlier Isle made replays those it lacks, then ``Schema/changes``. A new
+    /// database is created from ``Schema`` directly.
+    static let frozenMigrations: [String] = [
         """
         CREATE TABLE apps (bundle_id TEXT PRIMARY KEY, team_id TEXT NOT NULL, key_id TEXT NOT NULL, key_pem TEXT NOT NULL,
             frequent_updates INTEGER NOT NULL, schemas TEXT NOT NULL, created_at REAL NOT NULL);
@@ -197,14 +200,58 @@ public final class SQLiteStore: IsleStore {
         """,
     ]
 
-    public func migrate() async throws {
+    /// Creates the schema (a new file) or brings an older one to it.
+    public func migrate() async throws { try await migrate(replayingFrozenSteps: false) }
+
+    /// `replayingFrozenSteps`: build a new file as an earlier Isle would have, then bring it forward
+    /// (the schema test compares that with a file created from the definition).
+    func migrate(replayingFrozenSteps: Bool, stoppingAfterFrozenSteps: Bool = false) async throws {
         try await pool.write { db in
             try db.execute(sql: "CREATE TABLE IF NOT EXISTS isle_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
             let done = try Int.fetchOne(db, sql: "SELECT COALESCE(MAX(version), 0) FROM isle_migrations") ?? 0
-            for (i, sql) in Self.migrations.enumerated() where i + 1 > done {
-                try db.execute(sql: sql)
-                try db.execute(sql: "INSERT INTO isle_migrations (version, applied_at) VALUES (?, ?)", arguments: [i + 1, Date().timeIntervalSince1970])
+            let frozen = Self.frozenMigrations.count
+            func record(_ version: Int) throws {
+                try db.execute(sql: "INSERT INTO isle_migrations (version, applied_at) VALUES (?, ?)", arguments: [version, Date().timeIntervalSince1970])
             }
+            if done == 0, !replayingFrozenSteps {
+                for statement in Schema.create(in: .sqlite) { try db.execute(sql: statement) }
+                return try record(frozen + Schema.changes.count)
+            }
+            for (i, sql) in Self.frozenMigrations.enumerated() where i + 1 > done {
+                try db.execute(sql: sql)
+                try record(i + 1)
+            }
+            if stoppingAfterFrozenSteps { return }
+            for (k, change) in Schema.changes.enumerated() where frozen + k + 1 > done {
+                for statement in change.statements(.sqlite) { try db.execute(sql: statement) }
+                try record(frozen + k + 1)
+            }
+        }
+    }
+
+    /// The schema as this file has it, one normalized line per column, key, reference and index
+    /// (the schema test compares files built both ways, and each with ``Schema``).
+    func schemaDescription() throws -> [String] {
+        try readNow { db in
+            var lines: [String] = []
+            let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('sqlite_sequence', 'isle_migrations') ORDER BY name")
+            for t in tables {
+                for r in try Row.fetchAll(db, sql: "PRAGMA table_info(\(t))") {
+                    let dflt: String? = r["dflt_value"]
+                    lines.append("column \(t).\(r["name"] as String) \((r["type"] as String).uppercased()) notnull=\(r["notnull"] as Int) pk=\(r["pk"] as Int) default=\(dflt ?? "-")")
+                }
+                for r in try Row.fetchAll(db, sql: "PRAGMA foreign_key_list(\(t))") {
+                    lines.append("reference \(t).\(r["from"] as String) -> \(r["table"] as String)(\(r["to"] as String))")
+                }
+                for r in try Row.fetchAll(db, sql: "PRAGMA index_list(\(t))") where (r["origin"] as String) == "u" {
+                    let cols = try String.fetchAll(db, sql: "SELECT name FROM pragma_index_info(?) ORDER BY seqno", arguments: [r["name"] as String])
+                    lines.append("unique \(t)(\(cols.joined(separator: ", ")))")
+                }
+            }
+            for sql in try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL") {
+                lines.append("index " + sql.split(whereSeparator: \.isWhitespace).joined(separator: " "))
+            }
+            return lines.sorted()
         }
     }
 

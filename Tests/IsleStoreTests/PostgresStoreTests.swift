@@ -47,9 +47,10 @@ struct PostgresStoreTests {
         // A type of one dialect, as the kind of value it holds.
         func kind(_ type: String) -> String {
             switch type.uppercased() {
-            case "TEXT": "text"
+            // Moments are SQLite's REAL seconds, PostgreSQL's TIMESTAMPTZ; JSON is SQLite's TEXT, PostgreSQL's JSONB (Schema).
+            case "TEXT", "JSONB", "JSON": "text"
             case "INTEGER", "BIGINT", "BOOLEAN": "integer"
-            case "REAL", "DOUBLE PRECISION": "real"
+            case "REAL", "DOUBLE PRECISION", "TIMESTAMP WITH TIME ZONE": "real"
             default: type
             }
         }

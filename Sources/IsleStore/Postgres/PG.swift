@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import PostgresNIO
 
 /// A statement's arguments, bound as `$1`, `$2`, … (never spliced into the SQL text).
@@ -12,9 +13,23 @@ enum PGArg: Sendable {
     case ints([Int64])
     case bools([Bool])
     case doubles([Double])
+    /// A moment (TIMESTAMPTZ).
+    case date(Date?)
+    case dates([Date])
+    /// A JSON document Isle wrote (JSONB).
+    case json(String?)
+    case jsons([String])
+    /// A JSON document kept as written (JSON).
+    case orderedJSON(String?)
 
     static func int(_ v: Int?) -> PGArg { .int(v.map(Int64.init)) }
-    static func date(_ d: Date?) -> PGArg { .double(d?.timeIntervalSince1970) }
+
+    /// A moment PostgreSQL can hold (years 4713 BC to 294276 AD; Isle stores nothing near
+    /// either end) and that PostgresNIO's microsecond conversion cannot overflow.
+    static func storable(_ d: Date) -> Date {
+        let t = d.timeIntervalSince1970
+        return Date(timeIntervalSince1970: t.isNaN ? 0 : min(max(t, -200_000_000_000), 6_000_000_000_000))
+    }
 
     func bind(into b: inout PostgresBindings) {
         switch self {
@@ -26,7 +41,37 @@ enum PGArg: Sendable {
         case .ints(let v): b.append(v)
         case .bools(let v): b.append(v)
         case .doubles(let v): b.append(v)
+        case .date(let v): if let v { b.append(Self.storable(v)) } else { b.appendNull() }
+        case .dates(let v): b.append(v.map(Self.storable))
+        case .json(let v): if let v { b.append(JSONText(v)) } else { b.appendNull() }
+        case .jsons(let v): b.append(v.map(JSONText.init))
+        case .orderedJSON(let v): if let v { b.append(OrderedJSONText(v)) } else { b.appendNull() }
         }
+    }
+}
+
+/// JSON text bound as JSONB (binary format: a version byte, then the text), so that a statement
+/// needs no cast to write a JSONB column.
+struct JSONText: PostgresNonThrowingEncodable, PostgresArrayEncodable {
+    static var psqlType: PostgresDataType { .jsonb }
+    static var psqlFormat: PostgresFormat { .binary }
+    static var psqlArrayType: PostgresDataType { .jsonbArray }
+    var text: String
+    init(_ text: String) { self.text = text }
+    func encode<E: PostgresJSONEncoder>(into buffer: inout ByteBuffer, context: PostgresEncodingContext<E>) {
+        buffer.writeInteger(UInt8(1))
+        buffer.writeString(text)
+    }
+}
+
+/// JSON text bound as JSON (kept as written; its binary format is the text itself).
+struct OrderedJSONText: PostgresNonThrowingEncodable {
+    static var psqlType: PostgresDataType { .json }
+    static var psqlFormat: PostgresFormat { .binary }
+    var text: String
+    init(_ text: String) { self.text = text }
+    func encode<E: PostgresJSONEncoder>(into buffer: inout ByteBuffer, context: PostgresEncodingContext<E>) {
+        buffer.writeString(text)
     }
 }
 
@@ -41,8 +86,8 @@ struct PGRow {
     func double(_ c: String) throws -> Double { try row[c].decode(Double.self) }
     func optionalDouble(_ c: String) throws -> Double? { try row[c].decode(Double?.self) }
     func bool(_ c: String) throws -> Bool { try row[c].decode(Bool.self) }
-    func date(_ c: String) throws -> Date { Date(timeIntervalSince1970: try double(c)) }
-    func optionalDate(_ c: String) throws -> Date? { try optionalDouble(c).map(Date.init(timeIntervalSince1970:)) }
+    func date(_ c: String) throws -> Date { try row[c].decode(Date.self) }
+    func optionalDate(_ c: String) throws -> Date? { try row[c].decode(Date?.self) }
     func optionalString(_ c: String) throws -> String? { try row[c].decode(String?.self) }
     func strings(_ c: String) throws -> [String] { try row[c].decode([String].self) }
 }

@@ -101,15 +101,15 @@ extension PostgresStore {
                     lane, seq, is_head, supersedable, carries_content)
                 SELECT nextval('jobs_id_seq'), b, k, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(c, E'\\x01'), aps, al, NULLIF(p, -1), r,
                     CASE WHEN sch THEN 'scheduled' ELSE 'queued' END, cr, NULLIF(l, E'\\x01'), CASE WHEN sch THEN NULL ELSE nextval('job_seq') END, h, s, cc
-                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::float8[], $10::float8[],
+                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::timestamptz[], $10::timestamptz[],
                     $11::text[], $12::bool[], $13::bool[], $14::bool[], $15::bool[])
                     WITH ORDINALITY AS t(b, k, a, i, c, aps, al, p, r, cr, l, sch, h, s, cc, n)
                 ORDER BY n
                 RETURNING id
                 """, [.texts(chunk.map(\.job.bundleID)), .texts(chunk.map(\.job.kind.rawValue)), .texts(chunk.map { $0.job.activityID ?? none }),
                       .texts(chunk.map { $0.job.installationID ?? none }), .texts(chunk.map { $0.job.channelID ?? none }), .texts(chunk.map(\.job.aps.jsonString)),
-                      .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority?.rawValue ?? -1) }), .doubles(chunk.map { $0.job.runAt.timeIntervalSince1970 }),
-                      .doubles(chunk.map { $0.now.timeIntervalSince1970 }), .texts(chunk.map { $0.lane ?? none }), .bools(chunk.map(\.scheduled)), .bools(chunk.map(\.isHead)),
+                      .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority?.rawValue ?? -1) }), .dates(chunk.map(\.job.runAt)),
+                      .dates(chunk.map(\.now)), .texts(chunk.map { $0.lane ?? none }), .bools(chunk.map(\.scheduled)), .bools(chunk.map(\.isHead)),
                       .bools(chunk.map(\.supersedable)), .bools(chunk.map(\.carries))], logger: logger)
             let sorted = try inserted.map { try $0.int("id") }.sorted()
             guard sorted.count == chunk.count else { throw StoreError(.unavailable, "PostgreSQL inserted \(sorted.count) of \(chunk.count) jobs") }
@@ -181,7 +181,7 @@ extension PostgresStore {
             """, [.texts(unique)], logger: logger) {
             entries[try r.string("lane"), default: []].append(LanePlanner.Entry(
                 id: try r.int("id"), supersedable: try r.bool("supersedable"), carriesContent: try r.bool("carries_content"),
-                due: try r.double("run_at") <= now.timeIntervalSince1970, claimed: try r.string("state") == "claimed"))
+                due: try r.date("run_at") <= PGArg.storable(now), claimed: try r.string("state") == "claimed"))
         }
         var claims: [String: Int64?] = [:]
         var superseded: [Int64] = []
@@ -366,7 +366,7 @@ extension PostgresStore {
         try await conn.rows("""
             UPDATE jobs AS j SET state = 'claimed', claimed_by = $1, claimed_until = $2, attempts = j.attempts + 1, push_timestamp = t.ts, apns_id = t.apns
             FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS t(id, ts, apns) WHERE j.id = t.id
-            """, [.text(worker), .double(now.timeIntervalSince1970 + lease), .ints(claimed.map(\.job.id)), .ints(claimed.map(\.timestamp)), .texts(claimed.map(\.apnsID))],
+            """, [.text(worker), .date(now.addingTimeInterval(lease)), .ints(claimed.map(\.job.id)), .ints(claimed.map(\.timestamp)), .texts(claimed.map(\.apnsID))],
             logger: log)
         return claimed
     }
@@ -392,9 +392,9 @@ extension PostgresStore {
             try await conn.row("""
                 SELECT MIN(t) AS t FROM (SELECT MIN(run_at) AS t FROM jobs WHERE is_head AND state = 'queued' AND NOT (bundle_id = ANY($1::text[]))
                     UNION ALL SELECT MIN(run_at) FROM jobs WHERE state = 'scheduled' AND NOT (bundle_id = ANY($1::text[]))) AS due
-                """, [.texts(excludingApps.sorted())], logger: log)?.optionalDouble("t")
+                """, [.texts(excludingApps.sorted())], logger: log)?.optionalDate("t")
         }
-        return earliest.map { Date(timeIntervalSince1970: $0) }
+        return earliest
     }
 
     /// Results written while another batch commits wait and go together in the next transaction
@@ -466,18 +466,18 @@ extension PostgresStore {
             try await fixHeads(conn, lanes, logger: log)
         }
         if !retried.isEmpty {
-            var ats: [Double] = [], reasons: [String] = []
+            var ats: [Date] = [], reasons: [String] = []
             for i in retried {
                 if case .requeue(let at, let reason) = writes[i].job {
-                    ats.append(at.timeIntervalSince1970)
+                    ats.append(at)
                     reasons.append(reason)
                 }
             }
             for r in try await conn.rows("""
                 UPDATE jobs AS j SET state = 'queued', run_at = t.at, last_error = t.reason, claimed_by = NULL, claimed_until = NULL
-                FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::float8[], $5::text[]) AS t(id, worker, attempts, at, reason)
+                FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[]) AS t(id, worker, attempts, at, reason)
                 WHERE j.id = t.id AND j.state = 'claimed' AND j.claimed_by = t.worker AND j.attempts = t.attempts RETURNING j.id
-                """, guardArgs(retried) + [.doubles(ats), .texts(reasons)], logger: log) { written.insert(try r.int("id")) }
+                """, guardArgs(retried) + [.dates(ats), .texts(reasons)], logger: log) { written.insert(try r.int("id")) }
         }
         let done = cs.indices.filter { written.contains(cs[$0].claim.job.id) }
         let deliveries = done.compactMap { writes[$0].delivery }
@@ -506,8 +506,8 @@ extension PostgresStore {
         for i in done { if let p = writes[i].installation { try await apply(conn, p, logger: log) } }
         let budget = done.compactMap { i in writes[i].highPriorityAt.flatMap { at in cs[i].claim.job.activityID.map { ($0, at) } } }
         if !budget.isEmpty {
-            try await conn.rows("INSERT INTO high_priority_sends (activity_id, at) SELECT * FROM unnest($1::text[], $2::float8[])",
-                                [.texts(budget.map(\.0)), .doubles(budget.map(\.1.timeIntervalSince1970))], logger: log)
+            try await conn.rows("INSERT INTO high_priority_sends (activity_id, at) SELECT * FROM unnest($1::text[], $2::timestamptz[])",
+                                [.texts(budget.map(\.0)), .dates(budget.map(\.1))], logger: log)
         }
         if done.contains(where: { writes[$0].wakesNow }) { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
         return cs.indices.map { written.contains(cs[$0].claim.job.id) }
@@ -519,14 +519,14 @@ extension PostgresStore {
         let ids = Array(patches.keys)
         let ps = ids.map { patches[$0]! }
         try await conn.rows("""
-            UPDATE activities AS a SET content = COALESCE(NULLIF(t.content, E'\\x01'), a.content),
+            UPDATE activities AS a SET content = COALESCE(NULLIF(t.content, E'\\x01')::jsonb, a.content),
                 relevance_score = CASE WHEN t.has_relevance THEN t.relevance ELSE a.relevance_score END,
                 stale_date = CASE WHEN NOT t.sets_stale THEN a.stale_date WHEN t.has_stale THEN t.stale ELSE NULL END
-            FROM unnest($1::text[], $2::text[], $3::bool[], $4::float8[], $5::bool[], $6::bool[], $7::float8[])
+            FROM unnest($1::text[], $2::text[], $3::bool[], $4::float8[], $5::bool[], $6::bool[], $7::timestamptz[])
                 AS t(id, content, has_relevance, relevance, sets_stale, has_stale, stale)
             WHERE a.id = t.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))
             """, [.texts(ids), .texts(ps.map { $0.content?.jsonString ?? "\u{1}" }), .bools(ps.map { $0.relevanceScore != nil }), .doubles(ps.map { $0.relevanceScore ?? 0 }),
-                  .bools(ps.map(\.setsStaleDate)), .bools(ps.map { $0.staleDate != nil }), .doubles(ps.map { $0.staleDate?.timeIntervalSince1970 ?? 0 })], logger: logger)
+                  .bools(ps.map(\.setsStaleDate)), .bools(ps.map { $0.staleDate != nil }), .dates(ps.map { $0.staleDate ?? Date(timeIntervalSince1970: 0) })], logger: logger)
     }
 
     /// Writes only what the push changed; never reverts what the device reported since.
@@ -536,7 +536,7 @@ extension PostgresStore {
                 UPDATE activities SET content = COALESCE($1, content), relevance_score = COALESCE($2, relevance_score),
                     stale_date = CASE WHEN $3 THEN $4 ELSE stale_date END
                 WHERE \(column) = $5 AND state IN (\(ActivityLifecycle.pushChangesSQL))
-                """, [.text(p.content?.jsonString), .double(p.relevanceScore), .bool(p.setsStaleDate), .date(p.staleDate), .text(id)], logger: logger)
+                """, [.json(p.content?.jsonString), .double(p.relevanceScore), .bool(p.setsStaleDate), .date(p.staleDate), .text(id)], logger: logger)
         }
         if let e = p.end {
             try await conn.rows("""
@@ -562,12 +562,12 @@ extension PostgresStore {
         try await conn.rows("""
             INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at)
             SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::float8[])
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[])
                 WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, n)
             ORDER BY n
             """, [.ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
                   .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
-                  .bools(ds.map(\.downgraded)), .doubles(ds.map { $0.at.timeIntervalSince1970 })], logger: logger)
+                  .bools(ds.map(\.downgraded)), .dates(ds.map(\.at))], logger: logger)
     }
 
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
@@ -576,7 +576,7 @@ extension PostgresStore {
             try await conn.rows("""
                 UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL
                 WHERE state = 'claimed' AND claimed_until < $1 AND NOT (id = ANY($2::bigint[])) RETURNING id
-                """, [.double(min(now.timeIntervalSince1970, 1e15)), .ints(keeping.sorted())], logger: log).count
+                """, [.date(now), .ints(keeping.sorted())], logger: log).count
         }
     }
 

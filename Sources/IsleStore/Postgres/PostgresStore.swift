@@ -237,9 +237,12 @@ public final class PostgresStore: IsleStore {
         }
     }
 
-    // MARK: Migrations (append-only, numbered, per backend)
+    // MARK: Migrations
 
-    static let migrations: [String] = [
+    /// The steps that brought a database to its schema before ``Schema`` defined it, frozen: a
+    /// database an earlier Isle made replays those it lacks, then ``Schema/changes``. A new
+    /// database is created from ``Schema`` directly.
+    static let frozenMigrations: [String] = [
         """
         CREATE TABLE apps (bundle_id TEXT PRIMARY KEY, team_id TEXT NOT NULL, key_id TEXT NOT NULL, key_pem TEXT NOT NULL,
             frequent_updates BOOLEAN NOT NULL, schemas TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
@@ -309,20 +312,68 @@ public final class PostgresStore: IsleStore {
         """,
     ]
 
-    public func migrate() async throws {
+    /// Creates the schema (a new database) or brings an older one to it.
+    public func migrate() async throws { try await migrate(replayingFrozenSteps: false) }
+
+    /// `replayingFrozenSteps`: build a new database as an earlier Isle would have, then bring it
+    /// forward (the schema test compares that with one created from the definition).
+    func migrate(replayingFrozenSteps: Bool, stoppingAfterFrozenSteps: Bool = false) async throws {
         let log = logger
-        try await transaction { conn in
+        // Not bounded by the statement timeout: a change may rewrite large tables once.
+        try await unboundedTransaction { conn in
+            try await conn.rows("SET LOCAL statement_timeout = 0", logger: log)
             // Instances that start together: one migrates, the others wait here, then find it done.
             try await conn.rows("SELECT pg_advisory_xact_lock($1)", [.int(Self.migrationLock)], logger: log)
             try await conn.rows("CREATE TABLE IF NOT EXISTS isle_migrations (version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)", logger: log)
             let done = try await conn.row("SELECT COALESCE(MAX(version), 0) AS v FROM isle_migrations", logger: log)?.int("v") ?? 0
-            for (i, sql) in Self.migrations.enumerated() where Int64(i + 1) > done {
+            let frozen = Self.frozenMigrations.count
+            func record(_ version: Int) async throws {
+                try await conn.rows("INSERT INTO isle_migrations (version, applied_at) VALUES ($1, $2)", [.int(Int64(version)), .double(Date().timeIntervalSince1970)], logger: log)
+            }
+            if done == 0, !replayingFrozenSteps {
+                for statement in Schema.create(in: .postgres) { try await conn.rows(statement, logger: log) }
+                return try await record(frozen + Schema.changes.count)
+            }
+            for (i, sql) in Self.frozenMigrations.enumerated() where Int64(i + 1) > done {
                 // Simple-query protocol is not exposed: run the statements one by one.
                 for statement in sql.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) where !statement.isEmpty {
                     try await conn.rows(statement, logger: log)
                 }
-                try await conn.rows("INSERT INTO isle_migrations (version, applied_at) VALUES ($1, $2)", [.int(Int64(i + 1)), .double(Date().timeIntervalSince1970)], logger: log)
+                try await record(i + 1)
             }
+            if stoppingAfterFrozenSteps { return }
+            for (k, change) in Schema.changes.enumerated() where Int64(frozen + k + 1) > done {
+                for statement in change.statements(.postgres) { try await conn.rows(statement, logger: log) }
+                try await record(frozen + k + 1)
+            }
+        }
+    }
+
+    /// The schema as this database has it, one normalized line per column, constraint, index and
+    /// sequence (the schema test compares databases built both ways, and each with ``Schema``).
+    func schemaDescription() async throws -> [String] {
+        let log = logger
+        return try await read { conn in
+            var lines: [String] = []
+            for r in try await conn.rows("""
+                SELECT table_name, column_name, data_type, is_nullable, COALESCE(column_default, '-') AS d FROM information_schema.columns
+                WHERE table_schema = current_schema() AND table_name <> 'isle_migrations'
+                """, logger: log) {
+                lines.append("column \(try r.string("table_name")).\(try r.string("column_name")) \(try r.string("data_type")) nullable=\(try r.string("is_nullable")) default=\(try r.string("d"))")
+            }
+            for r in try await conn.rows("""
+                SELECT c.relname AS t, k.conname AS n, pg_get_constraintdef(k.oid) AS def FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+                JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = current_schema() AND c.relname <> 'isle_migrations'
+                """, logger: log) {
+                lines.append("constraint \(try r.string("t")).\(try r.string("n")) \(try r.string("def"))")
+            }
+            for r in try await conn.rows("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename <> 'isle_migrations'", logger: log) {
+                lines.append("index " + (try r.string("indexdef")))
+            }
+            for r in try await conn.rows("SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()", logger: log) {
+                lines.append("sequence " + (try r.string("sequencename")))
+            }
+            return lines.sorted()
         }
     }
 
@@ -350,8 +401,8 @@ public final class PostgresStore: IsleStore {
                 INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                 ON CONFLICT (bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
                     frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys
-                """, [.text(a.bundleID), .text(a.teamID), .text(a.keyID), .text(a.keyPEM), .bool(a.frequentUpdatesDeclared), .text(schemas), .date(a.createdAt),
-                      .text(TicketKey.encode(a.ticketKeys))], logger: log)
+                """, [.text(a.bundleID), .text(a.teamID), .text(a.keyID), .text(a.keyPEM), .bool(a.frequentUpdatesDeclared), .orderedJSON(schemas), .date(a.createdAt),
+                      .json(TicketKey.encode(a.ticketKeys))], logger: log)
         }
     }
 
@@ -403,7 +454,7 @@ public final class PostgresStore: IsleStore {
     /// another request committed first.
     static func insertIdempotency(_ conn: PostgresConnection, _ r: IdempotencyRecord, logger: Logger) async throws {
         try await conn.rows("DELETE FROM idempotency WHERE bundle_id = $1 AND key = $2 AND created_at < $3",
-                            [.text(r.bundleID), .text(r.key), .double(r.createdAt.timeIntervalSince1970 - IdempotencyRecord.lifetime)], logger: logger)
+                            [.text(r.bundleID), .text(r.key), .date(r.createdAt.addingTimeInterval(-IdempotencyRecord.lifetime))], logger: logger)
         let inserted = try await conn.rows("""
             INSERT INTO idempotency (bundle_id, key, request_hash, status, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)
             ON CONFLICT (bundle_id, key) DO NOTHING RETURNING key
@@ -429,7 +480,7 @@ public final class PostgresStore: IsleStore {
             INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
             ON CONFLICT (bundle_id, id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment")
-            """, [.text(i.id), .text(i.bundleID), .text(i.userID), .text(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
+            """, [.text(i.id), .text(i.bundleID), .text(i.userID), .json(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
                   .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue)], logger: logger)
     }
 
@@ -486,7 +537,7 @@ public final class PostgresStore: IsleStore {
     static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason, environment"
 
     static func activityArguments(_ a: ActivityRecord) -> [PGArg] {
-        [.text(a.id), .text(a.bundleID), .text(a.externalKey), .text(a.installationID), .text(a.attributesType), .text(a.attributes?.jsonString), .text(a.content?.jsonString),
+        [.text(a.id), .text(a.bundleID), .text(a.externalKey), .text(a.installationID), .text(a.attributesType), .json(a.attributes?.jsonString), .json(a.content?.jsonString),
          .text(a.state.rawValue), .text(a.updateToken), .text(a.channelID), .double(a.relevanceScore), .date(a.staleDate), .date(a.startedAt), .date(a.endedAt),
          .date(a.dismissedAt), .int(a.lastTimestamp), .text(a.stateReason), .text(a.environment?.rawValue)]
     }
@@ -716,24 +767,23 @@ public final class PostgresStore: IsleStore {
     }
 
     public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
-        let t = now.timeIntervalSince1970
         let log = logger
         return try await transaction { conn in
             var n = 0
             n += try await conn.rows("""
                 DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN ('sent', 'failed', 'superseded', 'dropped') AND created_at < $1 LIMIT $2) RETURNING id
-                """, [.double(t - retention.finishedJobs), .int(limit)], logger: log).count
+                """, [.date(now.addingTimeInterval(-retention.finishedJobs)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < $1 LIMIT $2) RETURNING id",
-                                     [.double(t - retention.deliveries), .int(limit)], logger: log).count
+                                     [.date(now.addingTimeInterval(-retention.deliveries)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM high_priority_sends WHERE id IN (SELECT id FROM high_priority_sends WHERE at < $1 LIMIT $2) RETURNING id",
-                                     [.double(t - retention.highPrioritySends), .int(limit)], logger: log).count
+                                     [.date(now.addingTimeInterval(-retention.highPrioritySends)), .int(limit)], logger: log).count
             n += try await conn.rows("""
                 DELETE FROM idempotency WHERE (bundle_id, key) IN (SELECT bundle_id, key FROM idempotency WHERE created_at < $1 LIMIT $2) RETURNING key
-                """, [.double(t - IdempotencyRecord.lifetime), .int(limit)], logger: log).count
+                """, [.date(now.addingTimeInterval(-IdempotencyRecord.lifetime)), .int(limit)], logger: log).count
             // An activity lives at most 12 hours, so its start dates its end within retention's grain.
             let ended = try await conn.rows("""
                 SELECT id FROM activities WHERE state IN ('ended', 'dismissed', 'unreachable') AND started_at < $1 LIMIT $2
-                """, [.double(t - retention.endedActivities), .int(limit)], logger: log).map { try $0.string("id") }
+                """, [.date(now.addingTimeInterval(-retention.endedActivities)), .int(limit)], logger: log).map { try $0.string("id") }
             if !ended.isEmpty {
                 try await conn.rows("DELETE FROM activity_topics WHERE activity_id = ANY($1::text[])", [.texts(ended)], logger: log)
                 n += try await conn.rows("DELETE FROM activities WHERE id = ANY($1::text[]) RETURNING id", [.texts(ended)], logger: log).count
@@ -742,7 +792,7 @@ public final class PostgresStore: IsleStore {
                 DELETE FROM installations WHERE (bundle_id, id) IN (SELECT i.bundle_id, i.id FROM installations i WHERE i.updated_at < $1
                     AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))) LIMIT $2)
                 RETURNING id
-                """, [.double(t - retention.staleInstallations), .int(limit)], logger: log).count
+                """, [.date(now.addingTimeInterval(-retention.staleInstallations)), .int(limit)], logger: log).count
             return n
         }
     }
@@ -844,7 +894,7 @@ extension PostgresStore {
                 for row in rows {
                     var marks: [String] = []
                     for (i, value) in row.enumerated() {
-                        args.append(Self.argument(value, type: types[table.columns[i]] ?? "text"))
+                        args.append(try Self.argument(value, type: types[table.columns[i]] ?? "text", table: table.name, column: table.columns[i]))
                         marks.append("$\(args.count)")
                     }
                     tuples.append("(" + marks.joined(separator: ", ") + ")")
@@ -854,19 +904,31 @@ extension PostgresStore {
         }
     }
 
-    static func argument(_ v: DataCopy.Value, type: String) -> PGArg {
+    /// A copied value as the PostgreSQL column takes it: SQLite's 0/1 as booleans, its seconds
+    /// since 1970 as moments, its JSON text as JSONB. A value the column cannot hold is an error
+    /// naming it, never a default.
+    static func argument(_ v: DataCopy.Value, type: String, table: String, column: String) throws -> PGArg {
         switch (v, type) {
-        case (.null, "boolean"): .bool(nil)
-        case (.null, "bigint"): .int(nil as Int64?)
-        case (.null, "double precision"): .double(nil)
-        case (.null, _): .text(nil)
-        case (.int(let n), "boolean"): .bool(n != 0)
-        case (.int(let n), "double precision"): .double(Double(n))
-        case (.int(let n), "text"): .text(String(n))
-        case (.int(let n), _): .int(n)
-        case (.double(let d), "bigint"): .int(Int64(exactly: d.rounded()) ?? 0)
-        case (.double(let d), _): .double(d)
-        case (.text(let t), _): .text(t)
+        case (.null, "boolean"): return .bool(nil)
+        case (.null, "bigint"): return .int(nil as Int64?)
+        case (.null, "double precision"): return .double(nil)
+        case (.null, "timestamp with time zone"): return .date(nil)
+        case (.null, "jsonb"): return .json(nil)
+        case (.null, "json"): return .orderedJSON(nil)
+        case (.null, _): return .text(nil)
+        case (.int(let n), "boolean"): return .bool(n != 0)
+        case (.int(let n), "double precision"): return .double(Double(n))
+        case (.int(let n), "timestamp with time zone"): return .date(Date(timeIntervalSince1970: Double(n)))
+        case (.int(let n), "text"): return .text(String(n))
+        case (.int(let n), _): return .int(n)
+        case (.double(let d), "bigint"):
+            guard let n = Int64(exactly: d.rounded()) else { throw StoreError(.conflict, "\(table).\(column) holds \(d), which is not a 64-bit integer") }
+            return .int(n)
+        case (.double(let d), "timestamp with time zone"): return .date(Date(timeIntervalSince1970: d))
+        case (.double(let d), _): return .double(d)
+        case (.text(let t), "jsonb"): return .json(t)
+        case (.text(let t), "json"): return .orderedJSON(t)
+        case (.text(let t), _): return .text(t)
         }
     }
 

@@ -1,0 +1,262 @@
+/// Isle's tables, written once: SQLite's and PostgreSQL's DDL are both rendered from this.
+///
+/// - A new database is created from ``tables`` in its store's dialect, at ``version(of:)``.
+/// - A database made by an earlier Isle is brought forward by its store's frozen steps (the
+///   numbered migrations each store kept before this definition existed, never edited), then by
+///   ``changes``, which are rendered from this definition for both stores.
+/// - The store contract builds a database both ways, on both stores, and checks that each matches
+///   this definition column by column and index by index (`SchemaTests`).
+///
+/// The kinds say what a column holds; each dialect picks its type (see ``Kind``). Where the
+/// dialects differ by design, a column or index names the one dialect it belongs to.
+public enum Schema {
+    public enum Dialect: String, Sendable, CaseIterable {
+        case sqlite, postgres
+    }
+
+    /// What a column holds, and its type in each dialect.
+    public enum Kind: Sendable {
+        /// Text. The `aps` of a job is text in both stores, not JSON: it holds the exact bytes APNs
+        /// gets, checked against the 4 KB limit when accepted, and `jsonb` would re-format them.
+        case text
+        /// A 64-bit integer.
+        case integer
+        /// A double.
+        case real
+        /// True or false: SQLite's 0/1, PostgreSQL's `BOOLEAN`.
+        case flag
+        /// A moment: seconds since 1970 as SQLite's `REAL`, PostgreSQL's `TIMESTAMPTZ`.
+        case time
+        /// A JSON document Isle wrote whose objects' key order means nothing: SQLite's `TEXT`,
+        /// PostgreSQL's `JSONB` (which stores objects with their keys sorted).
+        case json
+        /// A JSON document whose objects' key order is part of what it says (an app's schemas list
+        /// each type's fields in their declaration order): SQLite's `TEXT`, PostgreSQL's `JSON`
+        /// (checked as JSON, kept as written).
+        case orderedJSON
+        /// A row number given by the database: SQLite's `INTEGER PRIMARY KEY AUTOINCREMENT` (or its
+        /// rowid, where the column is PostgreSQL's only), PostgreSQL's `BIGSERIAL`.
+        case rowNumber
+
+        public func type(in dialect: Dialect) -> String {
+            switch (self, dialect) {
+            case (.text, _): "TEXT"
+            case (.integer, .sqlite), (.flag, .sqlite), (.rowNumber, .sqlite): "INTEGER"
+            case (.integer, .postgres): "BIGINT"
+            case (.real, .sqlite), (.time, .sqlite): "REAL"
+            case (.real, .postgres): "DOUBLE PRECISION"
+            case (.flag, .postgres): "BOOLEAN"
+            case (.time, .postgres): "TIMESTAMPTZ"
+            case (.json, .sqlite), (.orderedJSON, .sqlite): "TEXT"
+            case (.orderedJSON, .postgres): "JSON"
+            case (.json, .postgres): "JSONB"
+            case (.rowNumber, .postgres): "BIGSERIAL"
+            }
+        }
+    }
+
+    /// A column's default, written the same way in both dialects.
+    public enum Default: Sendable, Equatable {
+        case integer(Int)
+        case flag(Bool)
+        case json(String)
+
+        func sql(in dialect: Dialect) -> String {
+            switch (self, dialect) {
+            case (.integer(let n), _): "\(n)"
+            case (.flag(let b), .sqlite): b ? "1" : "0"
+            case (.flag(let b), .postgres): b ? "TRUE" : "FALSE"
+            case (.json(let j), _): "'\(j)'"
+            }
+        }
+    }
+
+    public struct Column: Sendable {
+        public var name: String
+        public var kind: Kind
+        public var nullable: Bool
+        public var primaryKey: Bool
+        public var unique: Bool
+        public var defaultValue: Default?
+        /// `table(column)` this column refers to.
+        public var references: String?
+        /// The one dialect that has this column (nil: both).
+        public var only: Dialect?
+
+        public func sql(in dialect: Dialect) -> String {
+            if kind == .rowNumber, primaryKey, dialect == .sqlite { return "\(name) INTEGER PRIMARY KEY AUTOINCREMENT" }
+            var s = "\(name) \(kind.type(in: dialect))"
+            if primaryKey { s += " PRIMARY KEY" }
+            if !nullable, !primaryKey, kind != .rowNumber { s += " NOT NULL" }
+            if unique { s += " UNIQUE" }
+            if let d = defaultValue { s += " DEFAULT \(d.sql(in: dialect))" }
+            if let r = references { s += " REFERENCES \(r)" }
+            return s
+        }
+    }
+
+    public struct Index: Sendable {
+        public var name: String
+        public var table: String
+        public var columns: [String]
+        /// The partial index's condition; `flag` columns are written `is_head`, rendered as each dialect tests a flag.
+        public var condition: String?
+        /// The one dialect that has this index (nil: both).
+        public var only: Dialect?
+
+        public func sql(in dialect: Dialect) -> String {
+            var s = "CREATE INDEX \(name) ON \(table)(\(columns.joined(separator: ", ")))"
+            if var c = condition {
+                // SQLite uses a partial index only when the query's WHERE has the index's terms as
+                // written, and Isle's SQLite queries test flags as `= 1`.
+                if dialect == .sqlite { c = c.replacingOccurrences(of: "is_head AND", with: "is_head = 1 AND") }
+                s += " WHERE \(c)"
+            }
+            return s
+        }
+    }
+
+    public struct Table: Sendable {
+        public var name: String
+        public var columns: [Column]
+        /// A primary key of several columns (nil: a column's own, or none).
+        public var primaryKey: [String]?
+
+        public func columns(in dialect: Dialect) -> [Column] { columns.filter { $0.only == nil || $0.only == dialect } }
+
+        public func sql(in dialect: Dialect) -> String {
+            var parts = columns(in: dialect).map { $0.sql(in: dialect) }
+            if let pk = primaryKey { parts.append("PRIMARY KEY (\(pk.joined(separator: ", ")))") }
+            return "CREATE TABLE \(name) (\(parts.joined(separator: ", ")))"
+        }
+    }
+
+    // MARK: The definition
+
+    static func c(_ name: String, _ kind: Kind, null: Bool = false, pk: Bool = false, unique: Bool = false, default d: Default? = nil,
+                  references: String? = nil, only: Dialect? = nil) -> Column {
+        Column(name: name, kind: kind, nullable: null, primaryKey: pk, unique: unique, defaultValue: d, references: references, only: only)
+    }
+
+    /// Every table, references first (the order ``DataCopy`` copies them in).
+    public static let tables: [Table] = [
+        Table(name: "apps", columns: [
+            c("bundle_id", .text, pk: true), c("team_id", .text), c("key_id", .text), c("key_pem", .text), c("frequent_updates", .flag),
+            c("schemas", .orderedJSON), c("created_at", .time), c("ticket_keys", .json, default: .json("[]")),
+        ]),
+        Table(name: "api_keys", columns: [
+            c("id", .text, pk: true), c("bundle_id", .text, references: "apps(bundle_id)"), c("scope", .text), c("secret_hash", .text, unique: true),
+            c("created_at", .time), c("revoked_at", .time, null: true),
+        ]),
+        Table(name: "installations", columns: [
+            c("id", .text), c("bundle_id", .text), c("user_id", .text, null: true), c("push_to_start_tokens", .json), c("widget_token", .text, null: true),
+            c("live_activities_enabled", .flag), c("frequent_pushes_enabled", .flag), c("updated_at", .time), c("secret_hash", .text, null: true),
+            c("environment", .text, null: true),
+        ], primaryKey: ["bundle_id", "id"]),
+        Table(name: "activities", columns: [
+            c("id", .text, pk: true),
+            // Registration order for PostgreSQL's listings; SQLite has its rowid.
+            c("ord", .rowNumber, only: .postgres),
+            c("bundle_id", .text), c("external_key", .text, null: true), c("installation_id", .text, null: true), c("attributes_type", .text),
+            c("attributes", .json, null: true), c("content", .json, null: true), c("state", .text), c("update_token", .text, null: true),
+            c("channel_id", .text, null: true), c("relevance_score", .real, null: true), c("stale_date", .time, null: true), c("started_at", .time),
+            c("ended_at", .time, null: true), c("dismissed_at", .time, null: true), c("last_timestamp", .integer, null: true),
+            c("state_reason", .text, null: true), c("environment", .text, null: true),
+        ]),
+        Table(name: "activity_topics", columns: [
+            c("activity_id", .text, references: "activities(id)"), c("bundle_id", .text), c("topic", .text),
+        ], primaryKey: ["activity_id", "topic"]),
+        Table(name: "channels", columns: [
+            c("id", .text, pk: true), c("bundle_id", .text), c("storage_policy", .integer), c("created_at", .time),
+            c("last_timestamp", .integer, null: true), c("environment", .text, null: true),
+        ]),
+        Table(name: "jobs", columns: [
+            c("id", .rowNumber, pk: true), c("bundle_id", .text), c("kind", .text), c("activity_id", .text, null: true),
+            c("installation_id", .text, null: true), c("channel_id", .text, null: true), c("aps", .text), c("has_alert", .flag),
+            c("requested_priority", .integer, null: true), c("run_at", .time), c("state", .text), c("attempts", .integer, default: .integer(0)),
+            c("claimed_by", .text, null: true), c("claimed_until", .time, null: true), c("last_error", .text, null: true), c("created_at", .time),
+            c("push_timestamp", .integer, null: true), c("apns_id", .text, null: true), c("lane", .text, null: true), c("seq", .integer, null: true),
+            c("is_head", .flag, default: .flag(false)), c("supersedable", .flag, default: .flag(false)), c("carries_content", .flag, default: .flag(false)),
+        ]),
+        Table(name: "deliveries", columns: [
+            c("id", .rowNumber, pk: true), c("job_id", .integer), c("activity_id", .text, null: true), c("apns_id", .text, null: true),
+            c("apns_unique_id", .text, null: true), c("status", .integer), c("reason", .text, null: true), c("latency_ms", .real),
+            c("priority", .integer), c("downgraded", .flag), c("at", .time),
+        ]),
+        Table(name: "high_priority_sends", columns: [
+            c("id", .rowNumber, pk: true, only: .postgres), c("activity_id", .text), c("at", .time),
+        ]),
+        Table(name: "idempotency", columns: [
+            c("bundle_id", .text), c("key", .text), c("request_hash", .text), c("status", .integer), c("body", .text), c("created_at", .time),
+        ], primaryKey: ["bundle_id", "key"]),
+    ]
+
+    public static let indexes: [Index] = [
+        Index(name: "installations_user", table: "installations", columns: ["bundle_id", "user_id"]),
+        Index(name: "installations_updated", table: "installations", columns: ["updated_at"]),
+        Index(name: "activities_key", table: "activities", columns: ["bundle_id", "external_key"]),
+        Index(name: "activities_token", table: "activities", columns: ["bundle_id", "update_token"]),
+        Index(name: "activities_installation", table: "activities", columns: ["bundle_id", "installation_id", "state"]),
+        Index(name: "activities_finished", table: "activities", columns: ["started_at"], condition: "state IN ('ended', 'dismissed', 'unreachable')"),
+        Index(name: "activities_channel", table: "activities", columns: ["channel_id"], only: .postgres),
+        Index(name: "activity_topics_lookup", table: "activity_topics", columns: ["bundle_id", "topic"]),
+        Index(name: "channels_app", table: "channels", columns: ["bundle_id"]),
+        Index(name: "jobs_ready", table: "jobs", columns: ["run_at", "seq"], condition: "is_head AND state = 'queued'"),
+        Index(name: "jobs_lane_open", table: "jobs", columns: ["lane", "seq"], condition: "state IN ('queued', 'claimed')"),
+        Index(name: "jobs_scheduled", table: "jobs", columns: ["run_at", "id"], condition: "state = 'scheduled'"),
+        Index(name: "jobs_claimed", table: "jobs", columns: ["claimed_until"], condition: "state = 'claimed'"),
+        Index(name: "jobs_seq", table: "jobs", columns: ["seq"], only: .sqlite),
+        Index(name: "jobs_finished", table: "jobs", columns: ["created_at"], condition: "state IN ('sent', 'failed', 'superseded', 'dropped')"),
+        Index(name: "deliveries_activity", table: "deliveries", columns: ["activity_id", "id"]),
+        Index(name: "deliveries_apns", table: "deliveries", columns: ["apns_id"]),
+        Index(name: "deliveries_at", table: "deliveries", columns: ["at"]),
+        Index(name: "high_priority_sends_activity", table: "high_priority_sends", columns: ["activity_id", "at"]),
+        Index(name: "high_priority_sends_at", table: "high_priority_sends", columns: ["at"]),
+        Index(name: "idempotency_created", table: "idempotency", columns: ["created_at"]),
+    ]
+
+    /// Sequences outside any table: PostgreSQL's job order across instances (SQLite numbers jobs by
+    /// their `id` as one writer inserts them).
+    static let postgresSequences = ["job_seq"]
+
+    public static func table(_ name: String) -> Table? { tables.first { $0.name == name } }
+
+    /// The statements that create the whole schema in `dialect`.
+    public static func create(in dialect: Dialect) -> [String] {
+        (dialect == .postgres ? postgresSequences.map { "CREATE SEQUENCE \($0)" } : [])
+            + tables.map { $0.sql(in: dialect) }
+            + indexes.filter { $0.only == nil || $0.only == dialect }.map { $0.sql(in: dialect) }
+    }
+
+    // MARK: Changes after the frozen steps
+
+    /// A change to the schema, rendered for both stores. Append only; each store records it as
+    /// its frozen steps' count plus its place here.
+    public struct Change: Sendable {
+        public var name: String
+        public var statements: @Sendable (Dialect) -> [String]
+    }
+
+    public static let changes: [Change] = [
+        // PostgreSQL keeps moments as TIMESTAMPTZ and Isle's JSON documents as JSONB (they were
+        // DOUBLE PRECISION seconds and TEXT); SQLite's types already are the definition's.
+        Change(name: "typed moments and JSON") { dialect in
+            guard dialect == .postgres else { return [] }
+            return tables.flatMap { table in
+                table.columns(in: .postgres).flatMap { column -> [String] in
+                    let alter = "ALTER TABLE \(table.name) ALTER COLUMN \(column.name)"
+                    switch column.kind {
+                    case .time: return ["\(alter) TYPE TIMESTAMPTZ USING to_timestamp(\(column.name))"]
+                    case .json:
+                        // A default cannot be cast with the column: dropped, then set again as JSON.
+                        let reset = column.defaultValue.map { _ in ["\(alter) DROP DEFAULT"] } ?? []
+                        let restore = column.defaultValue.map { ["\(alter) SET DEFAULT \($0.sql(in: .postgres))"] } ?? []
+                        return reset + ["\(alter) TYPE JSONB USING \(column.name)::jsonb"] + restore
+                    case .orderedJSON: return ["\(alter) TYPE JSON USING \(column.name)::json"]
+                    default: return []
+                    }
+                }
+            }
+        },
+    ]
+}
