@@ -314,7 +314,7 @@ public final class SQLiteStore: IsleStore {
     public func apiKey(secretHash: String) async throws -> APIKeyRecord? {
         try readNow { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM api_keys WHERE secret_hash = ?"), arguments: [secretHash]).map { r in
-                APIKeyRecord(id: r["id"], bundleID: r["bundle_id"], scope: APIKeyScope(rawValue: r["scope"]) ?? .device, secretHash: r["secret_hash"],
+                APIKeyRecord(id: r["id"], bundleID: r["bundle_id"], scope: try BadRow.decode(r["scope"] as String, as: APIKeyScope.self, table: "api_keys", id: r["id"], column: "scope"), secretHash: r["secret_hash"],
                              createdAt: Date(timeIntervalSince1970: r["created_at"]), revokedAt: (r["revoked_at"] as Double?).map(Date.init(timeIntervalSince1970:)))
             }
         }

@@ -43,7 +43,7 @@ struct ClientLifeTests {
         c.maximumRetry = 0.4
         c.requestTimeout = 5
         c.backgroundWindow = 2
-        return try IsleClient(configuration: c, storage: FileStorage(path: storage))
+        return try IsleClient(configuration: c, storage: ConformingStorage(path: storage))
     }
 
     /// Every push the server queued has had its outcome.

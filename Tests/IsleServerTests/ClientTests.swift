@@ -34,7 +34,7 @@ struct ClientTests {
         c.firstRetry = 0.05
         c.maximumRetry = 0.5
         c.requestTimeout = 5
-        return try IsleClient(configuration: c, storage: FileStorage(path: storage))
+        return try IsleClient(configuration: c, storage: ConformingStorage(path: storage))
     }
 
     /// The backend's registration ticket for each order (what it hands the app with the order).

@@ -4,8 +4,9 @@ import IsleServer
 import Testing
 
 /// One wire contract (docs/server.md, "Delivery semantics"): the fields each handler takes (`WireContract`, which the handlers
-/// enforce) are exactly the OpenAPI document's, route by route; IsleClient's bodies pass the
-/// handlers' check in the client tests, so the three cannot drift apart unnoticed.
+/// enforce) are exactly the OpenAPI document's, route by route; every request IsleClient sends is
+/// checked against the document's schemas in the client tests (OpenAPIConformance.swift), so the
+/// three cannot drift apart unnoticed.
 @Suite("One wire contract: the handlers' fields are the OpenAPI document's")
 struct WireContractTests {
     static func document() throws -> JSONValue {

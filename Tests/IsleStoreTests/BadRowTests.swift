@@ -62,6 +62,8 @@ struct BadRowTests {
         ("activities", "environment", "'staging'"),
         ("apps", "schemas", "'[{\"attributesType\": 3}]'"),
         ("apps", "ticket_keys", "'[{\"id\": \"k\"}]'"),
+        // Before: read as a device key.
+        ("api_keys", "scope", "'superuser'"),
     ])
     func otherColumns(table: String, column: String, value: String) async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-badrow-\(UUID().uuidString).sqlite").path
@@ -71,18 +73,20 @@ struct BadRowTests {
         try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
         try await store.upsertInstallation(InstallationRecord(id: "phone", bundleID: "com.example.pizza", pushToStartTokens: ["T": "pts"], updatedAt: t0))
         try await store.insertActivity(ActivityRecord(id: "a", bundleID: "com.example.pizza", installationID: "phone", attributesType: "T", content: ["x": 1], state: .active, startedAt: t0))
+        try await store.insertAPIKey(APIKeyRecord(id: "key_phone", bundleID: "com.example.pizza", scope: .device, secretHash: "h", createdAt: t0))
         let db = try DatabaseQueue(path: path)
         try await db.write { db in try db.execute(sql: "UPDATE \(table) SET \(column) = \(value)") }
         do {
             switch table {
             case "installations": _ = try await store.installation(bundleID: "com.example.pizza", id: "phone")
             case "activities": _ = try await store.activity(id: "a")
+            case "api_keys": _ = try await store.apiKey(secretHash: "h")
             default: _ = try await store.app("com.example.pizza")
             }
             Issue.record("\(table).\(column) = \(value) was read")
         } catch let e as BadRow {
             #expect(e.table == table && e.column == column, "\(e)")
-            #expect(e.id.contains(table == "apps" ? "com.example.pizza" : table == "activities" ? "a" : "phone"), "\(e)")
+            #expect(e.id.contains(table == "apps" ? "com.example.pizza" : table == "activities" ? "a" : table == "api_keys" ? "key_phone" : "phone"), "\(e)")
         }
     }
 }

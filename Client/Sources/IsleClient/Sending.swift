@@ -295,6 +295,8 @@ extension IsleClient {
             method = "POST"
             path = "/v1/activities/\(id)/\(what)"
         }
+        // A state report has no body (the document describes none).
+        if case .state = report.kind { return .success(Report.Request(method: method, path: path, body: Data())) }
         let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data("{}".utf8)
         return .success(Report.Request(method: method, path: path, body: data))
     }
@@ -321,9 +323,9 @@ extension IsleClient {
         request.httpMethod = method
         request.setValue("Bearer \(configuration.deviceKey)", forHTTPHeaderField: "Authorization")
         request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if !frozen.body.isEmpty { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
         request.setValue(state.secret ?? state.proposedSecret, forHTTPHeaderField: "Isle-Installation-Secret")
-        request.httpBody = frozen.body
+        request.httpBody = frozen.body.isEmpty ? nil : frozen.body
         let data: Data
         let response: HTTPURLResponse
         do {

@@ -1,7 +1,8 @@
 /// The fields each request body of the API takes: the one list the handlers enforce (an unknown
 /// field is a 400 naming it) and `WireContractTests` checks, route by route, against the OpenAPI
-/// document (`/openapi.json`). IsleClient's bodies go through the same check on the server, so a
-/// drift anywhere fails a test.
+/// document (`/openapi.json`). The server's answers are checked against the document by
+/// schemathesis (scripts/schemathesis.sh, in CI), and every request IsleClient sends against the
+/// document's request schemas in the client tests (`ConformingStorage`), so a drift anywhere fails.
 public enum WireContract {
     static let installation = ["pushToStartTokens", "widgetToken", "liveActivitiesEnabled", "frequentPushesEnabled", "environment", "ticket"]
     static let activityRegistration = ["attributesType", "channelID", "token", "externalKey", "topics", "installationID", "attributes", "contentState", "relevanceScore",

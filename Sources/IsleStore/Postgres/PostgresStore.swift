@@ -435,7 +435,7 @@ public final class PostgresStore: IsleStore {
         let log = logger
         return try await read { conn in
             try await conn.row("SELECT * FROM api_keys WHERE secret_hash = $1", [.text(secretHash)], logger: log).map { r in
-                APIKeyRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), scope: APIKeyScope(rawValue: try r.string("scope")) ?? .device,
+                APIKeyRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), scope: try BadRow.decode(try r.string("scope"), as: APIKeyScope.self, table: "api_keys", id: try r.string("id"), column: "scope"),
                              secretHash: try r.string("secret_hash"), createdAt: try r.date("created_at"), revokedAt: try r.optionalDate("revoked_at"))
             }
         }
