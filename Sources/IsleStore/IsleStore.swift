@@ -85,8 +85,10 @@ public protocol ActivityRepository: Sendable {
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord]
     /// The app's activity holding this update token (tokens are looked up per app).
     func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord?
-    /// The live (starting or active) activities registered on an installation (for its quota).
+    /// The live (starting or active) activities registered on an installation.
     func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord]
+    /// How many live activities an installation has (its quota), without reading them.
+    func liveActivityCount(bundleID: String, installationID: String) async throws -> Int
     /// Live activities following a topic.
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
     /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.

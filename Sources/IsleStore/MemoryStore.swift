@@ -174,6 +174,10 @@ public final class MemoryStore: IsleStore {
     public func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? {
         state.withLock { s in s.activityOrder.compactMap { s.activities[$0] }.first { $0.bundleID == bundleID && $0.updateToken == updateToken } }
     }
+    public func liveActivityCount(bundleID: String, installationID: String) async throws -> Int {
+        try await liveActivities(bundleID: bundleID, installationID: installationID).count
+    }
+
     public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
         state.withLock { s in
             s.activityOrder.compactMap { s.activities[$0] }.filter { $0.bundleID == bundleID && $0.installationID == installationID && $0.state.acceptsPushes }

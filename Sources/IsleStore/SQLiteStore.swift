@@ -492,6 +492,13 @@ public final class SQLiteStore: IsleStore {
         try readNow { db in try Self.activity(db, where: "bundle_id = ? AND update_token = ?", [bundleID, updateToken]) }
     }
 
+    public func liveActivityCount(bundleID: String, installationID: String) async throws -> Int {
+        try readNow { db in
+            try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN (\(ActivityLifecycle.pushChangesSQL))"),
+                             arguments: [bundleID, installationID]) ?? 0
+        }
+    }
+
     public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
         try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE bundle_id = ? AND installation_id = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id"),

@@ -1,8 +1,10 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import IsleAPNs
 import IsleCore
 import IsleTesting
+import Logging
 import NIOCore
 
 /// `isle serve` and `isle sim` as separate processes, loaded from outside by `h2load --h1`
@@ -26,6 +28,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 300
     @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 64).") var concurrency = 64
     @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
+    @Option(help: "Pushes this process sends to isle sim through IsleAPNs' client, the same as the server's deliveries, for the push floor (0: skip it).") var pushFloor = 10_000
 
     func run() async throws {
         guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
@@ -107,8 +110,9 @@ struct SplitBench: AsyncParsableCommand {
 
         // Activities: started on the simulated phone, registered through the API like an app would.
         let secret = try await Self.json(http, "PUT", base + "/v1/installations/bench-phone", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
-        let ids = try await register(http, control: control, base: base, device: device, secret: secret, count: activities, topic: "scores")
-        let fanIDs = fanOut > 0 ? try await register(http, control: control, base: base, device: device, secret: secret, count: fanOut, topic: "fan") : []
+        let ids = try await register(http, control: control, base: base, device: device, secret: secret, count: activities, topic: "scores").map(\.id)
+        let fan = fanOut > 0 ? try await register(http, control: control, base: base, device: device, secret: secret, count: fanOut, topic: "fan") : []
+        let fanIDs = fan.map(\.id)
         print("\(database == nil ? "SQLite" : "PostgreSQL"): \(ids.count) activities for updates, \(fanIDs.count) in the fan-out topic")
 
         // Warm up both processes (connections, caches, JIT-free but page-faulted code).
@@ -206,6 +210,46 @@ struct SplitBench: AsyncParsableCommand {
             fanUS = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(fanOut * fanOutRounds)
         }
 
+        // The push floor: what one delivery's push costs by itself, in the process that sends it —
+        // IsleAPNs' client as the server uses it (NIO HTTP/2 transport, payloads not validated
+        // again), to the same simulator and the same activities as the fan-out, the server's
+        // concurrency in flight — beside the server's bare request of this run.
+        var pushUS = Double.nan
+        if pushFloor > 0, !fan.isEmpty {
+            var logger = Logger(label: "isle.bench")
+            logger.logLevel = .warning
+            let credentials = try APNsCredentials(keyID: "SIMKEY0001", teamID: "SIMTEAM001", keyFile: dir + "/sim/AuthKey_SIMKEY0001.p8")
+            let ca = try String(contentsOfFile: dir + "/sim/ca.pem", encoding: .utf8)
+            let client = try APNsClient(configuration: .init(environment: .custom(url: "https://127.0.0.1:\(ports[0])", trustRootsPEM: ca), credentials: credentials,
+                                                             validatesPayloads: false), logger: logger)
+            let tokens = try fan.map { try DeviceToken(hex: $0.token) }
+            func push(_ i: Int) -> APNsPush {
+                .liveActivity(LiveActivityPayload(event: .update, timestamp: Date(), contentState: ["home": .int(Int64(i)), "away": 0],
+                                                  alert: LiveActivityAlert(title: "Goal", body: "again")),
+                              token: tokens[i % tokens.count], bundleID: "com.example.scores")
+            }
+            func burst(_ count: Int) async throws {
+                let next = Counter()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<concurrency {
+                        group.addTask {
+                            while true {
+                                let i = next.take()
+                                guard i < count else { return }
+                                _ = try await client.send(push(i))
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            try await burst(min(2_000, pushFloor))  // connections, TLS, the provider token
+            let used0 = cpuSeconds()
+            try await burst(pushFloor)
+            pushUS = (cpuSeconds() - used0) * 1e6 / Double(pushFloor)
+            try await client.shutdown()
+        }
+
         // 4. Accept latency at a steady offered rate.
         var p99 = Double.nan, p50 = Double.nan
         if rate > 0 {
@@ -238,6 +282,10 @@ struct SplitBench: AsyncParsableCommand {
             print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
         }
+        if pushUS.isFinite {
+            print(String(format: "%@ · push floor: %d pushes from this process through IsleAPNs' client to isle sim, %d in flight: %.0f µs of client CPU per push = %.1f× the server's bare request",
+                         name, pushFloor, concurrency, pushUS, pushUS / bareUS))
+        }
         if rate > 0 {
             print(String(format: "%@ · accept latency at %d updates/s offered for %d s: p50 %.2f ms, p99 %.2f ms", name, rate, rateSeconds, p50, p99))
         }
@@ -245,12 +293,12 @@ struct SplitBench: AsyncParsableCommand {
     }
 
     /// Starts `count` activities on the simulated phone and registers each with the server.
-    func register(_ http: HTTPClient, control: String, base: String, device: String, secret: String, count: Int, topic: String) async throws -> [String] {
+    func register(_ http: HTTPClient, control: String, base: String, device: String, secret: String, count: Int, topic: String) async throws -> [(id: String, token: String)] {
         let next = Counter()
-        return try await withThrowingTaskGroup(of: [String].self) { group in
+        return try await withThrowingTaskGroup(of: [(id: String, token: String)].self) { group in
             for _ in 0..<16 {
                 group.addTask {
-                    var mine: [String] = []
+                    var mine: [(id: String, token: String)] = []
                     while true {
                         let i = next.take()
                         guard i < count else { return mine }
@@ -261,11 +309,11 @@ struct SplitBench: AsyncParsableCommand {
                             "attributesType": "ScoreAttributes", "token": .string(token), "installationID": "bench-phone", "topics": [.string(topic)]],
                                                              headers: [("Isle-Installation-Secret", secret)])
                         guard let id = registered["id"]?.stringValue else { throw ValidationError("registration: \(registered.jsonString)") }
-                        mine.append(id)
+                        mine.append((id, token))
                     }
                 }
             }
-            var all: [String] = []
+            var all: [(id: String, token: String)] = []
             for try await ids in group { all += ids }
             return all
         }

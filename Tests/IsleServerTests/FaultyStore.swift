@@ -83,6 +83,7 @@ final class FaultyStore: IsleStore {
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, externalKey: externalKey) }
     func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, updateToken: updateToken) }
     func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, installationID: installationID) }
+    func liveActivityCount(bundleID: String, installationID: String) async throws -> Int { try await base.liveActivityCount(bundleID: bundleID, installationID: installationID) }
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] { try await base.activities(bundleID: bundleID, topic: topic) }
     func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
         try await base.recentActivities(bundleID: bundleID, state: state, limit: limit)

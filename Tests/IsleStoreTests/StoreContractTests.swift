@@ -122,6 +122,8 @@ struct StoreContractTests {
         #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "shared")?.id == "p1")
         #expect(try await s.liveActivities(bundleID: "com.example.pizza", installationID: "same").map(\.id) == ["p1"])
         #expect(try await s.liveActivities(bundleID: "com.example.other", installationID: "same").isEmpty)
+        #expect(try await s.liveActivityCount(bundleID: "com.example.pizza", installationID: "same") == 1)
+        #expect(try await s.liveActivityCount(bundleID: "com.example.other", installationID: "same") == 0)
         // What accepting a push reads: the same activity, with what a push needs (docs/server.md, "Delivery semantics").
         try await s.insertActivity(ActivityRecord(id: "lean", bundleID: "com.example.pizza", attributesType: "T", attributes: ["a": 1], content: ["c": 2], state: .active,
                                                   startedAt: t0, topics: ["t1"], stateReason: "why"))

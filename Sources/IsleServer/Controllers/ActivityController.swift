@@ -105,9 +105,9 @@ struct ActivityController {
         } else if r.ticket != nil {
             throw APIError(.forbidden, "invalidTicket", "a ticket binds the externalKey it names, and this registration names none: send externalKey with it", field: "ticket")
         }
-        let live = try await store.liveActivities(bundleID: caller.bundleID, installationID: installationID)
-        guard live.count < services.configuration.quotas.liveActivitiesPerInstallation else {
-            throw APIError(.conflict, "tooManyActivities", "installation \(installationID) has \(live.count) live activities, the most Isle keeps per installation; end one first (POST /v1/activities/{id}/ended)")
+        let live = try await store.liveActivityCount(bundleID: caller.bundleID, installationID: installationID)
+        guard live < services.configuration.quotas.liveActivitiesPerInstallation else {
+            throw APIError(.conflict, "tooManyActivities", "installation \(installationID) has \(live) live activities, the most Isle keeps per installation; end one first (POST /v1/activities/{id}/ended)")
         }
         // A backend key names one activity (or one per device, after a push-to-start to a user):
         // another installation cannot take it over.

@@ -679,6 +679,14 @@ public final class PostgresStore: IsleStore {
         }
     }
 
+    public func liveActivityCount(bundleID: String, installationID: String) async throws -> Int {
+        let log = logger
+        return try await read { conn in
+            Int(try await conn.row("SELECT COUNT(*) AS n FROM activities WHERE bundle_id = $1 AND installation_id = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL))",
+                                   [.text(bundleID), .text(installationID)], logger: log)?.int("n") ?? 0)
+        }
+    }
+
     public func liveActivities(bundleID: String, installationID: String) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in
