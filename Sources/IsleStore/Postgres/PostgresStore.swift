@@ -23,6 +23,8 @@ public final class PostgresStore: IsleStore {
     public let settings: PostgresSettings
     let client: PostgresClient
     let logger: Logger
+    /// The deadline of every call in flight (``bounded(_:)``).
+    let deadlines = CallDeadlines()
     /// Delivery results group-committed (see ``complete(_:)``).
     let completions = Batcher<JobCompletion, Bool>(maximumBatch: 256)
     /// API requests' jobs group-committed (see ``enqueue(_:creating:idempotency:now:)``).
@@ -128,25 +130,28 @@ public final class PostgresStore: IsleStore {
     /// does: a call stuck on a connection PostgreSQL dropped (seen across a server restart) must not
     /// hold an API request, or a graceful shutdown, forever. The call is cancelled and the caller
     /// gets `.unavailable` (a 503 with Retry-After at the API).
+    ///
+    /// One shared watcher (``CallDeadlines``) keeps every call's deadline: a call costs one task
+    /// and a table entry, not a sleeping timer task and a task to cancel it (three tasks per call
+    /// before; docs/performance.md).
     func bounded<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
         let limit = Duration.seconds(settings.statementTimeout + 5)
+        let deadlines = self.deadlines
         return try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in
             let answer = OneAnswer(c)
+            let work = Mutex<Task<Void, Never>?>(nil)
+            let id = deadlines.add(after: limit) {
+                if answer.give(.failure(StoreError(.unavailable, "PostgreSQL did not answer within \(limit)"))) { work.withLock { $0?.cancel() } }
+            }
             // Unstructured on purpose: the caller must get its answer at the deadline even when the
             // stuck operation ignores cancellation (a task group would wait for it).
-            let work = Task {
-                do { answer.give(.success(try await operation())) } catch { answer.give(.failure(error)) }
+            let task = Task {
+                let result: Result<T, any Error>
+                do { result = .success(try await operation()) } catch { result = .failure(error) }
+                deadlines.remove(id)
+                answer.give(result)
             }
-            let timer = Task {
-                try? await Task.sleep(for: limit)
-                if answer.give(.failure(StoreError(.unavailable, "PostgreSQL did not answer within \(limit)"))) { work.cancel() }
-            }
-            // The timer goes as soon as the work answers (thousands of calls a second must not
-            // leave thousands of sleeping timers behind).
-            Task {
-                _ = await work.result
-                timer.cancel()
-            }
+            work.withLock { $0 = task }
         }
     }
 
@@ -841,6 +846,54 @@ extension PostgresStore {
 }
 
 /// A continuation resumed by whichever answer comes first (the lock makes the check-and-resume atomic).
+/// The deadlines of the store's calls, kept by one watcher task that runs while any call is in
+/// flight and looks every quarter second: a call past its deadline gets its `expire` (its caller is
+/// answered `.unavailable` and its work cancelled).
+final class CallDeadlines: Sendable {
+    private struct State {
+        var next: UInt64 = 0
+        var entries: [UInt64: (at: ContinuousClock.Instant, expire: @Sendable () -> Void)] = [:]
+        var watching = false
+    }
+    private let state = Mutex(State())
+    static let tick: Duration = .milliseconds(250)
+
+    func add(after limit: Duration, expire: @escaping @Sendable () -> Void) -> UInt64 {
+        let at = ContinuousClock.now + limit
+        let (id, start) = state.withLock { s -> (UInt64, Bool) in
+            s.next += 1
+            s.entries[s.next] = (at, expire)
+            defer { s.watching = true }
+            return (s.next, !s.watching)
+        }
+        if start { Task { await self.watch() } }
+        return id
+    }
+
+    func remove(_ id: UInt64) {
+        _ = state.withLock { $0.entries.removeValue(forKey: id) }
+    }
+
+    private func watch() async {
+        while true {
+            try? await Task.sleep(for: Self.tick)
+            let now = ContinuousClock.now
+            let (due, stop) = state.withLock { s -> ([@Sendable () -> Void], Bool) in
+                var due: [@Sendable () -> Void] = []
+                for (id, e) in s.entries where e.at <= now {
+                    due.append(e.expire)
+                    s.entries[id] = nil
+                }
+                // Stops with nothing in flight; the next call starts it again (decided under the lock).
+                if s.entries.isEmpty { s.watching = false }
+                return (due, s.entries.isEmpty)
+            }
+            for expire in due { expire() }
+            if stop { return }
+        }
+    }
+}
+
 final class OneAnswer<T: Sendable>: Sendable {
     private let continuation: Mutex<CheckedContinuation<T, any Error>?>
     init(_ c: CheckedContinuation<T, any Error>) { continuation = Mutex(c) }

@@ -1,0 +1,47 @@
+import Foundation
+@testable import IsleStore
+import IsleTesting
+import Logging
+import Synchronization
+import Testing
+
+/// Every PostgreSQL store call ends by its deadline (statement timeout + 5 s), kept by one shared
+/// watcher rather than a timer task per call.
+@Suite("PostgreSQL call deadlines")
+struct CallDeadlineTests {
+    @Test("a call past its deadline expires once; a call removed in time never does; the watcher stops when idle and starts again")
+    func deadlines() async throws {
+        let deadlines = CallDeadlines()
+        let fired = Mutex<[String]>([])
+        let kept = deadlines.add(after: .milliseconds(50)) { fired.withLock { $0.append("kept") } }
+        let removed = deadlines.add(after: .milliseconds(50)) { fired.withLock { $0.append("removed") } }
+        deadlines.remove(removed)
+        _ = kept
+        try await eventually(within: .seconds(5), "the call past its deadline expired") { fired.withLock { $0 } == ["kept"] }
+        // Idle now: a new call starts the watcher again.
+        _ = deadlines.add(after: .milliseconds(10)) { fired.withLock { $0.append("later") } }
+        try await eventually(within: .seconds(5), "a later call expired too") { fired.withLock { $0 } == ["kept", "later"] }
+    }
+
+    @Test("a store call that never answers is answered unavailable at statement timeout + 5 s, and its work is cancelled")
+    func stuckCall() async throws {
+        let store = PostgresStore(settings: try PostgresSettings(url: "postgres://isle@127.0.0.1:1/isle?statement_timeout=1", environment: [:]), logger: Logger(label: "test"))
+        let cancelled = Mutex(false)
+        let start = ContinuousClock.now
+        do {
+            _ = try await store.bounded { () async throws -> Int in
+                await withTaskCancellationHandler {
+                    // Ignores cancellation, as a call stuck on a dropped connection can.
+                    while !cancelled.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(20)) }
+                    return 0
+                } onCancel: { cancelled.withLock { $0 = true } }
+            }
+            Issue.record("the stuck call answered")
+        } catch let e as StoreError {
+            #expect(e.code == .unavailable && e.message.contains("did not answer"), "\(e.message)")
+        }
+        let took = ContinuousClock.now - start
+        #expect(took >= .seconds(6) && took < .seconds(10), "\(took)")
+        try await eventually(within: .seconds(5), "the stuck work was cancelled") { cancelled.withLock { $0 } }
+    }
+}
