@@ -285,7 +285,9 @@ public struct NewPushJob: Sendable, Hashable {
     public var kind: PushJobKind
     public var activityID: String?
     public var installationID: String?
-    public var aps: JSONValue
+    public private(set) var aps: JSONValue
+    /// `aps` as stored, encoded once: the jobs of a fan-out share one encoding (``forActivity(_:)``).
+    public let apsText: String
     public var hasAlert: Bool
     public var requestedPriority: PushPriority?
     public var runAt: Date
@@ -299,9 +301,17 @@ public struct NewPushJob: Sendable, Hashable {
         self.channelID = channelID
         // Stored in wire order, so each send splices its timestamp into the stored text.
         self.aps = aps.objectValue.map { .object(LiveActivityPayload.wireOrdered($0)) } ?? aps
+        apsText = self.aps.jsonString
         self.hasAlert = hasAlert
         self.requestedPriority = requestedPriority
         self.runAt = runAt
+    }
+
+    /// The same push to another activity (payload and its encoding shared, not made again).
+    public func forActivity(_ id: String) -> NewPushJob {
+        var job = self
+        job.activityID = id
+        return job
     }
 }
 

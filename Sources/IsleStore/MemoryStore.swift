@@ -286,7 +286,7 @@ public final class MemoryStore: IsleStore {
                                  hasAlert: j.hasAlert, requestedPriority: j.requestedPriority, runAt: j.runAt, state: p.scheduled ? .scheduled : .queued, attempts: 0, claimedBy: nil,
                                  claimedUntil: nil, lastError: nil, createdAt: now, lane: p.lane, seq: seq),
                     isHead: p.isHead, supersedable: p.supersedable, carriesContent: p.carriesContent)
-                s.jobs[id]?.job.encodedAPS = j.aps.jsonBytes
+                s.jobs[id]?.job.encodedAPS = Array(j.apsText.utf8)
                 ids.append(id)
                 if p.coalescesLane, let lane = p.lane { _ = Self.coalesce(&s, lane: lane, now: now) }
             }

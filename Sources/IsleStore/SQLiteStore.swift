@@ -562,7 +562,7 @@ public final class SQLiteStore: IsleStore {
             for j in jobs {
                 let p = try LanePlanner.place(j, now: now) { try Self.openHead(db, $0) }
                 try insert.execute(arguments: [
-                    j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.aps.jsonString, j.hasAlert, j.requestedPriority?.rawValue,
+                    j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.apsText, j.hasAlert, j.requestedPriority?.rawValue,
                     j.runAt.timeIntervalSince1970, p.scheduled ? "scheduled" : "queued", created,
                     p.lane, p.scheduled ? nil : seq, p.isHead, p.supersedable, p.carriesContent,
                 ])

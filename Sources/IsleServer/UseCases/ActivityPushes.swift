@@ -33,10 +33,10 @@ struct ActivityPushes {
         }
         let live = activities.filter { $0.state.acceptsPushes }
         let runAt = max(push.sendAt ?? now, now)
-        let jobs = live.map {
-            NewPushJob(bundleID: bundleID, kind: push.event == .end ? .end : .update, activityID: $0.id, aps: .object(push.aps), hasAlert: push.hasAlert,
-                       requestedPriority: push.priority, runAt: runAt)
-        }
+        // One payload, ordered and encoded once, for every target.
+        let template = NewPushJob(bundleID: bundleID, kind: push.event == .end ? .end : .update, aps: .object(push.aps), hasAlert: push.hasAlert,
+                                  requestedPriority: push.priority, runAt: runAt)
+        let jobs = live.map { template.forActivity($0.id) }
         return Prepared(jobs: jobs, live: live, warnings: warnings, runAt: runAt)
     }
 

@@ -107,7 +107,7 @@ extension PostgresStore {
                 ORDER BY n
                 RETURNING id
                 """, [.texts(chunk.map(\.job.bundleID)), .texts(chunk.map(\.job.kind.rawValue)), .texts(chunk.map { $0.job.activityID ?? none }),
-                      .texts(chunk.map { $0.job.installationID ?? none }), .texts(chunk.map { $0.job.channelID ?? none }), .texts(chunk.map(\.job.aps.jsonString)),
+                      .texts(chunk.map { $0.job.installationID ?? none }), .texts(chunk.map { $0.job.channelID ?? none }), .texts(chunk.map(\.job.apsText)),
                       .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority?.rawValue ?? -1) }), .dates(chunk.map(\.job.runAt)),
                       .dates(chunk.map(\.now)), .texts(chunk.map { $0.lane ?? none }), .bools(chunk.map(\.scheduled)), .bools(chunk.map(\.isHead)),
                       .bools(chunk.map(\.supersedable)), .bools(chunk.map(\.carries))], logger: logger)
