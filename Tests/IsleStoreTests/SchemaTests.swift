@@ -22,6 +22,23 @@ struct SchemaTests {
         }
     }
 
+    /// Every column of the definition in `dialect` has its line in `description`, holding each of
+    /// `fragments`; and the description has no other column.
+    static func expectColumns(_ description: [String], _ dialect: Schema.Dialect, fragments: (Schema.Table, Schema.Column) -> [String]) {
+        let columns = description.filter { $0.hasPrefix("column ") }
+        var expected = 0
+        for table in Schema.tables {
+            for column in table.columns(in: dialect) {
+                expected += 1
+                let line = columns.first { $0.hasPrefix("column \(table.name).\(column.name) ") }
+                for fragment in fragments(table, column) {
+                    #expect(line?.contains(fragment) == true, "\(table.name).\(column.name): \(line ?? "missing"), expected \(fragment)")
+                }
+            }
+        }
+        #expect(columns.count == expected, "columns the definition does not have: \(columns.count) vs \(expected)")
+    }
+
     /// The name in "index CREATE [UNIQUE] INDEX name ON …".
     static func indexName(_ line: String) -> String {
         let words = line.split(separator: " ").map(String.init)
@@ -42,19 +59,11 @@ struct SchemaTests {
         #expect(a.count > 100)
         #expect(a == b, "only created: \(Set(a).subtracting(b).sorted()); only brought forward: \(Set(b).subtracting(a).sorted())")
 
-        let columns = a.filter { $0.hasPrefix("column ") }
-        var expected = 0
-        for table in Schema.tables {
-            for column in table.columns(in: .sqlite) {
-                expected += 1
-                let line = columns.first { $0.hasPrefix("column \(table.name).\(column.name) ") }
-                #expect(line?.contains(" \(column.kind.type(in: .sqlite)) ") == true, "\(table.name).\(column.name): \(line ?? "missing")")
-                if !column.primaryKey, table.primaryKey == nil || !table.primaryKey!.contains(column.name) {
-                    #expect(line?.contains("notnull=\(column.nullable ? 0 : 1)") == true, "\(table.name).\(column.name): \(line ?? "missing")")
-                }
-            }
+        Self.expectColumns(a, .sqlite) { table, column in
+            // SQLite reports a key's column as nullable unless declared NOT NULL: only the others' nullability is the definition's.
+            let keyed = column.primaryKey || (table.primaryKey ?? []).contains(column.name)
+            return [" \(column.kind.type(in: .sqlite)) "] + (keyed ? [] : ["notnull=\(column.nullable ? 0 : 1)"])
         }
-        #expect(columns.count == expected, "columns the definition does not have: \(columns.count) vs \(expected)")
         let indexes = Set(a.filter { $0.hasPrefix("index ") }.map(Self.indexName))
         #expect(indexes == Set(Schema.indexes.filter { $0.only != .postgres }.map(\.name)))
         // Migrating again changes nothing.
@@ -73,17 +82,10 @@ struct SchemaTests {
         #expect(a.count > 100)
         #expect(a == b, "only created: \(Set(a).subtracting(b).sorted()); only brought forward: \(Set(b).subtracting(a).sorted())")
 
-        let columns = a.filter { $0.hasPrefix("column ") }
-        var expected = 0
-        for table in Schema.tables {
-            for column in table.columns(in: .postgres) {
-                expected += 1
-                let line = columns.first { $0.hasPrefix("column \(table.name).\(column.name) ") }
-                let nullable = column.nullable && !column.primaryKey && column.kind != .rowNumber && !(table.primaryKey ?? []).contains(column.name)
-                #expect(line?.contains(" \(Self.postgresType(column.kind)) nullable=\(nullable ? "YES" : "NO")") == true, "\(table.name).\(column.name): \(line ?? "missing")")
-            }
+        Self.expectColumns(a, .postgres) { table, column in
+            let nullable = column.nullable && !column.primaryKey && column.kind != .rowNumber && !(table.primaryKey ?? []).contains(column.name)
+            return [" \(Self.postgresType(column.kind)) nullable=\(nullable ? "YES" : "NO")"]
         }
-        #expect(columns.count == expected, "columns the definition does not have: \(columns.count) vs \(expected)")
         // Less the indexes of keys and unique constraints.
         let constraints = Set(a.filter { $0.hasPrefix("constraint ") }.compactMap { $0.split(separator: " ")[1].split(separator: ".").last.map(String.init) })
         let indexes = Set(a.filter { $0.hasPrefix("index ") }.map(Self.indexName)).subtracting(constraints)
