@@ -1,6 +1,6 @@
 import Foundation
 import IsleCore
-import IsleStore
+@testable import IsleStore
 import Logging
 import IsleTesting
 import Testing
@@ -130,5 +130,44 @@ struct PostgresStoreTests {
             woke = (try? await eventually(within: .milliseconds(300), "a wake-up") { wakes.withLock { $0 } > 0 }) != nil
         }
         #expect(woke, "the other instance was never woken")
+    }
+
+    @Test("reads for accepting pushes, many at once, batched into shared statements: each caller gets its own activity, nil for a missing one, an error for a row that does not decode",
+          .enabled(if: PostgresTestDatabase.url != nil, "needs ISLE_TEST_POSTGRES_URL"))
+    func batchedPushReads() async throws {
+        let store = try await PostgresTestDatabase.fresh()
+        try await store.migrate()
+        let t0 = Date(timeIntervalSince1970: 1_790_000_000)
+        for i in 0..<40 {
+            try await store.insertActivity(ActivityRecord(id: "a\(i)", bundleID: "com.example.pizza", attributesType: "T", content: ["n": .int(Int64(i))], state: .active,
+                                                          updateToken: "tok\(i)", startedAt: t0), idempotency: nil)
+        }
+        try await store.transaction { conn in
+            try await conn.rows("UPDATE activities SET state = 'levitating' WHERE id = 'a7'", logger: PostgresTestDatabase.logger)
+        }
+        let results = try await withThrowingTaskGroup(of: (String, Result<ActivityRecord?, any Error>).self) { group in
+            for round in 0..<5 {
+                for i in 0..<45 {
+                    let id = "a\(i)"
+                    group.addTask {
+                        do { return (id, .success(try await store.activityForPush(id: id))) } catch { return (id, .failure(error)) }
+                    }
+                }
+                _ = round
+            }
+            var all: [(String, Result<ActivityRecord?, any Error>)] = []
+            for try await r in group { all.append(r) }
+            return all
+        }
+        #expect(results.count == 225)
+        for (id, result) in results {
+            let n = Int(id.dropFirst())!
+            switch (n, result) {
+            case (7, .failure(let e)): #expect((e as? BadRow)?.column == "state", "\(e)")
+            case (40..., .success(let a)): #expect(a == nil, "\(id)")
+            case (_, .success(let a)): #expect(a?.id == id && a?.updateToken == "tok\(n)" && a?.content == nil, "\(id): \(String(describing: a))")
+            default: Issue.record("\(id): \(result)")
+            }
+        }
     }
 }

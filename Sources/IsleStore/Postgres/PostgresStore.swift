@@ -27,6 +27,8 @@ public final class PostgresStore: IsleStore {
     let deadlines = CallDeadlines()
     /// Delivery results group-committed (see ``complete(_:)``).
     let completions = Batcher<JobCompletion, Bool>(maximumBatch: 256)
+    /// Accepting requests' activity reads, batched (see ``activityForPush(id:)``).
+    let pushReads = Batcher<String, ActivityRecord?>(maximumBatch: 256)
     /// API requests' jobs group-committed (see ``enqueue(_:creating:idempotency:now:)``).
     let enqueues = Batcher<EnqueueRequest, [Int64]>(maximumBatch: 256)
     static let notifyChannel = "isle_jobs"
@@ -655,11 +657,24 @@ public final class PostgresStore: IsleStore {
         return try await read { conn in try await Self.activities(conn, where: "id = $1", [.text(id)], logger: log).first }
     }
 
+    /// Read with the other requests' reads that arrive meanwhile, in one statement (``pushReads``):
+    /// accepting an update is one round trip per batch of requests, not one each.
     public func activityForPush(id: String) async throws -> ActivityRecord? {
+        try await pushReads.submit(id) { ids in try await self.activitiesForPush(ids) }
+    }
+
+    func activitiesForPush(_ ids: [String]) async throws -> [Result<ActivityRecord?, any Error>] {
         let log = logger
-        return try await read { conn in
-            try await conn.rows("SELECT * FROM activities WHERE id = $1", [.text(id)], logger: log).first.map { try Self.activity($0, topics: [], payloads: false) }
+        let found = try await read { conn in
+            var byID: [String: Result<ActivityRecord, any Error>] = [:]
+            for r in try await conn.rows("SELECT * FROM activities WHERE id = ANY($1::text[])", [.texts(Array(Set(ids)))], logger: log) {
+                let id = try r.string("id")
+                // A row that does not decode fails its own request only.
+                byID[id] = Result { try Self.activity(r, topics: [], payloads: false) }
+            }
+            return byID
         }
+        return ids.map { id in found[id].map { $0.map(Optional.some) } ?? .success(nil) }
     }
 
     public func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? {
