@@ -27,12 +27,15 @@ struct CallDeadlineTests {
     func stuckCall() async throws {
         let store = PostgresStore(settings: try PostgresSettings(url: "postgres://isle@127.0.0.1:1/isle?statement_timeout=1", environment: [:]), logger: Logger(label: "test"))
         let cancelled = Mutex(false)
+        // The stuck work waits here, cancelled or not, until the test lets it go.
+        let gate = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        defer { gate.withLock { $0?.resume(); $0 = nil } }
         let start = ContinuousClock.now
         do {
             _ = try await store.bounded { () async throws -> Int in
                 await withTaskCancellationHandler {
                     // Ignores cancellation, as a call stuck on a dropped connection can.
-                    while !cancelled.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(20)) }
+                    await withCheckedContinuation { c in gate.withLock { $0 = c } }
                     return 0
                 } onCancel: { cancelled.withLock { $0 = true } }
             }
