@@ -5,6 +5,7 @@
 #   scripts/postgres-test-cluster.sh stop
 # The cluster lives in ${ISLE_PG_DIR:-/tmp/isle-pg}; as root it runs as the postgres user.
 # ISLE_PG_FSYNC=on keeps fsync on (benchmarks: durable commits, as in production).
+# ISLE_PG_OPTIONS='-c …' adds server settings (profiling: -c shared_preload_libraries=pg_stat_statements).
 # ISLE_PG_PASSWORD=… makes a cluster that asks for that password (scram-sha-256) instead of trusting.
 set -euo pipefail
 DIR="${ISLE_PG_DIR:-/tmp/isle-pg}"
@@ -35,7 +36,7 @@ case "${1:-start}" in
     for try in 1 2 3; do
       PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
       if as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w \
-          -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300" start >/dev/null; then
+          -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300 ${ISLE_PG_OPTIONS:-}" start >/dev/null; then
         break
       fi
       if [ "$try" = 3 ]; then

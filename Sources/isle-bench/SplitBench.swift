@@ -42,11 +42,22 @@ struct SplitBench: AsyncParsableCommand {
         if let postgres {
             let pg = try await measure(isle: isle, h2load: h2load, database: postgres)
             print(String(format: "PostgreSQL / SQLite, accepted-and-delivered updates per second: %.0f %%", 100 * pg.deliveredPerSecond / sqlite.deliveredPerSecond))
+            // When both runs keep the machine's cores busy, the rate is the cores divided by the CPU
+            // every process spends per update: PostgreSQL's server is on the same cores.
+            let ratio = pg.everyProcessUS / sqlite.everyProcessUS
+            print(String(format: "PostgreSQL / SQLite, CPU per update of every process of the run: %.2f× (%.0f / %.0f µs; cores busy %.2f / %.2f of %d): at this CPU per update, PostgreSQL's rate on these cores is at most %.0f %% of SQLite's; PostgreSQL's own server alone spends %.0f µs = %.0f %% of SQLite's every-process CPU per update",
+                         ratio, pg.everyProcessUS, sqlite.everyProcessUS, pg.busyCores, sqlite.busyCores, ProcessInfo.processInfo.activeProcessorCount,
+                         100 / ratio * min(1, sqlite.busyCores / max(pg.busyCores, 0.01)), pg.postgresUS, 100 * pg.postgresUS / sqlite.everyProcessUS))
         }
     }
 
     struct Figures {
         var deliveredPerSecond: Double
+        /// CPU per accepted-and-delivered update of every process of the run (server, simulator,
+        /// PostgreSQL's processes, h2load), and how many cores they kept busy meanwhile.
+        var everyProcessUS: Double
+        var busyCores: Double
+        var postgresUS: Double
     }
 
     func measure(isle: String, h2load: String, database: String?) async throws -> Figures {
@@ -126,7 +137,7 @@ struct SplitBench: AsyncParsableCommand {
         try #"{"contentState":{"home":1,"away":0},"alert":{"title":"Goal","body":"1–0"},"priority":5}"#.write(toFile: body, atomically: true, encoding: .utf8)
         let uris = dir + "/uris.txt"
         try ids.map { "\(base)/v1/activities/\($0)/update" }.joined(separator: "\n").write(toFile: uris, atomically: true, encoding: .utf8)
-        var bareSeconds = 0.0, updateSeconds = 0.0, simSeconds = 0.0
+        var bareSeconds = 0.0, updateSeconds = 0.0, simSeconds = 0.0, postgresSeconds = 0.0, loadSeconds = 0.0
         var acceptedIn = Duration.zero, deliveredIn = Duration.zero
         var roundRatios: [Double] = []
         for round in 0..<rounds {
@@ -140,6 +151,8 @@ struct SplitBench: AsyncParsableCommand {
             let sentBefore = try await Self.sent(http, base)
             let updateCPU = try Self.cpu(of: server.pid)
             let simCPU = try Self.cpu(of: sim.pid)
+            let postgresCPU = Self.postgresCPU()
+            let loadCPU = Self.waitedChildrenCPU()
             let started = ContinuousClock.now
             let updateRun = try Child.output(h2load, ["--h1", "-n", "\(updateCount)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
                                                       "-H", "content-type: application/json", "-i", uris])
@@ -149,6 +162,8 @@ struct SplitBench: AsyncParsableCommand {
             deliveredIn += ContinuousClock.now - started
             let updateUsed = try Self.cpu(of: server.pid) - updateCPU
             simSeconds += try Self.cpu(of: sim.pid) - simCPU
+            postgresSeconds += Self.postgresCPU() - postgresCPU
+            loadSeconds += Self.waitedChildrenCPU() - loadCPU
             bareSeconds += bareUsed
             updateSeconds += updateUsed
             roundRatios.append((updateUsed / Double(updateCount)) / (bareUsed / Double(bareCount)))
@@ -156,6 +171,10 @@ struct SplitBench: AsyncParsableCommand {
         let bareUS = bareSeconds * 1e6 / Double(bare)
         let updateUS = updateSeconds * 1e6 / Double(updates)
         let simUS = simSeconds * 1e6 / Double(updates)
+        let postgresUS = postgresSeconds * 1e6 / Double(updates)
+        let loadUS = loadSeconds * 1e6 / Double(updates)
+        let everyProcessUS = updateUS + simUS + postgresUS + loadUS
+        let busyCores = everyProcessUS * Double(updates) / 1e6 / Self.seconds(deliveredIn)
 
         // The simulator's floor: its CPU per bare control-API request (GET /health), beside its CPU
         // per push above (each update is one push it receives and applies).
@@ -274,6 +293,8 @@ struct SplitBench: AsyncParsableCommand {
         print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (rounds %.1f–%.1f×; simulator %.0f µs)",
                      name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS,
                      roundRatios.min() ?? 0, roundRatios.max() ?? 0, simUS))
+        print(String(format: "%@ · every process of the run, CPU per accepted-and-delivered update: isle serve %.0f + isle sim %.0f + PostgreSQL's processes %.0f + h2load %.0f = %.0f µs; %.2f of %d cores busy",
+                     name, updateUS, simUS, postgresUS, loadUS, everyProcessUS, busyCores, ProcessInfo.processInfo.activeProcessorCount))
         print(String(format: "%@ · simulator: %.0f µs of its CPU per push received and applied, beside %.0f µs per bare control-API GET /health = %.1f×",
                      name, simUS, simBareUS, simUS / simBareUS))
         print(String(format: "%@ · parts (%d each, beside %.0f µs per bare request measured just before): the update POST answered 404 %.0f µs = %.1f×; accepted for later (validated, committed, not delivered) %.0f µs = %.1f×; so delivering ≈ %.0f µs = %.1f× of the update's",
@@ -289,7 +310,7 @@ struct SplitBench: AsyncParsableCommand {
         if rate > 0 {
             print(String(format: "%@ · accept latency at %d updates/s offered for %d s: p50 %.2f ms, p99 %.2f ms", name, rate, rateSeconds, p50, p99))
         }
-        return Figures(deliveredPerSecond: deliveredPerSecond)
+        return Figures(deliveredPerSecond: deliveredPerSecond, everyProcessUS: everyProcessUS, busyCores: busyCores, postgresUS: postgresUS)
     }
 
     /// Starts `count` activities on the simulated phone and registers each with the server.
@@ -380,6 +401,31 @@ struct SplitBench: AsyncParsableCommand {
         // utime and stime are fields 14 and 15 of the whole line: 12th and 13th after the name.
         guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { throw ValidationError("/proc/\(pid)/stat unreadable") }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Seconds of CPU of every process named `postgres` on this machine (the cluster's server and
+    /// its backends), with what its exited children used; 0 where PostgreSQL is not running. The
+    /// benchmark's PostgreSQL is the only one on a test machine.
+    static func postgresCPU() -> Double {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return 0 }
+        var ticks = 0.0
+        for pid in entries where pid.allSatisfy(\.isNumber) {
+            guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let open = text.firstIndex(of: "("), let close = text.lastIndex(of: ")"),
+                  text[text.index(after: open)..<close] == "postgres" else { continue }
+            let fields = text[text.index(after: close)...].split(separator: " ")
+            // utime, stime, cutime, cstime: fields 14–17 of the line, 12th–15th after the name.
+            guard fields.count > 15 else { continue }
+            ticks += fields[11...14].compactMap { Double($0) }.reduce(0, +)
+        }
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Seconds of CPU this process's finished (waited-for) children used: the h2load runs.
+    static func waitedChildrenCPU() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_CHILDREN.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
     }
 
     /// "requests: … N succeeded" from h2load's summary.
