@@ -122,6 +122,7 @@ let package = Package(
             name: "IsleServer",
             dependencies: [
                 "IsleCore", "IsleDelivery", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),

@@ -199,6 +199,9 @@ public struct JobCompletion: Sendable, Hashable {
     public var installation: InstallationPatch?
     /// A priority-10 send to count against the activity's hourly budget.
     public var highPriorityAt: Date?
+    /// Events the completion tells beyond its push's (``Events/of(_:_:)``): the app's circuit
+    /// paused or resumed by this answer. Written in the completion's transaction.
+    public var events: [NewEvent] = []
 
     /// A `deadToken` verdict, decided against the activity's update token as it is now (read in
     /// the store's transaction): the one rule every store applies. Other verdicts pass unchanged.

@@ -413,6 +413,8 @@ public struct Retention: Sendable, Hashable {
     public var endedActivities: TimeInterval = 30 * 86_400
     /// Installations that reported nothing for this long and hold no live activity.
     public var staleInstallations: TimeInterval = 180 * 86_400
+    /// Events (docs/events.md): a webhook that stays down longer misses the oldest.
+    public var events: TimeInterval = 7 * 86_400
     public init() {}
 }
 

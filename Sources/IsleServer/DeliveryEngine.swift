@@ -25,6 +25,8 @@ public final class DeliveryEngine: Service {
     let wakeups: AsyncStream<Void>
     let wakeupContinuation: AsyncStream<Void>.Continuation
     public let counters = EngineCounters()
+    /// Rung after every completion this process writes (it may have written events).
+    public let events = EventBell()
     let inFlight = InFlight()
     let random: Mutex<SeededRandom>
     let apps = AppCache()
@@ -239,6 +241,8 @@ public final class DeliveryEngine: Service {
             do {
                 if try await !store.complete(completion) {
                     logger.warning("a claim was lost before its result was written (lease ran out)", metadata: ["job.id": "\(completion.claim.job.id)"])
+                } else {
+                    events.ring()
                 }
                 return
             } catch {
@@ -288,13 +292,16 @@ public final class DeliveryEngine: Service {
             }
             let delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
                                           reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
-            observe(app.bundleID, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
-            return completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
+            let events = observe(app.bundleID, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
+            var done = completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
+            done.events = events
+            return done
         }
     }
 
-    /// Feeds the app's circuit and logs its transitions.
-    func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, installation: String?, now: Date) {
+    /// Feeds the app's circuit and logs its transitions; a pause or a resume is an event for the
+    /// backend, written with the completion of the push that caused it.
+    func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, installation: String?, now: Date) -> [NewEvent] {
         let signal: AppCircuit.Signal? = switch resolution {
         case .sent: .accepted(push.environment ?? clients.defaultEnvironment)
         case .pauseApp(let why): .configuration(why)
@@ -309,15 +316,20 @@ public final class DeliveryEngine: Service {
             }
         case .deadToken, .fail: nil
         }
-        guard let signal else { return }
+        guard let signal else { return [] }
+        // The backend hears of a pause once, not at every probe that fails again.
+        let wasRunning = circuits.circuit(bundleID).mode == .running
         switch circuits.record(bundleID, signal, now: now) {
-        case .none: break
+        case .none: return []
         case .paused(let until, let reason):
             logger.error("app paused: its pushes wait until the cause is fixed", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "probe.at": "\(until)"])
+            return wasRunning ? [NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "configuration", "reason": .string(reason), "probeAt": .int(Int64(until.timeIntervalSince1970))], at: now)] : []
         case .backingOff(let until, let reason):
             logger.warning("backing off from APNs for this app", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "until": "\(until)"])
+            return wasRunning ? [NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "apnsUnavailable", "reason": .string(reason), "probeAt": .int(Int64(until.timeIntervalSince1970))], at: now)] : []
         case .resumed:
             logger.notice("app resumed: APNs accepted a push again", metadata: ["app": "\(bundleID)"])
+            return [NewEvent(bundleID: bundleID, type: .appResumed, data: ["source": .string("apns")], at: now)]
         }
     }
 

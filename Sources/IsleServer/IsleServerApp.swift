@@ -41,12 +41,13 @@ public final class IsleServerApp: Service {
         let router = Self.buildRouter(services: services, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
                                       perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
                                       perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
+        let webhooks = WebhookDispatcher(store: store, bell: engine.events, clock: clock, settings: configuration.webhooks, masterKey: configuration.masterKey, logger: logger)
         let box = portBox
         let timeouts = configuration.timeouts
         application = Application(router: router,
                                   server: HTTPServerBuilder { responder in DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, logger: logger) },
                                   configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
-                                  services: [engine], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
+                                  services: [engine, webhooks], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
     }
 
     /// The API: operations at the root; everything under `/v1` behind the API-key and idempotency
@@ -65,6 +66,7 @@ public final class IsleServerApp: Service {
         ActivityController(services: services).addRoutes(to: v1)
         ChannelController(services: services).addRoutes(to: v1)
         DeliveryController(services: services).addRoutes(to: v1)
+        EventsController(services: services).addRoutes(to: v1)
         // The operator console: HTML pages behind an admin key, outside the API.
         ConsoleController(services: services).addRoutes(to: router)
         return router

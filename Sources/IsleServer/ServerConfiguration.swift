@@ -72,6 +72,8 @@ public struct ServerConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Opens the apps' sealed `.p8` keys (see ``MasterKey``).
     public var masterKey: MasterKey?
+    /// How webhooks are sent (docs/events.md).
+    public var webhooks = WebhookSettings()
     /// The HTTP/2 client that carries pushes to APNs.
     public var apnsTransport: APNsTransportKind = .default
 

@@ -14,7 +14,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
 public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
-    IdempotencyRepository {
+    IdempotencyRepository, EventRepository {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
     func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
@@ -68,9 +68,11 @@ public protocol ActivityRepository: Sendable {
     /// activity that is not on the same installation: checked in the insert's transaction, so two
     /// racing registrations cannot both take a key.
     func insertActivity(_ activity: ActivityRecord, idempotency: IdempotencyRecord?) async throws
-    /// Read, `change`, write, in one transaction; nil when there is no such activity.
+    /// Read, `change`, write, in one transaction; nil when there is no such activity. With
+    /// `reportedBy`, what the change tells the backend (``Events/activityChanged(from:to:by:)``)
+    /// is written in the same transaction.
     func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
-                        idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord?
+                        idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord?
     /// A push-started activity reports its update token: the `starting` activity with this key,
     /// type (and installation, when given) becomes active with the token, in one transaction.
     func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
@@ -114,6 +116,29 @@ public protocol DeliveryHistory: Sendable {
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     /// Priority-10 sends to an activity since a time (the hourly budget).
     func highPrioritySends(activityID: String, since: Date) async throws -> Int
+}
+
+/// An app's events (docs/events.md) and the webhooks that receive them. Events are numbered in
+/// commit order: a reader that asks for the events after the last `seq` it saw never misses one
+/// committed later with a smaller number.
+public protocol EventRepository: Sendable {
+    /// Writes events that tell no stored fact of their own (an operator resumed an app).
+    func appendEvents(_ events: [NewEvent]) async throws
+    /// The app's events after `seq` (0: from the oldest kept), oldest first, at most `limit`.
+    func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent]
+    /// The `seq` of the app's newest event (0: none yet).
+    func lastEventSeq(bundleID: String) async throws -> Int64
+    func insertWebhook(_ webhook: WebhookRecord) async throws
+    func webhooks(bundleID: String) async throws -> [WebhookRecord]
+    func allWebhooks() async throws -> [WebhookRecord]
+    func webhook(id: String) async throws -> WebhookRecord?
+    func deleteWebhook(id: String) async throws -> Bool
+    /// Writes what a sender learned (cursor, counts, failures); false when the webhook is gone.
+    /// The cursor never moves back.
+    func saveWebhookProgress(_ webhook: WebhookRecord) async throws -> Bool
+    /// Takes or renews, for `lease`, the right to send the webhook's events: one process at a time
+    /// sends an endpoint's events, so they arrive in order. False while another process holds it.
+    func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool
 }
 
 /// Idempotent answers, by app and `Idempotency-Key`.
@@ -184,7 +209,11 @@ extension ActivityRepository {
     // The same writes without an idempotency record.
     public func insertActivity(_ activity: ActivityRecord) async throws { try await insertActivity(activity, idempotency: nil) }
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {
-        try await modifyActivity(id: id, change, idempotency: nil)
+        try await modifyActivity(id: id, change, idempotency: nil, reportedBy: nil)
+    }
+    public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
+                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+        try await modifyActivity(id: id, change, idempotency: idempotency, reportedBy: nil)
     }
     public func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String]) async throws -> ActivityRecord? {
         try await linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics, idempotency: nil)

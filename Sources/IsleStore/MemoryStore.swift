@@ -30,6 +30,17 @@ public final class MemoryStore: IsleStore {
         var deliveries: [DeliveryRecord] = []
         var idempotency: [String: IdempotencyRecord] = [:]
         var highPriority: [(String, Date)] = []
+        var events: [StoredEvent] = []
+        var nextEventSeq: Int64 = 1
+        var webhooks: [String: WebhookRecord] = [:]
+        var webhookHolds: [String: (worker: String, until: Date)] = [:]
+
+        mutating func append(_ new: [NewEvent]) {
+            for e in new {
+                events.append(StoredEvent(seq: nextEventSeq, event: e))
+                nextEventSeq += 1
+            }
+        }
     }
 
     private let state = Mutex(State())
@@ -134,13 +145,15 @@ public final class MemoryStore: IsleStore {
     }
 
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
-                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+                               idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord? {
         try transaction { s in
-            guard var a = s.activities[id] else { return nil }
+            guard let old = s.activities[id] else { return nil }
+            var a = old
             try change(&a)
             a.topics = Array(Set(a.topics)).sorted()
             s.activities[id] = a
             if let idempotency { try Self.insertIdempotency(&s, idempotency.record(for: a)) }
+            if let reportedBy { s.append(Events.activityChanged(from: old, to: a, by: reportedBy)) }
             return a
         }
     }
@@ -257,7 +270,14 @@ public final class MemoryStore: IsleStore {
             let live = Set(s.activities.values.filter(\.state.acceptsPushes).compactMap { a in a.installationID.map { Self.key(a.bundleID, $0) } })
             let silent = s.installations.filter { $0.value.updatedAt < now.addingTimeInterval(-retention.staleInstallations) && !live.contains($0.key) }.keys.prefix(limit)
             for k in silent { s.installations[k] = nil }
-            return oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count
+            let eventsBefore = s.events.count
+            var droppedEvents = 0
+            s.events.removeAll { e in
+                guard droppedEvents < limit, e.event.at < now.addingTimeInterval(-retention.events) else { return false }
+                droppedEvents += 1
+                return true
+            }
+            return (eventsBefore - s.events.count) + oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count
         }
     }
 
@@ -405,6 +425,7 @@ public final class MemoryStore: IsleStore {
                 s.installations[Self.key(p.bundleID, p.installationID)] = i
             }
             if let at = w.highPriorityAt, let a = j.job.activityID { s.highPriority.append((a, at)) }
+            s.append(Events.of(c, w))
             return true
         }
     }
@@ -462,5 +483,61 @@ public final class MemoryStore: IsleStore {
 
     public func jobCounts() async throws -> [PushJobState: Int] {
         state.withLock { s in s.jobs.values.reduce(into: [:]) { $0[$1.job.state, default: 0] += 1 } }
+    }
+}
+
+// MARK: Events and webhooks
+
+extension MemoryStore {
+    public func appendEvents(_ events: [NewEvent]) async throws { state.withLock { $0.append(events) } }
+
+    public func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] {
+        state.withLock { s in Array(s.events.lazy.filter { $0.seq > seq && $0.event.bundleID == bundleID }.prefix(max(0, limit))) }
+    }
+
+    public func lastEventSeq(bundleID: String) async throws -> Int64 {
+        state.withLock { s in s.events.last { $0.event.bundleID == bundleID }?.seq ?? 0 }
+    }
+
+    public func insertWebhook(_ w: WebhookRecord) async throws {
+        try state.withLock { s in
+            guard s.webhooks[w.id] == nil else { throw StoreError(.conflict, "webhook \(w.id) exists") }
+            s.webhooks[w.id] = w
+        }
+    }
+
+    public func webhooks(bundleID: String) async throws -> [WebhookRecord] {
+        state.withLock { s in s.webhooks.values.filter { $0.bundleID == bundleID }.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) } }
+    }
+
+    public func allWebhooks() async throws -> [WebhookRecord] {
+        state.withLock { s in s.webhooks.values.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) } }
+    }
+
+    public func webhook(id: String) async throws -> WebhookRecord? { state.withLock { $0.webhooks[id] } }
+
+    public func deleteWebhook(id: String) async throws -> Bool { state.withLock { $0.webhooks.removeValue(forKey: id) != nil } }
+
+    public func saveWebhookProgress(_ w: WebhookRecord) async throws -> Bool {
+        state.withLock { s in
+            guard let old = s.webhooks[w.id] else { return false }
+            var new = w
+            new.url = old.url
+            new.secret = old.secret
+            new.bundleID = old.bundleID
+            new.createdAt = old.createdAt
+            new.cursor = max(old.cursor, w.cursor)
+            s.webhooks[w.id] = new
+            return true
+        }
+    }
+
+    public func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool {
+        state.withLock { s in
+            guard s.webhooks[id] != nil else { return false }
+            if let h = s.webhookHolds[id], h.worker != worker, h.until >= now { return false }
+            s.webhookHolds[id] = (worker, now.addingTimeInterval(lease))
+            return true
+        }
     }
 }

@@ -406,12 +406,15 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
-                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+                               idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord? {
         try await writer.write { db in
-            guard var a = try Self.activity(db, where: "id = ?", [id]) else { return nil }
+            guard let old = try Self.activity(db, where: "id = ?", [id]) else { return nil }
+            var a = old
             try change(&a)
             try Self.update(db, a)
             if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
+            // After the activity's write: an activity's events are numbered in the order of its writes.
+            if let reportedBy { try Self.insertEvents(db, Events.activityChanged(from: old, to: a, by: reportedBy)) }
             return a
         }
     }
@@ -788,6 +791,7 @@ public final class SQLiteStore: IsleStore {
         if let at = w.highPriorityAt, let id = job.activityID {
             try db.cachedStatement(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)").execute(arguments: [id, at.timeIntervalSince1970])
         }
+        try insertEvents(db, Events.of(c, w))
         return true
     }
 
@@ -1022,6 +1026,8 @@ public final class SQLiteStore: IsleStore {
                 """, arguments: [t - retention.finishedJobs, limit])
             var n = db.changesCount
             try db.execute(sql: "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < ? LIMIT ?)", arguments: [t - retention.deliveries, limit])
+            n += db.changesCount
+            try db.execute(sql: "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < ? LIMIT ?)", arguments: [t - retention.events, limit])
             n += db.changesCount
             try db.execute(sql: "DELETE FROM high_priority_sends WHERE rowid IN (SELECT rowid FROM high_priority_sends WHERE at < ? LIMIT ?)",
                            arguments: [t - retention.highPrioritySends, limit])

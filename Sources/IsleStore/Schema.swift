@@ -189,6 +189,17 @@ public enum Schema {
         Table(name: "idempotency", columns: [
             c("bundle_id", .text), c("key", .text), c("request_hash", .text), c("status", .integer), c("body", .text), c("created_at", .time),
         ], primaryKey: ["bundle_id", "key"]),
+        // An app's events in commit order (`seq`), and the webhooks that receive them (docs/events.md).
+        Table(name: "events", columns: [
+            c("seq", .rowNumber, pk: true), c("bundle_id", .text), c("type", .text), c("activity_id", .text, null: true), c("data", .json), c("at", .time),
+        ]),
+        Table(name: "webhooks", columns: [
+            c("id", .text, pk: true), c("bundle_id", .text), c("url", .text), c("secret", .text), c("created_at", .time), c("cursor", .integer),
+            c("delivered", .integer, default: .integer(0)), c("last_success_at", .time, null: true), c("last_failure_at", .time, null: true),
+            c("last_status", .integer, null: true), c("last_error", .text, null: true), c("failing_since", .time, null: true),
+            c("next_attempt_at", .time, null: true), c("attempts", .integer, default: .integer(0)),
+            c("held_by", .text, null: true), c("held_until", .time, null: true),
+        ]),
     ]
 
     public static let indexes: [Index] = [
@@ -213,6 +224,9 @@ public enum Schema {
         Index(name: "high_priority_sends_activity", table: "high_priority_sends", columns: ["activity_id", "at"]),
         Index(name: "high_priority_sends_at", table: "high_priority_sends", columns: ["at"]),
         Index(name: "idempotency_created", table: "idempotency", columns: ["created_at"]),
+        Index(name: "events_app", table: "events", columns: ["bundle_id", "seq"]),
+        Index(name: "events_at", table: "events", columns: ["at"]),
+        Index(name: "webhooks_app", table: "webhooks", columns: ["bundle_id"]),
     ]
 
     /// Sequences outside any table: PostgreSQL's job order across instances (SQLite numbers jobs by
@@ -242,7 +256,7 @@ public enum Schema {
         // DOUBLE PRECISION seconds and TEXT); SQLite's types already are the definition's.
         Change(name: "typed moments and JSON") { dialect in
             guard dialect == .postgres else { return [] }
-            return tables.flatMap { table in
+            return tables.filter { !["events", "webhooks"].contains($0.name) }.flatMap { table in
                 table.columns(in: .postgres).flatMap { column -> [String] in
                     let alter = "ALTER TABLE \(table.name) ALTER COLUMN \(column.name)"
                     switch column.kind {
@@ -257,6 +271,11 @@ public enum Schema {
                     }
                 }
             }
+        },
+        // Events and webhooks (docs/events.md), as the definition has them.
+        Change(name: "events and webhooks") { dialect in
+            ["events", "webhooks"].compactMap { table($0)?.sql(in: dialect) }
+                + indexes.filter { ["events", "webhooks"].contains($0.table) && ($0.only == nil || $0.only == dialect) }.map { $0.sql(in: dialect) }
         },
     ]
 }

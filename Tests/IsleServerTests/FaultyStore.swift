@@ -67,9 +67,10 @@ final class FaultyStore: IsleStore {
         try await base.insertActivity(activity, idempotency: idempotency)
         try checkAfter("registry")
     }
-    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void, idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+    func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void, idempotency: IdempotentAnswer<ActivityRecord>?,
+                        reportedBy: Events.Source?) async throws -> ActivityRecord? {
         try check("registry")
-        let written = try await base.modifyActivity(id: id, change, idempotency: idempotency)
+        let written = try await base.modifyActivity(id: id, change, idempotency: idempotency, reportedBy: reportedBy)
         try checkAfter("registry")
         return written
     }
@@ -110,6 +111,19 @@ final class FaultyStore: IsleStore {
     func wakeApp(bundleID: String, now: Date) async throws { try await base.wakeApp(bundleID: bundleID, now: now) }
     func job(id: Int64) async throws -> PushJob? { try await base.job(id: id) }
     func jobCounts() async throws -> [PushJobState: Int] { try await base.jobCounts() }
+    // Events and webhooks pass through.
+    func appendEvents(_ events: [NewEvent]) async throws { try await base.appendEvents(events) }
+    func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] { try await base.events(bundleID: bundleID, after: seq, limit: limit) }
+    func lastEventSeq(bundleID: String) async throws -> Int64 { try await base.lastEventSeq(bundleID: bundleID) }
+    func insertWebhook(_ webhook: WebhookRecord) async throws { try await base.insertWebhook(webhook) }
+    func webhooks(bundleID: String) async throws -> [WebhookRecord] { try await base.webhooks(bundleID: bundleID) }
+    func allWebhooks() async throws -> [WebhookRecord] { try await base.allWebhooks() }
+    func webhook(id: String) async throws -> WebhookRecord? { try await base.webhook(id: id) }
+    func deleteWebhook(id: String) async throws -> Bool { try await base.deleteWebhook(id: id) }
+    func saveWebhookProgress(_ webhook: WebhookRecord) async throws -> Bool { try await base.saveWebhookProgress(webhook) }
+    func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool {
+        try await base.holdWebhook(id: id, worker: worker, now: now, lease: lease)
+    }
 }
 
 extension ServerFixture {

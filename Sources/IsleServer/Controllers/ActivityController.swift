@@ -165,7 +165,8 @@ struct ActivityController {
         guard let a = try await store.modifyActivity(id: id, { a in
             guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
             try Self.lifecycle(.tokenRotated(token), &a)
-        }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
+        }, idempotency: context.idempotentAnswer(.ok, Views.activity), reportedBy: Events.Source("device", at: services.clock.now)) else { throw APIError.notFound("activity \(id)") }
+        services.events.ring()
         // A job waiting for this token goes now.
         try await services.wakeLane(id)
         return JSONResponse.make(Views.activity(a))
@@ -184,7 +185,8 @@ struct ActivityController {
         guard let a = try await store.modifyActivity(id: id, { a in
             guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
             try Self.lifecycle(report == "dismissed" ? .dismissed(at: now) : .endedByApp(at: now), &a)
-        }, idempotency: context.idempotentAnswer(.ok, Views.activity)) else { throw APIError.notFound("activity \(id)") }
+        }, idempotency: context.idempotentAnswer(.ok, Views.activity), reportedBy: Events.Source("device", at: now)) else { throw APIError.notFound("activity \(id)") }
+        services.events.ring()
         return JSONResponse.make(Views.activity(a))
     }
 

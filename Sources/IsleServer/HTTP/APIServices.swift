@@ -21,6 +21,9 @@ struct APIServices: Sendable {
     /// The API keys, as the API and the console check them.
     var apiKeys: APIKeyDirectory
 
+    /// Rung when this process writes events (``EventBell``).
+    var events: EventBell { engine.events }
+
     /// The app, as the engine sees it (read at most once a second).
     func app(_ bundleID: String) async throws -> AppRecord {
         guard let app = try await engine.apps.app(bundleID, store: store) else { throw APIError.notFound("app \(bundleID)") }

@@ -14,6 +14,7 @@ public enum WireContract {
     static let end = update + ["dismissalDate"]
     static let start = ["attributesType", "attributes", "contentState", "alert", "staleDate", "relevanceScore", "externalKey", "topics"]
     static let channelCreation = ["storagePolicy", "environment"]
+    static let webhookCreation = ["url"]
 
     /// Every route that takes a body, as the OpenAPI document names it, with its fields.
     public static let requests: [String: [String]] = [
@@ -33,5 +34,6 @@ public enum WireContract {
         "POST /v1/channels/{channel}/end": end,
         "PUT /v1/installations/{installation}/user": userBinding,
         "PUT /v1/activities/{activity}/key": keyBinding,
+        "POST /v1/webhooks": webhookCreation,
     ]
 }

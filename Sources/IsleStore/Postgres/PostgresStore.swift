@@ -388,7 +388,7 @@ public final class PostgresStore: IsleStore {
     public func dropEverything() async throws {
         let log = logger
         try await transaction { conn in
-            for t in ["idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
+            for t in ["webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
                 try await conn.rows("DROP TABLE IF EXISTS \(t) CASCADE", logger: log)
             }
             try await conn.rows("DROP SEQUENCE IF EXISTS job_seq", logger: log)
@@ -623,13 +623,15 @@ public final class PostgresStore: IsleStore {
     }
 
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
-                               idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord? {
+                               idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord? {
         let log = logger
         return try await transaction { conn in
-            guard var a = try await Self.activities(conn, where: "id = $1", [.text(id)], forUpdate: true, logger: log).first else { return nil }
+            guard let old = try await Self.activities(conn, where: "id = $1", [.text(id)], forUpdate: true, logger: log).first else { return nil }
+            var a = old
             try change(&a)
             try await Self.update(conn, a, logger: log)
             if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
+            if let reportedBy { try await Self.insertEvents(conn, Events.activityChanged(from: old, to: a, by: reportedBy), logger: log) }
             return a
         }
     }
@@ -803,6 +805,8 @@ public final class PostgresStore: IsleStore {
                 """, [.date(now.addingTimeInterval(-retention.finishedJobs)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < $1 LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.deliveries)), .int(limit)], logger: log).count
+            n += try await conn.rows("DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < $1 LIMIT $2) RETURNING seq",
+                                     [.date(now.addingTimeInterval(-retention.events)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM high_priority_sends WHERE id IN (SELECT id FROM high_priority_sends WHERE at < $1 LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.highPrioritySends)), .int(limit)], logger: log).count
             n += try await conn.rows("""
@@ -1016,6 +1020,7 @@ extension PostgresStore {
             try await conn.rows("SELECT setval('deliveries_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM deliveries), 1))", logger: log)
             try await conn.rows("SELECT setval('high_priority_sends_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM high_priority_sends), 1))", logger: log)
             try await conn.rows("SELECT setval('job_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM jobs), 1))", logger: log)
+            try await conn.rows("SELECT setval('events_seq_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM events), 1))", logger: log)
         }
     }
 }

@@ -1,0 +1,140 @@
+import Foundation
+import Hummingbird
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// An app's events for its backend (docs/events.md): `GET /v1/events` (paged, long poll) and the
+/// webhooks that receive them (`/v1/webhooks`). Backend key.
+struct EventsController {
+    let services: APIServices
+    /// Webhook endpoints per app, at most.
+    static let maximumWebhooks = 10
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        v1.get("events", use: events)
+        v1.post("webhooks", use: createWebhook)
+        v1.get("webhooks", use: listWebhooks)
+        v1.get("webhooks/:webhook", use: showWebhook)
+        v1.delete("webhooks/:webhook", use: deleteWebhook)
+    }
+
+    /// `GET /v1/events?after=<cursor>&limit=<n>&wait=<seconds>`: the app's events after the cursor
+    /// (from the oldest kept without one; `after=latest` starts from now), oldest first; with
+    /// `wait`, the answer waits up to that many seconds for the first event.
+    @Sendable func events(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let query = request.uri.queryParameters
+        var after: Int64 = 0
+        if let text = query["after"].map(String.init) {
+            if text == "latest" {
+                after = try await services.store.lastEventSeq(bundleID: caller.bundleID)
+            } else {
+                guard let n = Int64(text), n >= 0 else { throw APIError.invalid("after", "after must be a cursor from an earlier answer's next (a whole number), or latest") }
+                after = n
+            }
+        }
+        var limit = 100
+        if let text = query["limit"] {
+            guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("limit", "limit must be a whole number from 1 to 1000") }
+            limit = n
+        }
+        var wait = 0.0
+        if let text = query["wait"] {
+            guard let n = Double(String(text)), n.isFinite, (0...30).contains(n) else { throw APIError.invalid("wait", "wait must be a number of seconds from 0 to 30") }
+            wait = n
+        }
+        let deadline = ContinuousClock.now + .milliseconds(Int64(wait * 1000))
+        while true {
+            let generation = services.events.generation
+            let page = try await services.store.events(bundleID: caller.bundleID, after: after, limit: limit)
+            let left = deadline - ContinuousClock.now
+            if !page.isEmpty || left <= .zero || Task.isCancelled {
+                let next = page.last?.seq ?? after
+                return JSONResponse.make(["events": .array(page.map(\.json)), "next": .string(String(next))])
+            }
+            // Woken by this process's events at once; another instance's are found within a second.
+            await services.events.wait(since: generation, timeout: min(left, .seconds(1)))
+        }
+    }
+
+    /// `POST /v1/webhooks` `{"url": "https://…"}`: a new endpoint, receiving the events committed
+    /// from now on. Its signing secret is in this answer only.
+    @Sendable func createWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let body = try await Body.read(request)
+        try body.only(WireContract.webhookCreation)
+        let url = try Self.endpoint(try body.bounded("url", 2000, required: true) ?? "")
+        let existing = try await services.store.webhooks(bundleID: caller.bundleID)
+        guard existing.count < Self.maximumWebhooks else {
+            throw APIError(.conflict, "tooManyWebhooks", "an app has at most \(Self.maximumWebhooks) webhooks; delete one first")
+        }
+        let secret = "whsec_" + Self.random(32)
+        let stored = services.configuration.masterKey?.seal(secret, bundleID: caller.bundleID) ?? secret
+        let hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: caller.bundleID, url: url, secret: stored, createdAt: services.clock.now,
+                                 cursor: try await services.store.lastEventSeq(bundleID: caller.bundleID))
+        try await services.store.insertWebhook(hook)
+        services.events.ring()
+        var view = try await Self.view(hook, store: services.store).objectValue ?? [:]
+        view["secret"] = .string(secret)
+        return JSONResponse.make(.object(view), status: .created)
+    }
+
+    @Sendable func listWebhooks(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        var views: [JSONValue] = []
+        for hook in try await services.store.webhooks(bundleID: caller.bundleID) { views.append(try await Self.view(hook, store: services.store)) }
+        return JSONResponse.make(["webhooks": .array(views)])
+    }
+
+    @Sendable func showWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let hook = try await own(context)
+        return JSONResponse.make(try await Self.view(hook, store: services.store))
+    }
+
+    @Sendable func deleteWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let hook = try await own(context)
+        _ = try await services.store.deleteWebhook(id: hook.id)
+        return JSONResponse.make(["id": .string(hook.id), "deleted": .bool(true)])
+    }
+
+    func own(_ context: IsleRequestContext) async throws -> WebhookRecord {
+        let caller = try context.caller(.backend)
+        let id = try context.parameters.decoded("webhook")
+        guard let hook = try await services.store.webhook(id: id), hook.bundleID == caller.bundleID else { throw APIError.notFound("webhook \(id)") }
+        return hook
+    }
+
+    /// An endpoint Isle can POST to: http or https, a host, no fragment.
+    static func endpoint(_ text: String) throws -> String {
+        guard let url = URLComponents(string: text), let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
+              let host = url.host, !host.isEmpty, url.fragment == nil, !text.contains(where: \.isWhitespace) else {
+            throw APIError.invalid("url", "url must be an absolute http:// or https:// URL with a host and no fragment, e.g. https://backend.example.com/isle-events")
+        }
+        return text
+    }
+
+    static func random(_ bytes: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Hex.encode((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) })
+    }
+
+    /// An endpoint as the API shows it: where it stands, and its failures (never its secret).
+    static func view(_ w: WebhookRecord, store: any EventRepository) async throws -> JSONValue {
+        let waiting = try await store.events(bundleID: w.bundleID, after: w.cursor, limit: 1001).count
+        var o: JSONObject = [
+            "id": .string(w.id), "url": .string(w.url), "createdAt": .int(Int64(w.createdAt.timeIntervalSince1970)),
+            "status": .string(w.failingSince != nil ? "failing" : "ok"), "cursor": .string(String(w.cursor)), "delivered": .int(w.delivered),
+            "waiting": .int(Int64(min(waiting, 1000))), "waitingMore": .bool(waiting > 1000),
+        ]
+        if let t = w.lastSuccessAt { o["lastSuccessAt"] = .int(Int64(t.timeIntervalSince1970)) }
+        if let since = w.failingSince {
+            var f: JSONObject = ["since": .int(Int64(since.timeIntervalSince1970)), "attempts": .int(Int64(w.attempts))]
+            if let s = w.lastStatus { f["status"] = .int(Int64(s)) }
+            if let e = w.lastError { f["error"] = .string(e) }
+            if let n = w.nextAttemptAt { f["nextAttemptAt"] = .int(Int64(n.timeIntervalSince1970)) }
+            o["failure"] = .object(f)
+        }
+        return .object(o)
+    }
+}

@@ -1,0 +1,149 @@
+import AsyncHTTPClient
+public import Foundation
+import IsleCore
+import IsleStore
+import Logging
+import NIOCore
+import NIOHTTP1
+import ServiceLifecycle
+
+/// How webhooks are sent (docs/events.md).
+public struct WebhookSettings: Sendable, Hashable {
+    /// Events per request, at most.
+    public var batch = 100
+    /// A request the endpoint does not answer within this fails (and is tried again).
+    public var requestTimeout: TimeInterval = 10
+    /// The longest wait between two attempts after failures (1 s, 2 s, 4 s, … up to this).
+    public var maximumBackoff: TimeInterval = 300
+    /// How long one process keeps the right to send an endpoint's events without renewing it.
+    public var lease: TimeInterval = 30
+    /// How often the list of endpoints, and events committed by other processes, are looked for.
+    public var poll: TimeInterval = 1
+    public init() {}
+}
+
+/// Sends every app's events to its webhooks: per endpoint in order, a batch at a time, the next
+/// batch only after the endpoint answered 2xx (at least once: a batch whose answer was lost is
+/// sent again, with the same event ids). A failing endpoint is retried with a doubling backoff and
+/// its failures are kept on its record, for `GET /v1/webhooks` and the console.
+final class WebhookDispatcher: Service {
+    let store: any IsleStore
+    let bell: EventBell
+    let clock: any WallClock
+    let settings: WebhookSettings
+    let masterKey: MasterKey?
+    let logger: Logger
+    let worker = "webhooks-" + UUID().uuidString.prefix(8).lowercased()
+
+    init(store: any IsleStore, bell: EventBell, clock: any WallClock, settings: WebhookSettings, masterKey: MasterKey?, logger: Logger) {
+        self.store = store
+        self.bell = bell
+        self.clock = clock
+        self.settings = settings
+        self.masterKey = masterKey
+        self.logger = logger
+    }
+
+    func run() async throws {
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.timeout = .init(connect: .seconds(5), read: .seconds(Int64(max(1, settings.requestTimeout))))
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        await cancelWhenGracefulShutdown {
+            await self.loop(http)
+        }
+        try? await http.shutdown()
+    }
+
+    func loop(_ http: HTTPClient) async {
+        /// Each endpoint's next attempt (after a failure), by id.
+        while !Task.isCancelled {
+            let generation = bell.generation
+            var next = clock.now.addingTimeInterval(settings.poll)
+            do {
+                let hooks = try await store.allWebhooks()
+                let due = await withTaskGroup(of: Date?.self) { group in
+                    for hook in hooks { group.addTask { await self.serve(hook, http: http) } }
+                    var earliest: Date?
+                    for await d in group { if let d { earliest = min(earliest ?? d, d) } }
+                    return earliest
+                }
+                if let due { next = min(next, due) }
+            } catch {
+                logger.warning("webhooks: reading the endpoints failed; trying again", metadata: ["error": "\(error)"])
+            }
+            let wait = max(0, next.timeIntervalSince(clock.now))
+            if wait > 0 { await bell.wait(since: generation, timeout: .milliseconds(Int64(wait * 1000))) }
+        }
+    }
+
+    /// Sends what `hook` has waiting, batch after batch, until it is caught up, fails, or another
+    /// process holds it. Returns when to look again sooner than the next poll (a retry's time).
+    func serve(_ initial: WebhookRecord, http: HTTPClient) async -> Date? {
+        var hook = initial
+        if let at = hook.nextAttemptAt, at > clock.now { return at }
+        do {
+            guard try await store.holdWebhook(id: hook.id, worker: worker, now: clock.now, lease: settings.lease) else { return nil }
+            let secret = try masterKey.map { try $0.open(hook.secret, bundleID: hook.bundleID) } ?? hook.secret
+            let started = clock.now
+            while !Task.isCancelled, clock.now.timeIntervalSince(started) < settings.lease / 2 {
+                let events = try await store.events(bundleID: hook.bundleID, after: hook.cursor, limit: settings.batch)
+                guard let last = events.last else { return nil }
+                let body = JSONValue.object(["events": .array(events.map(\.json))]).jsonBytes
+                let failure = await post(body, to: hook, secret: secret, http: http)
+                if Task.isCancelled { return nil }
+                if let failure {
+                    hook.failed(status: failure.status, error: failure.error, at: clock.now, maximumBackoff: settings.maximumBackoff)
+                    logger.warning("webhook failed; it will be tried again", metadata: [
+                        "webhook": "\(hook.id)", "app": "\(hook.bundleID)", "status": "\(failure.status)", "error": "\(failure.error)", "retry.at": "\(hook.nextAttemptAt ?? clock.now)",
+                    ])
+                    _ = try await store.saveWebhookProgress(hook)
+                    return hook.nextAttemptAt
+                }
+                hook.acknowledged(through: last.seq, count: events.count, at: clock.now)
+                guard try await store.saveWebhookProgress(hook) else { return nil }  // deleted meanwhile
+            }
+            return clock.now
+        } catch {
+            logger.warning("webhooks: the store failed; trying again", metadata: ["webhook": "\(hook.id)", "error": "\(error)"])
+            return clock.now.addingTimeInterval(1)
+        }
+    }
+
+    struct Failure {
+        var status: Int
+        var error: String
+    }
+
+    /// One POST; nil when the endpoint answered 2xx.
+    func post(_ body: [UInt8], to hook: WebhookRecord, secret: String, http: HTTPClient) async -> Failure? {
+        var request = HTTPClientRequest(url: hook.url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: "Isle-Webhooks/1")
+        request.headers.add(name: "Isle-Webhook-Id", value: hook.id)
+        request.headers.add(name: WebhookSignature.header, value: WebhookSignature.sign(body: body, secret: secret, at: clock.now))
+        request.body = .bytes(ByteBuffer(bytes: body))
+        do {
+            let response = try await http.execute(request, timeout: .seconds(Int64(max(1, settings.requestTimeout))))
+            // The answer's body is read (a little of it, for the failure's record) and dropped.
+            let answer = try? await response.body.collect(upTo: 4096)
+            if (200..<300).contains(Int(response.status.code)) { return nil }
+            let text = answer.map { String(buffer: $0) }?.prefix(200) ?? ""
+            return Failure(status: Int(response.status.code), error: "the endpoint answered \(response.status.code)\(text.isEmpty ? "" : ": \(text)")")
+        } catch {
+            return Failure(status: 0, error: Self.describe(error))
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let e = error as? HTTPClientError {
+            switch e {
+            case .deadlineExceeded, .readTimeout: return "no answer within the timeout"
+            case .connectTimeout: return "could not connect within the timeout"
+            default: return "the request failed: \(e)"
+            }
+        }
+        return "could not reach the endpoint: \(error)"
+    }
+}

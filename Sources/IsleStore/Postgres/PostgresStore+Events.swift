@@ -1,0 +1,110 @@
+public import Foundation
+import IsleCore
+import Logging
+import PostgresNIO
+
+// Events and webhooks (docs/events.md). Several processes write events; a reader must never see
+// event n+1 committed while event n, numbered earlier, is still in flight (it would step over n
+// for good). So every transaction that writes events takes one advisory lock just before (as its
+// last step, so it never waits on anything while holding it) and keeps it until it commits: events
+// are numbered in commit order, and an earlier number is always visible before a later one.
+extension PostgresStore {
+    /// The events lock: namespace 2, key 0 (lanes are namespace 1).
+    static func insertEvents(_ conn: PostgresConnection, _ events: [NewEvent], logger: Logger) async throws {
+        guard !events.isEmpty else { return }
+        try await conn.rows("SELECT pg_advisory_xact_lock(2, 0)", logger: logger)
+        let none = "\u{1}"
+        try await conn.rows("""
+            INSERT INTO events (bundle_id, type, activity_id, data, at)
+            SELECT b, t, NULLIF(a, E'\\x01'), d, at FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS e(b, t, a, d, at, n) ORDER BY n
+            """, [.texts(events.map(\.bundleID)), .texts(events.map(\.type.rawValue)), .texts(events.map { $0.activityID ?? none }),
+                  .jsons(events.map { JSONValue.object($0.data).jsonString }), .dates(events.map(\.at))], logger: logger)
+    }
+
+    static func event(_ r: PGRow) throws -> StoredEvent {
+        let seq = try r.int("seq")
+        let id = String(seq)
+        guard let data = try BadRow.json(try r.string("data"), table: "events", id: id, column: "data").objectValue else {
+            throw BadRow(table: "events", id: id, column: "data", found: "JSON that is not an object")
+        }
+        return StoredEvent(seq: seq, event: NewEvent(bundleID: try r.string("bundle_id"), type: try BadRow.decode(try r.string("type"), as: EventType.self, table: "events", id: id, column: "type"),
+                                                     activityID: try r.optionalString("activity_id"), data: data, at: try r.date("at")))
+    }
+
+    public func appendEvents(_ events: [NewEvent]) async throws {
+        let log = logger
+        try await transaction { conn in try await Self.insertEvents(conn, events, logger: log) }
+    }
+
+    public func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT seq, bundle_id, type, activity_id, data::text AS data, at FROM events WHERE bundle_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                                [.text(bundleID), .int(seq), .int(max(0, limit))], logger: log).map(Self.event)
+        }
+    }
+
+    public func lastEventSeq(bundleID: String) async throws -> Int64 {
+        let log = logger
+        return try await read { conn in
+            try await conn.row("SELECT COALESCE(MAX(seq), 0) AS n FROM events WHERE bundle_id = $1", [.text(bundleID)], logger: log)?.int("n") ?? 0
+        }
+    }
+
+    static func webhook(_ r: PGRow) throws -> WebhookRecord {
+        WebhookRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), url: try r.string("url"), secret: try r.string("secret"), createdAt: try r.date("created_at"),
+                      cursor: try r.int("cursor"), delivered: try r.int("delivered"), lastSuccessAt: try r.optionalDate("last_success_at"),
+                      lastFailureAt: try r.optionalDate("last_failure_at"), lastStatus: try r.optionalInt("last_status").map(Int.init), lastError: try r.optionalString("last_error"),
+                      failingSince: try r.optionalDate("failing_since"), nextAttemptAt: try r.optionalDate("next_attempt_at"), attempts: Int(try r.int("attempts")))
+    }
+
+    public func insertWebhook(_ w: WebhookRecord) async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                [.text(w.id), .text(w.bundleID), .text(w.url), .text(w.secret), .date(w.createdAt), .int(w.cursor), .int(w.delivered), .int(w.attempts)], logger: log)
+        }
+    }
+
+    public func webhooks(bundleID: String) async throws -> [WebhookRecord] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM webhooks WHERE bundle_id = $1 ORDER BY created_at, id", [.text(bundleID)], logger: log).map(Self.webhook)
+        }
+    }
+
+    public func allWebhooks() async throws -> [WebhookRecord] {
+        let log = logger
+        return try await read { conn in try await conn.rows("SELECT * FROM webhooks ORDER BY created_at, id", logger: log).map(Self.webhook) }
+    }
+
+    public func webhook(id: String) async throws -> WebhookRecord? {
+        let log = logger
+        return try await read { conn in try await conn.row("SELECT * FROM webhooks WHERE id = $1", [.text(id)], logger: log).map(Self.webhook) }
+    }
+
+    public func deleteWebhook(id: String) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in !(try await conn.rows("DELETE FROM webhooks WHERE id = $1 RETURNING id", [.text(id)], logger: log)).isEmpty }
+    }
+
+    public func saveWebhookProgress(_ w: WebhookRecord) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in
+            !(try await conn.rows("""
+                UPDATE webhooks SET cursor = GREATEST(cursor, $1), delivered = $2, last_success_at = $3, last_failure_at = $4, last_status = $5, last_error = $6,
+                    failing_since = $7, next_attempt_at = $8, attempts = $9 WHERE id = $10 RETURNING id
+                """, [.int(w.cursor), .int(w.delivered), .date(w.lastSuccessAt), .date(w.lastFailureAt), .int(w.lastStatus), .text(w.lastError),
+                      .date(w.failingSince), .date(w.nextAttemptAt), .int(w.attempts), .text(w.id)], logger: log)).isEmpty
+        }
+    }
+
+    public func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in
+            !(try await conn.rows("""
+                UPDATE webhooks SET held_by = $1, held_until = $2 WHERE id = $3 AND (held_by IS NULL OR held_by = $1 OR held_until < $4) RETURNING id
+                """, [.text(worker), .date(now.addingTimeInterval(lease)), .text(id), .date(now)], logger: log)).isEmpty
+        }
+    }
+}

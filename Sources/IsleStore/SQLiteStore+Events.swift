@@ -1,0 +1,93 @@
+public import Foundation
+import GRDB
+import IsleCore
+
+// Events and webhooks (docs/events.md). One process writes a SQLite file, one transaction at a
+// time, so the events' AUTOINCREMENT numbers are their commit order.
+extension SQLiteStore {
+    static func insertEvents(_ db: Database, _ events: [NewEvent]) throws {
+        guard !events.isEmpty else { return }
+        let insert = try db.cachedStatement(sql: "INSERT INTO events (bundle_id, type, activity_id, data, at) VALUES (?, ?, ?, ?, ?)")
+        for e in events {
+            try insert.execute(arguments: [e.bundleID, e.type.rawValue, e.activityID, JSONValue.object(e.data).jsonString, e.at.timeIntervalSince1970])
+        }
+    }
+
+    static func event(_ r: Row) throws -> StoredEvent {
+        let seq: Int64 = r["seq"]
+        let id = String(seq)
+        guard let data = try BadRow.json(r["data"], table: "events", id: id, column: "data").objectValue else {
+            throw BadRow(table: "events", id: id, column: "data", found: "JSON that is not an object")
+        }
+        return StoredEvent(seq: seq, event: NewEvent(bundleID: r["bundle_id"], type: try BadRow.decode(r["type"] as String, as: EventType.self, table: "events", id: id, column: "type"),
+                                                     activityID: r["activity_id"], data: data, at: Date(timeIntervalSince1970: r["at"])))
+    }
+
+    public func appendEvents(_ events: [NewEvent]) async throws {
+        try await writer.write { db in try Self.insertEvents(db, events) }
+    }
+
+    public func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] {
+        try readNow { db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM events WHERE bundle_id = ? AND seq > ? ORDER BY seq LIMIT ?"),
+                             arguments: [bundleID, seq, max(0, limit)]).map(Self.event)
+        }
+    }
+
+    public func lastEventSeq(bundleID: String) async throws -> Int64 {
+        try readNow { db in try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(seq), 0) FROM events WHERE bundle_id = ?", arguments: [bundleID]) ?? 0 }
+    }
+
+    static func webhook(_ r: Row) -> WebhookRecord {
+        WebhookRecord(id: r["id"], bundleID: r["bundle_id"], url: r["url"], secret: r["secret"], createdAt: Date(timeIntervalSince1970: r["created_at"]),
+                      cursor: r["cursor"], delivered: r["delivered"], lastSuccessAt: (r["last_success_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
+                      lastFailureAt: (r["last_failure_at"] as Double?).map(Date.init(timeIntervalSince1970:)), lastStatus: r["last_status"], lastError: r["last_error"],
+                      failingSince: (r["failing_since"] as Double?).map(Date.init(timeIntervalSince1970:)),
+                      nextAttemptAt: (r["next_attempt_at"] as Double?).map(Date.init(timeIntervalSince1970:)), attempts: r["attempts"])
+    }
+
+    public func insertWebhook(_ w: WebhookRecord) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           arguments: [w.id, w.bundleID, w.url, w.secret, w.createdAt.timeIntervalSince1970, w.cursor, w.delivered, w.attempts])
+        }
+    }
+
+    public func webhooks(bundleID: String) async throws -> [WebhookRecord] {
+        try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM webhooks WHERE bundle_id = ? ORDER BY created_at, id", arguments: [bundleID]).map(Self.webhook) }
+    }
+
+    public func allWebhooks() async throws -> [WebhookRecord] {
+        try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM webhooks ORDER BY created_at, id").map(Self.webhook) }
+    }
+
+    public func webhook(id: String) async throws -> WebhookRecord? {
+        try readNow { db in try Row.fetchOne(db, sql: "SELECT * FROM webhooks WHERE id = ?", arguments: [id]).map(Self.webhook) }
+    }
+
+    public func deleteWebhook(id: String) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM webhooks WHERE id = ?", arguments: [id])
+            return db.changesCount > 0
+        }
+    }
+
+    public func saveWebhookProgress(_ w: WebhookRecord) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: """
+                UPDATE webhooks SET cursor = MAX(cursor, ?), delivered = ?, last_success_at = ?, last_failure_at = ?, last_status = ?, last_error = ?,
+                    failing_since = ?, next_attempt_at = ?, attempts = ? WHERE id = ?
+                """, arguments: [w.cursor, w.delivered, w.lastSuccessAt?.timeIntervalSince1970, w.lastFailureAt?.timeIntervalSince1970, w.lastStatus, w.lastError,
+                                 w.failingSince?.timeIntervalSince1970, w.nextAttemptAt?.timeIntervalSince1970, w.attempts, w.id])
+            return db.changesCount > 0
+        }
+    }
+
+    public func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE webhooks SET held_by = ?, held_until = ? WHERE id = ? AND (held_by IS NULL OR held_by = ? OR held_until < ?)",
+                           arguments: [worker, now.addingTimeInterval(lease).timeIntervalSince1970, id, worker, now.timeIntervalSince1970])
+            return db.changesCount > 0
+        }
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import IsleCore
+import IsleStore
+import Testing
+
+/// Events and webhooks, on every store (docs/events.md): written in the transaction of the fact they
+/// tell, numbered in commit order, read after a cursor; webhooks' progress and holds.
+@Suite("Events and webhooks in the store")
+struct EventStoreTests {
+    let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+    let app = "com.example.pizza"
+
+    func seeded(_ kind: StoreKind) async throws -> any IsleStore {
+        let s = try await kind.make()
+        try await s.upsertApp(AppRecord(bundleID: app, teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        try await s.upsertApp(AppRecord(bundleID: "com.example.other", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        for i in 0..<4 {
+            try await s.insertActivity(ActivityRecord(id: "a\(i)", bundleID: app, attributesType: "T", state: .active, updateToken: "tok\(i)", startedAt: t0))
+        }
+        return s
+    }
+
+    func update(_ activity: String) -> NewPushJob {
+        NewPushJob(bundleID: app, kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": "1"]], hasAlert: true, runAt: t0)
+    }
+
+    func delivery(_ c: ClaimedJob, status: Int, reason: String? = nil) -> DeliveryRecord {
+        DeliveryRecord(jobID: c.job.id, activityID: c.job.activityID, apnsID: c.apnsID, apnsUniqueID: nil, status: status, reason: reason, latencyMS: 1, priority: .low,
+                       downgraded: false, at: t0.addingTimeInterval(1))
+    }
+
+    @Test("completions and device reports write their events in the same transaction, in order; a lost claim writes none", arguments: StoreKind.allCases)
+    func eventsOfFacts(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.enqueue((0..<4).map { update("a\($0)") }, idempotency: nil, now: t0)
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 30, worker: "w")
+        #expect(claimed.count == 4)
+        let by = Dictionary(uniqueKeysWithValues: claimed.map { ($0.job.activityID!, $0) })
+        // a0 delivered; a1 refused for good; a2's token dead (410) while the activity still holds it.
+        #expect(try await s.complete(JobCompletion(claim: by["a0"]!, result: .finished(.sent, reason: nil), delivery: delivery(by["a0"]!, status: 200))))
+        #expect(try await s.complete(JobCompletion(claim: by["a1"]!, result: .finished(.failed, reason: "PayloadTooLarge"), delivery: delivery(by["a1"]!, status: 413, reason: "PayloadTooLarge"))))
+        #expect(try await s.complete(JobCompletion(claim: by["a2"]!, result: .deadToken(token: "tok2", reason: "Unregistered", graceUntil: t0.addingTimeInterval(60)),
+                                                   delivery: delivery(by["a2"]!, status: 410, reason: "Unregistered"))))
+        // A claim completed by another worker is lost: nothing is written, no event either.
+        var stolen = by["a3"]!
+        stolen.worker = "someone-else"
+        #expect(try await !s.complete(JobCompletion(claim: stolen, result: .finished(.sent, reason: nil), delivery: delivery(stolen, status: 200))))
+        // The device reports: a3 dismissed, a0's token rotated; a change with no report tells nothing.
+        _ = try await s.modifyActivity(id: "a3", { try ActivityLifecycle.apply(.dismissed(at: self.t0.addingTimeInterval(5)), to: &$0) }, idempotency: nil,
+                                       reportedBy: Events.Source("device", at: t0.addingTimeInterval(5)))
+        _ = try await s.modifyActivity(id: "a0", { try ActivityLifecycle.apply(.tokenRotated("tok0-new"), to: &$0) }, idempotency: nil,
+                                       reportedBy: Events.Source("device", at: t0.addingTimeInterval(6)))
+        _ = try await s.modifyActivity(id: "a1", { $0.externalKey = "order-1" })
+        try await s.appendEvents([NewEvent(bundleID: "com.example.other", type: .appResumed, at: t0)])
+
+        let events = try await s.events(bundleID: app, after: 0, limit: 100)
+        #expect(events.map(\.event.type) == [.pushDelivered, .pushFailed, .tokenRetired, .activityDismissed, .activityTokenRotated])
+        #expect(events.map(\.event.activityID) == ["a0", "a1", "a2", "a3", "a0"])
+        #expect(events[0].event.data["apnsId"]?.stringValue == by["a0"]!.apnsID)
+        #expect(events[1].event.data["reason"]?.stringValue == "PayloadTooLarge" && events[1].event.data["status"] == .int(413))
+        #expect(events[2].event.data["apnsReason"]?.stringValue == "Unregistered")
+        #expect(events[3].event.at == t0.addingTimeInterval(5) && events[3].event.data["source"]?.stringValue == "device")
+        #expect(zip(events, events.dropFirst()).allSatisfy { $0.seq < $1.seq })
+        // Paged by cursor; each app sees its own.
+        let page = try await s.events(bundleID: app, after: events[1].seq, limit: 2)
+        #expect(page.map(\.seq) == [events[2].seq, events[3].seq])
+        #expect(try await s.lastEventSeq(bundleID: app) == events[4].seq)
+        #expect(try await s.events(bundleID: "com.example.other", after: 0, limit: 10).map(\.event.type) == [.appResumed])
+        #expect(try await s.lastEventSeq(bundleID: "com.example.none") == 0)
+        #expect(events[0].json["id"]?.stringValue == "evt_\(events[0].seq)")
+
+        // Retention: events older than their time go.
+        var retention = Retention()
+        retention.events = 60
+        _ = try await s.prune(now: t0.addingTimeInterval(3600), retention: retention, limit: 1000)
+        #expect(try await s.events(bundleID: app, after: 0, limit: 100).isEmpty)
+    }
+
+    @Test("events written concurrently are read after a cursor without a gap: a reader never steps over one committed later", arguments: StoreKind.allCases)
+    func commitOrder(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        let writers = 8, perWriter = 40
+        let seen = try await withThrowingTaskGroup(of: [Int64].self) { group in
+            for w in 0..<writers {
+                group.addTask {
+                    for i in 0..<perWriter {
+                        try await s.appendEvents([NewEvent(bundleID: app, type: .appResumed, data: ["w": .int(w), "i": .int(i)], at: t0)])
+                    }
+                    return []
+                }
+            }
+            group.addTask {
+                var cursor: Int64 = 0
+                var got: [Int64] = []
+                let deadline = ContinuousClock.now + .seconds(60)
+                while got.count < writers * perWriter, ContinuousClock.now < deadline {
+                    let page = try await s.events(bundleID: app, after: cursor, limit: 7)
+                    got += page.map(\.seq)
+                    cursor = page.last?.seq ?? cursor
+                    if page.isEmpty { await Task.yield() }
+                }
+                return got
+            }
+            var all: [Int64] = []
+            for try await r in group { all += r }
+            return all
+        }
+        let stored = try await s.events(bundleID: app, after: 0, limit: 10_000).map(\.seq)
+        #expect(stored.count == writers * perWriter)
+        #expect(seen == stored, "the reader following the cursor saw \(seen.count) of \(stored.count)")
+        // Each writer's events in its own order.
+        let events = try await s.events(bundleID: app, after: 0, limit: 10_000)
+        for w in 0..<writers {
+            let mine = events.filter { $0.event.data["w"] == .int(w) }.compactMap { $0.event.data["i"]?.numberValue?.int64Value }
+            #expect(mine == (0..<perWriter).map(Int64.init))
+        }
+    }
+
+    @Test("webhooks: created, listed per app, progress saved (the cursor never moves back), held by one worker at a time, deleted", arguments: StoreKind.allCases)
+    func webhooks(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        let hook = WebhookRecord(id: "wh_1", bundleID: app, url: "http://127.0.0.1:9/in", secret: "sealed", createdAt: t0, cursor: 5)
+        try await s.insertWebhook(hook)
+        try await s.insertWebhook(WebhookRecord(id: "wh_2", bundleID: "com.example.other", url: "https://example.invalid/x", secret: "s", createdAt: t0.addingTimeInterval(1), cursor: 0))
+        #expect(try await s.webhooks(bundleID: app).map(\.id) == ["wh_1"])
+        #expect(try await s.allWebhooks().map(\.id) == ["wh_1", "wh_2"])
+        var w = try #require(try await s.webhook(id: "wh_1"))
+        #expect(w == hook)
+        w.failed(status: 500, error: "the endpoint answered 500", at: t0.addingTimeInterval(10))
+        #expect(try await s.saveWebhookProgress(w))
+        var back = try #require(try await s.webhook(id: "wh_1"))
+        #expect(back.failingSince == t0.addingTimeInterval(10) && back.lastStatus == 500 && back.attempts == 1 && back.nextAttemptAt == t0.addingTimeInterval(11))
+        back.acknowledged(through: 9, count: 4, at: t0.addingTimeInterval(20))
+        #expect(try await s.saveWebhookProgress(back))
+        var stale = back
+        stale.cursor = 7
+        #expect(try await s.saveWebhookProgress(stale))
+        let now = try #require(try await s.webhook(id: "wh_1"))
+        #expect(now.cursor == 9 && now.delivered == 4 && now.failingSince == nil && now.nextAttemptAt == nil && now.attempts == 0 && now.secret == "sealed")
+        // Holds.
+        #expect(try await s.holdWebhook(id: "wh_1", worker: "p1", now: t0, lease: 30))
+        #expect(try await !s.holdWebhook(id: "wh_1", worker: "p2", now: t0.addingTimeInterval(10), lease: 30))
+        #expect(try await s.holdWebhook(id: "wh_1", worker: "p1", now: t0.addingTimeInterval(10), lease: 30))
+        #expect(try await s.holdWebhook(id: "wh_1", worker: "p2", now: t0.addingTimeInterval(41), lease: 30))
+        #expect(try await s.deleteWebhook(id: "wh_1"))
+        #expect(try await !s.deleteWebhook(id: "wh_1"))
+        #expect(try await !s.saveWebhookProgress(now))
+        #expect(try await !s.holdWebhook(id: "wh_1", worker: "p1", now: t0, lease: 30))
+    }
+}
