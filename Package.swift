@@ -216,6 +216,7 @@ let package = Package(
             dependencies: [
                 "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

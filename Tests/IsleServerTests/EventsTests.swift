@@ -1,0 +1,218 @@
+import Foundation
+import Hummingbird
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleTesting
+import Logging
+import Synchronization
+import Testing
+
+/// A backend's webhook endpoint on 127.0.0.1: records every request, checks its signature, and
+/// answers 500 to the first `failFirst` requests.
+final class WebhookReceiver: Sendable {
+    struct Received: Sendable {
+        var body: [UInt8]
+        var signature: String
+        var webhookID: String
+    }
+    let received = Mutex<[Received]>([])
+    let failFirst: Int
+    let task = Mutex<Task<Void, any Error>?>(nil)
+    let portBox = Mutex<(Int?, [CheckedContinuation<Int, Never>])>((nil, []))
+
+    init(failFirst: Int = 0) { self.failFirst = failFirst }
+
+    func start() async -> Int {
+        let router = Router()
+        router.post("hook") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 10_000_000)
+            let n = self.received.withLock { r -> Int in
+                r.append(Received(body: Array(buffer: body), signature: request.headers[.init("Isle-Signature")!] ?? "", webhookID: request.headers[.init("Isle-Webhook-Id")!] ?? ""))
+                return r.count
+            }
+            return Response(status: n <= self.failFirst ? .internalServerError : .ok)
+        }
+        var logger = Logger(label: "receiver")
+        logger.logLevel = .critical
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)), onServerRunning: { channel in
+            let waiters = self.portBox.withLock { b -> [CheckedContinuation<Int, Never>] in
+                b.0 = channel.localAddress?.port ?? 0
+                defer { b.1 = [] }
+                return b.1
+            }
+            for w in waiters { w.resume(returning: channel.localAddress?.port ?? 0) }
+        }, logger: logger)
+        task.withLock { $0 = Task { try await app.run() } }
+        return await withCheckedContinuation { c in
+            let p = portBox.withLock { b -> Int? in
+                if let p = b.0 { return p }
+                b.1.append(c)
+                return nil
+            }
+            if let p { c.resume(returning: p) }
+        }
+    }
+
+    func stop() { task.withLock { $0?.cancel() } }
+
+    /// The events received (each once, in the order first received), from the requests that were answered 2xx or not.
+    func eventIDs() -> [String] {
+        var seen = Set<String>()
+        var ids: [String] = []
+        for r in received.withLock({ $0 }) {
+            for e in (try? JSONParser.parse(r.body))?["events"]?.arrayValue ?? [] {
+                if let id = e["id"]?.stringValue, seen.insert(id).inserted { ids.append(id) }
+            }
+        }
+        return ids
+    }
+}
+
+@Suite("Delivery events: webhooks and GET /v1/events", .serialized)
+struct EventsTests {
+    static func tune(_ c: inout ServerConfiguration) {
+        c.webhooks.poll = 0.05
+        c.webhooks.maximumBackoff = 0
+    }
+
+    @Test("a webhook gets every event of a run, signed, in order, though it answered 500 at first; the pull API returns the same sequence")
+    func webhookAndPull() async throws {
+        let receiver = WebhookReceiver(failFirst: 3)
+        let port = await receiver.start()
+        defer { receiver.stop() }
+        try await ServerFixture.with(server: Self.tune) { f in
+            let created = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(port)/hook")])
+            #expect(created.status == 201)
+            let secret = try #require(created.json["secret"]?.stringValue)
+            let hookID = try #require(created.json["id"]?.stringValue)
+            #expect(secret.hasPrefix("whsec_"))
+            #expect(try await f.call("GET", "/v1/webhooks/\(hookID)", key: f.backendKey).json["secret"] == nil)
+
+            // Three activities: updates delivered; one dismissed on the phone (its update gets a
+            // 410: token retired); one ended by the app, as the device reports.
+            var ids: [String] = []
+            var shown: [SimulatedActivity] = []
+            for i in 0..<3 {
+                let (a, id) = try await f.appStartsActivity(key: "order-\(i)")
+                ids.append(id)
+                shown.append(a)
+            }
+            for round in 0..<3 {
+                for id in ids {
+                    #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: [
+                        "contentState": Pizza.state("Driver \(round)"), "alert": ["title": "Update", "body": .string("round \(round)")],
+                    ]).status == 202)
+                }
+            }
+            try await eventually("9 pushes delivered") {
+                try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue?.filter { $0["type"] == "push.delivered" }.count == 9
+            }
+            try f.sim.world.userDismiss(activityID: shown[1].id, on: f.device)
+            #expect(try await f.call("POST", "/v1/activities/\(ids[1])/update", key: f.backendKey, body: ["contentState": Pizza.state("Anyone?")]).status == 202)
+            // The 410 retires the token at once; the push itself fails for good once the grace for a
+            // rotated token that may still be on its way is over.
+            try await eventually("the token retired") {
+                try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue?.contains { $0["type"] == "token.retired" } == true
+            }
+            f.clock.advance(by: 600)
+            #expect(try await f.call("POST", "/v1/activities/\(ids[2])/ended", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            #expect(try await f.call("PUT", "/v1/activities/\(ids[0])/token", key: f.deviceKey, body: ["token": .string(String(repeating: "ab", count: 32))],
+                                     headers: f.secretHeader()).status == 200)
+
+            let expected = 9 + 2 + 1 + 1  // delivered, the 410 (failed for good + token retired), ended, rotated
+            @Sendable func pullAll() async throws -> [JSONValue] {
+                var pulled: [JSONValue] = []
+                var cursor = "0"
+                while true {
+                    let page = try await f.call("GET", "/v1/events?after=\(cursor)&limit=4", key: f.backendKey)
+                    let events = page.json["events"]?.arrayValue ?? []
+                    if events.isEmpty { return pulled }
+                    pulled += events
+                    cursor = page.json["next"]?.stringValue ?? cursor
+                }
+            }
+            try await eventually("every event in the pull API") { try await pullAll().count >= expected }
+            let pulled = try await pullAll()
+            #expect(pulled.count == expected)
+            let types = pulled.compactMap { $0["type"]?.stringValue }
+            #expect(types.filter { $0 == "push.delivered" }.count == 9)
+            #expect(types.contains("push.failed") && types.contains("token.retired") && types.contains("activity.ended") && types.contains("activity.token_rotated"))
+            // Per activity, in the order things happened: the failed push before its token's retirement.
+            let second = pulled.filter { $0["activityId"]?.stringValue == ids[1] }.compactMap { $0["type"]?.stringValue }
+            #expect(Array(second.suffix(2)) == ["token.retired", "push.failed"])
+            #expect(pulled.first { $0["type"] == "push.delivered" }?["data"]?["apnsId"]?.stringValue?.count == 36)
+
+            try await eventually("the webhook caught up") { receiver.eventIDs().count == expected }
+            #expect(receiver.eventIDs() == pulled.compactMap { $0["id"]?.stringValue })
+            for r in receiver.received.withLock({ $0 }) {
+                #expect(r.webhookID == hookID)
+                #expect(WebhookSignature.verify(header: r.signature, body: r.body, secret: secret, now: f.clock.now, window: 3600), "signature \(r.signature)")
+                #expect(!WebhookSignature.verify(header: r.signature, body: r.body + [0x20], secret: secret, now: f.clock.now, window: 3600))
+                #expect(!WebhookSignature.verify(header: r.signature, body: r.body, secret: secret, now: f.clock.now.addingTimeInterval(3601), window: 3600))
+            }
+            #expect(receiver.received.withLock { $0.count } >= 4)
+            try await eventually("the webhook's record shows its deliveries") {
+                let view = try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"]?.arrayValue?.first
+                return view?["status"] == "ok" && view?["delivered"] == .int(Int64(expected)) && view?["waiting"] == 0
+            }
+        }
+    }
+
+    @Test("a long poll answers with the first event as it is written")
+    func longPoll() async throws {
+        try await ServerFixture.with(server: Self.tune) { f in
+            let (_, id) = try await f.appStartsActivity(key: "order-lp")
+            let start = try await f.call("GET", "/v1/events?after=latest", key: f.backendKey)
+            let cursor = try #require(start.json["next"]?.stringValue)
+            async let polled = f.call("GET", "/v1/events?after=\(cursor)&wait=30", key: f.backendKey)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            let answer = try await polled
+            #expect(answer.status == 200)
+            #expect(answer.json["events"]?.arrayValue?.map { $0["type"] } == ["activity.dismissed"])
+            #expect(answer.json["events"]?.arrayValue?.first?["data"]?["source"] == "device")
+            // Nothing after it: a poll without wait answers at once, empty, with the same cursor.
+            let next = try #require(answer.json["next"]?.stringValue)
+            let empty = try await f.call("GET", "/v1/events?after=\(next)", key: f.backendKey)
+            #expect(empty.json["events"] == [] && empty.json["next"]?.stringValue == next)
+        }
+    }
+
+    @Test("bad requests name the field; webhooks are per app and bounded")
+    func refusals() async throws {
+        try await ServerFixture.with(server: Self.tune) { f in
+            for (path, field) in [("/v1/events?after=abc", "after"), ("/v1/events?limit=0", "limit"), ("/v1/events?limit=1001", "limit"), ("/v1/events?wait=31", "wait"), ("/v1/events?wait=nan", "wait")] {
+                let r = try await f.call("GET", path, key: f.backendKey)
+                #expect(r.status == 400 && r.json["error"]?["field"]?.stringValue == field, "\(path): \(r.json)")
+            }
+            for url in ["ftp://127.0.0.1/x", "127.0.0.1:9/x", "http:///nohost", "http://127.0.0.1/x#frag", ""] {
+                let r = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string(url)])
+                #expect(r.status == 400 && r.json["error"]?["field"] == "url", "\(url): \(r.json)")
+            }
+            let unknown = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": "http://127.0.0.1:9/x", "events": ["push.delivered"]])
+            #expect(unknown.status == 400 && unknown.json["error"]?["field"] == "events")
+            // The device key may not read events or manage webhooks.
+            #expect(try await f.call("GET", "/v1/events", key: f.deviceKey).status == 403)
+            #expect(try await f.call("POST", "/v1/webhooks", key: f.deviceKey, body: ["url": "http://127.0.0.1:9/x"]).status == 403)
+            var made: [String] = []
+            for i in 0..<10 {  // an app's most
+                let r = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:9/x\(i)")])
+                #expect(r.status == 201)
+                if let id = r.json["id"]?.stringValue { made.append(id) }
+            }
+            let over = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": "http://127.0.0.1:9/y"])
+            #expect(over.status == 409 && over.json["error"]?["code"] == "tooManyWebhooks")
+            #expect(try await f.call("GET", "/v1/webhooks/wh_nope", key: f.backendKey).status == 404)
+            #expect(try await f.call("DELETE", "/v1/webhooks/\(made[0])", key: f.backendKey).json["deleted"] == true)
+            #expect(try await f.call("DELETE", "/v1/webhooks/\(made[0])", key: f.backendKey).status == 404)
+            // An endpoint that cannot be reached shows its failure (the closed port 9).
+            let (_, id) = try await f.appStartsActivity(key: "order-fail")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            let failing = made[1]
+            try await eventually("the unreachable endpoint reports its failure") {
+                let view = try await f.call("GET", "/v1/webhooks/\(failing)", key: f.backendKey).json
+                return view["status"] == "failing" && view["failure"]?["status"] == 0 && view["failure"]?["error"]?.stringValue?.isEmpty == false && view["waiting"] == 1
+            }
+        }
+    }
+}
