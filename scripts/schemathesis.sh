@@ -20,7 +20,8 @@ if ! command -v schemathesis >/dev/null; then
 fi
 # APNs is the simulator (channel creation and deletion go to it). The device-key limits are raised
 # so generated requests reach the handlers rather than the rate limiter (attack.sh checks the limits).
-ISLE_SERVE_FLAGS="--installation-rate 5000/s,burst=10000 --address-rate 5000/s,burst=10000 --device-rate 5000/s,burst=10000"
+# Webhooks only to this machine (whatever URL the generator makes), long polls of at most 1 s.
+ISLE_SERVE_FLAGS="--installation-rate 5000/s,burst=10000 --address-rate 5000/s,burst=10000 --device-rate 5000/s,burst=10000 --webhook-hosts 127.0.0.1 --max-event-wait 1"
 source scripts/isle-stack.sh
 isle_stack 18443
 ISLE=.build/debug/isle

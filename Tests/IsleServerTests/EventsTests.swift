@@ -215,4 +215,26 @@ struct EventsTests {
             }
         }
     }
+
+    @Test("--webhook-hosts: a webhook may point only at the hosts the operator named (422 naming them); --max-event-wait caps a long poll")
+    func allowedHosts() async throws {
+        try await ServerFixture.with(server: { c in
+            Self.tune(&c)
+            c.webhooks.allowedHosts = ["127.0.0.1", "*.hooks.example.com"]
+            c.webhooks.maximumPollWait = 0.2
+        }) { f in
+            for (url, status) in [("http://127.0.0.1:9/in", 201), ("https://a.hooks.example.com/in", 201), ("https://hooks.example.com/in", 422),
+                                  ("http://169.254.169.254/latest/meta-data", 422), ("http://localhost:9/in", 422), ("https://evilhooks.example.com/in", 422)] {
+                let r = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string(url)])
+                #expect(r.status == status, "\(url): \(r.json)")
+                if status == 422 {
+                    #expect(r.json["error"]?["code"] == "webhookHostNotAllowed" && r.json["error"]?["message"]?.stringValue?.contains("*.hooks.example.com") == true)
+                }
+            }
+            // The poll asked for 30 s and got the server's cap: an empty answer, not a 30 s wait
+            // (the suite would notice the latter only as slowness, so the answer's content is checked).
+            let r = try await f.call("GET", "/v1/events?after=latest&wait=30", key: f.backendKey)
+            #expect(r.status == 200 && r.json["events"] == [])
+        }
+    }
 }

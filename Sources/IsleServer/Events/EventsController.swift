@@ -44,7 +44,7 @@ struct EventsController {
             guard let n = Double(String(text)), n.isFinite, (0...30).contains(n) else { throw APIError.invalid("wait", "wait must be a number of seconds from 0 to 30") }
             wait = n
         }
-        let deadline = ContinuousClock.now + .milliseconds(Int64(wait * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Int64(min(wait, services.configuration.webhooks.maximumPollWait) * 1000))
         while true {
             let generation = services.events.generation
             let page = try await services.store.events(bundleID: caller.bundleID, after: after, limit: limit)
@@ -65,6 +65,9 @@ struct EventsController {
         let body = try await Body.read(request)
         try body.only(WireContract.webhookCreation)
         let url = try Self.endpoint(try body.bounded("url", 2000, required: true) ?? "")
+        if let host = URLComponents(string: url)?.host, !services.configuration.webhooks.allows(host: host) {
+            throw APIError(.unprocessableContent, "webhookHostNotAllowed", "this server sends webhooks only to \((services.configuration.webhooks.allowedHosts ?? []).joined(separator: ", ")) (isle serve --webhook-hosts); \(host) is not one of them", field: "url")
+        }
         let existing = try await services.store.webhooks(bundleID: caller.bundleID)
         guard existing.count < Self.maximumWebhooks else {
             throw APIError(.conflict, "tooManyWebhooks", "an app has at most \(Self.maximumWebhooks) webhooks; delete one first")

@@ -19,7 +19,24 @@ public struct WebhookSettings: Sendable, Hashable {
     public var lease: TimeInterval = 30
     /// How often the list of endpoints, and events committed by other processes, are looked for.
     public var poll: TimeInterval = 1
+    /// The hosts a webhook may point at (`example.com`, or `*.example.com` for its subdomains);
+    /// nil: any. A backend key can make the server POST to its URL, so a server inside a private
+    /// network should name the hosts it may reach (docs/events.md).
+    public var allowedHosts: [String]?
+    /// The longest long poll of `GET /v1/events` (a proxy in front may cut shorter requests).
+    public var maximumPollWait: TimeInterval = 30
     public init() {}
+
+    /// Whether `host` is one of ``allowedHosts`` (always, when there is no list).
+    public func allows(host: String) -> Bool {
+        guard let allowedHosts else { return true }
+        let h = host.lowercased()
+        return allowedHosts.contains { pattern in
+            let p = pattern.lowercased()
+            if p.hasPrefix("*.") { return h.hasSuffix(String(p.dropFirst(1))) && h.count > p.count - 1 }
+            return h == p
+        }
+    }
 }
 
 /// Sends every app's events to its webhooks: per endpoint in order, a batch at a time, the next
