@@ -217,3 +217,26 @@ public struct WebhookRecord: Sendable, Hashable {
         nextAttemptAt = now.addingTimeInterval(min(maximumBackoff, pow(2, Double(min(attempts - 1, 20)))))
     }
 }
+
+/// One operator action in the console, for the audit log: who (the admin key's id), what, when.
+public struct AuditEntry: Sendable, Hashable {
+    public var bundleID: String
+    public var keyID: String
+    /// `job.cancel`, `job.retry`, `activity.end`, `activity.push`, `app.pause`, `app.resume`,
+    /// `webhook.create`, `webhook.delete`, `signIn`.
+    public var action: String
+    public var target: String?
+    public var detail: String?
+    public var at: Date
+    /// The store's id (set when read).
+    public var id: Int64?
+    public init(bundleID: String, keyID: String, action: String, target: String? = nil, detail: String? = nil, at: Date, id: Int64? = nil) {
+        self.bundleID = bundleID
+        self.keyID = keyID
+        self.action = action
+        self.target = target
+        self.detail = detail
+        self.at = at
+        self.id = id
+    }
+}

@@ -14,7 +14,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
 public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
-    IdempotencyRepository, EventRepository {
+    IdempotencyRepository, EventRepository, AuditRepository {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
     func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
@@ -141,6 +141,13 @@ public protocol EventRepository: Sendable {
     func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool
 }
 
+/// What operators did in the console.
+public protocol AuditRepository: Sendable {
+    func appendAudit(_ entry: AuditEntry) async throws
+    /// The app's newest entries older than entry `before` (all when nil), newest first.
+    func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry]
+}
+
 /// Idempotent answers, by app and `Idempotency-Key`.
 public protocol IdempotencyRepository: Sendable {
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord?
@@ -182,6 +189,15 @@ public protocol IsleQueue: Sendable {
     /// Every waiting head of the app may go now (an operator resumed the app after a fix).
     func wakeApp(bundleID: String, now: Date) async throws
     func job(id: Int64) async throws -> PushJob?
+    /// The app's unfinished jobs (scheduled, queued — due, or waiting for a retry — and in flight),
+    /// of one activity when given, soonest first, at most `limit`: the operator's view of the queue.
+    func openJobs(bundleID: String, activityID: String?, limit: Int) async throws -> [PushJob]
+    /// An operator cancels a job that is not in flight (scheduled or queued): it becomes `dropped`
+    /// with `reason`, and its lane's next job becomes the head. Returns the job as it was; nil
+    /// when there is no such job of the app or it is in flight or finished (nothing changes).
+    func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob?
+    /// An operator sends a queued job now instead of at its retry time. False when it is not queued.
+    func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool
     /// Every job by state (a scan of the table: for tests and tools, not for monitoring).
     func jobCounts() async throws -> [PushJobState: Int]
     /// Scheduled, queued and claimed jobs only, counted along the partial indexes of open work:

@@ -34,6 +34,7 @@ public final class MemoryStore: IsleStore {
         var nextEventSeq: Int64 = 1
         var webhooks: [String: WebhookRecord] = [:]
         var webhookHolds: [String: (worker: String, until: Date)] = [:]
+        var audit: [AuditEntry] = []
 
         mutating func append(_ new: [NewEvent]) {
             for e in new {
@@ -474,6 +475,34 @@ public final class MemoryStore: IsleStore {
     }
 
     public func job(id: Int64) async throws -> PushJob? { state.withLock { $0.jobs[id]?.job } }
+
+    public func openJobs(bundleID: String, activityID: String?, limit: Int) async throws -> [PushJob] {
+        state.withLock { s in
+            Array(s.jobs.values.map(\.job).filter { j in
+                j.bundleID == bundleID && (activityID == nil || j.activityID == activityID) && [.scheduled, .queued, .claimed].contains(j.state)
+            }.sorted { ($0.runAt, $0.id) < ($1.runAt, $1.id) }.prefix(max(0, limit)))
+        }
+    }
+
+    public func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob? {
+        state.withLock { s in
+            guard let j = s.jobs[id], j.job.bundleID == bundleID, j.job.state == .scheduled || j.job.state == .queued else { return nil }
+            let before = j.job
+            s.jobs[id]?.job.state = .dropped
+            s.jobs[id]?.job.lastError = reason
+            s.jobs[id]?.isHead = false
+            Self.fixHead(&s, before.lane)
+            return before
+        }
+    }
+
+    public func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool {
+        state.withLock { s in
+            guard let j = s.jobs[id], j.job.bundleID == bundleID, j.job.state == .queued else { return false }
+            if j.job.runAt > now { s.jobs[id]?.job.runAt = now }
+            return true
+        }
+    }
     public func openJobCounts() async throws -> [PushJobState: Int] {
         let all = try await jobCounts()
         return [.scheduled: all[.scheduled] ?? 0, .queued: all[.queued] ?? 0, .claimed: all[.claimed] ?? 0]
@@ -539,5 +568,19 @@ extension MemoryStore {
             s.webhookHolds[id] = (worker, now.addingTimeInterval(lease))
             return true
         }
+    }
+}
+
+extension MemoryStore {
+    public func appendAudit(_ e: AuditEntry) async throws {
+        state.withLock { s in
+            var entry = e
+            entry.id = Int64(s.audit.count + 1)
+            s.audit.append(entry)
+        }
+    }
+
+    public func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry] {
+        state.withLock { s in Array(s.audit.reversed().filter { $0.bundleID == bundleID && ($0.id ?? 0) < (before ?? Int64.max) }.prefix(max(0, limit))) }
     }
 }

@@ -91,3 +91,23 @@ extension SQLiteStore {
         }
     }
 }
+
+// The audit log of console actions.
+extension SQLiteStore {
+    public func appendAudit(_ e: AuditEntry) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "INSERT INTO audit_log (bundle_id, key_id, action, target, detail, at) VALUES (?, ?, ?, ?, ?, ?)",
+                           arguments: [e.bundleID, e.keyID, e.action, e.target, e.detail, e.at.timeIntervalSince1970])
+        }
+    }
+
+    public func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry] {
+        try readNow { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM audit_log WHERE bundle_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+                             arguments: [bundleID, before ?? Int64.max, max(0, limit)]).map { r in
+                AuditEntry(bundleID: r["bundle_id"], keyID: r["key_id"], action: r["action"], target: r["target"], detail: r["detail"],
+                           at: Date(timeIntervalSince1970: r["at"]), id: r["id"])
+            }
+        }
+    }
+}

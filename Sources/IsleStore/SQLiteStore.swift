@@ -876,6 +876,32 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func openJobs(bundleID: String, activityID: String?, limit: Int) async throws -> [PushJob] {
+        try readNow { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT * FROM jobs WHERE bundle_id = ? AND (? IS NULL OR activity_id = ?) AND state IN ('scheduled', 'queued', 'claimed') ORDER BY run_at, id LIMIT ?
+                """), arguments: [bundleID, activityID, activityID, max(0, limit)]).map(Self.job)
+        }
+    }
+
+    public func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob? {
+        try await writer.write { db in
+            guard let job = try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ? AND bundle_id = ? AND state IN ('scheduled', 'queued')", arguments: [id, bundleID]).map(Self.job) else { return nil }
+            try db.execute(sql: "UPDATE jobs SET state = 'dropped', last_error = ?, is_head = 0 WHERE id = ?", arguments: [reason, id])
+            try Self.fixHead(db, job.lane)
+            return job
+        }
+    }
+
+    public func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE id = ? AND bundle_id = ? AND state = 'queued' AND run_at > ?",
+                           arguments: [now.timeIntervalSince1970, id, bundleID, now.timeIntervalSince1970])
+            if db.changesCount > 0 { return true }
+            return try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs WHERE id = ? AND bundle_id = ? AND state = 'queued'", arguments: [id, bundleID]) == 1
+        }
+    }
+
     public func job(id: Int64) async throws -> PushJob? {
         try readNow { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
     }

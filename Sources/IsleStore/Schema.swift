@@ -200,6 +200,11 @@ public enum Schema {
             c("next_attempt_at", .time, null: true), c("attempts", .integer, default: .integer(0)),
             c("held_by", .text, null: true), c("held_until", .time, null: true),
         ]),
+        // What operators did in the console: who (the admin key), what, when (docs/server.md).
+        Table(name: "audit_log", columns: [
+            c("id", .rowNumber, pk: true), c("bundle_id", .text), c("key_id", .text), c("action", .text), c("target", .text, null: true),
+            c("detail", .text, null: true), c("at", .time),
+        ]),
     ]
 
     public static let indexes: [Index] = [
@@ -227,6 +232,7 @@ public enum Schema {
         Index(name: "events_app", table: "events", columns: ["bundle_id", "seq"]),
         Index(name: "events_at", table: "events", columns: ["at"]),
         Index(name: "webhooks_app", table: "webhooks", columns: ["bundle_id"]),
+        Index(name: "audit_log_app", table: "audit_log", columns: ["bundle_id", "id"]),
     ]
 
     /// Sequences outside any table: PostgreSQL's job order across instances (SQLite numbers jobs by
@@ -256,7 +262,7 @@ public enum Schema {
         // DOUBLE PRECISION seconds and TEXT); SQLite's types already are the definition's.
         Change(name: "typed moments and JSON") { dialect in
             guard dialect == .postgres else { return [] }
-            return tables.filter { !["events", "webhooks"].contains($0.name) }.flatMap { table in
+            return tables.filter { !addedByLaterChanges.contains($0.name) }.flatMap { table in
                 table.columns(in: .postgres).flatMap { column -> [String] in
                     let alter = "ALTER TABLE \(table.name) ALTER COLUMN \(column.name)"
                     switch column.kind {
@@ -273,9 +279,15 @@ public enum Schema {
             }
         },
         // Events and webhooks (docs/events.md), as the definition has them.
-        Change(name: "events and webhooks") { dialect in
-            ["events", "webhooks"].compactMap { table($0)?.sql(in: dialect) }
-                + indexes.filter { ["events", "webhooks"].contains($0.table) && ($0.only == nil || $0.only == dialect) }.map { $0.sql(in: dialect) }
-        },
+        Change(name: "events and webhooks") { dialect in newTables(["events", "webhooks"], dialect) },
+        Change(name: "audit log") { dialect in newTables(["audit_log"], dialect) },
     ]
+
+    /// Tables a later change creates, which the changes before it must not touch.
+    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log"]
+
+    /// The statements that create `names` (and their indexes) as the definition has them.
+    static func newTables(_ names: [String], _ dialect: Dialect) -> [String] {
+        names.compactMap { table($0)?.sql(in: dialect) } + indexes.filter { names.contains($0.table) && ($0.only == nil || $0.only == dialect) }.map { $0.sql(in: dialect) }
+    }
 }

@@ -111,6 +111,11 @@ final class FaultyStore: IsleStore {
     func wakeApp(bundleID: String, now: Date) async throws { try await base.wakeApp(bundleID: bundleID, now: now) }
     func job(id: Int64) async throws -> PushJob? { try await base.job(id: id) }
     func jobCounts() async throws -> [PushJobState: Int] { try await base.jobCounts() }
+    func openJobs(bundleID: String, activityID: String?, limit: Int) async throws -> [PushJob] { try await base.openJobs(bundleID: bundleID, activityID: activityID, limit: limit) }
+    func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob? { try await base.cancelJob(id: id, bundleID: bundleID, reason: reason) }
+    func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool { try await base.retryJobNow(id: id, bundleID: bundleID, now: now) }
+    func appendAudit(_ entry: AuditEntry) async throws { try await base.appendAudit(entry) }
+    func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry] { try await base.auditLog(bundleID: bundleID, before: before, limit: limit) }
     // Events and webhooks pass through.
     func appendEvents(_ events: [NewEvent]) async throws { try await base.appendEvents(events) }
     func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] { try await base.events(bundleID: bundleID, after: seq, limit: limit) }

@@ -147,4 +147,41 @@ struct EventStoreTests {
         #expect(try await !s.saveWebhookProgress(now))
         #expect(try await !s.holdWebhook(id: "wh_1", worker: "p1", now: t0, lease: 30))
     }
+
+    @Test("operators: the open queue of an app or activity; cancel a job not in flight (its lane's next job becomes the head); retry a queued one now; the audit log pages newest first", arguments: StoreKind.allCases)
+    func operatorActions(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        // a0: three jobs in its lane; a1: one scheduled for later.
+        let ids = try await s.enqueue([update("a0"), update("a0"), update("a0")], idempotency: nil, now: t0)
+        var later = update("a1")
+        later.runAt = t0.addingTimeInterval(3600)
+        let scheduled = try await s.enqueue([later], idempotency: nil, now: t0)[0]
+        #expect(try await s.openJobs(bundleID: app, activityID: nil, limit: 10).map(\.id) == ids + [scheduled])
+        #expect(try await s.openJobs(bundleID: app, activityID: "a1", limit: 10).map(\.state) == [.scheduled])
+        #expect(try await s.openJobs(bundleID: "com.example.other", activityID: nil, limit: 10).isEmpty)
+        // Cancel the head: the next job of the lane is claimed next, in order.
+        #expect(try await s.cancelJob(id: ids[0], bundleID: app, reason: "by an operator")?.id == ids[0])
+        let dropped = try await s.job(id: ids[0])
+        #expect(dropped?.state == .dropped && dropped?.lastError == "by an operator")
+        #expect(try await s.cancelJob(id: ids[0], bundleID: app, reason: "again") == nil)
+        #expect(try await s.cancelJob(id: ids[1], bundleID: "com.example.other", reason: "not mine") == nil)
+        #expect(try await s.cancelJob(id: scheduled, bundleID: app, reason: "not wanted")?.state == .scheduled)
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 30, worker: "w")
+        #expect(claimed.map(\.job.id) == [ids[1]])
+        // In flight: not cancellable. Sent back for a retry an hour later, then retried now.
+        #expect(try await s.cancelJob(id: ids[1], bundleID: app, reason: "in flight") == nil)
+        #expect(try await s.complete(JobCompletion(claim: claimed[0], result: .retry(at: t0.addingTimeInterval(3600), reason: "503"))))
+        #expect(try await s.claim(limit: 10, now: t0.addingTimeInterval(1), lease: 30, worker: "w").isEmpty)
+        #expect(try await s.retryJobNow(id: ids[1], bundleID: app, now: t0.addingTimeInterval(2)))
+        #expect(try await !s.retryJobNow(id: ids[0], bundleID: app, now: t0.addingTimeInterval(2)))
+        #expect(try await s.claim(limit: 10, now: t0.addingTimeInterval(2), lease: 30, worker: "w").map(\.job.id) == [ids[1]])
+        #expect(try await s.openJobs(bundleID: app, activityID: "a0", limit: 10).map(\.state) == [.queued, .claimed])  // by due time: the retried one is due later
+
+        for i in 0..<5 { try await s.appendAudit(AuditEntry(bundleID: app, keyID: "key_1", action: "job.cancel", target: "job \(i)", at: t0.addingTimeInterval(Double(i)))) }
+        try await s.appendAudit(AuditEntry(bundleID: "com.example.other", keyID: "key_2", action: "signIn", at: t0))
+        let page = try await s.auditLog(bundleID: app, before: nil, limit: 3)
+        #expect(page.map(\.target) == ["job 4", "job 3", "job 2"] && page.allSatisfy { $0.keyID == "key_1" })
+        #expect(try await s.auditLog(bundleID: app, before: page.last?.id, limit: 10).map(\.target) == ["job 1", "job 0"])
+        #expect(try await s.auditLog(bundleID: "com.example.other", before: nil, limit: 10).map(\.action) == ["signIn"])
+    }
 }

@@ -21,7 +21,7 @@ struct ConsoleController: Sendable {
     func addRoutes(to router: Router<IsleRequestContext>) {
         router.get("console") { request, context in
             guard let admin = try await admin(request, context) else { return page("Sign in", ConsolePages.login(error: nil), status: .ok) }
-            return page(admin.bundleID, try await dashboard(admin))
+            return page(admin.bundleID, try await dashboard(admin, notice: request.uri.queryParameters["done"].map(String.init)))
         }
         router.get("console/console.js") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/javascript; charset=utf-8", .cacheControl: "no-cache"],
@@ -43,6 +43,7 @@ struct ConsoleController: Sendable {
                 return page("Sign in", ConsolePages.login(error: ConsolePages.refusedKey), status: .forbidden)
             }
             let token = sessions.open(bundleID: key.bundleID, keyHash: hash, now: services.clock.now)
+            try await audit(Admin(bundleID: key.bundleID, keyID: key.id), "signIn", target: nil, detail: "from \(address)")
             var r = Response(status: .seeOther, headers: [.location: "/console"])
             r.headers[.setCookie] = "\(ConsoleSessions.cookie)=\(token); Path=/console; HttpOnly; SameSite=Strict\(secure); Max-Age=\(Int(ConsoleSessions.lifetime))"
             return r
@@ -74,7 +75,7 @@ struct ConsoleController: Sendable {
         router.get("console/activities/:activity") { request, context in
             let admin = try await required(request, context)
             let a = try await activity(admin, try context.parameters.require("activity"))
-            return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: try await services.store.deliveries(activityID: a.id, before: nil, limit: 200), compose: .init()))
+            return try await activityPage(admin, a, compose: .init(), notice: request.uri.queryParameters["done"].map(String.init))
         }
         router.post("console/activities/:activity/compose") { request, context in
             try checkOrigin(request)
@@ -82,13 +83,92 @@ struct ConsoleController: Sendable {
             let a = try await activity(admin, try context.parameters.require("activity"))
             let form = try await Self.form(request)
             var compose = ConsolePages.Compose(event: form["event"] == "end" ? "end" : "update", body: form["body"] ?? "")
+            compose.confirmed = form["confirm"] == "on"
             do {
-                compose.result = try await enqueue(admin, a, compose)
+                let outcome = try await enqueue(admin, a, compose)
+                switch outcome {
+                case .queued(let text): compose.result = text
+                case .needsConfirmation(let warnings): compose.warnings = warnings
+                }
             } catch let e as APIError {
                 compose.error = e
             }
-            let deliveries = try await services.store.deliveries(activityID: a.id, before: nil, limit: 200)
-            return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, compose: compose), status: compose.error == nil ? .ok : .unprocessableContent)
+            let status: HTTPResponse.Status = compose.error != nil || !compose.warnings.isEmpty ? .unprocessableContent : .ok
+            return try await activityPage(admin, a, compose: compose, status: status)
+        }
+        // Operator actions: each is a form post from the console's pages, written to the audit log.
+        router.post("console/activities/:activity/end") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let a = try await activity(admin, try context.parameters.require("activity"))
+            var compose = ConsolePages.Compose(event: "end", body: "{}")
+            compose.confirmed = true
+            do {
+                if case .queued(let text) = try await enqueue(admin, a, compose) { compose.result = text }
+            } catch let e as APIError {
+                compose.error = e
+            }
+            return try await activityPage(admin, a, compose: compose, status: compose.error == nil ? .ok : .unprocessableContent)
+        }
+        router.post("console/jobs/:job/cancel") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let id = try Self.jobID(context)
+            let back = try await Self.form(request)["back"] ?? "/console"
+            guard let job = try await services.store.cancelJob(id: id, bundleID: admin.bundleID, reason: "cancelled by an operator (key \(admin.keyID))") else {
+                return redirect(back, notice: "Job \(id) was not cancelled: it is in flight, finished, or not this app's.")
+            }
+            services.engine.wake()
+            try await audit(admin, "job.cancel", target: "job \(id)", detail: "\(job.kind.rawValue)\(job.activityID.map { " to activity \($0)" } ?? ""), \(job.state.rawValue)")
+            return redirect(back, notice: "Job \(id) cancelled.")
+        }
+        router.post("console/jobs/:job/retry") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let id = try Self.jobID(context)
+            let back = try await Self.form(request)["back"] ?? "/console"
+            guard try await services.store.retryJobNow(id: id, bundleID: admin.bundleID, now: services.clock.now) else {
+                return redirect(back, notice: "Job \(id) was not retried: only a queued job can be sent now.")
+            }
+            services.engine.wake()
+            try await audit(admin, "job.retry", target: "job \(id)", detail: nil)
+            return redirect(back, notice: "Job \(id) goes now.")
+        }
+        router.get("console/audit") { request, context in
+            let admin = try await required(request, context)
+            var before: Int64?
+            if let text = request.uri.queryParameters["before"] {
+                guard let n = Int64(String(text)), n > 0 else { throw APIError.invalid("before", "before must be an entry id (a positive whole number)") }
+                before = n
+            }
+            let entries = try await services.store.auditLog(bundleID: admin.bundleID, before: before, limit: 101)
+            return page("Audit log", ConsolePages.audit(Array(entries.prefix(100)), more: entries.count > 100 ? entries[99].id : nil))
+        }
+        router.get("console/webhooks") { request, context in
+            let admin = try await required(request, context)
+            return try await webhooksPage(admin, notice: request.uri.queryParameters["done"].map(String.init))
+        }
+        router.post("console/webhooks") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let form = try await Self.form(request)
+            do {
+                let (hook, secret) = try await EventsController(services: services).create(bundleID: admin.bundleID, url: form["url"] ?? "")
+                try await audit(admin, "webhook.create", target: hook.id, detail: hook.url)
+                return try await webhooksPage(admin, notice: nil, created: (hook, secret))
+            } catch let e as APIError {
+                return try await webhooksPage(admin, notice: nil, error: e, status: e.status)
+            }
+        }
+        router.post("console/webhooks/:webhook/delete") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let id = try context.parameters.require("webhook")
+            guard let hook = try await services.store.webhook(id: id), hook.bundleID == admin.bundleID, try await services.store.deleteWebhook(id: id) else {
+                return redirect("/console/webhooks", notice: "No webhook \(id).")
+            }
+            try await audit(admin, "webhook.delete", target: id, detail: hook.url)
+            return redirect("/console/webhooks", notice: "Webhook \(id) deleted.")
         }
     }
 
@@ -138,9 +218,40 @@ struct ConsoleController: Sendable {
         }
     }
 
+    // MARK: Actions
+
+    static func jobID(_ context: IsleRequestContext) throws -> Int64 {
+        guard let id = Int64(try context.parameters.require("job")), id > 0 else { throw APIError.invalid("job", "job must be a job id (a positive whole number)") }
+        return id
+    }
+
+    /// Back to a console page, with a notice in its query (`?done=`); only console paths.
+    func redirect(_ back: String, notice: String) -> Response {
+        let path = back.hasPrefix("/console") && !back.contains("//") ? back.split(separator: "?").first.map(String.init) ?? "/console" : "/console"
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#")
+        return Response(status: .seeOther, headers: [.location: "\(path)?done=\(notice.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"])
+    }
+
+    func audit(_ admin: Admin, _ action: String, target: String?, detail: String?) async throws {
+        try await services.store.appendAudit(AuditEntry(bundleID: admin.bundleID, keyID: admin.keyID, action: action, target: target, detail: detail, at: services.clock.now))
+    }
+
+    func activityPage(_ admin: Admin, _ a: ActivityRecord, compose: ConsolePages.Compose, notice: String? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
+        let deliveries = try await services.store.deliveries(activityID: a.id, before: nil, limit: 200)
+        let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: a.id, limit: 100)
+        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, now: services.clock.now, compose: compose, notice: notice), status: status)
+    }
+
+    func webhooksPage(_ admin: Admin, notice: String?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
+        var views: [JSONValue] = []
+        for hook in try await services.store.webhooks(bundleID: admin.bundleID) { views.append(try await EventsController.view(hook, store: services.store)) }
+        return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error), status: status)
+    }
+
     // MARK: Data
 
-    func dashboard(_ admin: Admin) async throws -> String {
+    func dashboard(_ admin: Admin, notice: String? = nil) async throws -> String {
         let app = try await services.app(admin.bundleID)
         let circuit = services.engine.circuits.circuit(admin.bundleID)
         let status: String = switch circuit.mode {
@@ -148,7 +259,8 @@ struct ConsoleController: Sendable {
         case .backingOff(let until, let reason): "backing off until \(ISO8601DateFormatter().string(from: until)): \(reason)"
         case .paused(let until, let reason, _): "paused by a configuration error until \(ISO8601DateFormatter().string(from: until)): \(reason)"
         }
-        return ConsolePages.dashboard(app: app, status: status, environment: services.environmentName, stats: try await stats(admin))
+        let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
+        return ConsolePages.dashboard(app: app, status: status, environment: services.environmentName, stats: try await stats(admin), queue: queue, now: services.clock.now, notice: notice)
     }
 
     func stats(_ admin: Admin) async throws -> JSONValue {
@@ -181,8 +293,15 @@ struct ConsoleController: Sendable {
         return a
     }
 
-    /// The same checks and queueing as `POST /v1/activities/{id}/update|end`.
-    func enqueue(_ admin: Admin, _ a: ActivityRecord, _ compose: ConsolePages.Compose) async throws -> String {
+    enum ComposeOutcome {
+        case queued(String)
+        /// The validator warned: nothing queued until the operator confirms these warnings.
+        case needsConfirmation([String])
+    }
+
+    /// The same checks and queueing as `POST /v1/activities/{id}/update|end`; a payload the
+    /// validator warns about is queued only once the operator confirmed the warnings.
+    func enqueue(_ admin: Admin, _ a: ActivityRecord, _ compose: ConsolePages.Compose) async throws -> ComposeOutcome {
         let object: JSONObject
         do {
             guard let o = try JSONParser.parse(Array(compose.body.utf8)).objectValue else { throw APIError.invalid("body", "the request must be a JSON object such as {\"contentState\": {…}}") }
@@ -197,11 +316,15 @@ struct ConsoleController: Sendable {
         let now = services.clock.now
         let pushes = ActivityPushes(services: services)
         let prepared = try await pushes.prepare(bundleID: admin.bundleID, push: push, to: [a], single: true, now: now)
+        let warnings = prepared.warnings.map { w in
+            [w["code"]?.stringValue, w["field"]?.stringValue.map { "(\($0))" }, w["message"]?.stringValue].compactMap { $0 }.joined(separator: " ")
+        }
+        if !warnings.isEmpty, !compose.confirmed { return .needsConfirmation(warnings) }
         let ids = try await pushes.commit(prepared, idempotency: nil, now: now)
-        let warnings = prepared.warnings
-        var text = "Queued as job \(ids.first.map(String.init) ?? "?")."
-        for w in warnings { text += " Warning: \(w["message"]?.stringValue ?? "")" }
-        return text
+        let job = ids.first.map(String.init) ?? "?"
+        try await audit(admin, compose.event == "end" ? "activity.end" : "activity.push", target: "activity \(a.id)",
+                        detail: "job \(job)\(warnings.isEmpty ? "" : "; warnings confirmed: " + warnings.joined(separator: "; ")): \(compose.body.prefix(500))")
+        return .queued("Queued as job \(job).\(warnings.isEmpty ? "" : " The warnings were confirmed.")")
     }
 
     // MARK: HTTP

@@ -16,6 +16,9 @@ enum ConsolePages {
         var body = ""
         var error: APIError?
         var result: String?
+        /// The validator's warnings, shown for the operator to confirm (nothing queued yet).
+        var warnings: [String] = []
+        var confirmed = false
     }
 
     static func e(_ s: String) -> String { HTML.escape(s) }
@@ -27,6 +30,7 @@ enum ConsolePages {
         <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
         <title>\(e(title)) · Isle console</title><style>\(css)</style></head>
         <body><header class="top"><a href="/console">Isle console</a><nav><a href="/console/activities">Activities</a>
+        <a href="/console/webhooks">Webhooks</a><a href="/console/audit">Audit log</a>
         <form method="post" action="/console/logout"><button type="submit" aria-label="Sign out">Sign out</button></form></nav></header>
         <main>\(body)</main></body></html>
         """
@@ -47,20 +51,92 @@ enum ConsolePages {
         return h
     }
 
-    static func dashboard(app: AppRecord, status: String, environment: String, stats: JSONValue) -> String {
+    static func dashboard(app: AppRecord, status: String, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?) -> String {
         func n(_ k: String) -> String { stats[k].map { $0.briefDescription } ?? "0" }
+        func stat(_ id: String, _ label: String, _ value: String) -> String { "<div><dt>\(label)</dt><dd id=\"\(id)\">\(value)</dd></div>" }
         return """
-        <h1>\(e(app.bundleID))</h1>
+        <h1>\(e(app.bundleID))</h1>\(noticeLine(notice))
         <table class="facts"><tr><th>Team</th><td>\(e(app.teamID))</td></tr><tr><th>Key</th><td>\(e(app.keyID))</td></tr>
         <tr><th>APNs</th><td>\(e(environment))</td></tr><tr><th>Status</th><td id="status">\(e(status))</td></tr>
         <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
         <h2>Queue</h2>
-        <dl class="stats" aria-live="polite"><dt>Queued</dt><dd id="queued">\(n("queued"))</dd><dt>Scheduled</dt><dd id="scheduled">\(n("scheduled"))</dd>
-        <dt>In flight</dt><dd id="inFlight">\(n("inFlight"))</dd><dt>Sent</dt><dd id="sent">\(n("sent"))</dd><dt>Sent per second</dt><dd id="rate">–</dd>
-        <dt>Failed</dt><dd id="failed">\(n("failed"))</dd><dt>Retried</dt><dd id="retried">\(n("retried"))</dd></dl>
+        <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent", n("sent")))\(stat("rate", "Sent per second", "–"))\(stat("failed", "Failed", n("failed")))\(stat("retried", "Retried", n("retried")))</dl>
+        \(queueTable(queue, now: now, back: "/console", showActivity: true))
         \(searchForm(Query()))
         <script src="/console/console.js"></script>
         """
+    }
+
+    static func noticeLine(_ notice: String?) -> String {
+        guard let notice, !notice.isEmpty else { return "" }
+        return "<p class=\"ok\" role=\"status\" id=\"notice\">\(e(notice))</p>"
+    }
+
+    /// Unfinished jobs with what each waits for and until when; cancel (not in flight) and retry
+    /// now (a queued job waiting for its time).
+    static func queueTable(_ queue: [PushJob], now: Date, back: String, showActivity: Bool) -> String {
+        if queue.isEmpty { return "<p class=\"muted\" id=\"queue-empty\">Nothing waiting: every accepted push was sent or finished.</p>" }
+        var h = "<table class=\"list queue\" id=\"queue\"><thead><tr><th>Job</th><th>Kind</th>\(showActivity ? "<th>Activity</th>" : "")<th>State</th><th>Due</th><th>Attempts</th><th>Why</th><th></th></tr></thead><tbody>"
+        for j in queue {
+            let state: String = switch j.state {
+            case .scheduled: "scheduled"
+            case .claimed: "in flight"
+            default: j.runAt > now ? (j.attempts > 0 ? "waiting for retry" : "waiting") : "queued"
+            }
+            h += "<tr data-job=\"\(j.id)\"><td>\(j.id)</td><td>\(e(j.kind.rawValue))</td>"
+            if showActivity { h += "<td>\(j.activityID.map { "<a href=\"/console/activities/\(e($0))\">\(e($0))</a>" } ?? "—")</td>" }
+            h += "<td class=\"state\">\(e(state))</td><td>\(e(time(j.runAt)))</td><td>\(j.attempts)</td><td>\(e(j.lastError ?? ""))</td><td class=\"actions\">"
+            if j.state != .claimed {
+                h += "<form method=\"post\" action=\"/console/jobs/\(j.id)/cancel\"><input type=\"hidden\" name=\"back\" value=\"\(e(back))\"><button type=\"submit\" class=\"cancel\">Cancel</button></form>"
+            }
+            if j.state == .queued, j.runAt > now {
+                h += "<form method=\"post\" action=\"/console/jobs/\(j.id)/retry\"><input type=\"hidden\" name=\"back\" value=\"\(e(back))\"><button type=\"submit\" class=\"retry\">Retry now</button></form>"
+            }
+            h += "</td></tr>"
+        }
+        return h + "</tbody></table>"
+    }
+
+    static func audit(_ entries: [AuditEntry], more: Int64?) -> String {
+        var h = "<h1>Audit log</h1><p class=\"muted\">What was done in the console, newest first: which admin key, what, when.</p>"
+        if entries.isEmpty { return h + "<p>Nothing yet.</p>" }
+        h += "<table class=\"list\" id=\"audit\"><thead><tr><th>At</th><th>Admin key</th><th>Action</th><th>Target</th><th>Detail</th></tr></thead><tbody>"
+        for a in entries {
+            h += "<tr><td>\(e(time(a.at)))</td><td><code>\(e(a.keyID))</code></td><td class=\"action\">\(e(a.action))</td><td>\(e(a.target ?? ""))</td><td>\(e(a.detail ?? ""))</td></tr>"
+        }
+        h += "</tbody></table>"
+        if let more { h += "<p><a href=\"/console/audit?before=\(more)\">Older</a></p>" }
+        return h
+    }
+
+    static func webhooks(_ views: [JSONValue], notice: String?, created: (id: String, secret: String)?, error: APIError?) -> String {
+        var h = "<h1>Webhooks</h1>\(noticeLine(notice))<p class=\"muted\">Each receives the app's events, signed (docs/events.md).</p>"
+        if let created {
+            h += "<p class=\"ok\" role=\"status\" id=\"created\">Webhook \(e(created.id)) added. Its signing secret, shown only now: <code id=\"secret\">\(e(created.secret))</code></p>"
+        }
+        if let error { h += "<p class=\"error\" role=\"alert\"><b>\(e(error.code))</b>: \(e(error.message))</p>" }
+        if views.isEmpty { h += "<p>No webhook yet.</p>" } else {
+            h += "<table class=\"list\" id=\"webhooks\"><thead><tr><th>URL</th><th>Status</th><th>Delivered</th><th>Waiting</th><th>Failure</th><th></th></tr></thead><tbody>"
+            for v in views {
+                let id = v["id"]?.stringValue ?? ""
+                var failure = ""
+                if let f = v["failure"] {
+                    let status = f["status"]?.numberValue?.int64Value ?? 0
+                    failure = "\(status == 0 ? "no answer" : "HTTP \(status)"): \(f["error"]?.stringValue ?? ""); \(f["attempts"]?.briefDescription ?? "0") attempts"
+                    if let next = f["nextAttemptAt"]?.numberValue?.doubleValue { failure += "; next at \(time(Date(timeIntervalSince1970: next)))" }
+                }
+                h += "<tr data-webhook=\"\(e(id))\"><td>\(e(v["url"]?.stringValue ?? ""))</td><td class=\"status\">\(e(v["status"]?.stringValue ?? ""))</td><td>\(v["delivered"]?.briefDescription ?? "0")</td>"
+                h += "<td>\(v["waiting"]?.briefDescription ?? "0")\(v["waitingMore"] == .bool(true) ? "+" : "")</td><td class=\"failure\">\(e(failure))</td>"
+                h += "<td><form method=\"post\" action=\"/console/webhooks/\(e(id))/delete\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>"
+            }
+            h += "</tbody></table>"
+        }
+        h += """
+        <h2>Add a webhook</h2>
+        <form method="post" action="/console/webhooks"><label for="url">URL</label><input id="url" name="url" placeholder="https://backend.example.com/isle-events" required>
+        <button type="submit">Add</button></form>
+        """
+        return h
     }
 
     /// Polls `/console/stats` every two seconds; the rate is sent per second between polls. Served
@@ -108,12 +184,16 @@ enum ConsolePages {
         return h + "</tbody></table>"
     }
 
-    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], compose: Compose) -> String {
-        var h = "<h1>\(e(a.externalKey ?? a.id))</h1><table class=\"facts\">"
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], now: Date, compose: Compose, notice: String?) -> String {
+        var h = "<h1>\(e(a.externalKey ?? a.id))</h1>\(noticeLine(notice))<table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
         h += "<tr><th>APNs environment</th><td>\(e(a.environment?.rawValue ?? "the server's default"))</td></tr>"
         h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
+        h += "<h2>Queue</h2>" + queueTable(queue, now: now, back: "/console/activities/\(a.id)", showActivity: false)
+        if a.state.acceptsPushes {
+            h += "<form method=\"post\" action=\"/console/activities/\(e(a.id))/end\" class=\"inline\"><button type=\"submit\" id=\"end-activity\">End this activity now</button></form>"
+        }
         h += "<h2>Timeline</h2>"
         if deliveries.isEmpty { h += "<p class=\"muted\">Nothing sent yet.</p>" }
         else {
@@ -131,7 +211,12 @@ enum ConsolePages {
         if let error = compose.error {
             h += "<p class=\"error\" role=\"alert\"><b>\(e(error.code))</b>\(error.field.map { " (" + e($0) + ")" } ?? ""): \(e(error.message))</p>"
         }
-        if let result = compose.result { h += "<p class=\"ok\" role=\"status\">\(e(result))</p>" }
+        if let result = compose.result { h += "<p class=\"ok\" role=\"status\" id=\"compose-result\">\(e(result))</p>" }
+        if !compose.warnings.isEmpty {
+            h += "<div class=\"error\" role=\"alert\" id=\"warnings\"><p><b>Not queued.</b> The validator warns:</p><ul>"
+            for w in compose.warnings { h += "<li>\(e(w))</li>" }
+            h += "</ul><p>Fix the request, or tick the box below to queue it as it is.</p></div>"
+        }
         let example = #"{"contentState": {}, "alert": {"title": "…", "body": "…"}, "priority": 10}"#
         h += """
         <form method="post" action="/console/activities/\(e(a.id))/compose">
@@ -139,6 +224,7 @@ enum ConsolePages {
         <option value="end"\(compose.event == "end" ? " selected" : "")>end</option></select>
         <label for="body">Request (as for POST /v1/activities/{id}/update)</label>
         <textarea id="body" name="body" rows="8" placeholder="\(e(example))">\(e(compose.body))</textarea>
+        \(compose.warnings.isEmpty ? "" : "<label class=\"confirm\"><input type=\"checkbox\" name=\"confirm\" id=\"confirm\"> Queue it despite these warnings</label>")
         <button type="submit">Validate and queue</button></form>
         """
         return h
@@ -158,8 +244,11 @@ enum ConsolePages {
     table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
     th, td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: anywhere; }
     .facts th { width: 160px; color: var(--muted); font-weight: 500; }
-    .stats { display: grid; grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); gap: 8px; }
-    .stats dt { color: var(--muted); } .stats dd { margin: 0 0 8px; font-size: 22px; font-variant-numeric: tabular-nums; }
+    .stats { display: grid; grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); gap: 8px; margin: 8px 0 16px; }
+    .stats > div { border: 1px solid var(--line); border-radius: 8px; padding: 8px 10px; }
+    .stats dt { color: var(--muted); } .stats dd { margin: 0; font-size: 22px; font-variant-numeric: tabular-nums; }
+    td.actions { white-space: nowrap; } td.actions form, form.inline { display: inline-block; margin: 0 4px 0 0; }
+    label.confirm { display: flex; gap: 6px; align-items: center; }
     form { display: grid; gap: 6px; max-width: 720px; margin: 12px 0; }
     form.search { grid-template-columns: auto 1fr; align-items: center; }
     input, select, textarea, button { font: inherit; padding: 6px 8px; border: 1px solid var(--line); border-radius: 6px; background: transparent; color: inherit; }

@@ -64,23 +64,29 @@ struct EventsController {
         let caller = try context.caller(.backend)
         let body = try await Body.read(request)
         try body.only(WireContract.webhookCreation)
-        let url = try Self.endpoint(try body.bounded("url", 2000, required: true) ?? "")
+        let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "")
+        var view = try await Self.view(hook, store: services.store).objectValue ?? [:]
+        view["secret"] = .string(secret)
+        return JSONResponse.make(.object(view), status: .created)
+    }
+
+    /// A new webhook of the app and its secret (the API's and the console's one way to make one).
+    func create(bundleID: String, url text: String) async throws -> (WebhookRecord, String) {
+        let url = try Self.endpoint(text)
         if let host = URLComponents(string: url)?.host, !services.configuration.webhooks.allows(host: host) {
             throw APIError(.unprocessableContent, "webhookHostNotAllowed", "this server sends webhooks only to \((services.configuration.webhooks.allowedHosts ?? []).joined(separator: ", ")) (isle serve --webhook-hosts); \(host) is not one of them", field: "url")
         }
-        let existing = try await services.store.webhooks(bundleID: caller.bundleID)
+        let existing = try await services.store.webhooks(bundleID: bundleID)
         guard existing.count < Self.maximumWebhooks else {
             throw APIError(.conflict, "tooManyWebhooks", "an app has at most \(Self.maximumWebhooks) webhooks; delete one first")
         }
         let secret = "whsec_" + Self.random(32)
-        let stored = services.configuration.masterKey?.seal(secret, bundleID: caller.bundleID) ?? secret
-        let hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: caller.bundleID, url: url, secret: stored, createdAt: services.clock.now,
-                                 cursor: try await services.store.lastEventSeq(bundleID: caller.bundleID))
+        let stored = services.configuration.masterKey?.seal(secret, bundleID: bundleID) ?? secret
+        let hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: bundleID, url: url, secret: stored, createdAt: services.clock.now,
+                                 cursor: try await services.store.lastEventSeq(bundleID: bundleID))
         try await services.store.insertWebhook(hook)
         services.events.ring()
-        var view = try await Self.view(hook, store: services.store).objectValue ?? [:]
-        view["secret"] = .string(secret)
-        return JSONResponse.make(.object(view), status: .created)
+        return (hook, secret)
     }
 
     @Sendable func listWebhooks(_ request: Request, context: IsleRequestContext) async throws -> Response {

@@ -108,3 +108,25 @@ extension PostgresStore {
         }
     }
 }
+
+// The audit log of console actions.
+extension PostgresStore {
+    public func appendAudit(_ e: AuditEntry) async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("INSERT INTO audit_log (bundle_id, key_id, action, target, detail, at) VALUES ($1, $2, $3, $4, $5, $6)",
+                                [.text(e.bundleID), .text(e.keyID), .text(e.action), .text(e.target), .text(e.detail), .date(e.at)], logger: log)
+        }
+    }
+
+    public func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM audit_log WHERE bundle_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+                                [.text(bundleID), .int(before ?? Int64.max), .int(max(0, limit))], logger: log).map { r in
+                AuditEntry(bundleID: try r.string("bundle_id"), keyID: try r.string("key_id"), action: try r.string("action"), target: try r.optionalString("target"),
+                           detail: try r.optionalString("detail"), at: try r.date("at"), id: try r.int("id"))
+            }
+        }
+    }
+}

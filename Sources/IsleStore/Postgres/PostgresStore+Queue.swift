@@ -603,6 +603,38 @@ extension PostgresStore {
         }
     }
 
+    public func openJobs(bundleID: String, activityID: String?, limit: Int) async throws -> [PushJob] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("""
+                SELECT * FROM jobs WHERE bundle_id = $1 AND ($2::text IS NULL OR activity_id = $2) AND state IN ('scheduled', 'queued', 'claimed') ORDER BY run_at, id LIMIT $3
+                """, [.text(bundleID), .text(activityID), .int(max(0, limit))], logger: log).map(Self.job)
+        }
+    }
+
+    public func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob? {
+        let log = logger
+        return try await transaction { conn in
+            guard let peek = try await conn.row("SELECT lane FROM jobs WHERE id = $1 AND bundle_id = $2", [.int(id), .text(bundleID)], logger: log) else { return nil }
+            // The lane's lock first, as every change to a lane takes it.
+            if let lane = try peek.optionalString("lane") { try await Self.lockLane(conn, lane, logger: log) }
+            guard let job = try await conn.row("SELECT * FROM jobs WHERE id = $1 AND state IN ('scheduled', 'queued') FOR UPDATE", [.int(id)], logger: log).map(Self.job) else { return nil }
+            try await conn.rows("UPDATE jobs SET state = 'dropped', last_error = $2, is_head = FALSE WHERE id = $1", [.int(id), .text(reason)], logger: log)
+            try await Self.fixHead(conn, job.lane, logger: log)
+            return job
+        }
+    }
+
+    public func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in
+            guard try await conn.row("SELECT id FROM jobs WHERE id = $1 AND bundle_id = $2 AND state = 'queued'", [.int(id), .text(bundleID)], logger: log) != nil else { return false }
+            try await conn.rows("UPDATE jobs SET run_at = $1 WHERE id = $2 AND state = 'queued' AND run_at > $1", [.date(now), .int(id)], logger: log)
+            try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log)
+            return true
+        }
+    }
+
     public func job(id: Int64) async throws -> PushJob? {
         let log = logger
         return try await read { conn in try await conn.row("SELECT * FROM jobs WHERE id = $1", [.int(id)], logger: log).map(Self.job) }

@@ -388,7 +388,7 @@ public final class PostgresStore: IsleStore {
     public func dropEverything() async throws {
         let log = logger
         try await transaction { conn in
-            for t in ["webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
+            for t in ["audit_log", "webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
                 try await conn.rows("DROP TABLE IF EXISTS \(t) CASCADE", logger: log)
             }
             try await conn.rows("DROP SEQUENCE IF EXISTS job_seq", logger: log)
@@ -1020,6 +1020,7 @@ extension PostgresStore {
             try await conn.rows("SELECT setval('deliveries_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM deliveries), 1))", logger: log)
             try await conn.rows("SELECT setval('high_priority_sends_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM high_priority_sends), 1))", logger: log)
             try await conn.rows("SELECT setval('job_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM jobs), 1))", logger: log)
+            try await conn.rows("SELECT setval('audit_log_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM audit_log), 1))", logger: log)
             try await conn.rows("SELECT setval('events_seq_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM events), 1))", logger: log)
         }
     }

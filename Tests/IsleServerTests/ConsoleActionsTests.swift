@@ -1,0 +1,101 @@
+import Foundation
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Testing
+
+/// The console acts (issue 26): the queue with why and until when, cancel, retry now, end an
+/// activity, compose that refuses a warned payload until confirmed, webhooks; every action in the
+/// audit log with the admin key that did it.
+@Suite("Console actions and the audit log", .serialized)
+struct ConsoleActionsTests {
+    typealias C = ConsoleTests
+
+    @Test("queue: a scheduled push shows and is cancelled; a push waiting for its retry is sent now; both in the audit log with the key")
+    func cancelAndRetry() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-queue")
+            let (cookie, keyID, _) = try await C.signInWithKey(f)
+            // Scheduled a day ahead: on the dashboard and the activity's page, cancellable.
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            let queued = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Tomorrow"), "sendAt": .int(later)])
+            let job = try #require(queued.json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+            let dashboard = try await C.send(f, "GET", "/console", cookie: cookie)
+            #expect(dashboard.text.contains("data-job=\"\(job)\"") && dashboard.text.contains(">scheduled<") && dashboard.text.contains("/console/jobs/\(job)/cancel"))
+            let cancelled = try await C.send(f, "POST", "/console/jobs/\(job)/cancel", form: ["back": "/console/activities/\(id)"], cookie: cookie)
+            #expect(cancelled.status == 303 && cancelled.location?.hasPrefix("/console/activities/\(id)?done=") == true)
+            #expect(try await SQLiteStore(path: f.databasePath).job(id: job)?.state == .dropped)
+            let again = try await C.send(f, "POST", "/console/jobs/\(job)/cancel", form: [:], cookie: cookie)
+            #expect(again.location?.contains("not%20cancelled") == true)
+            #expect(!(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie)).text.contains("data-job=\"\(job)\""))
+
+            // A 503: the push waits for its retry; "Retry now" sends it at once (the clock does not move).
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Retried")]).status == 202)
+            try await eventually("the push waits for its retry") {
+                let page = try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text
+                return page.contains(">waiting for retry<") && page.contains("ServiceUnavailable") && page.contains("/retry")
+            }
+            let waiting = try #require(try await SQLiteStore(path: f.databasePath).openJobs(bundleID: Pizza.bundleID, activityID: id, limit: 10).first?.id)
+            let retried = try await C.send(f, "POST", "/console/jobs/\(waiting)/retry", form: ["back": "/console/activities/\(id)"], cookie: cookie)
+            #expect(retried.status == 303)
+            try await f.waitForDevice("the retried push delivered") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Retried" }
+            // A job of another app, or one that does not exist: not found, nothing changes.
+            #expect(try await C.send(f, "POST", "/console/jobs/999999/retry", form: [:], cookie: cookie).location?.contains("not%20retried") == true)
+            #expect(try await C.send(f, "POST", "/console/jobs/abc/retry", form: [:], cookie: cookie).status == 400)
+
+            let audit = try await C.send(f, "GET", "/console/audit", cookie: cookie).text
+            #expect(audit.contains(">job.cancel<") && audit.contains("job \(job)") && audit.contains(">job.retry<") && audit.contains("job \(waiting)") && audit.contains(keyID) && audit.contains(">signIn<"))
+            // Cancel and retry need a signed-in operator, from the console's own pages.
+            #expect(try await C.send(f, "POST", "/console/jobs/\(waiting)/retry", form: [:]).status == 401)
+        }
+    }
+
+    @Test("end an activity from its page; compose refuses a payload the validator warns about until the operator confirms the warning")
+    func endAndConfirm() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-end")
+            let cookie = try await C.signIn(f)
+            // Unix time in a Date field (shown 31 years late): a warning, nothing queued.
+            let unix = #"{"contentState":{"driverName":"Late","deliveryTimer":[1767225600,1767227400]}}"#
+            let warned = try await C.send(f, "POST", "/console/activities/\(id)/compose", form: ["event": "update", "body": unix], cookie: cookie)
+            #expect(warned.status == 422 && warned.text.contains("id=\"warnings\"") && warned.text.contains("unixTimeInDateField") && warned.text.contains("name=\"confirm\""), "\(warned.text.prefix(3000))")
+            #expect(!warned.text.contains("Queued as job"))
+            #expect(try await SQLiteStore(path: f.databasePath).openJobs(bundleID: Pizza.bundleID, activityID: id, limit: 10).isEmpty)
+            let confirmed = try await C.send(f, "POST", "/console/activities/\(id)/compose", form: ["event": "update", "body": unix, "confirm": "on"], cookie: cookie)
+            #expect(confirmed.status == 200 && confirmed.text.contains("Queued as job") && confirmed.text.contains("warnings were confirmed"))
+            try await f.waitForDevice("the confirmed update") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Late" }
+
+            let ended = try await C.send(f, "POST", "/console/activities/\(id)/end", form: [:], cookie: cookie)
+            #expect(ended.status == 200 && ended.text.contains("Queued as job"))
+            try await f.waitForDevice("the activity ended on the phone") { d in d.activities.first { $0.id == a.id }?.state == .ended }
+            let audit = try await C.send(f, "GET", "/console/audit", cookie: cookie).text
+            #expect(audit.contains(">activity.push<") && audit.contains("warnings confirmed") && audit.contains(">activity.end<"))
+        }
+    }
+
+    @Test("webhooks in the console: added (the secret shown once), listed with a failure, deleted; refusals shown")
+    func webhooks() async throws {
+        try await ServerFixture.with(server: EventsTests.tune) { f in
+            let (_, id) = try await f.appStartsActivity(key: "order-hooks")
+            let cookie = try await C.signIn(f)
+            let bad = try await C.send(f, "POST", "/console/webhooks", form: ["url": "ftp://x"], cookie: cookie)
+            #expect(bad.status == 400 && bad.text.contains("invalidField"))
+            let added = try await C.send(f, "POST", "/console/webhooks", form: ["url": "http://127.0.0.1:9/closed"], cookie: cookie)
+            #expect(added.status == 200 && added.text.contains("id=\"secret\">whsec_"))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("the failure shown") {
+                let page = try await C.send(f, "GET", "/console/webhooks", cookie: cookie).text
+                return page.contains(">failing<") && page.contains("no answer") && !page.contains("whsec_")
+            }
+            let hook = try #require(try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"]?.arrayValue?.first?["id"]?.stringValue)
+            let deleted = try await C.send(f, "POST", "/console/webhooks/\(hook)/delete", form: [:], cookie: cookie)
+            #expect(deleted.status == 303)
+            #expect(try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"] == [])
+            let audit = try await C.send(f, "GET", "/console/audit", cookie: cookie).text
+            #expect(audit.contains(">webhook.create<") && audit.contains(">webhook.delete<") && audit.contains(hook))
+        }
+    }
+}
