@@ -136,9 +136,30 @@ public struct AppCircuit: Sendable, Hashable {
     }
 }
 
+/// An operator paused the app by hand (the console): nothing is sent for it, on any instance,
+/// until an operator resumes it. Stored, so it holds across restarts and instances.
+public struct OperatorPause: Sendable, Hashable {
+    public var bundleID: String
+    /// The admin key that paused it.
+    public var keyID: String
+    public var reason: String
+    public var at: Date
+    public init(bundleID: String, keyID: String, reason: String, at: Date) {
+        self.bundleID = bundleID
+        self.keyID = keyID
+        self.reason = reason
+        self.at = at
+    }
+}
+
 /// The circuits of every app, shared by the engine's workers and read by the API.
 public final class AppCircuits: Sendable {
     private let circuits = Mutex<[String: AppCircuit]>([:])
+    private let pauses = Mutex<[String: OperatorPause]>([:])
+    /// The operators' pauses as last read from the store (the engine reads them every second).
+    public func setOperatorPauses(_ list: [OperatorPause]) { pauses.withLock { $0 = Dictionary(list.map { ($0.bundleID, $0) }, uniquingKeysWith: { a, _ in a }) } }
+    public func operatorPause(_ bundleID: String) -> OperatorPause? { pauses.withLock { $0[bundleID] } }
+    public var operatorPauses: [String: OperatorPause] { pauses.withLock { $0 } }
     let settings: AppCircuit.Settings
 
     public init(settings: AppCircuit.Settings = .init()) { self.settings = settings }
@@ -148,7 +169,9 @@ public final class AppCircuits: Sendable {
     }
     public func circuit(_ bundleID: String) -> AppCircuit { circuits.withLock { $0[bundleID] ?? AppCircuit(settings: settings) } }
     /// Apps whose jobs must not be claimed at `now`.
-    public func held(at now: Date) -> Set<String> { circuits.withLock { c in Set(c.filter { !$0.value.admits(now) }.keys) } }
+    public func held(at now: Date) -> Set<String> {
+        circuits.withLock { c in Set(c.filter { !$0.value.admits(now) }.keys) }.union(pauses.withLock { Set($0.keys) })
+    }
     public var all: [String: AppCircuit] { circuits.withLock { $0 } }
     public func resume(_ bundleID: String, now: Date) { circuits.withLock { $0[bundleID]?.resume(now: now) } }
 }

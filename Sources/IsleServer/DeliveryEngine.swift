@@ -27,6 +27,7 @@ public final class DeliveryEngine: Service {
     public let counters = EngineCounters()
     /// Rung after every completion this process writes (it may have written events).
     public let events = EventBell()
+    let pausesRead = Mutex<ContinuousClock.Instant?>(nil)
     let inFlight = InFlight()
     let random: Mutex<SeededRandom>
     let apps = AppCache()
@@ -176,6 +177,7 @@ public final class DeliveryEngine: Service {
                 // every completion — each claim is a transaction.
                 let worthIt = busy == 0 || room >= max(1, min(16, configuration.concurrency / 8))
                 if batch > 0, worthIt {
+                    await refreshOperatorPauses()
                     let now = clock.now
                     do {
                         claimed = try await store.claim(limit: batch, now: now, lease: configuration.lease, worker: worker, excludingApps: circuits.held(at: now))
@@ -204,7 +206,10 @@ public final class DeliveryEngine: Service {
                 // rest of the store's work when it comes due.
                 let now = clock.now
                 let held = circuits.held(at: now)
-                for app in held { wake(at: circuits.circuit(app).resumesAt(now)) }
+                for app in held where circuits.operatorPause(app) == nil { wake(at: circuits.circuit(app).resumesAt(now)) }
+                // An app an operator paused comes back when one resumes it, maybe on another
+                // instance: look again every second while any is paused.
+                if !circuits.operatorPauses.isEmpty { wake(at: now.addingTimeInterval(1)) }
                 // Only once nothing is in flight: each completion wakes the loop again anyway, and
                 // under load this keeps the look-up off the hot path.
                 if failing == nil, inFlight.count == 0 { await scheduleNextDue(held: held) }
@@ -231,6 +236,21 @@ public final class DeliveryEngine: Service {
         }
         await commit(completion)
         wakeWhenDue(completion)
+    }
+
+    /// The operators' pauses, read from the store at most four times a second (every instance
+    /// sees a pause or a resume within a second; docs/server.md).
+    func refreshOperatorPauses() async {
+        let due = pausesRead.withLock { last -> Bool in
+            let now = ContinuousClock.now
+            guard last.map({ now - $0 >= .milliseconds(250) }) ?? true else { return false }
+            last = now
+            return true
+        }
+        guard due else { return }
+        do { circuits.setOperatorPauses(try await store.operatorPauses()) } catch {
+            logger.warning("reading the operators' pauses failed; keeping the last known", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Bookkeeping is retried in process until it is written: a failed write never leaves a job

@@ -14,7 +14,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
 public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
-    IdempotencyRepository, EventRepository, AuditRepository {
+    IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
     func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
@@ -139,6 +139,16 @@ public protocol EventRepository: Sendable {
     /// Takes or renews, for `lease`, the right to send the webhook's events: one process at a time
     /// sends an endpoint's events, so they arrive in order. False while another process holds it.
     func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool
+}
+
+/// Apps an operator paused by hand; each change writes its event (`app.paused`, `app.resumed`) in
+/// the same transaction.
+public protocol OperatorPauseRepository: Sendable {
+    /// Pauses the app (again: the newer reason); false when it was paused already.
+    func pauseApp(_ pause: OperatorPause, event: NewEvent) async throws -> Bool
+    /// Resumes the app; the pause it had, or nil when it was not paused (no event then).
+    func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause?
+    func operatorPauses() async throws -> [OperatorPause]
 }
 
 /// What operators did in the console.

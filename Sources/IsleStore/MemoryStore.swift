@@ -35,6 +35,7 @@ public final class MemoryStore: IsleStore {
         var webhooks: [String: WebhookRecord] = [:]
         var webhookHolds: [String: (worker: String, until: Date)] = [:]
         var audit: [AuditEntry] = []
+        var pauses: [String: OperatorPause] = [:]
 
         mutating func append(_ new: [NewEvent]) {
             for e in new {
@@ -583,4 +584,25 @@ extension MemoryStore {
     public func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry] {
         state.withLock { s in Array(s.audit.reversed().filter { $0.bundleID == bundleID && ($0.id ?? 0) < (before ?? Int64.max) }.prefix(max(0, limit))) }
     }
+}
+
+extension MemoryStore {
+    public func pauseApp(_ p: OperatorPause, event: NewEvent) async throws -> Bool {
+        state.withLock { s in
+            let was = s.pauses[p.bundleID] != nil
+            s.pauses[p.bundleID] = p
+            if !was { s.append([event]) }
+            return !was
+        }
+    }
+
+    public func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause? {
+        state.withLock { s in
+            guard let p = s.pauses.removeValue(forKey: bundleID) else { return nil }
+            s.append([event])
+            return p
+        }
+    }
+
+    public func operatorPauses() async throws -> [OperatorPause] { state.withLock { s in s.pauses.values.sorted { $0.bundleID < $1.bundleID } } }
 }

@@ -111,3 +111,33 @@ extension SQLiteStore {
         }
     }
 }
+
+// Operators' pauses.
+extension SQLiteStore {
+    public func pauseApp(_ p: OperatorPause, event: NewEvent) async throws -> Bool {
+        try await writer.write { db in
+            let was = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM app_pauses WHERE bundle_id = ?", arguments: [p.bundleID]) == 1
+            try db.execute(sql: "INSERT OR REPLACE INTO app_pauses (bundle_id, key_id, reason, at) VALUES (?, ?, ?, ?)",
+                           arguments: [p.bundleID, p.keyID, p.reason, p.at.timeIntervalSince1970])
+            if !was { try Self.insertEvents(db, [event]) }
+            return !was
+        }
+    }
+
+    public func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause? {
+        try await writer.write { db in
+            guard let r = try Row.fetchOne(db, sql: "SELECT * FROM app_pauses WHERE bundle_id = ?", arguments: [bundleID]) else { return nil }
+            try db.execute(sql: "DELETE FROM app_pauses WHERE bundle_id = ?", arguments: [bundleID])
+            try Self.insertEvents(db, [event])
+            return OperatorPause(bundleID: r["bundle_id"], keyID: r["key_id"], reason: r["reason"], at: Date(timeIntervalSince1970: r["at"]))
+        }
+    }
+
+    public func operatorPauses() async throws -> [OperatorPause] {
+        try readNow { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM app_pauses ORDER BY bundle_id").map { r in
+                OperatorPause(bundleID: r["bundle_id"], keyID: r["key_id"], reason: r["reason"], at: Date(timeIntervalSince1970: r["at"]))
+            }
+        }
+    }
+}

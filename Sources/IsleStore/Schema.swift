@@ -205,6 +205,10 @@ public enum Schema {
             c("id", .rowNumber, pk: true), c("bundle_id", .text), c("key_id", .text), c("action", .text), c("target", .text, null: true),
             c("detail", .text, null: true), c("at", .time),
         ]),
+        // Apps an operator paused by hand (the console).
+        Table(name: "app_pauses", columns: [
+            c("bundle_id", .text, pk: true), c("key_id", .text), c("reason", .text), c("at", .time),
+        ]),
     ]
 
     public static let indexes: [Index] = [
@@ -281,10 +285,11 @@ public enum Schema {
         // Events and webhooks (docs/events.md), as the definition has them.
         Change(name: "events and webhooks") { dialect in newTables(["events", "webhooks"], dialect) },
         Change(name: "audit log") { dialect in newTables(["audit_log"], dialect) },
+        Change(name: "operator pauses") { dialect in newTables(["app_pauses"], dialect) },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
-    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log"]
+    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses"]
 
     /// The statements that create `names` (and their indexes) as the definition has them.
     static func newTables(_ names: [String], _ dialect: Dialect) -> [String] {

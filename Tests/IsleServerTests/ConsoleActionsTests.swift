@@ -98,4 +98,38 @@ struct ConsoleActionsTests {
             #expect(audit.contains(">webhook.create<") && audit.contains(">webhook.delete<") && audit.contains(hook))
         }
     }
+
+    @Test("pause the app by hand: nothing is sent, across a restart, until it is resumed; both are events and in the audit log")
+    func pauseAndResume() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-pause")
+            let cookie = try await C.signIn(f)
+            #expect(try await C.send(f, "POST", "/console/app/pause", form: ["reason": ""], cookie: cookie).location?.contains("Not%20paused") == true)
+            let paused = try await C.send(f, "POST", "/console/app/pause", form: ["reason": "wrong copy in the alerts"], cookie: cookie)
+            #expect(paused.status == 303 && paused.location?.contains("Paused") == true)
+            let app = try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]
+            #expect(app?["state"] == "paused" && app?["reason"]?.stringValue?.contains("wrong copy in the alerts") == true)
+            #expect(try await C.send(f, "GET", "/console", cookie: cookie).text.contains("id=\"resume-app\""))
+            // Accepted, not sent; still paused after a restart.
+            let queued = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("After the pause")])
+            #expect(queued.status == 202)
+            await f.stop()
+            try await f.start()
+            try await eventually("the pause read back after the restart") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "paused" }
+            let job = try #require(queued.json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+            #expect(try await SQLiteStore(path: f.databasePath).job(id: job)?.state == .queued)
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] != "After the pause")
+            // Sessions live in memory: sign in again after the restart.
+            let again = try await C.signIn(f)
+            let resumed = try await C.send(f, "POST", "/console/app/resume", form: [:], cookie: again)
+            #expect(resumed.status == 303 && resumed.location?.contains("Resumed") == true)
+            try await f.waitForDevice("sent once resumed") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "After the pause" }
+            #expect(try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "running")
+            let events = try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []
+            #expect(events.filter { $0["type"] == "app.paused" }.map { $0["data"]?["cause"] } == ["operator"])
+            #expect(events.filter { $0["type"] == "app.resumed" }.map { $0["data"]?["source"] } == ["operator"])
+            let audit = try await C.send(f, "GET", "/console/audit", cookie: again).text
+            #expect(audit.contains(">app.pause<") && audit.contains("wrong copy in the alerts") && audit.contains(">app.resume<"))
+        }
+    }
 }

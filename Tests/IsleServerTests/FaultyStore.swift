@@ -116,6 +116,9 @@ final class FaultyStore: IsleStore {
     func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool { try await base.retryJobNow(id: id, bundleID: bundleID, now: now) }
     func appendAudit(_ entry: AuditEntry) async throws { try await base.appendAudit(entry) }
     func auditLog(bundleID: String, before: Int64?, limit: Int) async throws -> [AuditEntry] { try await base.auditLog(bundleID: bundleID, before: before, limit: limit) }
+    func pauseApp(_ pause: OperatorPause, event: NewEvent) async throws -> Bool { try await base.pauseApp(pause, event: event) }
+    func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause? { try await base.resumeApp(bundleID: bundleID, event: event) }
+    func operatorPauses() async throws -> [OperatorPause] { try await base.operatorPauses() }
     // Events and webhooks pass through.
     func appendEvents(_ events: [NewEvent]) async throws { try await base.appendEvents(events) }
     func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] { try await base.events(bundleID: bundleID, after: seq, limit: limit) }

@@ -184,4 +184,18 @@ struct EventStoreTests {
         #expect(try await s.auditLog(bundleID: app, before: page.last?.id, limit: 10).map(\.target) == ["job 1", "job 0"])
         #expect(try await s.auditLog(bundleID: "com.example.other", before: nil, limit: 10).map(\.action) == ["signIn"])
     }
+
+    @Test("operator pauses: stored with their event in one transaction; a second pause changes the reason without an event; resume returns the pause", arguments: StoreKind.allCases)
+    func pauses(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        let paused = NewEvent(bundleID: app, type: .appPaused, data: ["cause": "operator"], at: t0)
+        #expect(try await s.pauseApp(OperatorPause(bundleID: app, keyID: "key_1", reason: "first", at: t0), event: paused))
+        #expect(try await !s.pauseApp(OperatorPause(bundleID: app, keyID: "key_2", reason: "second", at: t0.addingTimeInterval(1)), event: paused))
+        #expect(try await s.operatorPauses() == [OperatorPause(bundleID: app, keyID: "key_2", reason: "second", at: t0.addingTimeInterval(1))])
+        let resumed = NewEvent(bundleID: app, type: .appResumed, data: ["source": "operator"], at: t0.addingTimeInterval(2))
+        #expect(try await s.resumeApp(bundleID: app, event: resumed)?.reason == "second")
+        #expect(try await s.resumeApp(bundleID: app, event: resumed) == nil)
+        #expect(try await s.operatorPauses().isEmpty)
+        #expect(try await s.events(bundleID: app, after: 0, limit: 10).map(\.event.type) == [.appPaused, .appResumed])
+    }
 }

@@ -134,6 +134,22 @@ struct ConsoleController: Sendable {
             try await audit(admin, "job.retry", target: "job \(id)", detail: nil)
             return redirect(back, notice: "Job \(id) goes now.")
         }
+        router.post("console/app/pause") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let reason = (try await Self.form(request)["reason"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !reason.isEmpty, reason.count <= 500 else { return redirect("/console", notice: "Not paused: say why (up to 500 characters), for the audit log and the other operators.") }
+            let paused = try await AppControl(services: services).pause(bundleID: admin.bundleID, keyID: admin.keyID, reason: reason)
+            try await audit(admin, "app.pause", target: admin.bundleID, detail: reason)
+            return redirect("/console", notice: paused ? "Paused: nothing is sent for the app until it is resumed." : "Was paused already; the reason is updated.")
+        }
+        router.post("console/app/resume") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            let lifted = try await AppControl(services: services).resume(bundleID: admin.bundleID, keyID: admin.keyID)
+            try await audit(admin, "app.resume", target: admin.bundleID, detail: lifted ? "an operator's pause lifted" : "a probe now")
+            return redirect("/console", notice: lifted ? "Resumed: the app's pushes go again." : "Not paused by an operator; a paused or backing-off app is probed now.")
+        }
         router.get("console/audit") { request, context in
             let admin = try await required(request, context)
             var before: Int64?
@@ -254,13 +270,17 @@ struct ConsoleController: Sendable {
     func dashboard(_ admin: Admin, notice: String? = nil) async throws -> String {
         let app = try await services.app(admin.bundleID)
         let circuit = services.engine.circuits.circuit(admin.bundleID)
-        let status: String = switch circuit.mode {
-        case .running: "sending"
-        case .backingOff(let until, let reason): "backing off until \(ISO8601DateFormatter().string(from: until)): \(reason)"
-        case .paused(let until, let reason, _): "paused by a configuration error until \(ISO8601DateFormatter().string(from: until)): \(reason)"
+        let pause = try await services.store.operatorPauses().first { $0.bundleID == admin.bundleID }
+        let status: String = if let pause { "paused by an operator (key \(pause.keyID)) since \(ISO8601DateFormatter().string(from: pause.at)): \(pause.reason)" } else {
+            switch circuit.mode {
+            case .running: "sending"
+            case .backingOff(let until, let reason): "backing off until \(ISO8601DateFormatter().string(from: until)): \(reason)"
+            case .paused(let until, let reason, _): "paused by a configuration error until \(ISO8601DateFormatter().string(from: until)): \(reason)"
+            }
         }
         let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
-        return ConsolePages.dashboard(app: app, status: status, environment: services.environmentName, stats: try await stats(admin), queue: queue, now: services.clock.now, notice: notice)
+        return ConsolePages.dashboard(app: app, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin), queue: queue,
+                                      now: services.clock.now, notice: notice)
     }
 
     func stats(_ admin: Admin) async throws -> JSONValue {

@@ -51,7 +51,10 @@ enum ConsolePages {
         return h
     }
 
-    static func dashboard(app: AppRecord, status: String, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?) -> String {
+    static func dashboard(app: AppRecord, status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?) -> String {
+        let control = paused
+            ? "<form method=\"post\" action=\"/console/app/resume\" class=\"inline\"><button type=\"submit\" id=\"resume-app\">Resume the app</button></form>"
+            : "<form method=\"post\" action=\"/console/app/pause\" class=\"pause\"><label for=\"reason\">Pause the app: nothing is sent until it is resumed. Why?</label><input id=\"reason\" name=\"reason\" maxlength=\"500\" required><button type=\"submit\" id=\"pause-app\">Pause the app</button></form>"
         func n(_ k: String) -> String { stats[k].map { $0.briefDescription } ?? "0" }
         func stat(_ id: String, _ label: String, _ value: String) -> String { "<div><dt>\(label)</dt><dd id=\"\(id)\">\(value)</dd></div>" }
         return """
@@ -59,6 +62,7 @@ enum ConsolePages {
         <table class="facts"><tr><th>Team</th><td>\(e(app.teamID))</td></tr><tr><th>Key</th><td>\(e(app.keyID))</td></tr>
         <tr><th>APNs</th><td>\(e(environment))</td></tr><tr><th>Status</th><td id="status">\(e(status))</td></tr>
         <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
+        \(control)
         <h2>Queue</h2>
         <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent", n("sent")))\(stat("rate", "Sent per second", "–"))\(stat("failed", "Failed", n("failed")))\(stat("retried", "Retried", n("retried")))</dl>
         \(queueTable(queue, now: now, back: "/console", showActivity: true))

@@ -25,14 +25,12 @@ struct OperationsController {
         // configuration error), with the reason; `resume` probes at once after a fix.
         v1.get("app") { _, context in
             let caller = try context.caller(.backend)
-            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID)))
+            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID), pause: services.engine.circuits.operatorPause(caller.bundleID)))
         }
         v1.post("app/resume") { _, context in
             let caller = try context.caller(.backend)
-            services.engine.circuits.resume(caller.bundleID, now: services.clock.now)
-            try await services.store.wakeApp(bundleID: caller.bundleID, now: services.clock.now)
-            services.engine.wake()
-            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID)))
+            try await AppControl(services: services).resume(bundleID: caller.bundleID, keyID: nil)
+            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID), pause: services.engine.circuits.operatorPause(caller.bundleID)))
         }
     }
 
@@ -43,9 +41,10 @@ struct OperationsController {
         do { try await services.store.ping() } catch {
             throw APIError(.serviceUnavailable, "notReady", "the database is not reachable", retryAfter: 1)
         }
-        let held = services.engine.circuits.all.filter { $0.value.mode != .running }.sorted { $0.key < $1.key }
+        let circuits = services.engine.circuits
+        let held = Set(circuits.all.filter { $0.value.mode != .running }.keys).union(circuits.operatorPauses.keys).sorted()
         var o: JSONObject = ["status": held.isEmpty ? "ready" : "degraded"]
-        if !held.isEmpty, try await isAdmin(request, context) { o["apps"] = .array(held.map { Views.app(bundleID: $0.key, $0.value) }) }
+        if !held.isEmpty, try await isAdmin(request, context) { o["apps"] = .array(held.map { Views.app(bundleID: $0, circuits.circuit($0), pause: circuits.operatorPause($0)) }) }
         return JSONResponse.make(.object(o))
     }
 

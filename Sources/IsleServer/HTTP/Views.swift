@@ -6,8 +6,12 @@ import IsleStore
 enum Views {
     static func date(_ d: Date?) -> JSONValue { d.map { .int(Int64($0.timeIntervalSince1970)) } ?? .null }
 
-    static func app(bundleID: String, _ c: AppCircuit) -> JSONValue {
+    static func app(bundleID: String, _ c: AppCircuit, pause: OperatorPause? = nil) -> JSONValue {
         var d: JSONObject
+        if let pause {
+            // Paused by hand: until an operator resumes it (POST /v1/app/resume or the console).
+            return ["bundleID": .string(bundleID), "delivery": ["state": "paused", "reason": .string("paused by an operator (key \(pause.keyID)): \(pause.reason)"), "since": date(pause.at)]]
+        }
         switch c.mode {
         case .running: d = ["state": "running"]
         case .backingOff(let until, let reason): d = ["state": "backingOff", "reason": .string(reason), "retryAt": date(until)]

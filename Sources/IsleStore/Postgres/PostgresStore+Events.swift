@@ -130,3 +130,37 @@ extension PostgresStore {
         }
     }
 }
+
+// Operators' pauses.
+extension PostgresStore {
+    public func pauseApp(_ p: OperatorPause, event: NewEvent) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in
+            let was = try await conn.row("SELECT bundle_id FROM app_pauses WHERE bundle_id = $1 FOR UPDATE", [.text(p.bundleID)], logger: log) != nil
+            try await conn.rows("""
+                INSERT INTO app_pauses (bundle_id, key_id, reason, at) VALUES ($1, $2, $3, $4)
+                ON CONFLICT (bundle_id) DO UPDATE SET key_id = EXCLUDED.key_id, reason = EXCLUDED.reason, at = EXCLUDED.at
+                """, [.text(p.bundleID), .text(p.keyID), .text(p.reason), .date(p.at)], logger: log)
+            if !was { try await Self.insertEvents(conn, [event], logger: log) }
+            return !was
+        }
+    }
+
+    public func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause? {
+        let log = logger
+        return try await transaction { conn in
+            guard let r = try await conn.row("DELETE FROM app_pauses WHERE bundle_id = $1 RETURNING *", [.text(bundleID)], logger: log) else { return nil }
+            try await Self.insertEvents(conn, [event], logger: log)
+            return OperatorPause(bundleID: try r.string("bundle_id"), keyID: try r.string("key_id"), reason: try r.string("reason"), at: try r.date("at"))
+        }
+    }
+
+    public func operatorPauses() async throws -> [OperatorPause] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM app_pauses ORDER BY bundle_id", logger: log).map { r in
+                OperatorPause(bundleID: try r.string("bundle_id"), keyID: try r.string("key_id"), reason: try r.string("reason"), at: try r.date("at"))
+            }
+        }
+    }
+}

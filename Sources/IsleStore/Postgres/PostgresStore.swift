@@ -388,7 +388,7 @@ public final class PostgresStore: IsleStore {
     public func dropEverything() async throws {
         let log = logger
         try await transaction { conn in
-            for t in ["audit_log", "webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
+            for t in ["app_pauses", "audit_log", "webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
                 try await conn.rows("DROP TABLE IF EXISTS \(t) CASCADE", logger: log)
             }
             try await conn.rows("DROP SEQUENCE IF EXISTS job_seq", logger: log)

@@ -1,0 +1,36 @@
+import Foundation
+import IsleCore
+import IsleStore
+
+/// Pausing and resuming an app by hand: the console's buttons and `POST /v1/app/resume`. A pause
+/// is stored (every instance stops sending within a second, and it survives a restart) with its
+/// `app.paused` event; a resume clears it with `app.resumed` and probes an app that the circuit
+/// paused (a configuration error) at once.
+struct AppControl {
+    let services: APIServices
+
+    /// False when an operator had paused it already (the reason is replaced, no new event).
+    func pause(bundleID: String, keyID: String, reason: String) async throws -> Bool {
+        let now = services.clock.now
+        let paused = try await services.store.pauseApp(OperatorPause(bundleID: bundleID, keyID: keyID, reason: reason, at: now),
+                                                      event: NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "operator", "reason": .string(reason), "keyId": .string(keyID)], at: now))
+        services.engine.circuits.setOperatorPauses(try await services.store.operatorPauses())
+        services.events.ring()
+        return paused
+    }
+
+    /// Whether an operator's pause was lifted.
+    @discardableResult
+    func resume(bundleID: String, keyID: String?) async throws -> Bool {
+        let now = services.clock.now
+        var data: JSONObject = ["source": "operator"]
+        if let keyID { data["keyId"] = .string(keyID) }
+        let lifted = try await services.store.resumeApp(bundleID: bundleID, event: NewEvent(bundleID: bundleID, type: .appResumed, data: data, at: now)) != nil
+        services.engine.circuits.setOperatorPauses(try await services.store.operatorPauses())
+        services.engine.circuits.resume(bundleID, now: now)
+        try await services.store.wakeApp(bundleID: bundleID, now: now)
+        services.engine.wake()
+        services.events.ring()
+        return lifted
+    }
+}
