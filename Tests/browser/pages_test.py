@@ -165,6 +165,91 @@ def console(browser, wait):
     browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
     wait.until(lambda b: "contentState.driverName" in b.find_element(By.CSS_SELECTOR, ".error").text)
     browser.save_screenshot(os.path.join(SHOTS, "console-3-invalid-update.png"))
+    activity_url = browser.current_url.split("/compose")[0]
+    console_actions(browser, wait, activity_url)
+
+
+def shot(browser, name):
+    # The whole page, not only the window: tall pages (the queue, the audit log) are shown whole.
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, max(900, min(height + 40, 4000)))
+    browser.save_screenshot(os.path.join(SHOTS, name))
+    browser.set_window_size(1280, 900)
+
+
+def console_actions(browser, wait, activity_url):
+    """Every console action, clicked as an operator would (issue 26); screenshots in docs/images."""
+    activity_id = activity_url.rstrip("/").split("/")[-1]
+    # Compose a payload the validator warns about (Unix time in a Date field): not queued; the
+    # warning is confirmed with the box, then it is.
+    browser.get(activity_url)
+    body = wait.until(lambda b: b.find_element(By.ID, "body"))
+    body.clear()
+    body.send_keys('{"contentState": {"driverName": "Anne", "deliveryTimer": [1767225600, 1767227400]}}')
+    browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
+    wait.until(lambda b: "unixTimeInDateField" in b.find_element(By.ID, "warnings").text)
+    assert not browser.find_elements(By.ID, "compose-result"), "queued despite a warning"
+    shot(browser, "console-4-warning.png")
+    browser.find_element(By.ID, "confirm").click()
+    browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
+    wait.until(lambda b: "warnings were confirmed" in b.find_element(By.ID, "compose-result").text)
+
+    # A webhook to a closed port on this machine: the secret is shown once.
+    browser.get(SERVER + "/console/webhooks")
+    wait.until(lambda b: b.find_element(By.ID, "url")).send_keys("http://127.0.0.1:9/closed")
+    browser.find_element(By.CSS_SELECTOR, "form[action='/console/webhooks'] button").click()
+    wait.until(lambda b: b.find_element(By.ID, "secret").text.startswith("whsec_"))
+
+    # The queue: a push scheduled for tomorrow, shown and cancelled; a push waiting for its retry
+    # after a 503, sent now.
+    status, queued = call("POST", SERVER + "/v1/activities/%s/update" % activity_id,
+                          {"contentState": {"driverName": "Tomorrow", "deliveryTimer": window(30)}, "sendAt": int(time.time()) + 86400}, key=BACKEND)
+    assert status == 202, status
+    scheduled = queued["jobs"][0]
+    # Four 503s in a row: after the fourth the push waits 4–8 s for its next try (the server's
+    # backoff), long enough for the click to find it waiting (below the 5 that back the app off).
+    call("POST", SIM + "/failures", {"status": 503, "reason": "ServiceUnavailable", "times": 4})
+    status, retried = call("POST", SERVER + "/v1/activities/%s/update" % activity_id,
+                           {"contentState": {"driverName": "Retried", "deliveryTimer": window(30)}}, key=BACKEND)
+    assert status == 202, status
+    waiting = retried["jobs"][0]
+    browser.get(SERVER + "/console")
+    row = "tr[data-job='%d']" % waiting
+    wait.until(lambda b: (b.find_element(By.CSS_SELECTOR, row + " td.state").text == "waiting for retry"
+                          and b.find_element(By.CSS_SELECTOR, row + " td:nth-child(6)").text == "4") or (b.refresh() and False))
+    assert browser.find_element(By.CSS_SELECTOR, "tr[data-job='%d'] td.state" % scheduled).text == "scheduled"
+    shot(browser, "console-5-queue.png")
+    browser.find_element(By.CSS_SELECTOR, "tr[data-job='%d'] button.cancel" % scheduled).click()
+    wait.until(lambda b: "cancelled" in b.find_element(By.ID, "notice").text)
+    assert not browser.find_elements(By.CSS_SELECTOR, "tr[data-job='%d']" % scheduled)
+    browser.find_element(By.CSS_SELECTOR, "tr[data-job='%d'] button.retry" % waiting).click()
+    wait.until(lambda b: "goes now" in b.find_element(By.ID, "notice").text)
+
+    # Pause the app by hand, with a reason; then resume it.
+    browser.find_element(By.ID, "reason").send_keys("checking the alert copy")
+    browser.find_element(By.ID, "pause-app").click()
+    wait.until(lambda b: "paused by an operator" in b.find_element(By.ID, "status").text)
+    shot(browser, "console-6-paused.png")
+    browser.find_element(By.ID, "resume-app").click()
+    wait.until(lambda b: b.find_element(By.ID, "status").text == "sending")
+
+    # End the activity from its page.
+    browser.get(activity_url)
+    wait.until(lambda b: b.find_element(By.ID, "end-activity")).click()
+    wait.until(lambda b: "Queued as job" in b.find_element(By.ID, "compose-result").text)
+
+    # The webhook shows its failure (the app's events since it was added went nowhere).
+    browser.get(SERVER + "/console/webhooks")
+    wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#webhooks td.status").text == "failing" or (b.refresh() and False))
+    assert "no answer" in browser.find_element(By.CSS_SELECTOR, "#webhooks td.failure").text
+    shot(browser, "console-7-webhooks.png")
+
+    # The audit log: each action, with the admin key.
+    browser.get(SERVER + "/console/audit")
+    actions = [td.text for td in wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#audit td.action"))]
+    for a in ["signIn", "activity.push", "webhook.create", "job.cancel", "job.retry", "app.pause", "app.resume", "activity.end"]:
+        assert a in actions, (a, actions)
+    shot(browser, "console-8-audit.png")
 
 
 if __name__ == "__main__":

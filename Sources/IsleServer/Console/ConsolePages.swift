@@ -251,7 +251,7 @@ enum ConsolePages {
     .stats { display: grid; grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); gap: 8px; margin: 8px 0 16px; }
     .stats > div { border: 1px solid var(--line); border-radius: 8px; padding: 8px 10px; }
     .stats dt { color: var(--muted); } .stats dd { margin: 0; font-size: 22px; font-variant-numeric: tabular-nums; }
-    td.actions { white-space: nowrap; } td.actions form, form.inline { display: inline-block; margin: 0 4px 0 0; }
+    td.actions, .queue th, .queue td:nth-child(-n+2) { white-space: nowrap; overflow-wrap: normal; } td.actions form, form.inline { display: inline-block; margin: 0 4px 0 0; }
     label.confirm { display: flex; gap: 6px; align-items: center; }
     form { display: grid; gap: 6px; max-width: 720px; margin: 12px 0; }
     form.search { grid-template-columns: auto 1fr; align-items: center; }
