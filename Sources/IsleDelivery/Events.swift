@@ -240,3 +240,54 @@ public struct AuditEntry: Sendable, Hashable {
         self.id = id
     }
 }
+
+/// Per-minute counters of an app's deliveries, kept with a retention for the console's history
+/// (docs/server.md): outcomes, APNs reasons, priority downgrades, and histograms of APNs latency
+/// and time in queue (quantiles are read from the summed buckets).
+public struct HistoryPoint: Sendable, Hashable {
+    public var bundleID: String
+    /// The minute (or, when read back, the start of the bucket).
+    public var minute: Date
+    public var metric: String
+    public var count: Int64
+    public init(bundleID: String, minute: Date, metric: String, count: Int64) {
+        self.bundleID = bundleID
+        self.minute = minute
+        self.metric = metric
+        self.count = count
+    }
+}
+
+public enum HistoryMetric {
+    public static let delivered = "delivered"
+    public static let failed = "failed"
+    public static let retried = "retried"
+    public static let dropped = "dropped"
+    public static let downgraded = "downgraded"
+    public static let tokenRetired = "tokenRetired"
+    /// An APNs answer other than 200: its reason, or its status when it gave none (`status:0`: no answer).
+    public static func reason(_ reason: String?, status: Int) -> String { reason.map { "reason:" + $0 } ?? "status:\(status)" }
+    /// Upper bounds of the APNs latency buckets, in milliseconds (the last bucket is open).
+    public static let latencyBounds: [Double] = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000]
+    /// Upper bounds of the time-in-queue buckets, in seconds.
+    public static let queueBounds: [Double] = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600]
+
+    public static func latency(_ ms: Double) -> String { "latency:\(bucket(ms, latencyBounds))" }
+    public static func queue(_ seconds: Double) -> String { "queue:\(bucket(seconds, queueBounds))" }
+
+    static func bucket(_ v: Double, _ bounds: [Double]) -> Int { bounds.firstIndex { v <= $0 } ?? bounds.count }
+
+    /// The `q` quantile of a histogram (`counts[i]` in bucket i), as the bucket's upper bound;
+    /// nil when empty; the open last bucket answers its lower bound.
+    public static func quantile(_ q: Double, counts: [Int64], bounds: [Double]) -> Double? {
+        let total = counts.reduce(0, +)
+        guard total > 0 else { return nil }
+        let rank = max(1, Int64((Double(total) * q).rounded(.up)))
+        var seen: Int64 = 0
+        for (i, c) in counts.enumerated() {
+            seen += c
+            if seen >= rank { return i < bounds.count ? bounds[i] : bounds.last }
+        }
+        return bounds.last
+    }
+}

@@ -415,6 +415,8 @@ public struct Retention: Sendable, Hashable {
     public var staleInstallations: TimeInterval = 180 * 86_400
     /// Events (docs/events.md): a webhook that stays down longer misses the oldest.
     public var events: TimeInterval = 7 * 86_400
+    /// The console's per-minute history (its longest chart is 7 days).
+    public var history: TimeInterval = 8 * 86_400
     public init() {}
 }
 

@@ -28,6 +28,8 @@ public final class DeliveryEngine: Service {
     /// Rung after every completion this process writes (it may have written events).
     public let events = EventBell()
     let pausesRead = Mutex<ContinuousClock.Instant?>(nil)
+    /// Per-minute counters for the console's history.
+    public let history: HistoryRecorder
     let inFlight = InFlight()
     let random: Mutex<SeededRandom>
     let apps = AppCache()
@@ -39,6 +41,7 @@ public final class DeliveryEngine: Service {
         self.clock = clock
         self.logger = logger
         self.worker = worker
+        history = HistoryRecorder(store: store, flushEvery: configuration.historyFlush, logger: logger)
         circuits = AppCircuits(settings: configuration.circuit)
         planner = DeliveryPlanner(hourlyHighPriorityBudget: configuration.hourlyHighPriorityBudget, frequentHourlyHighPriorityBudget: configuration.frequentHourlyHighPriorityBudget,
                                   jobDeadline: configuration.jobDeadline)
@@ -263,6 +266,7 @@ public final class DeliveryEngine: Service {
                     logger.warning("a claim was lost before its result was written (lease ran out)", metadata: ["job.id": "\(completion.claim.job.id)"])
                 } else {
                     events.ring()
+                    history.record(completion, now: clock.now)
                 }
                 return
             } catch {

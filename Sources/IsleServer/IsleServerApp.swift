@@ -47,7 +47,7 @@ public final class IsleServerApp: Service {
         application = Application(router: router,
                                   server: HTTPServerBuilder { responder in DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, logger: logger) },
                                   configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
-                                  services: [engine, webhooks], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
+                                  services: [engine, webhooks, engine.history], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
     }
 
     /// The API: operations at the root; everything under `/v1` behind the API-key and idempotency

@@ -74,6 +74,8 @@ public struct ServerConfiguration: Sendable {
     public var masterKey: MasterKey?
     /// How webhooks are sent (docs/events.md).
     public var webhooks = WebhookSettings()
+    /// How often the per-minute delivery history is written (the console's charts).
+    public var historyFlush: Duration = .seconds(5)
     /// The HTTP/2 client that carries pushes to APNs.
     public var apnsTransport: APNsTransportKind = .default
 

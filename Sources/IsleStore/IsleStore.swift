@@ -14,7 +14,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
 public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
-    IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository {
+    IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository, HistoryRepository {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
     func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
@@ -116,6 +116,8 @@ public protocol DeliveryHistory: Sendable {
     func delivery(apnsID: String) async throws -> DeliveryRecord?
     /// Priority-10 sends to an activity since a time (the hourly budget).
     func highPrioritySends(activityID: String, since: Date) async throws -> Int
+    /// The app's activities with priority-10 sends since a time, most first, at most `limit`.
+    func highPrioritySends(bundleID: String, since: Date, limit: Int) async throws -> [(activityID: String, count: Int)]
 }
 
 /// An app's events (docs/events.md) and the webhooks that receive them. Events are numbered in
@@ -149,6 +151,15 @@ public protocol OperatorPauseRepository: Sendable {
     /// Resumes the app; the pause it had, or nil when it was not paused (no event then).
     func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause?
     func operatorPauses() async throws -> [OperatorPause]
+}
+
+/// Per-minute delivery counters (``HistoryPoint``).
+public protocol HistoryRepository: Sendable {
+    /// Adds the counts to what is stored for each app, minute and metric (several instances add up).
+    func addHistory(_ points: [HistoryPoint]) async throws
+    /// The app's counters from `from` to `to`, summed per metric over buckets of `bucket` seconds
+    /// (each point's `minute` is its bucket's start).
+    func history(bundleID: String, from: Date, to: Date, bucket: TimeInterval) async throws -> [HistoryPoint]
 }
 
 /// What operators did in the console.

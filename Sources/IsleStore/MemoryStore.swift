@@ -36,6 +36,7 @@ public final class MemoryStore: IsleStore {
         var webhookHolds: [String: (worker: String, until: Date)] = [:]
         var audit: [AuditEntry] = []
         var pauses: [String: OperatorPause] = [:]
+        var history: [String: Int64] = [:]
 
         mutating func append(_ new: [NewEvent]) {
             for e in new {
@@ -272,6 +273,9 @@ public final class MemoryStore: IsleStore {
             let live = Set(s.activities.values.filter(\.state.acceptsPushes).compactMap { a in a.installationID.map { Self.key(a.bundleID, $0) } })
             let silent = s.installations.filter { $0.value.updatedAt < now.addingTimeInterval(-retention.staleInstallations) && !live.contains($0.key) }.keys.prefix(limit)
             for k in silent { s.installations[k] = nil }
+            let historyBefore = s.history.count
+            let cutoff = now.addingTimeInterval(-retention.history).timeIntervalSince1970
+            for key in s.history.keys.filter({ k in (Double(k.split(separator: "\n")[1]) ?? 0) < cutoff }).prefix(limit) { s.history[key] = nil }
             let eventsBefore = s.events.count
             var droppedEvents = 0
             s.events.removeAll { e in
@@ -279,7 +283,7 @@ public final class MemoryStore: IsleStore {
                 droppedEvents += 1
                 return true
             }
-            return (eventsBefore - s.events.count) + oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count
+            return (historyBefore - s.history.count) + (eventsBefore - s.events.count) + oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count
         }
     }
 
@@ -605,4 +609,37 @@ extension MemoryStore {
     }
 
     public func operatorPauses() async throws -> [OperatorPause] { state.withLock { s in s.pauses.values.sorted { $0.bundleID < $1.bundleID } } }
+}
+
+extension MemoryStore {
+    static func historyKey(_ b: String, _ m: Date, _ k: String) -> String { "\(b)\n\(m.timeIntervalSince1970)\n\(k)" }
+
+    public func addHistory(_ points: [HistoryPoint]) async throws {
+        state.withLock { s in for p in points { s.history[Self.historyKey(p.bundleID, p.minute, p.metric), default: 0] += p.count } }
+    }
+
+    public func history(bundleID: String, from: Date, to: Date, bucket: TimeInterval) async throws -> [HistoryPoint] {
+        let size = max(60, bucket)
+        return state.withLock { s in
+            var sums: [String: (Date, String, Int64)] = [:]
+            for (key, n) in s.history {
+                let parts = key.split(separator: "\n", maxSplits: 2).map(String.init)
+                guard parts.count == 3, parts[0] == bundleID, let t = Double(parts[1]), t >= from.timeIntervalSince1970, t < to.timeIntervalSince1970 else { continue }
+                let b = (t / size).rounded(.down) * size
+                let k = "\(b)\n\(parts[2])"
+                sums[k] = (Date(timeIntervalSince1970: b), parts[2], (sums[k]?.2 ?? 0) + n)
+            }
+            return sums.values.sorted { ($0.0, $0.1) < ($1.0, $1.1) }.map { HistoryPoint(bundleID: bundleID, minute: $0.0, metric: $0.1, count: $0.2) }
+        }
+    }
+}
+
+extension MemoryStore {
+    public func highPrioritySends(bundleID: String, since: Date, limit: Int) async throws -> [(activityID: String, count: Int)] {
+        state.withLock { s in
+            var n: [String: Int] = [:]
+            for (id, at) in s.highPriority where at >= since && s.activities[id]?.bundleID == bundleID { n[id, default: 0] += 1 }
+            return Array(n.sorted { ($1.value, $0.key) < ($0.value, $1.key) }.prefix(max(0, limit)).map { (activityID: $0.key, count: $0.value) })
+        }
+    }
 }

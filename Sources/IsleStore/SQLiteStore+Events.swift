@@ -141,3 +141,40 @@ extension SQLiteStore {
         }
     }
 }
+
+// The console's per-minute history.
+extension SQLiteStore {
+    public func addHistory(_ points: [HistoryPoint]) async throws {
+        guard !points.isEmpty else { return }
+        try await writer.write { db in
+            let upsert = try db.cachedStatement(sql: """
+                INSERT INTO history (bundle_id, minute, metric, count) VALUES (?, ?, ?, ?)
+                ON CONFLICT(bundle_id, minute, metric) DO UPDATE SET count = count + excluded.count
+                """)
+            for p in points { try upsert.execute(arguments: [p.bundleID, p.minute.timeIntervalSince1970, p.metric, p.count]) }
+        }
+    }
+
+    public func history(bundleID: String, from: Date, to: Date, bucket: TimeInterval) async throws -> [HistoryPoint] {
+        let size = max(60, bucket)
+        return try readNow { db in
+            try Row.fetchAll(db, sql: """
+                SELECT metric, CAST(minute / ? AS INTEGER) * ? AS b, SUM(count) AS n FROM history
+                WHERE bundle_id = ? AND minute >= ? AND minute < ? GROUP BY metric, b ORDER BY b, metric
+                """, arguments: [size, size, bundleID, from.timeIntervalSince1970, to.timeIntervalSince1970]).map { r in
+                HistoryPoint(bundleID: bundleID, minute: Date(timeIntervalSince1970: r["b"]), metric: r["metric"], count: r["n"])
+            }
+        }
+    }
+}
+
+extension SQLiteStore {
+    public func highPrioritySends(bundleID: String, since: Date, limit: Int) async throws -> [(activityID: String, count: Int)] {
+        try readNow { db in
+            try Row.fetchAll(db, sql: """
+                SELECT h.activity_id AS id, COUNT(*) AS n FROM high_priority_sends h JOIN activities a ON a.id = h.activity_id
+                WHERE a.bundle_id = ? AND h.at >= ? GROUP BY h.activity_id ORDER BY n DESC, h.activity_id LIMIT ?
+                """, arguments: [bundleID, since.timeIntervalSince1970, max(0, limit)]).map { (activityID: $0["id"] as String, count: $0["n"] as Int) }
+        }
+    }
+}

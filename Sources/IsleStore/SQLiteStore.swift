@@ -1055,6 +1055,8 @@ public final class SQLiteStore: IsleStore {
             n += db.changesCount
             try db.execute(sql: "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < ? LIMIT ?)", arguments: [t - retention.events, limit])
             n += db.changesCount
+            try db.execute(sql: "DELETE FROM history WHERE rowid IN (SELECT rowid FROM history WHERE minute < ? LIMIT ?)", arguments: [t - retention.history, limit])
+            n += db.changesCount
             try db.execute(sql: "DELETE FROM high_priority_sends WHERE rowid IN (SELECT rowid FROM high_priority_sends WHERE at < ? LIMIT ?)",
                            arguments: [t - retention.highPrioritySends, limit])
             n += db.changesCount

@@ -205,6 +205,10 @@ public enum Schema {
             c("id", .rowNumber, pk: true), c("bundle_id", .text), c("key_id", .text), c("action", .text), c("target", .text, null: true),
             c("detail", .text, null: true), c("at", .time),
         ]),
+        // Per-minute delivery counters per app (the console's history).
+        Table(name: "history", columns: [
+            c("bundle_id", .text), c("minute", .time), c("metric", .text), c("count", .integer),
+        ], primaryKey: ["bundle_id", "minute", "metric"]),
         // Apps an operator paused by hand (the console).
         Table(name: "app_pauses", columns: [
             c("bundle_id", .text, pk: true), c("key_id", .text), c("reason", .text), c("at", .time),
@@ -237,6 +241,7 @@ public enum Schema {
         Index(name: "events_at", table: "events", columns: ["at"]),
         Index(name: "webhooks_app", table: "webhooks", columns: ["bundle_id"]),
         Index(name: "audit_log_app", table: "audit_log", columns: ["bundle_id", "id"]),
+        Index(name: "history_minute", table: "history", columns: ["minute"]),
     ]
 
     /// Sequences outside any table: PostgreSQL's job order across instances (SQLite numbers jobs by
@@ -286,10 +291,11 @@ public enum Schema {
         Change(name: "events and webhooks") { dialect in newTables(["events", "webhooks"], dialect) },
         Change(name: "audit log") { dialect in newTables(["audit_log"], dialect) },
         Change(name: "operator pauses") { dialect in newTables(["app_pauses"], dialect) },
+        Change(name: "history") { dialect in newTables(["history"], dialect) },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
-    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses"]
+    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history"]
 
     /// The statements that create `names` (and their indexes) as the definition has them.
     static func newTables(_ names: [String], _ dialect: Dialect) -> [String] {

@@ -132,4 +132,43 @@ struct ConsoleActionsTests {
             #expect(audit.contains(">app.pause<") && audit.contains("wrong copy in the alerts") && audit.contains(">app.resume<"))
         }
     }
+
+    @Test("history: deliveries by outcome, APNs reasons with their remedy, latency and queue quantiles, charts over 1 h, 24 h and 7 d, and the priority-10 budget per app and activity")
+    func history() async throws {
+        try await ServerFixture.with(server: { $0.historyFlush = .milliseconds(50) }) { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-history")
+            let cookie = try await C.signIn(f)
+            let empty = try await C.send(f, "GET", "/console/history", cookie: cookie)
+            #expect(empty.status == 200 && empty.text.contains("id=\"no-errors\"") && empty.text.contains("id=\"budget-empty\""))
+            // Three updates with an alert (priority 10), the second answered 503 once (a retry).
+            for (i, driver) in ["One", "Two", "Three"].enumerated() {
+                if i == 1 { f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1)) }
+                #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: [
+                    "contentState": Pizza.state(driver), "alert": ["title": "Update", "body": .string(driver)],
+                ]).status == 202)
+                if i == 1 {
+                    try await eventually("the 503 answered") { (try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue ?? []).contains { $0["status"] == 503 } }
+                    f.clock.advance(by: 120)
+                }
+                try await f.waitForDevice(driver) { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == .string(driver) }
+            }
+            try await eventually("the history written") {
+                let page = try await C.send(f, "GET", "/console/history?range=1h", cookie: cookie).text
+                return page.contains("id=\"total-delivered\">3<") && page.contains("id=\"total-retried\">1<")
+            }
+            let page = try await C.send(f, "GET", "/console/history?range=1h", cookie: cookie).text
+            #expect(page.contains("<code>ServiceUnavailable</code>") && page.contains("Retry later"), "the reason with Isle's advice")
+            #expect(page.contains("id=\"chart-deliveries\"") && page.contains("data-series=\"delivered\"") && page.contains("id=\"chart-latency\"") && page.contains("id=\"chart-queue\""))
+            #expect(!page.contains("id=\"total-latency-p50\">—<"), "latency quantiles from the recorded histogram")
+            #expect(page.contains("id=\"budget-total\">3 priority-10 pushes to 1 activities") && page.contains("3 of 15"))
+            for range in ["24h", "7d"] { #expect(try await C.send(f, "GET", "/console/history?range=\(range)", cookie: cookie).text.contains("id=\"total-delivered\">3<")) }
+            #expect(try await C.send(f, "GET", "/console/history?range=1y", cookie: cookie).status == 400)
+            #expect(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text.contains("id=\"budget\">3 of 15"))
+            // Kept across a restart: the counters are in the database.
+            await f.stop()
+            try await f.start()
+            let again = try await C.signIn(f)
+            #expect(try await C.send(f, "GET", "/console/history", cookie: again).text.contains("id=\"total-delivered\">3<"))
+        }
+    }
 }

@@ -119,6 +119,13 @@ final class FaultyStore: IsleStore {
     func pauseApp(_ pause: OperatorPause, event: NewEvent) async throws -> Bool { try await base.pauseApp(pause, event: event) }
     func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause? { try await base.resumeApp(bundleID: bundleID, event: event) }
     func operatorPauses() async throws -> [OperatorPause] { try await base.operatorPauses() }
+    func addHistory(_ points: [HistoryPoint]) async throws { try await base.addHistory(points) }
+    func history(bundleID: String, from: Date, to: Date, bucket: TimeInterval) async throws -> [HistoryPoint] {
+        try await base.history(bundleID: bundleID, from: from, to: to, bucket: bucket)
+    }
+    func highPrioritySends(bundleID: String, since: Date, limit: Int) async throws -> [(activityID: String, count: Int)] {
+        try await base.highPrioritySends(bundleID: bundleID, since: since, limit: limit)
+    }
     // Events and webhooks pass through.
     func appendEvents(_ events: [NewEvent]) async throws { try await base.appendEvents(events) }
     func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] { try await base.events(bundleID: bundleID, after: seq, limit: limit) }

@@ -198,4 +198,35 @@ struct EventStoreTests {
         #expect(try await s.operatorPauses().isEmpty)
         #expect(try await s.events(bundleID: app, after: 0, limit: 10).map(\.event.type) == [.appPaused, .appResumed])
     }
+
+    @Test("history: counts add up per app, minute and metric (several writers); read summed over buckets; pruned after their time; priority-10 sends per activity of an app", arguments: StoreKind.allCases)
+    func history(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        let m0 = t0, m1 = t0.addingTimeInterval(60), m2 = t0.addingTimeInterval(3600)
+        try await s.addHistory([HistoryPoint(bundleID: app, minute: m0, metric: "delivered", count: 2), HistoryPoint(bundleID: app, minute: m1, metric: "delivered", count: 3),
+                                HistoryPoint(bundleID: app, minute: m2, metric: "delivered", count: 7), HistoryPoint(bundleID: "com.example.other", minute: m0, metric: "delivered", count: 100)])
+        try await s.addHistory([HistoryPoint(bundleID: app, minute: m0, metric: "delivered", count: 1), HistoryPoint(bundleID: app, minute: m0, metric: "reason:BadDeviceToken", count: 1)])
+        let perMinute = try await s.history(bundleID: app, from: t0, to: t0.addingTimeInterval(7200), bucket: 60)
+        #expect(perMinute.filter { $0.metric == "delivered" }.map(\.count) == [3, 3, 7])
+        #expect(perMinute.first { $0.metric == "reason:BadDeviceToken" }?.count == 1)
+        let perHour = try await s.history(bundleID: app, from: t0, to: t0.addingTimeInterval(7200), bucket: 3600)
+        #expect(perHour.filter { $0.metric == "delivered" }.map(\.count) == [6, 7])
+        #expect(perHour.filter { $0.metric == "delivered" }.map(\.minute) == [t0, t0.addingTimeInterval(3600)])
+        #expect(try await s.history(bundleID: app, from: t0.addingTimeInterval(61), to: t0.addingTimeInterval(3600), bucket: 60).isEmpty)
+        var retention = Retention()
+        retention.history = 1800
+        _ = try await s.prune(now: t0.addingTimeInterval(3600), retention: retention, limit: 1000)
+        #expect(try await s.history(bundleID: app, from: t0, to: t0.addingTimeInterval(7200), bucket: 60).map(\.count) == [7])
+
+        for (activity, n) in [("a0", 3), ("a1", 1)] {
+            for i in 0..<n {
+                try await s.enqueue([update(activity)], idempotency: nil, now: t0)
+                let c = try await s.claim(limit: 1, now: t0, lease: 30, worker: "w")
+                #expect(try await s.complete(JobCompletion(claim: c[0], result: .finished(.sent, reason: nil), highPriorityAt: t0.addingTimeInterval(Double(i)))))
+            }
+        }
+        let budget = try await s.highPrioritySends(bundleID: app, since: t0, limit: 10)
+        #expect(budget.map(\.activityID) == ["a0", "a1"] && budget.map(\.count) == [3, 1])
+        #expect(try await s.highPrioritySends(bundleID: "com.example.other", since: t0, limit: 10).isEmpty)
+    }
 }

@@ -150,6 +150,17 @@ struct ConsoleController: Sendable {
             try await audit(admin, "app.resume", target: admin.bundleID, detail: lifted ? "an operator's pause lifted" : "a probe now")
             return redirect("/console", notice: lifted ? "Resumed: the app's pushes go again." : "Not paused by an operator; a paused or backing-off app is probed now.")
         }
+        router.get("console/history") { request, context in
+            let admin = try await required(request, context)
+            let name = request.uri.queryParameters["range"].map(String.init)
+            guard let range = HistoryPage.Range.named(name) else { throw APIError.invalid("range", "range must be 1h, 24h or 7d") }
+            let now = services.clock.now
+            let points = try await services.store.history(bundleID: admin.bundleID, from: now.addingTimeInterval(-range.span - range.bucket), to: now.addingTimeInterval(range.bucket), bucket: range.bucket)
+            let budget = try await services.store.highPrioritySends(bundleID: admin.bundleID, since: now.addingTimeInterval(-3600), limit: 20)
+            let app = try await services.app(admin.bundleID)
+            let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
+            return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit))
+        }
         router.get("console/audit") { request, context in
             let admin = try await required(request, context)
             var before: Int64?
@@ -256,7 +267,10 @@ struct ConsoleController: Sendable {
     func activityPage(_ admin: Admin, _ a: ActivityRecord, compose: ConsolePages.Compose, notice: String? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         let deliveries = try await services.store.deliveries(activityID: a.id, before: nil, limit: 200)
         let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: a.id, limit: 100)
-        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, now: services.clock.now, compose: compose, notice: notice), status: status)
+        let used = try await services.store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
+        let app = try await services.app(admin.bundleID)
+        let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
+        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: (used, limit), now: services.clock.now, compose: compose, notice: notice), status: status)
     }
 
     func webhooksPage(_ admin: Admin, notice: String?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {

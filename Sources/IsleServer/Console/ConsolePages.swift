@@ -30,7 +30,7 @@ enum ConsolePages {
         <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
         <title>\(e(title)) · Isle console</title><style>\(css)</style></head>
         <body><header class="top"><a href="/console">Isle console</a><nav><a href="/console/activities">Activities</a>
-        <a href="/console/webhooks">Webhooks</a><a href="/console/audit">Audit log</a>
+        <a href="/console/history">History</a><a href="/console/webhooks">Webhooks</a><a href="/console/audit">Audit log</a>
         <form method="post" action="/console/logout"><button type="submit" aria-label="Sign out">Sign out</button></form></nav></header>
         <main>\(body)</main></body></html>
         """
@@ -188,11 +188,12 @@ enum ConsolePages {
         return h + "</tbody></table>"
     }
 
-    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], now: Date, compose: Compose, notice: String?) -> String {
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: String?) -> String {
         var h = "<h1>\(e(a.externalKey ?? a.id))</h1>\(noticeLine(notice))<table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
         h += "<tr><th>APNs environment</th><td>\(e(a.environment?.rawValue ?? "the server's default"))</td></tr>"
+        h += "<tr><th>Priority 10, last hour</th><td id=\"budget\">\(budget.used) of \(budget.limit)\(budget.used >= budget.limit ? ": spent; further pushes go at priority 5 until the hour rolls on" : "")</td></tr>"
         h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
         h += "<h2>Queue</h2>" + queueTable(queue, now: now, back: "/console/activities/\(a.id)", showActivity: false)
         if a.state.acceptsPushes {
@@ -253,6 +254,11 @@ enum ConsolePages {
     .stats dt { color: var(--muted); } .stats dd { margin: 0; font-size: 22px; font-variant-numeric: tabular-nums; }
     td.actions, .queue th, .queue td:nth-child(-n+2) { white-space: nowrap; overflow-wrap: normal; } td.actions form, form.inline { display: inline-block; margin: 0 4px 0 0; }
     label.confirm { display: flex; gap: 6px; align-items: center; }
+    #audit td:nth-child(-n+3), #audit th { white-space: nowrap; overflow-wrap: normal; }
+    nav.ranges { display: flex; gap: 12px; margin: 0 0 12px; }
+    figure.chart { margin: 0 0 16px; } figure.chart svg { width: 100%; max-width: 720px; height: auto; display: block; }
+    figure.chart text { font-size: 11px; fill: var(--muted); } figure.chart .axis { stroke: var(--muted); } figure.chart .grid { stroke: var(--line); stroke-dasharray: 3 3; }
+    figcaption .key { margin-right: 14px; } figcaption .key i { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; }
     form { display: grid; gap: 6px; max-width: 720px; margin: 12px 0; }
     form.search { grid-template-columns: auto 1fr; align-items: center; }
     input, select, textarea, button { font: inherit; padding: 6px 8px; border: 1px solid var(--line); border-radius: 6px; background: transparent; color: inherit; }

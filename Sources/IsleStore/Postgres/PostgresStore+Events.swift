@@ -164,3 +164,43 @@ extension PostgresStore {
         }
     }
 }
+
+// The console's per-minute history.
+extension PostgresStore {
+    public func addHistory(_ points: [HistoryPoint]) async throws {
+        guard !points.isEmpty else { return }
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("""
+                INSERT INTO history (bundle_id, minute, metric, count)
+                SELECT b, m, k, n FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::bigint[]) AS t(b, m, k, n) ORDER BY b, m, k
+                ON CONFLICT (bundle_id, minute, metric) DO UPDATE SET count = history.count + EXCLUDED.count
+                """, [.texts(points.map(\.bundleID)), .dates(points.map(\.minute)), .texts(points.map(\.metric)), .ints(points.map(\.count))], logger: log)
+        }
+    }
+
+    public func history(bundleID: String, from: Date, to: Date, bucket: TimeInterval) async throws -> [HistoryPoint] {
+        let log = logger
+        let size = max(60, bucket)
+        return try await read { conn in
+            try await conn.rows("""
+                SELECT metric, (floor(extract(epoch FROM minute) / $2) * $2)::float8 AS b, SUM(count)::bigint AS n FROM history
+                WHERE bundle_id = $1 AND minute >= $3 AND minute < $4 GROUP BY metric, b ORDER BY b, metric
+                """, [.text(bundleID), .double(size), .date(from), .date(to)], logger: log).map { r in
+                HistoryPoint(bundleID: bundleID, minute: Date(timeIntervalSince1970: try r.double("b")), metric: try r.string("metric"), count: try r.int("n"))
+            }
+        }
+    }
+}
+
+extension PostgresStore {
+    public func highPrioritySends(bundleID: String, since: Date, limit: Int) async throws -> [(activityID: String, count: Int)] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("""
+                SELECT h.activity_id AS id, COUNT(*) AS n FROM high_priority_sends h JOIN activities a ON a.id = h.activity_id
+                WHERE a.bundle_id = $1 AND h.at >= $2 GROUP BY h.activity_id ORDER BY n DESC, h.activity_id LIMIT $3
+                """, [.text(bundleID), .date(since), .int(max(0, limit))], logger: log).map { (activityID: try $0.string("id"), count: Int(try $0.int("n"))) }
+        }
+    }
+}

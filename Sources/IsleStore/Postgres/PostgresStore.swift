@@ -388,7 +388,7 @@ public final class PostgresStore: IsleStore {
     public func dropEverything() async throws {
         let log = logger
         try await transaction { conn in
-            for t in ["app_pauses", "audit_log", "webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
+            for t in ["history", "app_pauses", "audit_log", "webhooks", "events", "idempotency", "high_priority_sends", "deliveries", "jobs", "channels", "activity_topics", "activities", "installations", "api_keys", "apps", "isle_migrations"] {
                 try await conn.rows("DROP TABLE IF EXISTS \(t) CASCADE", logger: log)
             }
             try await conn.rows("DROP SEQUENCE IF EXISTS job_seq", logger: log)
@@ -805,6 +805,8 @@ public final class PostgresStore: IsleStore {
                 """, [.date(now.addingTimeInterval(-retention.finishedJobs)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < $1 LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.deliveries)), .int(limit)], logger: log).count
+            n += try await conn.rows("DELETE FROM history WHERE (bundle_id, minute, metric) IN (SELECT bundle_id, minute, metric FROM history WHERE minute < $1 LIMIT $2) RETURNING metric",
+                                     [.date(now.addingTimeInterval(-retention.history)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < $1 LIMIT $2) RETURNING seq",
                                      [.date(now.addingTimeInterval(-retention.events)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM high_priority_sends WHERE id IN (SELECT id FROM high_priority_sends WHERE at < $1 LIMIT $2) RETURNING id",
