@@ -95,6 +95,10 @@ public protocol ActivityRepository: Sendable {
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
     /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
     func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
+    /// The operator's search: the app's newest activities whose external key starts with
+    /// `keyPrefix`, registered on `installationID`, on an installation of `userID`, in `state`
+    /// (each nil: any), newest first, at most `limit`.
+    func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
 
 }
 

@@ -643,3 +643,15 @@ extension MemoryStore {
         }
     }
 }
+
+extension MemoryStore {
+    public func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        self.state.withLock { s in
+            let users = Set(s.installations.values.filter { $0.bundleID == bundleID && userID != nil && $0.userID == userID }.map(\.id))
+            return Array(s.activityOrder.reversed().compactMap { s.activities[$0] }.filter { a in
+                a.bundleID == bundleID && (state == nil || a.state == state) && (keyPrefix.map { p in a.externalKey?.hasPrefix(p) ?? false } ?? true)
+                    && (installationID == nil || a.installationID == installationID) && (userID == nil || a.installationID.map(users.contains) == true)
+            }.sorted { ($0.startedAt, $0.id) > ($1.startedAt, $1.id) }.prefix(max(0, limit)))
+        }
+    }
+}

@@ -447,6 +447,20 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        try readNow { db in
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT * FROM activities WHERE bundle_id = ? AND (? IS NULL OR state = ?) AND (? IS NULL OR substr(external_key, 1, length(?)) = ?)
+                    AND (? IS NULL OR installation_id = ?)
+                    AND (? IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = ? AND user_id = ?))
+                ORDER BY started_at DESC, id DESC LIMIT ?
+                """), arguments: [bundleID, state?.rawValue, state?.rawValue, keyPrefix, keyPrefix, keyPrefix, installationID, installationID, userID, bundleID, userID, max(0, limit)])
+            return try rows.map { r in
+                try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+            }
+        }
+    }
+
     public func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] {
         try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """

@@ -171,4 +171,29 @@ struct ConsoleActionsTests {
             #expect(try await C.send(f, "GET", "/console/history", cookie: again).text.contains("id=\"total-delivered\">3<"))
         }
     }
+
+    @Test("search: by the beginning of a key, by installation, by user (the installations the backend bound to the user), with state")
+    func search() async throws {
+        try await ServerFixture.with { f in
+            _ = try await f.installation("phone-b")
+            let (_, one) = try await f.appStartsActivity(key: "order-1")
+            let (_, twelve) = try await f.appStartsActivity(key: "order-12", installation: "phone-b")
+            let (_, other) = try await f.appStartsActivity(key: "pizza-3", installation: "phone-b")
+            #expect(try await f.call("PUT", "/v1/installations/phone-b/user", key: f.backendKey, body: ["userID": "user-42"]).status == 200)
+            let cookie = try await C.signIn(f)
+            func found(_ query: String) async throws -> Set<String> {
+                let page = try await C.send(f, "GET", "/console/activities?\(query)", cookie: cookie)
+                #expect(page.status == 200)
+                return Set([one, twelve, other].filter { page.text.contains("/console/activities/\($0)\"") })
+            }
+            #expect(try await found("key=order-1") == [one, twelve])
+            #expect(try await found("key=order-12") == [twelve])
+            #expect(try await found("installation=phone-b") == [twelve, other])
+            #expect(try await found("user=user-42") == [twelve, other])
+            #expect(try await found("user=user-42&key=pizza") == [other])
+            #expect(try await found("user=nobody").isEmpty)
+            #expect(try await found("key=order&state=ended").isEmpty)
+            #expect(try await found("key=order&state=active") == [one, twelve])
+        }
+    }
 }

@@ -126,6 +126,9 @@ final class FaultyStore: IsleStore {
     func highPrioritySends(bundleID: String, since: Date, limit: Int) async throws -> [(activityID: String, count: Int)] {
         try await base.highPrioritySends(bundleID: bundleID, since: since, limit: limit)
     }
+    func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        try await base.findActivities(bundleID: bundleID, keyPrefix: keyPrefix, installationID: installationID, userID: userID, state: state, limit: limit)
+    }
     // Events and webhooks pass through.
     func appendEvents(_ events: [NewEvent]) async throws { try await base.appendEvents(events) }
     func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] { try await base.events(bundleID: bundleID, after: seq, limit: limit) }

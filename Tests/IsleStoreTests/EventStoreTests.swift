@@ -229,4 +229,26 @@ struct EventStoreTests {
         #expect(budget.map(\.activityID) == ["a0", "a1"] && budget.map(\.count) == [3, 1])
         #expect(try await s.highPrioritySends(bundleID: "com.example.other", since: t0, limit: 10).isEmpty)
     }
+
+    @Test("the operator's search: key prefix, installation, user, state, newest first, per app", arguments: StoreKind.allCases)
+    func search(_ kind: StoreKind) async throws {
+        let s = try await kind.make()
+        try await s.upsertApp(AppRecord(bundleID: app, teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        try await s.upsertInstallation(InstallationRecord(id: "phone-b", bundleID: app, userID: "user-42", updatedAt: t0))
+        for (i, (key, installation)) in [("order-1", "phone-a"), ("order-12", "phone-b"), ("pizza-3", "phone-b"), ("order_x", "phone-a")].enumerated() {
+            try await s.insertActivity(ActivityRecord(id: "a\(i)", bundleID: app, externalKey: key, installationID: installation, attributesType: "T", state: i == 3 ? .ended : .active,
+                                                      updateToken: "tok\(i)", startedAt: t0.addingTimeInterval(Double(i))))
+        }
+        func ids(_ prefix: String?, _ installation: String? = nil, _ user: String? = nil, _ state: ActivityRecordState? = nil) async throws -> [String] {
+            try await s.findActivities(bundleID: app, keyPrefix: prefix, installationID: installation, userID: user, state: state, limit: 10).map(\.id)
+        }
+        #expect(try await ids("order-1") == ["a1", "a0"])
+        #expect(try await ids("order") == ["a3", "a1", "a0"])
+        #expect(try await ids("order_") == ["a3"], "_ is a character, not a wildcard")
+        #expect(try await ids(nil, "phone-b") == ["a2", "a1"])
+        #expect(try await ids(nil, nil, "user-42") == ["a2", "a1"])
+        #expect(try await ids("pizza", nil, "user-42") == ["a2"])
+        #expect(try await ids(nil, nil, nil, .ended) == ["a3"])
+        #expect(try await s.findActivities(bundleID: "com.example.other", keyPrefix: nil, installationID: nil, userID: nil, state: nil, limit: 10).isEmpty)
+    }
 }

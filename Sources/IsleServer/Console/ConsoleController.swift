@@ -69,7 +69,7 @@ struct ConsoleController: Sendable {
                 guard value.utf8.count <= 256 else { throw APIError(.badRequest, "invalidValue", "\(name) is over 256 bytes, longer than any key, state or topic", field: name) }
                 return value
             }
-            let query = ConsolePages.Query(key: try field("key"), state: try field("state"), topic: try field("topic"))
+            let query = ConsolePages.Query(key: try field("key"), state: try field("state"), topic: try field("topic"), installation: try field("installation"), user: try field("user"))
             return page("Activities", ConsolePages.search(query, results: try await search(admin, query)))
         }
         router.get("console/activities/:activity") { request, context in
@@ -306,20 +306,19 @@ struct ConsoleController: Sendable {
     }
 
     func search(_ admin: Admin, _ q: ConsolePages.Query) async throws -> [ActivityRecord] {
-        var found: [ActivityRecord]
-        if !q.key.isEmpty {
-            found = try await services.store.liveActivities(bundleID: admin.bundleID, externalKey: q.key)
-            if found.isEmpty, let a = try await services.store.activity(bundleID: admin.bundleID, externalKey: q.key) { found = [a] }
-            if !q.topic.isEmpty { found = found.filter { $0.topics.contains(q.topic) } }
-        } else if !q.topic.isEmpty {
-            found = try await services.store.activities(bundleID: admin.bundleID, topic: q.topic)
-        } else {
-            // Neither: the newest 100 (in the state asked for, if any).
-            guard q.state.isEmpty || ActivityRecordState(rawValue: q.state) != nil else { throw APIError.invalid("state", "state must be one of \(ActivityRecordState.allCases.map(\.rawValue).joined(separator: ", "))") }
-            return try await services.store.recentActivities(bundleID: admin.bundleID, state: ActivityRecordState(rawValue: q.state), limit: 100)
+        guard q.state.isEmpty || ActivityRecordState(rawValue: q.state) != nil else { throw APIError.invalid("state", "state must be one of \(ActivityRecordState.allCases.map(\.rawValue).joined(separator: ", "))") }
+        let state = ActivityRecordState(rawValue: q.state)
+        func nonEmpty(_ s: String) -> String? { s.isEmpty ? nil : s }
+        if !q.topic.isEmpty {
+            // Live activities following the topic, narrowed by the other fields.
+            return try await services.store.activities(bundleID: admin.bundleID, topic: q.topic).filter { a in
+                (q.key.isEmpty || a.externalKey?.hasPrefix(q.key) == true) && (state == nil || a.state == state)
+                    && (q.installation.isEmpty || a.installationID == q.installation)
+            }
         }
-        if !q.state.isEmpty { found = found.filter { $0.state.rawValue == q.state } }
-        return found
+        // By the key's beginning, installation and/or user (each optional), newest first.
+        return try await services.store.findActivities(bundleID: admin.bundleID, keyPrefix: nonEmpty(q.key), installationID: nonEmpty(q.installation), userID: nonEmpty(q.user),
+                                                       state: state, limit: 100)
     }
 
     func activity(_ admin: Admin, _ id: String) async throws -> ActivityRecord {

@@ -6,9 +6,12 @@ import IsleStore
 /// The console's HTML, server-rendered. Everything printed goes through `HTML.escape`.
 enum ConsolePages {
     struct Query: Sendable {
+        /// An external key or its beginning.
         var key = ""
         var state = ""
         var topic = ""
+        var installation = ""
+        var user = ""
     }
 
     struct Compose: Sendable {
@@ -169,20 +172,22 @@ enum ConsolePages {
         let states = [""] + ActivityRecordState.allCases.map(\.rawValue)
         return """
         <form class="search" method="get" action="/console/activities" role="search">
-        <label for="key">External key</label><input id="key" name="key" value="\(e(q.key))">
+        <label for="key">External key (or its beginning)</label><input id="key" name="key" value="\(e(q.key))">
         <label for="state">State</label><select id="state" name="state">\(states.map { "<option value=\"\(e($0))\"\($0 == q.state ? " selected" : "")>\($0.isEmpty ? "any" : e($0))</option>" }.joined())</select>
         <label for="topic">Topic</label><input id="topic" name="topic" value="\(e(q.topic))">
+        <label for="installation">Installation</label><input id="installation" name="installation" value="\(e(q.installation))">
+        <label for="user">User</label><input id="user" name="user" value="\(e(q.user))">
         <button type="submit">Find</button></form>
         """
     }
 
     static func search(_ q: Query, results: [ActivityRecord]) -> String {
         var h = "<h1>Activities</h1>" + searchForm(q)
-        if q.key.isEmpty, q.topic.isEmpty { h += "<p class=\"muted\">The newest 100\(q.state.isEmpty ? "" : " " + e(q.state)); find others by external key or topic.</p>" }
+        if q.key.isEmpty, q.topic.isEmpty, q.installation.isEmpty, q.user.isEmpty { h += "<p class=\"muted\">The newest 100\(q.state.isEmpty ? "" : " " + e(q.state)); find others by external key (or its beginning), topic, installation or user.</p>" }
         if results.isEmpty { return h + "<p>No activity matches.</p>" }
-        h += "<table class=\"list\"><thead><tr><th>External key</th><th>Type</th><th>State</th><th>Started</th><th>Topics</th></tr></thead><tbody>"
+        h += "<table class=\"list\" id=\"results\"><thead><tr><th>External key</th><th>Type</th><th>State</th><th>Installation</th><th>Started</th><th>Topics</th></tr></thead><tbody>"
         for a in results {
-            h += "<tr><td><a href=\"/console/activities/\(e(a.id))\">\(e(a.externalKey ?? a.id))</a></td><td>\(e(a.attributesType))</td><td>\(e(a.state.rawValue))</td>"
+            h += "<tr><td><a href=\"/console/activities/\(e(a.id))\">\(e(a.externalKey ?? a.id))</a></td><td>\(e(a.attributesType))</td><td>\(e(a.state.rawValue))</td><td>\(e(a.installationID ?? "—"))</td>"
             h += "<td>\(e(time(a.startedAt)))</td><td>\(e(a.topics.joined(separator: ", ")))</td></tr>"
         }
         return h + "</tbody></table>"

@@ -725,6 +725,17 @@ public final class PostgresStore: IsleStore {
         }
     }
 
+    public func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        let log = logger
+        return try await read { conn in
+            try await Self.activities(conn, where: """
+                bundle_id = $1 AND ($2::text IS NULL OR state = $2) AND ($3::text IS NULL OR starts_with(external_key, $3)) AND ($4::text IS NULL OR installation_id = $4)
+                AND ($5::text IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = $1 AND user_id = $5))
+                ORDER BY started_at DESC, id DESC LIMIT $6
+                """, [.text(bundleID), .text(state?.rawValue), .text(keyPrefix), .text(installationID), .text(userID), .int(max(0, limit))], logger: log)
+        }
+    }
+
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in
