@@ -251,6 +251,16 @@ def console_actions(browser, wait, activity_url):
         assert a in actions, (a, actions)
     shot(browser, "console-8-audit.png")
 
+    # The history: the deliveries of this run drawn by the server (the counters are written every
+    # five seconds), the 503s by reason with Isle's advice.
+    browser.get(SERVER + "/console/history")
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#chart-deliveries polyline[data-series='delivered']")
+               and "ServiceUnavailable" in b.find_element(By.ID, "reasons").text or (b.refresh() and False))
+    assert int(browser.find_element(By.ID, "total-delivered").text) >= 3
+    shot(browser, "console-9-history.png")
+    browser.find_element(By.LINK_TEXT, "7d").click()
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#chart-deliveries"))
+
 
 if __name__ == "__main__":
     main()
