@@ -386,10 +386,10 @@ struct KeyCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create an API key; the secret is printed once and only its hash is stored.")
         @OptionGroup var database: DatabaseOption
         @Option(name: .customLong("bundle-id")) var bundleID: String
-        @Option(help: "backend (start, update, end, read), device (register tokens and state) or admin (the web console at /console, nothing else).") var scope: String
+        @Option(help: "backend (start, update, end, read), device (register tokens and state), admin (the web console at /console for this app, nothing else) or server-admin (the console for every app, with an app switcher; it opens on this app).") var scope: String
 
         func run() async throws {
-            guard let s = APIKeyScope(rawValue: scope) else { throw CLIError("--scope: use backend, device or admin") }
+            guard let s = APIKeyScope(rawValue: scope) else { throw CLIError("--scope: use backend, device, admin or server-admin") }
             let (shown, bundleID) = (database.shownPath, bundleID)
             let (id, secret) = try await database.withStore { store in
                 guard try await store.app(bundleID) != nil else { throw CLIError("--bundle-id: no app \(bundleID) in \(shown); add it first with isle app add") }

@@ -72,6 +72,12 @@ public enum APIKeyScope: String, Sendable, Hashable, Codable, CaseIterable {
     case device
     /// An operator: the web console (`/console`) only, never the API.
     case admin
+    /// An operator of the whole server: the console for every app, with an app switcher. Created
+    /// on one app (the one the console opens on); never the API.
+    case serverAdmin = "server-admin"
+
+    /// A key that signs in to the console.
+    public var isConsole: Bool { self == .admin || self == .serverAdmin }
 }
 
 /// An API key, stored as a SHA-256 hash of the secret.

@@ -196,4 +196,32 @@ struct ConsoleActionsTests {
             #expect(try await found("key=order&state=active") == [one, twelve])
         }
     }
+
+    @Test("a server-admin key sees every app: an app switcher in the console (session) or ?app= (bearer); an app's admin key cannot switch; neither opens the API")
+    func serverAdmin() async throws {
+        try await ServerFixture.with { f in
+            let store = try SQLiteStore(path: f.databasePath)
+            try await store.upsertApp(AppRecord(bundleID: "com.example.tacos", teamID: "TEAM000002", keyID: "KEY0000002", keyPEM: "-", createdAt: Pizza.t0))
+            let wide = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .serverAdmin)
+            #expect(wide.secret.hasPrefix("isle_server-admin_"))
+            let login = try await C.send(f, "POST", "/console/login", form: ["key": wide.secret])
+            let cookie = try #require(login.cookie)
+            let home = try await C.send(f, "GET", "/console", cookie: cookie)
+            #expect(home.text.contains("<h1>com.example.pizza</h1>") && home.text.contains("<option value=\"com.example.tacos\">") && home.text.contains("id=\"switch-app\""))
+            let switched = try await C.send(f, "POST", "/console/switch", form: ["app": "com.example.tacos"], cookie: cookie)
+            #expect(switched.status == 303)
+            #expect(try await C.send(f, "GET", "/console", cookie: cookie).text.contains("<h1>com.example.tacos</h1>"))
+            #expect(try await C.send(f, "GET", "/console/audit", cookie: cookie).text.contains(">app.switch<"))
+            #expect(try await C.send(f, "POST", "/console/switch", form: ["app": "com.example.none"], cookie: cookie).location?.contains("No%20app") == true)
+            // Bearer: ?app= picks the app.
+            #expect(try await C.send(f, "GET", "/console?app=com.example.tacos", bearer: wide.secret).text.contains("<h1>com.example.tacos</h1>"))
+            #expect(try await C.send(f, "GET", "/console?app=com.example.none", bearer: wide.secret).status == 404)
+            // An app's own admin key sees that app only.
+            let narrow = try await C.signIn(f)
+            #expect(!(try await C.send(f, "GET", "/console", cookie: narrow)).text.contains("id=\"switch-app\""))
+            #expect(try await C.send(f, "POST", "/console/switch", form: ["app": "com.example.tacos"], cookie: narrow).status == 403)
+            // Console keys never open the API.
+            #expect(try await f.call("GET", "/v1/app", key: wide.secret).status == 403)
+        }
+    }
 }

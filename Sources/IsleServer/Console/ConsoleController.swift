@@ -38,12 +38,12 @@ struct ConsoleController: Sendable {
             let form = try await Self.form(request)
             let secret = form["key"] ?? ""
             let hash = APIKeys.hash(secret)
-            guard !secret.isEmpty, let key = try await services.apiKeys.current(hash: hash), key.scope == .admin else {
+            guard !secret.isEmpty, let key = try await services.apiKeys.current(hash: hash), key.scope.isConsole else {
                 _ = services.authFailures.take(address)
                 return page("Sign in", ConsolePages.login(error: ConsolePages.refusedKey), status: .forbidden)
             }
             let token = sessions.open(bundleID: key.bundleID, keyHash: hash, now: services.clock.now)
-            try await audit(Admin(bundleID: key.bundleID, keyID: key.id), "signIn", target: nil, detail: "from \(address)")
+            try await audit(Admin(bundleID: key.bundleID, keyID: key.id, serverWide: key.scope == .serverAdmin), "signIn", target: nil, detail: "from \(address)")
             var r = Response(status: .seeOther, headers: [.location: "/console"])
             r.headers[.setCookie] = "\(ConsoleSessions.cookie)=\(token); Path=/console; HttpOnly; SameSite=Strict\(secure); Max-Age=\(Int(ConsoleSessions.lifetime))"
             return r
@@ -134,6 +134,16 @@ struct ConsoleController: Sendable {
             try await audit(admin, "job.retry", target: "job \(id)", detail: nil)
             return redirect(back, notice: "Job \(id) goes now.")
         }
+        router.post("console/switch") { request, context in
+            try checkOrigin(request)
+            let admin = try await required(request, context)
+            guard admin.serverWide else { throw APIError(.forbidden, "wrongScope", "switching apps needs a server-admin key (isle key create --scope server-admin)") }
+            let app = try await Self.form(request)["app"] ?? ""
+            guard try await services.store.app(app) != nil else { return redirect("/console", notice: "No app \(app) on this server.") }
+            guard let token = Self.cookie(request), sessions.switchApp(token, to: app) else { return redirect("/console", notice: "Switching needs a signed-in session.") }
+            try await audit(Admin(bundleID: app, keyID: admin.keyID, serverWide: true), "app.switch", target: app, detail: "from \(admin.bundleID)")
+            return redirect("/console", notice: "Now looking at \(app).")
+        }
         router.post("console/app/pause") { request, context in
             try checkOrigin(request)
             let admin = try await required(request, context)
@@ -202,8 +212,11 @@ struct ConsoleController: Sendable {
     // MARK: Who is asking
 
     struct Admin: Sendable {
+        /// The app the operator is looking at.
         var bundleID: String
         var keyID: String
+        /// A server-admin key: may switch to any app.
+        var serverWide = false
     }
 
     /// `; Secure` when the console is reached over HTTPS (`--secure-cookies`).
@@ -214,7 +227,11 @@ struct ConsoleController: Sendable {
     /// most once a second per key): revoking the key ends its sessions within a second.
     func admin(_ request: Request, _ context: IsleRequestContext) async throws -> Admin? {
         if let token = Self.cookie(request), let s = sessions.find(token, now: services.clock.now) {
-            if let key = try await services.apiKeys.current(hash: s.keyHash), key.scope == .admin, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id) }
+            if let key = try await services.apiKeys.current(hash: s.keyHash) {
+                if key.scope == .admin, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id) }
+                // A server-wide key looks at the app its session switched to.
+                if key.scope == .serverAdmin { return Admin(bundleID: s.bundleID, keyID: key.id, serverWide: true) }
+            }
             sessions.close(token)
             return nil
         }
@@ -223,10 +240,19 @@ struct ConsoleController: Sendable {
         if let wait = services.authFailures.isExhausted(address) ? services.authFailures.take(address) : nil {
             throw KeyedRateLimiter.tooMany("this address sent keys that cannot sign in: it", services.authFailures.limit, wait)
         }
-        guard let key = try await services.apiKeys.current(secret: String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)), key.scope == .admin else {
+        guard let key = try await services.apiKeys.current(secret: String(auth.dropFirst(7)).trimmingCharacters(in: .whitespaces)), key.scope.isConsole else {
             // The same answer for an unknown, revoked or other-scope key: it says nothing about the key.
             _ = services.authFailures.take(address)
             throw APIError(.unauthorized, "unauthenticated", "the console takes an admin key of this server that was not revoked")
+        }
+        if key.scope == .serverAdmin {
+            // With a bearer key, `?app=` picks the app (default: the one the key was created on).
+            let asked = request.uri.queryParameters["app"].map(String.init)
+            if let asked, asked != key.bundleID {
+                guard try await services.store.app(asked) != nil else { throw APIError.notFound("app \(asked)") }
+                return Admin(bundleID: asked, keyID: key.id, serverWide: true)
+            }
+            return Admin(bundleID: key.bundleID, keyID: key.id, serverWide: true)
         }
         return Admin(bundleID: key.bundleID, keyID: key.id)
     }
@@ -293,8 +319,9 @@ struct ConsoleController: Sendable {
             }
         }
         let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
-        return ConsolePages.dashboard(app: app, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin), queue: queue,
-                                      now: services.clock.now, notice: notice)
+        let apps = admin.serverWide ? try await services.store.apps().map(\.bundleID) : []
+        return ConsolePages.dashboard(app: app, apps: apps, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin),
+                                      queue: queue, now: services.clock.now, notice: notice)
     }
 
     func stats(_ admin: Admin) async throws -> JSONValue {
@@ -423,4 +450,13 @@ final class ConsoleSessions: Sendable {
     }
 
     func close(_ token: String) { _ = sessions.withLock { $0.removeValue(forKey: token) } }
+
+    /// A server-wide operator's session now looks at `app`; false when there is no such session.
+    func switchApp(_ token: String, to app: String) -> Bool {
+        sessions.withLock { s in
+            guard s[token] != nil else { return false }
+            s[token]?.bundleID = app
+            return true
+        }
+    }
 }

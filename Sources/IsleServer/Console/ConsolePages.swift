@@ -54,14 +54,19 @@ enum ConsolePages {
         return h
     }
 
-    static func dashboard(app: AppRecord, status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?) -> String {
+    static func dashboard(app: AppRecord, apps: [String], status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?) -> String {
+        // A server-wide operator switches between the server's apps.
+        let switcher = apps.isEmpty ? "" : """
+            <form method="post" action="/console/switch" class="switch"><label for="app">App</label><select id="app" name="app">\(apps.map { "<option value=\"\(e($0))\"\($0 == app.bundleID ? " selected" : "")>\(e($0))</option>" }.joined())</select>
+            <button type="submit" id="switch-app">Switch</button></form>
+            """
         let control = paused
             ? "<form method=\"post\" action=\"/console/app/resume\" class=\"inline\"><button type=\"submit\" id=\"resume-app\">Resume the app</button></form>"
             : "<form method=\"post\" action=\"/console/app/pause\" class=\"pause\"><label for=\"reason\">Pause the app: nothing is sent until it is resumed. Why?</label><input id=\"reason\" name=\"reason\" maxlength=\"500\" required><button type=\"submit\" id=\"pause-app\">Pause the app</button></form>"
         func n(_ k: String) -> String { stats[k].map { $0.briefDescription } ?? "0" }
         func stat(_ id: String, _ label: String, _ value: String) -> String { "<div><dt>\(label)</dt><dd id=\"\(id)\">\(value)</dd></div>" }
         return """
-        <h1>\(e(app.bundleID))</h1>\(noticeLine(notice))
+        \(switcher)<h1>\(e(app.bundleID))</h1>\(noticeLine(notice))
         <table class="facts"><tr><th>Team</th><td>\(e(app.teamID))</td></tr><tr><th>Key</th><td>\(e(app.keyID))</td></tr>
         <tr><th>APNs</th><td>\(e(environment))</td></tr><tr><th>Status</th><td id="status">\(e(status))</td></tr>
         <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
@@ -259,6 +264,7 @@ enum ConsolePages {
     .stats dt { color: var(--muted); } .stats dd { margin: 0; font-size: 22px; font-variant-numeric: tabular-nums; }
     td.actions, .queue th, .queue td:nth-child(-n+2) { white-space: nowrap; overflow-wrap: normal; } td.actions form, form.inline { display: inline-block; margin: 0 4px 0 0; }
     label.confirm { display: flex; gap: 6px; align-items: center; }
+    form.switch { grid-template-columns: auto 1fr auto; align-items: center; max-width: 520px; }
     #audit td:nth-child(-n+3), #audit th { white-space: nowrap; overflow-wrap: normal; }
     nav.ranges { display: flex; gap: 12px; margin: 0 0 12px; }
     figure.chart { margin: 0 0 16px; } figure.chart svg { width: 100%; max-width: 720px; height: auto; display: block; }

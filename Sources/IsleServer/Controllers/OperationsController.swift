@@ -50,11 +50,11 @@ struct OperationsController {
 
     /// The request carries a live admin key (read through the same one-second cache as the API's).
     func isAdmin(_ request: Request, _ context: IsleRequestContext) async throws -> Bool {
-        if let caller = context.caller { return caller.scope == .admin }
+        if let caller = context.caller { return caller.scope.isConsole }
         guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return false }
         let hash = APIKeys.hash(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))
         guard let key = try await adminKeys.value(hash, load: { try await services.store.apiKey(secretHash: hash) }) else { return false }
-        return key.scope == .admin && key.revokedAt == nil
+        return key.scope.isConsole && key.revokedAt == nil
     }
 
     /// Open work only, along partial indexes; everything else is counted as it happens
