@@ -2,7 +2,8 @@
 # `isle serve` on a fresh SQLite file pointed at it, with a backend, a device and an admin key.
 #   isle_stack <first port>   # the simulator takes ports N…N+3 (device, broadcast, management
 #                             # hosts, control), the server N+10
-# Sets DIR, SIM_CONTROL, SERVER, BACKEND, DEVICE, ADMIN, and the backend's registration-ticket key
+# Sets DIR, SIM_CONTROL, SERVER, BACKEND, DEVICE, ADMIN, SERVER_ADMIN (and a second app,
+# com.example.tacos), and the backend's registration-ticket key
 # (TICKET_KEY file, TICKET_KEY_ID); stops both and removes DIR on exit. ISLE_SERVE_FLAGS adds flags
 # to isle serve.
 isle_stack() {
@@ -25,6 +26,10 @@ isle_stack() {
   BACKEND=$(.build/debug/isle key create --bundle-id com.example.pizza --scope backend 2>/dev/null)
   DEVICE=$(.build/debug/isle key create --bundle-id com.example.pizza --scope device 2>/dev/null)
   ADMIN=$(.build/debug/isle key create --bundle-id com.example.pizza --scope admin 2>/dev/null)
+  # A second app and a server-admin key (the console's app switcher).
+  .build/debug/isle app add --bundle-id com.example.tacos --key "$DIR/sim/AuthKey_SIMKEY0001.p8" --key-id SIMKEY0001 --team-id SIMTEAM001 \
+    --schema Examples/PizzaDeliveryAttributes.schema.json >/dev/null
+  SERVER_ADMIN=$(.build/debug/isle key create --bundle-id com.example.pizza --scope server-admin 2>/dev/null)
   TICKET_KEY="$DIR/ticket.pem"
   TICKET_KEY_ID=$(.build/debug/isle app ticket-key create --bundle-id com.example.pizza --out "$TICKET_KEY" 2>/dev/null)
   .build/debug/isle serve --port $((base + 10)) --apns-url "https://127.0.0.1:$base" --apns-broadcast-url "https://127.0.0.1:$((base + 1))" \

@@ -17,13 +17,14 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 SIM = os.environ["ISLE_SIM_CONTROL"]
 SERVER = os.environ["ISLE_SERVER"]
 BACKEND = os.environ["ISLE_BACKEND_KEY"]
 DEVICE_KEY = os.environ["ISLE_DEVICE_KEY"]
 ADMIN = os.environ["ISLE_ADMIN_KEY"]
+SERVER_ADMIN = os.environ["ISLE_SERVER_ADMIN_KEY"]
 SHOTS = os.environ.get("ISLE_SCREENSHOTS", "artifacts/screenshots")
 os.makedirs(SHOTS, exist_ok=True)
 
@@ -260,6 +261,15 @@ def console_actions(browser, wait, activity_url):
     shot(browser, "console-9-history.png")
     browser.find_element(By.LINK_TEXT, "7d").click()
     wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#chart-deliveries"))
+
+    # A server-admin key: every app of the server, with the switcher.
+    browser.find_element(By.CSS_SELECTOR, "form[action='/console/logout'] button").click()
+    sign_in(browser, wait, SERVER_ADMIN)
+    wait.until(lambda b: b.find_element(By.TAG_NAME, "h1").text == "com.example.pizza")
+    Select(browser.find_element(By.ID, "app")).select_by_value("com.example.tacos")
+    browser.find_element(By.ID, "switch-app").click()
+    wait.until(lambda b: b.find_element(By.TAG_NAME, "h1").text == "com.example.tacos")
+    shot(browser, "console-10-switch.png")
 
 
 if __name__ == "__main__":
