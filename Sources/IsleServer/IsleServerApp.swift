@@ -67,6 +67,7 @@ public final class IsleServerApp: Service {
         ChannelController(services: services).addRoutes(to: v1)
         DeliveryController(services: services).addRoutes(to: v1)
         EventsController(services: services).addRoutes(to: v1)
+        JobController(services: services).addRoutes(to: v1)
         // The operator console: HTML pages behind an admin key, outside the API.
         ConsoleController(services: services).addRoutes(to: router)
         return router

@@ -224,4 +224,34 @@ struct ConsoleActionsTests {
             #expect(try await f.call("GET", "/v1/app", key: wide.secret).status == 403)
         }
     }
+
+    @Test("the queue over the API: GET /v1/jobs, DELETE /v1/jobs/{id} and POST /v1/jobs/{id}/retry, with 404 for another app's and 409 naming the state")
+    func queueAPI() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-api-queue")
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            let scheduled = try #require(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Later"), "sendAt": .int(later)])
+                .json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+            let list = try await f.call("GET", "/v1/jobs?activity=\(id)", key: f.backendKey)
+            #expect(list.status == 200 && list.json["jobs"]?.arrayValue?.map { $0["state"] } == ["scheduled"] && list.json["jobs"]?.arrayValue?.first?["dueAt"] == .int(later))
+            #expect(try await f.call("GET", "/v1/jobs?limit=0", key: f.backendKey).status == 400)
+            #expect(try await f.call("GET", "/v1/jobs", key: f.deviceKey).status == 403)
+            let cancelled = try await f.call("DELETE", "/v1/jobs/\(scheduled)", key: f.backendKey)
+            #expect(cancelled.status == 200 && cancelled.json["state"] == "dropped")
+            let again = try await f.call("DELETE", "/v1/jobs/\(scheduled)", key: f.backendKey)
+            #expect(again.status == 409 && again.json["error"]?["code"] == "jobNotWaiting" && again.json["error"]?["message"]?.stringValue?.contains("dropped") == true)
+            #expect(try await f.call("DELETE", "/v1/jobs/987654", key: f.backendKey).status == 404)
+            #expect(try await f.call("DELETE", "/v1/jobs/abc", key: f.backendKey).status == 400)
+            // A retry after a 503, sent now.
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1))
+            let job = try #require(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Now")]).json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+            try await eventually("waiting for its retry") {
+                try await f.call("GET", "/v1/jobs?activity=\(id)", key: f.backendKey).json["jobs"]?.arrayValue?.first?["state"] == "waitingForRetry"
+            }
+            #expect(try await f.call("POST", "/v1/jobs/\(job)/retry", key: f.backendKey).json["retried"] == true)
+            try await f.waitForDevice("sent now") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Now" }
+            try await eventually("finished") { try await f.call("GET", "/v1/jobs", key: f.backendKey).json["jobs"] == [] }
+            #expect(try await f.call("POST", "/v1/jobs/\(job)/retry", key: f.backendKey).status == 409)
+        }
+    }
 }

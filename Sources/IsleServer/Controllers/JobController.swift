@@ -1,0 +1,76 @@
+import Foundation
+import Hummingbird
+import IsleCore
+import IsleHTTPAPI
+import IsleStore
+
+/// The app's queue for its backend: unfinished pushes (`GET /v1/jobs`), cancel one that is not in
+/// flight (`DELETE /v1/jobs/{id}`), send one waiting for its retry now (`POST /v1/jobs/{id}/retry`).
+/// The console's queue actions, over the API.
+struct JobController {
+    let services: APIServices
+
+    func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
+        v1.get("jobs") { request, context in
+            let caller = try context.caller(.backend)
+            let query = request.uri.queryParameters
+            var limit = 100
+            if let text = query["limit"] {
+                guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("limit", "limit must be a whole number from 1 to 1000") }
+                limit = n
+            }
+            var activity: String?
+            if let text = query["activity"].map(String.init) {
+                guard !text.unicodeScalars.contains("\u{0}") else { throw APIError.invalid("activity", "activity holds U+0000, which no activity id holds") }
+                activity = try Limits.pathID(text, "activity")
+            }
+            let jobs = try await services.store.openJobs(bundleID: caller.bundleID, activityID: activity, limit: limit)
+            return JSONResponse.make(["jobs": .array(jobs.map { Self.view($0, now: services.clock.now) })])
+        }
+        v1.delete("jobs/:job") { _, context in
+            let caller = try context.caller(.backend)
+            let id = try Self.id(context)
+            guard let job = try await services.store.cancelJob(id: id, bundleID: caller.bundleID, reason: "cancelled by the backend (key \(caller.keyID))") else {
+                throw try await Self.refusal(id, caller: caller, store: services.store, what: "cancelled")
+            }
+            services.engine.wake()
+            return JSONResponse.make(["id": .int(job.id), "state": .string(PushJobState.dropped.rawValue), "cancelled": .bool(true)])
+        }
+        v1.post("jobs/:job/retry") { _, context in
+            let caller = try context.caller(.backend)
+            let id = try Self.id(context)
+            guard try await services.store.retryJobNow(id: id, bundleID: caller.bundleID, now: services.clock.now) else {
+                throw try await Self.refusal(id, caller: caller, store: services.store, what: "sent now")
+            }
+            services.engine.wake()
+            return JSONResponse.make(["id": .int(id), "retried": .bool(true)])
+        }
+    }
+
+    static func id(_ context: IsleRequestContext) throws -> Int64 {
+        guard let id = Int64(try context.parameters.require("job")), id > 0 else { throw APIError.invalid("job", "job must be a job id (a positive whole number)") }
+        return id
+    }
+
+    /// 404 for another app's or a missing job; 409 naming the state that refused it.
+    static func refusal(_ id: Int64, caller: Caller, store: any IsleQueue, what: String) async throws -> APIError {
+        guard let job = try await store.job(id: id), job.bundleID == caller.bundleID else { return APIError.notFound("job \(id)") }
+        let state = job.state == .claimed ? "in flight" : job.state.rawValue
+        return APIError(.conflict, "jobNotWaiting", "job \(id) is \(state); only a \(what == "cancelled" ? "scheduled or queued" : "queued") job can be \(what)")
+    }
+
+    static func view(_ j: PushJob, now: Date) -> JSONValue {
+        let waiting: String = switch j.state {
+        case .scheduled: "scheduled"
+        case .claimed: "inFlight"
+        default: j.runAt > now ? (j.attempts > 0 ? "waitingForRetry" : "waiting") : "due"
+        }
+        var o: JSONObject = ["id": .int(j.id), "kind": .string(j.kind.rawValue), "state": .string(waiting), "dueAt": Views.date(j.runAt), "attempts": .int(Int64(j.attempts)),
+                             "createdAt": Views.date(j.createdAt)]
+        if let a = j.activityID { o["activityID"] = .string(a) }
+        if let c = j.channelID { o["channelID"] = .string(c) }
+        if let i = j.installationID { o["installationID"] = .string(i) }
+        if let e = j.lastError { o["lastError"] = .string(e) }
+        return .object(o)
+    }
+}
