@@ -3,7 +3,8 @@ import GRDB
 import IsleCore
 
 // Events and webhooks (docs/events.md). One process writes a SQLite file, one transaction at a
-// time, so the events' AUTOINCREMENT numbers are their commit order.
+// time, so the order of the inserts is the commit order: an event's place in the stream (`seq`)
+// is its insert's number, given in the same transaction.
 extension SQLiteStore {
     static func insertEvents(_ db: Database, _ events: [NewEvent]) throws {
         guard !events.isEmpty else { return }
@@ -11,6 +12,7 @@ extension SQLiteStore {
         for e in events {
             try insert.execute(arguments: [e.bundleID, e.type.rawValue, e.activityID, JSONValue.object(e.data).jsonString, e.at.timeIntervalSince1970])
         }
+        try db.cachedStatement(sql: "UPDATE events SET seq = id WHERE seq IS NULL").execute()
     }
 
     static func event(_ r: Row) throws -> StoredEvent {

@@ -190,8 +190,10 @@ public enum Schema {
             c("bundle_id", .text), c("key", .text), c("request_hash", .text), c("status", .integer), c("body", .text), c("created_at", .time),
         ], primaryKey: ["bundle_id", "key"]),
         // An app's events in commit order (`seq`), and the webhooks that receive them (docs/events.md).
+        // `id` is the insert's order; `seq` the place in the stream, given once the row is committed
+        // (SQLite: in the insert's transaction, one writer; PostgreSQL: by readers, in commit order).
         Table(name: "events", columns: [
-            c("seq", .rowNumber, pk: true), c("bundle_id", .text), c("type", .text), c("activity_id", .text, null: true), c("data", .json), c("at", .time),
+            c("id", .rowNumber, pk: true), c("seq", .integer, null: true, unique: true), c("bundle_id", .text), c("type", .text), c("activity_id", .text, null: true), c("data", .json), c("at", .time),
         ]),
         Table(name: "webhooks", columns: [
             c("id", .text, pk: true), c("bundle_id", .text), c("url", .text), c("secret", .text), c("created_at", .time), c("cursor", .integer),
@@ -239,6 +241,7 @@ public enum Schema {
         Index(name: "idempotency_created", table: "idempotency", columns: ["created_at"]),
         Index(name: "events_app", table: "events", columns: ["bundle_id", "seq"]),
         Index(name: "events_at", table: "events", columns: ["at"]),
+        Index(name: "events_pending", table: "events", columns: ["id"], condition: "seq IS NULL"),
         Index(name: "webhooks_app", table: "webhooks", columns: ["bundle_id"]),
         Index(name: "audit_log_app", table: "audit_log", columns: ["bundle_id", "id"]),
         Index(name: "history_minute", table: "history", columns: ["minute"]),

@@ -3,22 +3,38 @@ import IsleCore
 import Logging
 import PostgresNIO
 
-// Events and webhooks (docs/events.md). Several processes write events; a reader must never see
-// event n+1 committed while event n, numbered earlier, is still in flight (it would step over n
-// for good). So every transaction that writes events takes one advisory lock just before (as its
-// last step, so it never waits on anything while holding it) and keeps it until it commits: events
-// are numbered in commit order, and an earlier number is always visible before a later one.
+// Events and webhooks (docs/events.md). Several processes write events, and a transaction that
+// numbered its event first may commit last: a reader that followed insert numbers would step over
+// it for good. So writers insert events without a place in the stream (`seq` NULL, no lock on the
+// delivery path), and readers give the committed ones their places first, in insert order, under
+// one advisory lock held to that commit (``sequenceEvents(_:logger:)``): places only ever grow, and
+// an event committed late gets a place after every one already read. An activity's events are
+// inserted in the order its writes happened (each write holds the activity's lane or row lock
+// while it inserts), so their places keep that order.
 extension PostgresStore {
-    /// The events lock: namespace 2, key 0 (lanes are namespace 1).
     static func insertEvents(_ conn: PostgresConnection, _ events: [NewEvent], logger: Logger) async throws {
         guard !events.isEmpty else { return }
-        try await conn.rows("SELECT pg_advisory_xact_lock(2, 0)", logger: logger)
         let none = "\u{1}"
         try await conn.rows("""
             INSERT INTO events (bundle_id, type, activity_id, data, at)
             SELECT b, t, NULLIF(a, E'\\x01'), d, at FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS e(b, t, a, d, at, n) ORDER BY n
             """, [.texts(events.map(\.bundleID)), .texts(events.map(\.type.rawValue)), .texts(events.map { $0.activityID ?? none }),
                   .jsons(events.map { JSONValue.object($0.data).jsonString }), .dates(events.map(\.at))], logger: logger)
+    }
+
+    /// Gives committed events without a place theirs (namespace 2, key 0: the events lock).
+    func sequenceEvents() async throws {
+        let log = logger
+        let pending = try await read { conn in try await conn.row("SELECT id FROM events WHERE seq IS NULL LIMIT 1", logger: log) != nil }
+        guard pending else { return }
+        try await transaction { conn in
+            try await conn.rows("SELECT pg_advisory_xact_lock(2, 0)", logger: log)
+            try await conn.rows("""
+                WITH base AS (SELECT COALESCE(MAX(seq), 0) AS b FROM events),
+                     pending AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM events WHERE seq IS NULL ORDER BY id LIMIT 10000)
+                UPDATE events AS e SET seq = base.b + pending.n FROM pending, base WHERE e.id = pending.id
+                """, logger: log)
+        }
     }
 
     static func event(_ r: PGRow) throws -> StoredEvent {
@@ -38,6 +54,7 @@ extension PostgresStore {
 
     public func events(bundleID: String, after seq: Int64, limit: Int) async throws -> [StoredEvent] {
         let log = logger
+        try await sequenceEvents()
         return try await read { conn in
             try await conn.rows("SELECT seq, bundle_id, type, activity_id, data::text AS data, at FROM events WHERE bundle_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
                                 [.text(bundleID), .int(seq), .int(max(0, limit))], logger: log).map(Self.event)
@@ -46,6 +63,7 @@ extension PostgresStore {
 
     public func lastEventSeq(bundleID: String) async throws -> Int64 {
         let log = logger
+        try await sequenceEvents()
         return try await read { conn in
             try await conn.row("SELECT COALESCE(MAX(seq), 0) AS n FROM events WHERE bundle_id = $1", [.text(bundleID)], logger: log)?.int("n") ?? 0
         }

@@ -510,7 +510,7 @@ extension PostgresStore {
                                 [.texts(budget.map(\.0)), .dates(budget.map(\.1))], logger: log)
         }
         if done.contains(where: { writes[$0].wakesNow }) { try await conn.rows("SELECT pg_notify($1, '')", [.text(Self.notifyChannel)], logger: log) }
-        // Last: the events lock is held from here to the commit.
+        // Last, after the activities' writes: an activity's events are inserted in the order of its writes.
         try await insertEvents(conn, done.flatMap { Events.of(cs[$0], writes[$0]) }, logger: log)
         return cs.indices.map { written.contains(cs[$0].claim.job.id) }
     }

@@ -818,7 +818,7 @@ public final class PostgresStore: IsleStore {
                                      [.date(now.addingTimeInterval(-retention.deliveries)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM history WHERE (bundle_id, minute, metric) IN (SELECT bundle_id, minute, metric FROM history WHERE minute < $1 LIMIT $2) RETURNING metric",
                                      [.date(now.addingTimeInterval(-retention.history)), .int(limit)], logger: log).count
-            n += try await conn.rows("DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < $1 LIMIT $2) RETURNING seq",
+            n += try await conn.rows("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < $1 LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.events)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM high_priority_sends WHERE id IN (SELECT id FROM high_priority_sends WHERE at < $1 LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.highPrioritySends)), .int(limit)], logger: log).count
@@ -1034,7 +1034,7 @@ extension PostgresStore {
             try await conn.rows("SELECT setval('high_priority_sends_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM high_priority_sends), 1))", logger: log)
             try await conn.rows("SELECT setval('job_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM jobs), 1))", logger: log)
             try await conn.rows("SELECT setval('audit_log_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM audit_log), 1))", logger: log)
-            try await conn.rows("SELECT setval('events_seq_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM events), 1))", logger: log)
+            try await conn.rows("SELECT setval('events_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM events), 1))", logger: log)
         }
     }
 }
