@@ -285,14 +285,41 @@ struct ServeCommand: AsyncParsableCommand {
                 try await tasks.next()
                 throw CLIError("the server stopped before it could listen")
             }
-            let apps = try await store.apps()
-            say("Isle server on http://\(c.host):\(p)  database \(shown)  APNs \(c.apnsDescription)  apps: \(apps.isEmpty ? "none yet (isle app add)" : apps.map(\.bundleID).joined(separator: ", "))")
+            say(try await banner(c, port: p, store: store, shown: shown))
             try await tasks.next()
         }
     }
 }
 
 extension ServeCommand {
+    /// What `isle serve` prints once it listens: where the API and the console are, the database,
+    /// where each environment's pushes go, and the next step when something is missing.
+    static func banner(_ c: ServerConfiguration, port: Int, store: any IsleStore, shown: String) async throws -> String {
+        let base = "http://\(c.host.contains(":") ? "[\(c.host)]" : c.host):\(port)"
+        let apps = try await store.apps()
+        let keys = try await store.apiKeys(bundleID: nil).filter { $0.revokedAt == nil }
+        var lines = [
+            "Isle server on \(base)",
+            "  API:       \(base)/v1   (OpenAPI document: \(base)/openapi.json)",
+            "  console:   \(base)/console   (sign in with an admin key)",
+            "  database:  \(shown)",
+        ]
+        for e in PushEnvironment.allCases {
+            let t = c.target(e).endpoints
+            lines.append("  APNs \(e.rawValue)\(e == c.defaultEnvironment ? " (default)" : ""): \(t.device)   broadcast \(t.broadcast)   channels \(t.channelManagement)")
+        }
+        lines.append("  apps:      \(apps.isEmpty ? "none yet" : apps.map(\.bundleID).joined(separator: ", "))")
+        let db = shown.isEmpty ? "" : " --database \(shown)"
+        if apps.isEmpty {
+            lines.append("Next: add your app: isle app add\(db) --bundle-id <id> --key AuthKey_<KEYID>.p8 --key-id <KEYID> --team-id <TEAMID> --schema <attributes>.schema.json")
+        } else if let app = apps.first(where: { a in !keys.contains { $0.bundleID == a.bundleID && $0.scope == .backend } }) {
+            lines.append("Next: a key for \(app.bundleID)'s backend: isle key create\(db) --bundle-id \(app.bundleID) --scope backend (device and admin keys alike)")
+        } else if !keys.contains(where: \.scope.isConsole) {
+            lines.append("Next: a key for the console: isle key create\(db) --bundle-id \(apps[0].bundleID) --scope admin")
+        }
+        return lines.joined(separator: "\n")
+    }
+
     /// Every app key must open with the master key given; keys from before sealing are sealed now.
     static func checkKeys(store: any IsleStore, masterKey: MasterKey?, path: String) async throws {
         try await store.migrate()
@@ -380,7 +407,25 @@ struct AppCommand: AsyncParsableCommand {
 }
 
 struct KeyCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "key", abstract: "Create and revoke API keys.", subcommands: [Create.self, Revoke.self])
+    static let configuration = CommandConfiguration(commandName: "key", abstract: "Create, list and revoke API keys.", subcommands: [Create.self, List.self, Revoke.self])
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List API keys: id, app, scope, created, revoked (never a secret: only hashes are stored).")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id"), help: "Only this app's keys.") var bundleID: String?
+        func run() async throws {
+            let bundleID = bundleID
+            let keys = try await database.withStore { try await $0.apiKeys(bundleID: bundleID) }
+            if keys.isEmpty {
+                say(bundleID.map { "no key for \($0) yet: isle key create --bundle-id \($0) --scope backend" } ?? "no key yet: isle key create --bundle-id <app> --scope backend")
+                return
+            }
+            let f = ISO8601DateFormatter()
+            for k in keys {
+                say("\(k.id)  \(k.bundleID)  \(k.scope.rawValue)  created \(f.string(from: k.createdAt))\(k.revokedAt.map { "  revoked \(f.string(from: $0))" } ?? "")")
+            }
+        }
+    }
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create an API key; the secret is printed once and only its hash is stored.")

@@ -196,10 +196,12 @@ struct SimCommand: AsyncParsableCommand {
         }
 
         var deviceLine = ""
+        var phonePath = "phone/<device id>"
         if let deviceName {
             let device: String
             do { device = try sim.world.createDevice(name: deviceName, osVersion: osVersion, model: model) } catch { throw CLIError("--os-version/--model: \(error.message)") }
             deviceLine = "  device:   \(device) (\(deviceName), \(model), iOS \(osVersion))"
+            phonePath = "phone/\(device)"
             if let app {
                 var parsed: [ActivitySchema] = []
                 for path in schemas { parsed.append(try Inputs.schema(path)!) }
@@ -221,6 +223,7 @@ struct SimCommand: AsyncParsableCommand {
                   broadcast: \(sim.broadcastURL)   channels: \(sim.managementURL)
                   CA:       \(folder)/ca.pem
                   control:  \(control)
+                  phone:    \(control)/\(phonePath)   (the Lock Screen and Dynamic Island, in a browser)
                   key:      \(keyPath)   key id \(keyID)   team id \(teamID)
                 \(deviceLine.isEmpty ? "" : deviceLine + "\n")
                 Point any client at it:

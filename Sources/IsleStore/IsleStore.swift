@@ -42,6 +42,8 @@ public protocol APIKeyRepository: Sendable {
     func insertAPIKey(_ key: APIKeyRecord) async throws
     func apiKey(secretHash: String) async throws -> APIKeyRecord?
     func revokeAPIKey(id: String, at: Date) async throws -> Bool
+    /// The keys of one app (or of every app), oldest first: ids, scopes and dates, never secrets.
+    func apiKeys(bundleID: String?) async throws -> [APIKeyRecord]
 
 }
 

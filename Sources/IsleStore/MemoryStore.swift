@@ -84,6 +84,9 @@ public final class MemoryStore: IsleStore {
         }
     }
     public func apiKey(secretHash: String) async throws -> APIKeyRecord? { state.withLock { $0.keys[secretHash] } }
+    public func apiKeys(bundleID: String?) async throws -> [APIKeyRecord] {
+        state.withLock { s in s.keys.values.filter { bundleID == nil || $0.bundleID == bundleID }.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) } }
+    }
     public func revokeAPIKey(id: String, at: Date) async throws -> Bool {
         state.withLock { s in
             guard let (hash, key) = s.keys.first(where: { $0.value.id == id }), key.revokedAt == nil else { return false }

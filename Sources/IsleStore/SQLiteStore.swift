@@ -320,6 +320,15 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func apiKeys(bundleID: String?) async throws -> [APIKeyRecord] {
+        try readNow { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM api_keys WHERE ? IS NULL OR bundle_id = ? ORDER BY created_at, id", arguments: [bundleID, bundleID]).map { r in
+                APIKeyRecord(id: r["id"], bundleID: r["bundle_id"], scope: try BadRow.decode(r["scope"] as String, as: APIKeyScope.self, table: "api_keys", id: r["id"], column: "scope"), secretHash: r["secret_hash"],
+                             createdAt: Date(timeIntervalSince1970: r["created_at"]), revokedAt: (r["revoked_at"] as Double?).map(Date.init(timeIntervalSince1970:)))
+            }
+        }
+    }
+
     public func revokeAPIKey(id: String, at: Date) async throws -> Bool {
         try await writer.write { db in
             try db.execute(sql: "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", arguments: [at.timeIntervalSince1970, id])

@@ -254,4 +254,12 @@ struct ConsoleActionsTests {
             #expect(try await f.call("POST", "/v1/jobs/\(job)/retry", key: f.backendKey).status == 409)
         }
     }
+
+    @Test("GET / leads a person somewhere: the console, the OpenAPI document, health")
+    func root() async throws {
+        try await ServerFixture.with { f in
+            let page = try await C.send(f, "GET", "/")
+            #expect(page.status == 200 && page.text.contains("href=\"/console\"") && page.text.contains("href=\"/openapi.json\"") && page.text.contains("href=\"/health\""))
+        }
+    }
 }

@@ -49,6 +49,7 @@ final class FaultyStore: IsleStore {
     func apps() async throws -> [AppRecord] { try await base.apps() }
     func insertAPIKey(_ key: APIKeyRecord) async throws { try await base.insertAPIKey(key) }
     func apiKey(secretHash: String) async throws -> APIKeyRecord? { try await base.apiKey(secretHash: secretHash) }
+    func apiKeys(bundleID: String?) async throws -> [APIKeyRecord] { try await base.apiKeys(bundleID: bundleID) }
     func revokeAPIKey(id: String, at: Date) async throws -> Bool { try await base.revokeAPIKey(id: id, at: at) }
     func upsertInstallation(_ installation: InstallationRecord) async throws { try await base.upsertInstallation(installation) }
     func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,

@@ -229,11 +229,7 @@ struct ActivityController {
     func view(_ a: ActivityRecord, request: Request) async throws -> Response {
         var o = Views.activity(a).objectValue!
         let query = request.uri.queryParameters
-        var limit = 100
-        if let text = query["deliveries"] {
-            guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("deliveries", "deliveries must be a whole number from 1 to 1000") }
-            limit = n
-        }
+        let limit = try Limits.pageSize(request, "deliveries")
         var before: Int64?
         if let text = query["before"] {
             guard let n = Int64(String(text)), n > 0 else { throw APIError.invalid("before", "before must be a delivery id (a positive whole number)") }

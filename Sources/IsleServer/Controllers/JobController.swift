@@ -14,11 +14,7 @@ struct JobController {
         v1.get("jobs") { request, context in
             let caller = try context.caller(.backend)
             let query = request.uri.queryParameters
-            var limit = 100
-            if let text = query["limit"] {
-                guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("limit", "limit must be a whole number from 1 to 1000") }
-                limit = n
-            }
+            let limit = try Limits.pageSize(request, "limit")
             var activity: String?
             if let text = query["activity"].map(String.init) {
                 guard !text.unicodeScalars.contains("\u{0}") else { throw APIError.invalid("activity", "activity holds U+0000, which no activity id holds") }

@@ -12,6 +12,10 @@ struct OperationsController {
     let openJobs = ExpiringCache<[PushJobState: Int]?>()
 
     func addRoutes(to router: Router<IsleRequestContext>) {
+        // A person who opens the server's address finds where to go.
+        router.get("/") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(string: Self.index)))
+        }
         router.get("health") { _, _ in JSONResponse.make(["status": "ok"]) }
         router.get("ready", use: ready)
         router.get("metrics", use: metrics)
@@ -19,6 +23,16 @@ struct OperationsController {
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.json)))
         }
     }
+
+    static let index = """
+        <!doctype html><html lang="en"><head><meta charset="utf-8"><title>Isle server</title>
+        <style>body { font: 15px/1.5 system-ui, sans-serif; margin: 32px; max-width: 720px; } code { font-family: ui-monospace, monospace; }</style></head>
+        <body><h1>Isle server</h1><p>Live Activities and widgets over APNs.</p><ul>
+        <li><a href="/console">The console</a>: sign in with an admin key (<code>isle key create --bundle-id … --scope admin</code>).</li>
+        <li>The API under <code>/v1</code>, for your backend and your app: <a href="/openapi.json">its OpenAPI document</a>.</li>
+        <li><a href="/health">/health</a>, <a href="/ready">/ready</a> and <a href="/metrics">/metrics</a> (Prometheus) for monitoring.</li>
+        </ul></body></html>
+        """
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         // The calling app's delivery status: running, backing off (APNs failing) or paused (a

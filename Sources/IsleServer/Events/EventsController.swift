@@ -34,11 +34,7 @@ struct EventsController {
                 after = n
             }
         }
-        var limit = 100
-        if let text = query["limit"] {
-            guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid("limit", "limit must be a whole number from 1 to 1000") }
-            limit = n
-        }
+        let limit = try Limits.pageSize(request, "limit")
         var wait = 0.0
         if let text = query["wait"] {
             guard let n = Double(String(text)), n.isFinite, (0...30).contains(n) else { throw APIError.invalid("wait", "wait must be a number of seconds from 0 to 30") }

@@ -183,6 +183,14 @@ enum Limits {
     /// Attributes and content state each, serialized (a Live Activity payload is at most 4 KB).
     static let activityJSON = 4096
 
+    /// A page size from the query (`?limit=`, `?deliveries=`): a whole number from 1 to 1000, or
+    /// `fallback` when absent.
+    static func pageSize(_ request: Request, _ name: String, fallback: Int = 100) throws -> Int {
+        guard let text = request.uri.queryParameters[Substring(name)] else { return fallback }
+        guard let n = Int(String(text)), (1...1000).contains(n) else { throw APIError.invalid(name, "\(name) must be a whole number from 1 to 1000") }
+        return n
+    }
+
     /// An id from the path, at most ``id`` characters.
     static func pathID(_ value: String, _ name: String) throws -> String {
         guard !value.isEmpty, value.unicodeScalars.count <= id else { throw APIError.invalid(name, "the \(name) id must be 1 to \(id) characters") }

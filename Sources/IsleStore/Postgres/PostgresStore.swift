@@ -448,6 +448,16 @@ public final class PostgresStore: IsleStore {
         }
     }
 
+    public func apiKeys(bundleID: String?) async throws -> [APIKeyRecord] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM api_keys WHERE $1::text IS NULL OR bundle_id = $1 ORDER BY created_at, id", [.text(bundleID)], logger: log).map { r in
+                APIKeyRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), scope: try BadRow.decode(try r.string("scope"), as: APIKeyScope.self, table: "api_keys", id: try r.string("id"), column: "scope"),
+                             secretHash: try r.string("secret_hash"), createdAt: try r.date("created_at"), revokedAt: try r.optionalDate("revoked_at"))
+            }
+        }
+    }
+
     public func revokeAPIKey(id: String, at: Date) async throws -> Bool {
         let log = logger
         return try await transaction { conn in
