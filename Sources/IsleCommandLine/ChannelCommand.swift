@@ -26,7 +26,7 @@ struct ChannelCommand: AsyncParsableCommand {
     static func run<R: Sendable>(_ connection: ConnectionOptions, _ body: (APNsClient, String) async throws(APNsError) -> R) async throws -> R {
         let bundleID = try connection.resolvedBundleID()
         return try await connection.withClient { client in
-            do throws(APNsError) { return try await body(client, bundleID) } catch { throw Report.failure(error) }
+            do throws(APNsError) { return try await body(client, bundleID) } catch { throw Report.failure(error, target: try? connection.environment()) }
         }
     }
 

@@ -51,12 +51,24 @@ struct ConnectionOptions: ParsableArguments {
         return id
     }
 
+    /// The credentials; every missing one is named at once.
     func credentials() throws(CLIError) -> APNsCredentials {
-        guard let path = key ?? env("ISLE_APNS_KEY") else { throw CLIError("missing --key (or ISLE_APNS_KEY): the path to your .p8 token-signing key") }
-        guard let keyID = keyID ?? env("ISLE_APNS_KEY_ID") else { throw CLIError("missing --key-id (or ISLE_APNS_KEY_ID): the 10-character Key ID of the .p8 key") }
-        guard let teamID = teamID ?? env("ISLE_APNS_TEAM_ID") else { throw CLIError("missing --team-id (or ISLE_APNS_TEAM_ID): your 10-character Team ID") }
+        let path = key ?? env("ISLE_APNS_KEY"), keyID = keyID ?? env("ISLE_APNS_KEY_ID"), teamID = teamID ?? env("ISLE_APNS_TEAM_ID")
+        var missing: [String] = []
+        if path == nil { missing.append("--key (or ISLE_APNS_KEY): the path to your .p8 token-signing key") }
+        if keyID == nil { missing.append("--key-id (or ISLE_APNS_KEY_ID): the 10-character Key ID of the .p8 key") }
+        if teamID == nil { missing.append("--team-id (or ISLE_APNS_TEAM_ID): your 10-character Team ID") }
+        guard let path, let keyID, let teamID else { throw CLIError("missing " + missing.joined(separator: "; missing ")) }
+        // Apple names the downloaded file after its key: a different --key-id is a token APNs refuses.
+        let file = (path as NSString).lastPathComponent
+        if file.hasPrefix("AuthKey_"), file.hasSuffix(".p8") {
+            let named = String(file.dropFirst("AuthKey_".count).dropLast(".p8".count))
+            if !named.isEmpty, named != keyID {
+                throw CLIError.configuration("--key-id \(keyID) does not match the key file \(file), which Apple named after key \(named): give --key-id \(named), or the file of key \(keyID)")
+            }
+        }
         do { return try APNsCredentials(keyID: keyID, teamID: teamID, keyFile: path) } catch {
-            throw CLIError("--key: \(error.reason)")
+            throw CLIError.configuration("--key: \(error.reason)")
         }
     }
 
@@ -127,19 +139,42 @@ enum Report {
         say(parts.joined(separator: "  "))
     }
 
-    static func failure(_ error: APNsError) -> CLIError {
+    /// One line that names the cause and the fix, with the exit status of its kind. `target`:
+    /// where the request went (nil: Apple's hosts).
+    static func failure(_ error: APNsError, target: APNsEnvironment? = nil) -> CLIError {
         switch error.code {
         case .rejected:
             let r = error.response!
             var line = r.summary
             if let id = r.apnsID { line += " (apns-id \(id.uuidString.lowercased()))" }
             if let since = r.invalidSince { line += " Token invalid since \(ISO8601DateFormatter().string(from: since))." }
-            return CLIError(line)
+            let status: Int32 = switch error.remedy {
+            case .fixConfiguration: ExitStatus.configuration
+            case .retryLater: ExitStatus.unavailable
+            default: ExitStatus.refused
+            }
+            return CLIError(line, exitCode: status)
         case .invalidRequest:
             let hint = (error.validation?.errors.count ?? 0) > 1 ? " Run 'isle validate' on the payload for the full list." : ""
-            return CLIError(error.message + hint)
+            return CLIError(error.message + hint, exitCode: ExitStatus.refused)
         case .transport:
-            return CLIError("\(error.message). \(APNsReason.advice(error.remedy))")
+            let kind = error.transport?.kind ?? .other
+            let custom: String? = if case .custom(let url, _, _, _)? = target { url } else { nil }
+            switch kind {
+            case .tlsFailed:
+                if let custom {
+                    return .configuration("the TLS handshake with \(custom) failed: its certificate is not one this command trusts. Against isle sim, give --ca-cert <its folder>/ca.pem (isle sim prints it); for another server, the CA that signed its certificate")
+                }
+                return .configuration("the TLS handshake with APNs failed (\(error.transport?.reason ?? error.message)): check this machine's CA certificates and clock")
+            case .connectionFailed:
+                let whereTo = custom ?? "APNs"
+                return CLIError("nothing answers at \(whereTo) (\(error.transport?.reason ?? "connection refused")): is the server running and is the URL right?\(custom != nil ? " isle sim prints its URLs when it starts." : " Check this machine's network.")",
+                                exitCode: ExitStatus.unavailable)
+            case .timedOut:
+                return CLIError("\(custom ?? "APNs") did not answer in time (--timeout): try again later, or give a longer --timeout", exitCode: ExitStatus.unavailable)
+            default:
+                return CLIError("\(error.message). \(APNsReason.advice(error.remedy))", exitCode: ExitStatus.unavailable)
+            }
         }
     }
 

@@ -29,14 +29,31 @@ public struct CLIContext: Sendable {
 func say(_ text: String) { CLIContext.current.out(text) }
 func warn(_ text: String) { CLIContext.current.err(text) }
 
-/// A failure the user can act on: printed as one line, exit status 1.
+/// `isle`'s exit statuses (sysexits.h; README, "Exit statuses"): a script can tell a mistake in
+/// the command from a setup to fix, a network to wait for, and a push APNs refused.
+public enum ExitStatus {
+    public static let ok: Int32 = 0
+    /// Something else failed (see the message).
+    public static let failure: Int32 = 1
+    /// The command is wrong: an unknown or missing option, a value that is not what it must be.
+    public static let usage: Int32 = 64
+    /// APNs (or the validator before it) refused the push: fix the request or the token.
+    public static let refused: Int32 = 65
+    /// Nothing answered, or not in time: a server or the network is down; try again later.
+    public static let unavailable: Int32 = 69
+    /// The setup is wrong: a key, a certificate, a database, a port in use.
+    public static let configuration: Int32 = 78
+}
+
+/// A failure the user can act on: printed as one line, with an exit status that says which kind.
 struct CLIError: Error, CustomStringConvertible {
     let message: String
-    var exitCode: Int32 = 1
-    init(_ message: String, exitCode: Int32 = 1) {
+    var exitCode: Int32 = ExitStatus.usage
+    init(_ message: String, exitCode: Int32 = ExitStatus.usage) {
         self.message = message
         self.exitCode = exitCode
     }
+    static func configuration(_ message: String) -> CLIError { CLIError(message, exitCode: ExitStatus.configuration) }
     var description: String { message }
 }
 
@@ -70,7 +87,7 @@ public enum IsleCLI {
             return error.exitCode
         } catch let error as StoreError {
             warn("isle: database: \(error.message)")
-            return 1
+            return error.code == .unavailable ? ExitStatus.unavailable : ExitStatus.configuration
         } catch let code as ExitCode {
             // The command already said why.
             return code.rawValue

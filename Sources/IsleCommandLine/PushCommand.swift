@@ -190,14 +190,14 @@ struct PushCommand: AsyncParsableCommand {
         try await connection.withClient { client in
             if dryRun {
                 let request: APNsTransportRequest
-                do throws(APNsError) { request = try client.request(for: push) } catch { throw Report.failure(error) }
+                do throws(APNsError) { request = try client.request(for: push) } catch { throw Report.failure(error, target: try? connection.environment()) }
                 say(Curl.command(request, caCert: connection.caCertPath, showSecrets: showSecrets))
                 return
             }
             do throws(APNsError) {
                 Report.response(try await client.send(push))
             } catch {
-                throw Report.failure(error)
+                throw Report.failure(error, target: try? connection.environment())
             }
         }
     }

@@ -282,8 +282,17 @@ struct ServeCommand: AsyncParsableCommand {
             guard p != 0 else {
                 // It stopped before listening (another server holds the database, the port is
                 // taken, …): the service group's error says why.
-                try await tasks.next()
-                throw CLIError("the server stopped before it could listen")
+                do { try await tasks.next() } catch {
+                    let text = "\(error)"
+                    if text.contains("Address already in use") || text.contains("errno: 98") || text.contains("EADDRINUSE") {
+                        throw CLIError.configuration("port \(c.port) on \(c.host) is in use: stop what holds it (another isle serve?), or give another --port")
+                    }
+                    if text.contains("Permission denied") || text.contains("errno: 13") {
+                        throw CLIError.configuration("port \(c.port) on \(c.host) needs privileges this process does not have: give a port above 1023 (and a reverse proxy in front)")
+                    }
+                    throw error
+                }
+                throw CLIError("the server stopped before it could listen", exitCode: ExitStatus.failure)
             }
             say(try await banner(c, port: p, store: store, shown: shown))
             try await tasks.next()

@@ -107,12 +107,12 @@ struct CLITests {
         }
     }
 
-    @Test("APNs errors: meaning and what to do, exit 1")
+    @Test("APNs errors: meaning and what to do, exit 65 (refused)")
     func apnsError() async throws {
         try await CLIHarness.with { h in
             h.sink.enqueueError(status: 410, reason: "Unregistered", timestamp: now)
             let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}"] + h.flags, now: now)
-            #expect(r.status == 1)
+            #expect(r.status == ExitStatus.refused)
             #expect(r.err.contains("410 Unregistered"))
             #expect(r.err.contains("Stop sending to this token"))
             #expect(r.err.contains("2026-01-01T00:00:00Z"))
@@ -194,7 +194,7 @@ struct CLITests {
             #expect(await IsleCLI.capture(["channel", "delete", "--channel", "Y2hhbm5lbDE="] + h.flags, now: now).status == 0)
             // A No-Message-Stored channel with a storing expiration is refused locally.
             let bad = await IsleCLI.capture(["channel", "send", "--channel", "Y2hhbm5lbDE=", "--content-state", "{}", "--storage-policy", "0", "--expiration", "+1h"] + h.flags, now: now)
-            #expect(bad.status == 1 && bad.err.contains("BadExpirationDate"))
+            #expect(bad.status == ExitStatus.refused && bad.err.contains("BadExpirationDate"))
         }
     }
 

@@ -4,7 +4,7 @@ import IsleTesting
 import Testing
 
 /// The README's ```sh blocks must work as written: every `swift run isle …` line in them is run
-/// here, in process, and must exit 0 — or 1 where the line ends with `# exits 1`.
+/// here, in process, and must exit 0 — or N where the line ends with `# exits N`.
 /// (```console blocks need a real Apple account and are not run.)
 enum Readme {
     struct Example: Sendable, CustomTestStringConvertible {

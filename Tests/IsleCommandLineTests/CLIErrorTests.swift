@@ -1,0 +1,76 @@
+import Foundation
+@testable import IsleCommandLine
+import IsleCore
+import IsleTesting
+import Testing
+
+/// Each failure a new operator meets (issue 27) names the cause and the fix, and exits with the
+/// status of its kind (README, "Exit statuses").
+@Suite("isle: errors that name the cause and the fix", .serialized)
+struct CLIErrorTests {
+    @Test("without --ca-cert against a server with its own CA: a configuration error naming --ca-cert, not the Apple Developer account")
+    func missingCACert() async throws {
+        try await CLIHarness.with { h in
+            let flags = h.flags.split(separator: "--ca-cert").first.map(Array.init) ?? []
+            let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}"] + flags, now: now)
+            #expect(r.status == ExitStatus.configuration, "\(r.err)")
+            #expect(r.err.contains("--ca-cert") && r.err.contains("isle sim prints it") && !r.err.contains("Apple Developer account"), "\(r.err)")
+            #expect(h.sink.requests.isEmpty)
+        }
+    }
+
+    @Test("nothing listening: the URL and what to check, exit 69 (unavailable), no raw networking error")
+    func connectionRefused() async throws {
+        try await CLIHarness.with { h in
+            let port = try freeLoopbackPort()
+            var flags = h.flags
+            if let i = flags.firstIndex(of: "--url") { flags[i + 1] = "https://127.0.0.1:\(port)" }
+            let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}", "--timeout", "5"] + flags, now: now)
+            #expect(r.status == ExitStatus.unavailable, "\(r.err)")
+            #expect(r.err.contains("nothing answers at https://127.0.0.1:\(port)") && r.err.contains("is the server running"), "\(r.err)")
+            #expect(r.err.split(separator: "\n").count == 1)
+        }
+    }
+
+    @Test("a --key-id that is not the one in AuthKey_<ID>.p8: refused before anything is sent, exit 78")
+    func keyIDMismatch() async throws {
+        try await CLIHarness.with { h in
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-keyid-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            let named = dir.appendingPathComponent("AuthKey_ABCDE12345.p8").path
+            try FileManager.default.copyItem(atPath: h.keyPath, toPath: named)
+            var flags = h.flags
+            if let i = flags.firstIndex(of: "--key") { flags[i + 1] = named }
+            let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}"] + flags, now: now)
+            #expect(r.status == ExitStatus.configuration)
+            #expect(r.err.contains("--key-id \(h.key.keyID) does not match the key file AuthKey_ABCDE12345.p8") && r.err.contains("give --key-id ABCDE12345"), "\(r.err)")
+            #expect(h.sink.requests.isEmpty)
+        }
+    }
+
+    @Test("every missing credential named at once, exit 64 (usage)")
+    func missingAtOnce() async {
+        let r = await IsleCLI.capture(["push", "update", "--token", token, "--content-state", "{}", "--bundle-id", "com.example.pizza", "--sandbox"], environment: [:], now: now)
+        #expect(r.status == ExitStatus.usage)
+        #expect(r.err.contains("missing --key (") && r.err.contains("missing --key-id (") && r.err.contains("missing --team-id ("), "\(r.err)")
+        #expect(r.err.split(separator: "\n").count == 1)
+    }
+
+    @Test("isle serve on a port in use: the port named, exit 78")
+    func portInUse() async throws {
+        try await CLIHarness.with { h in
+            // The sink's own port is taken.
+            let port = URLComponents(string: h.sink.baseURL)?.port ?? 0
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-port-\(UUID().uuidString).sqlite").path
+            let r = await IsleCLI.capture(["serve", "--database", path, "--port", "\(port)", "--host", "127.0.0.1"])
+            #expect(r.status == ExitStatus.configuration, "\(r.err)")
+            #expect(r.err.contains("port \(port) on 127.0.0.1 is in use") && r.err.contains("--port"), "\(r.err)")
+        }
+    }
+
+    @Test("a mistaken command is a usage error (64); validate's findings stay 1")
+    func usage() async {
+        #expect(await IsleCLI.capture(["nonsense"]).status == ExitStatus.usage)
+        #expect(await IsleCLI.capture(["push", "update", "--priority", "7"]).status == ExitStatus.usage)
+    }
+}
