@@ -14,8 +14,8 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; do
 wait_for() { for _ in $(seq 1 150); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "nothing answers at $1"; cat /tmp/isle-*.log; exit 1; }
 
 # --- README: an APNs to talk to (the simulator) -------------------------------------------------
-.build/debug/isle sim --dir /tmp/isle-sim --apns-port 18443 --control-port 18080 \
-  --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > /tmp/isle-sim.log 2>&1 &
+.build/debug/isle sim --dir /tmp/isle-sim --apns-port 18443 --broadcast-port 18444 --management-port 18445 \
+  --control-port 18080 --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > /tmp/isle-sim.log 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18080/health
 
@@ -30,8 +30,8 @@ DEVICE_KEY=$(isle key create --database /tmp/isle.sqlite --bundle-id com.example
 TICKET_KEY_ID=$(isle app ticket-key create --database /tmp/isle.sqlite --bundle-id com.example.pizza --out /tmp/isle-ticket.pem)
 
 # --- README: run it -------------------------------------------------------------------------------
-.build/debug/isle serve --database /tmp/isle.sqlite --port 18090 \
-  --apns-url https://127.0.0.1:18443 --apns-ca-cert /tmp/isle-sim/ca.pem > /tmp/isle-serve.log 2>&1 &
+.build/debug/isle serve --database /tmp/isle.sqlite --port 18090 --apns-url https://127.0.0.1:18443 \
+  --apns-broadcast-url https://127.0.0.1:18444 --apns-management-url https://127.0.0.1:18445 --apns-ca-cert /tmp/isle-sim/ca.pem > /tmp/isle-serve.log 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18090/health
 
@@ -54,6 +54,7 @@ for _ in $(seq 1 100); do
   grep -q '"status":200' /tmp/isle-activity.json && break
   sleep 0.1
 done
+curl -s -X POST http://127.0.0.1:18090/v1/channels -H "authorization: Bearer $BACKEND_KEY" -d '{}' > /tmp/isle-channel.json
 curl -s http://127.0.0.1:18080/devices/device-1/screen > /tmp/isle-screen.json
 python3 - <<'PY'
 import json
@@ -61,5 +62,7 @@ activity = json.load(open("/tmp/isle-activity.json"))
 assert activity["deliveries"] and activity["deliveries"][0]["status"] == 200, activity
 screen = json.load(open("/tmp/isle-screen.json"))
 assert screen["lockScreen"][0]["contentState"]["driverName"] == "Anne Johnson", screen
-print("server walkthrough: ok")
+channel = json.load(open("/tmp/isle-channel.json"))
+assert channel.get("id"), ("the README's channel step failed", channel)
+print("server walkthrough: ok (channels included)")
 PY

@@ -10,7 +10,8 @@ rm -rf /tmp/isle-sim
 if curl -sf http://127.0.0.1:18080/health >/dev/null 2>&1; then
   echo "something already listens on 127.0.0.1:18080 (an earlier isle sim?); stop it first"; exit 1
 fi
-.build/debug/isle sim --virtual-clock --dir /tmp/isle-sim --apns-port 18443 --control-port 18080 \
+.build/debug/isle sim --virtual-clock --dir /tmp/isle-sim --apns-port 18443 --broadcast-port 18444 --management-port 18445 \
+  --control-port 18080 \
   --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > /tmp/isle-sim.log 2>&1 &
 SIM=$!
 trap 'kill $SIM 2>/dev/null; wait $SIM 2>/dev/null || true' EXIT
@@ -32,6 +33,7 @@ MODE=$(stat -c %a /tmp/isle-sim/AuthKey_SIMKEY0001.p8)
 
 # --- README: push to it with isle push --------------------------------------------------------
 export ISLE_APNS_URL=https://127.0.0.1:18443 ISLE_APNS_CA_CERT=/tmp/isle-sim/ca.pem
+export ISLE_APNS_BROADCAST_URL=https://127.0.0.1:18444 ISLE_APNS_MANAGEMENT_URL=https://127.0.0.1:18445
 export ISLE_APNS_KEY=/tmp/isle-sim/AuthKey_SIMKEY0001.p8 ISLE_APNS_KEY_ID=SIMKEY0001 ISLE_APNS_TEAM_ID=SIMTEAM001 ISLE_BUNDLE_ID=com.example.pizza
 isle push update --token "$TOKEN" --priority 10 \
   --content-state '{"driverName":"Anne Johnson","deliveryTimer":[788918400,788919900]}' \
@@ -44,6 +46,11 @@ curl --http2 --cacert /tmp/isle-sim/ca.pem \
   -d "{\"aps\":{\"timestamp\":$(date +%s),\"event\":\"update\",\"content-state\":{\"driverName\":\"Curl\",\"deliveryTimer\":[788918400,788919900]}}}" \
   "https://127.0.0.1:18443/3/device/$TOKEN" -s -o /dev/null -w "%{http_code} HTTP/%{http_version}\n" | tee /tmp/isle-sim-curl.txt
 grep -q "^200 HTTP/2" /tmp/isle-sim-curl.txt
+
+# --- README: broadcast channels (the same exports) -----------------------------------------------
+CHANNEL=$(isle channel create --storage-policy 0)
+[ -n "$CHANNEL" ] || { echo "isle channel create printed no channel id"; exit 1; }
+isle channel list | grep -q -- "$CHANNEL" || { echo "isle channel list does not show $CHANNEL"; exit 1; }
 
 # --- README: what the phone shows, and why ----------------------------------------------------
 curl -s -X POST http://127.0.0.1:18080/clock/advance -d '{"seconds":3}' > /dev/null

@@ -262,4 +262,16 @@ struct ConsoleActionsTests {
             #expect(page.status == 200 && page.text.contains("href=\"/console\"") && page.text.contains("href=\"/openapi.json\"") && page.text.contains("href=\"/health\""))
         }
     }
+
+    @Test("a custom APNs without a channel-management host: creating a channel says which setting is missing")
+    func managementHint() async throws {
+        try await ServerFixture.with(server: { c in
+            // As the README's walkthrough once did: --apns-url only.
+            if case .custom(let url, _, _, let roots) = c.target(.sandbox) { c.sendBothEnvironments(to: .custom(url: url, trustRootsPEM: roots)) }
+        }) { f in
+            let r = try await f.call("POST", "/v1/channels", key: f.backendKey, body: [:])
+            #expect(r.status == 502)
+            #expect(r.json["error"]?["message"]?.stringValue?.contains("no --apns-management-url") == true, "\(r.json)")
+        }
+    }
 }

@@ -24,6 +24,13 @@ struct ChannelController {
         }
     }
 
+    /// A custom APNs without a channel-management host sends channel management to its device
+    /// host, which answers 404: say which setting is missing.
+    static func managementHint(_ target: APNsEnvironment, _ e: APNsError) -> String {
+        guard case .custom(let url, _, nil, _) = target, e.response?.status == 404 || e.response?.reason == .badPath else { return "" }
+        return ". Channel management went to \(url), the device host, because isle serve has no --apns-management-url: give it (isle sim prints its channels host)"
+    }
+
     @Sendable func create(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
         let creation = try ChannelCreation(try await Body.read(request))
@@ -34,7 +41,7 @@ struct ChannelController {
         do {
             channel = try await services.engine.clients.client(for: app, environment: environment).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: creation.storagePolicy)!)
         } catch let e as APNsError {
-            throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)")
+            throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)\(Self.managementHint(services.engine.clients.target(environment), e))")
         }
         let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: creation.storagePolicy, createdAt: services.clock.now, environment: environment)
         let value = Views.channel(record)
@@ -54,7 +61,7 @@ struct ChannelController {
         guard let c = try await store.channel(id: id), c.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
         let app = try await services.app(caller.bundleID)
         do { try await services.engine.clients.client(for: app, environment: c.environment).deleteChannel(bundleID: app.bundleID, channelID: id) } catch let e as APNsError where e.response?.reason != .channelNotRegistered {
-            throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)")
+            throw APIError(.badGateway, "apnsRejected", "APNs did not delete the channel: \(e.message)\(Self.managementHint(services.engine.clients.target(c.environment ?? services.engine.clients.defaultEnvironment), e))")
         }
         var record = context.idempotency
         record?.status = 204
