@@ -106,6 +106,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("body-timeout"), help: ArgumentHelp("Seconds from a request's head to the end of its body (env ISLE_BODY_TIMEOUT; default 30).", valueName: "seconds")) var bodyTimeout: Double?
     @Option(name: .customLong("idle-timeout"), help: ArgumentHelp("Seconds a connection may stay open with no request in progress (env ISLE_IDLE_TIMEOUT; default 60).", valueName: "seconds")) var idleTimeout: Double?
     @Flag(name: .customLong("secure-cookies"), help: "The console's session cookie is Secure: set it when clients reach Isle over HTTPS (a TLS-terminating proxy) (env ISLE_SECURE_COOKIES=true).") var secureCookies = false
+    @Option(name: .customLong("trusted-proxies"), help: ArgumentHelp("Reverse proxies (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For names the client, for per-address limits (env ISLE_TRUSTED_PROXIES; default none).", valueName: "ranges")) var trustedProxies: String?
     @Option(name: .customLong("webhook-hosts"), help: ArgumentHelp("The hosts webhooks may point at, comma-separated (*.example.com for subdomains); default any (env ISLE_WEBHOOK_HOSTS).", valueName: "hosts")) var webhookHosts: String?
     @Option(name: .customLong("max-event-wait"), help: ArgumentHelp("Longest long poll of GET /v1/events, in seconds (env ISLE_MAX_EVENT_WAIT; default 30).", valueName: "seconds")) var maxEventWait: Double?
     @Option(name: .customLong("keep-events"), help: ArgumentHelp("Days an event (docs/events.md) is kept for GET /v1/events and webhooks (env ISLE_KEEP_EVENTS; default 7).", valueName: "days")) var keepEvents: Double?
@@ -119,7 +120,7 @@ struct ServeCommand: AsyncParsableCommand {
     static let configKeys: Set<String> = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL",
                                           "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease", "backendRate", "deviceRate", "installationRate", "addressRate",
                                           "authFailureRate", "maxLiveActivitiesPerInstallation", "maxInstallationsPerUser", "headerTimeout", "bodyTimeout", "idleTimeout",
-                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait"]
+                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies"]
 
     func run() async throws {
         let (configuration, level) = try settings()
@@ -246,6 +247,15 @@ struct ServeCommand: AsyncParsableCommand {
         if let v = number(headerTimeout, "ISLE_HEADER_TIMEOUT", "headerTimeout", "header-timeout", 0.1...3600, "seconds") { c.timeouts.header = .milliseconds(Int64(v * 1000)) }
         if let v = number(bodyTimeout, "ISLE_BODY_TIMEOUT", "bodyTimeout", "body-timeout", 0.1...3600, "seconds") { c.timeouts.body = .milliseconds(Int64(v * 1000)) }
         if let v = number(idleTimeout, "ISLE_IDLE_TIMEOUT", "idleTimeout", "idle-timeout", 0.1...86_400, "seconds") { c.timeouts.idle = .milliseconds(Int64(v * 1000)) }
+        if let text = pick(trustedProxies, "ISLE_TRUSTED_PROXIES", "trustedProxies") {
+            let parts = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let ranges = parts.compactMap(AddressRange.init)
+            if ranges.count != parts.count || ranges.isEmpty {
+                problems.append("trusted-proxies: \"\(text)\" must be addresses or CIDR ranges, comma-separated, e.g. 127.0.0.1,10.0.0.0/8,fd00::/8")
+            } else {
+                c.trustedProxies = ranges
+            }
+        }
         if let v = number(maxEventWait, "ISLE_MAX_EVENT_WAIT", "maxEventWait", "max-event-wait", 0...30, "seconds") { c.webhooks.maximumPollWait = v }
         if let text = pick(webhookHosts, "ISLE_WEBHOOK_HOSTS", "webhookHosts") {
             let hosts = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }

@@ -54,6 +54,7 @@ public final class IsleServerApp: Service {
     /// middleware; one controller per resource.
     static func buildRouter(services: APIServices, limiter: RateLimiter?, perInstallation: KeyedRateLimiter? = nil, perAddress: KeyedRateLimiter? = nil) -> Router<IsleRequestContext> {
         let router = Router(context: IsleRequestContext.self)
+        router.add(middleware: ClientAddressMiddleware(trusted: services.configuration.trustedProxies))
         router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: services.logger))
         let operations = OperationsController(services: services)

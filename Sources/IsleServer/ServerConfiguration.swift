@@ -72,6 +72,9 @@ public struct ServerConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Opens the apps' sealed `.p8` keys (see ``MasterKey``).
     public var masterKey: MasterKey?
+    /// Reverse proxies whose `X-Forwarded-For` names the client (per-address limits, sign-in
+    /// throttling); empty: the connection's own address always.
+    public var trustedProxies: [AddressRange] = []
     /// How webhooks are sent (docs/events.md).
     public var webhooks = WebhookSettings()
     /// How often the per-minute delivery history is written (the console's charts).
