@@ -5,7 +5,29 @@ import Logging
 
 /// `isle db copy`: move an installation's data from its SQLite file to PostgreSQL.
 struct DbCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "db", abstract: "Database tools.", subcommands: [Copy.self])
+    static let configuration = CommandConfiguration(commandName: "db", abstract: "Database tools.", subcommands: [Copy.self, Backup.self])
+
+    struct Backup: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Back up a SQLite database to a new file while isle serve keeps running (SQLite's online backup), and check the copy.",
+            discussion: "To restore: stop isle serve, remove the database's -wal and -shm files, copy the backup over the database, start isle serve (with the same master key). PostgreSQL: use pg_dump."
+        )
+        @Option(help: ArgumentHelp("The SQLite file to back up.", valueName: "path")) var database: String
+        @Option(help: ArgumentHelp("The new file to write (never overwritten).", valueName: "path")) var to: String
+
+        func run() async throws {
+            guard !PostgresSettings.isPostgresURL(database) else { throw CLIError("--database: isle db backup copies a SQLite file; for PostgreSQL use pg_dump") }
+            guard FileManager.default.fileExists(atPath: database) else { throw CLIError.configuration("--database: no file \(database)") }
+            let store: SQLiteStore
+            do { store = try SQLiteStore(path: database) } catch { throw CLIError.configuration("--database: cannot open \(database): \(error)") }
+            let started = Date()
+            let bytes: Int64
+            do { bytes = try store.backup(to: to) } catch let e as StoreError {
+                throw e.code == .conflict ? CLIError("--to: \(e.message)") : CLIError.configuration(e.message)
+            }
+            say(String(format: "backed up %@ to %@ (%.1f MB in %.1f s; integrity check ok)", database, to, Double(bytes) / 1e6, Date().timeIntervalSince(started)))
+        }
+    }
 
     struct Copy: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

@@ -180,3 +180,31 @@ extension SQLiteStore {
         }
     }
 }
+
+// Online backup (`isle db backup`).
+extension SQLiteStore {
+    /// Copies the database, as one consistent moment, to a new file at `path` (0600) while the
+    /// server keeps serving (SQLite's online backup: readers and the writer go on); then checks the
+    /// copy (`PRAGMA integrity_check`). Returns the copy's size in bytes.
+    @discardableResult
+    public func backup(to path: String) throws -> Int64 {
+        guard !FileManager.default.fileExists(atPath: path) else { throw StoreError(.conflict, "\(path) exists; give a new file (a backup never overwrites)") }
+        guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+            throw StoreError(.unavailable, "cannot create \(path)")
+        }
+        do {
+            let target = try DatabaseQueue(path: path)
+            try pool.backup(to: target)
+            let check = try target.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") }
+            guard check == ["ok"] else { throw StoreError(.unavailable, "the backup at \(path) fails SQLite's integrity check: \(check.prefix(3).joined(separator: "; "))") }
+            try target.close()
+        } catch let e as StoreError {
+            try? FileManager.default.removeItem(atPath: path)
+            throw e
+        } catch {
+            try? FileManager.default.removeItem(atPath: path)
+            throw StoreError(.unavailable, "the backup to \(path) failed: \(error)")
+        }
+        return ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value) ?? 0
+    }
+}

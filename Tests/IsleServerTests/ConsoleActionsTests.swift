@@ -274,4 +274,33 @@ struct ConsoleActionsTests {
             #expect(r.json["error"]?["message"]?.stringValue?.contains("no --apns-management-url") == true, "\(r.json)")
         }
     }
+
+    @Test("graceful stop (SIGTERM): no new claims, in-flight sends finish and are recorded, nothing is left claimed, and the next start sends the rest")
+    func gracefulStop() async throws {
+        try await ServerFixture.with(server: { $0.concurrency = 4 }) { f in
+            var ids: [String] = []
+            var shown: [SimulatedActivity] = []
+            for i in 0..<5 {  // the simulated app's most
+                let (a, id) = try await f.appStartsActivity(key: "order-stop-\(i)")
+                ids.append(id)
+                shown.append(a)
+            }
+            // Every push takes 700 ms at APNs: up to four in flight when the stop comes.
+            f.sim.apns.addFailure(FailureRule(remaining: nil, latencyMilliseconds: 700))
+            for id in ids { #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Stop")]).status == 202) }
+            try await eventually("the first sends answered, more in flight") { !f.sim.apns.requestLog.isEmpty }
+            await f.stop()
+            let store = try SQLiteStore(path: f.databasePath)
+            let counts = try await store.jobCounts()
+            #expect((counts[.claimed] ?? 0) == 0, "\(counts)")
+            #expect((counts[.sent] ?? 0) >= 1, "the sends in flight finished and were recorded: \(counts)")
+            #expect((counts[.sent] ?? 0) + (counts[.queued] ?? 0) == ids.count, "\(counts)")
+            f.sim.apns.clearFailures()
+            try await f.start()
+            let phones = shown
+            try await f.waitForDevice("every update after the restart") { d in
+                phones.allSatisfy { a in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Stop" }
+            }
+        }
+    }
 }
