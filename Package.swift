@@ -123,6 +123,7 @@ let package = Package(
             dependencies: [
                 "IsleCore", "IsleDelivery", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -214,7 +215,7 @@ let package = Package(
         .testTarget(
             name: "IsleServerTests",
             dependencies: [
-                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
+                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

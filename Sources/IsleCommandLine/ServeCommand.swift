@@ -106,6 +106,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("body-timeout"), help: ArgumentHelp("Seconds from a request's head to the end of its body (env ISLE_BODY_TIMEOUT; default 30).", valueName: "seconds")) var bodyTimeout: Double?
     @Option(name: .customLong("idle-timeout"), help: ArgumentHelp("Seconds a connection may stay open with no request in progress (env ISLE_IDLE_TIMEOUT; default 60).", valueName: "seconds")) var idleTimeout: Double?
     @Flag(name: .customLong("secure-cookies"), help: "The console's session cookie is Secure: set it when clients reach Isle over HTTPS (a TLS-terminating proxy) (env ISLE_SECURE_COOKIES=true).") var secureCookies = false
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Serve the API over HTTPS with this PEM certificate chain (env ISLE_TLS_CERT); read again when it changes.", valueName: "file")) var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("The PEM private key of --tls-cert (env ISLE_TLS_KEY).", valueName: "file")) var tlsKey: String?
     @Option(name: .customLong("trusted-proxies"), help: ArgumentHelp("Reverse proxies (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For names the client, for per-address limits (env ISLE_TRUSTED_PROXIES; default none).", valueName: "ranges")) var trustedProxies: String?
     @Option(name: .customLong("webhook-hosts"), help: ArgumentHelp("The hosts webhooks may point at, comma-separated (*.example.com for subdomains); default any (env ISLE_WEBHOOK_HOSTS).", valueName: "hosts")) var webhookHosts: String?
     @Option(name: .customLong("max-event-wait"), help: ArgumentHelp("Longest long poll of GET /v1/events, in seconds (env ISLE_MAX_EVENT_WAIT; default 30).", valueName: "seconds")) var maxEventWait: Double?
@@ -120,7 +122,7 @@ struct ServeCommand: AsyncParsableCommand {
     static let configKeys: Set<String> = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL",
                                           "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease", "backendRate", "deviceRate", "installationRate", "addressRate",
                                           "authFailureRate", "maxLiveActivitiesPerInstallation", "maxInstallationsPerUser", "headerTimeout", "bodyTimeout", "idleTimeout",
-                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies"]
+                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies", "tlsCert", "tlsKey"]
 
     func run() async throws {
         let (configuration, level) = try settings()
@@ -247,6 +249,16 @@ struct ServeCommand: AsyncParsableCommand {
         if let v = number(headerTimeout, "ISLE_HEADER_TIMEOUT", "headerTimeout", "header-timeout", 0.1...3600, "seconds") { c.timeouts.header = .milliseconds(Int64(v * 1000)) }
         if let v = number(bodyTimeout, "ISLE_BODY_TIMEOUT", "bodyTimeout", "body-timeout", 0.1...3600, "seconds") { c.timeouts.body = .milliseconds(Int64(v * 1000)) }
         if let v = number(idleTimeout, "ISLE_IDLE_TIMEOUT", "idleTimeout", "idle-timeout", 0.1...86_400, "seconds") { c.timeouts.idle = .milliseconds(Int64(v * 1000)) }
+        switch (pick(tlsCert, "ISLE_TLS_CERT", "tlsCert"), pick(tlsKey, "ISLE_TLS_KEY", "tlsKey")) {
+        case (nil, nil): break
+        case (let cert?, let key?):
+            do {
+                c.tls = try TLSCredentials(certificatePath: cert, keyPath: key)
+                c.secureCookies = true
+            } catch { problems.append("\(error)") }
+        case (nil, _): problems.append("tls-key: give --tls-cert too (the certificate chain the key belongs to)")
+        case (_, nil): problems.append("tls-cert: give --tls-key too (the certificate's private key)")
+        }
         if let text = pick(trustedProxies, "ISLE_TRUSTED_PROXIES", "trustedProxies") {
             let parts = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             let ranges = parts.compactMap(AddressRange.init)
@@ -314,7 +326,7 @@ extension ServeCommand {
     /// What `isle serve` prints once it listens: where the API and the console are, the database,
     /// where each environment's pushes go, and the next step when something is missing.
     static func banner(_ c: ServerConfiguration, port: Int, store: any IsleStore, shown: String) async throws -> String {
-        let base = "http://\(c.host.contains(":") ? "[\(c.host)]" : c.host):\(port)"
+        let base = "\(c.tls == nil ? "http" : "https")://\(c.host.contains(":") ? "[\(c.host)]" : c.host):\(port)"
         let apps = try await store.apps()
         let keys = try await store.apiKeys(bundleID: nil).filter { $0.revokedAt == nil }
         var lines = [

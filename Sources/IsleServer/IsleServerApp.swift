@@ -44,10 +44,17 @@ public final class IsleServerApp: Service {
         let webhooks = WebhookDispatcher(store: store, bell: engine.events, clock: clock, settings: configuration.webhooks, masterKey: configuration.masterKey, logger: logger)
         let box = portBox
         let timeouts = configuration.timeouts
+        let tls = configuration.tls
+        var running: [any Service] = [engine, webhooks, engine.history]
+        if let tls { running.append(TLSReloader(credentials: tls, interval: configuration.tlsReloadInterval, logger: logger)) }
         application = Application(router: router,
-                                  server: HTTPServerBuilder { responder in DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, logger: logger) },
+                                  server: HTTPServerBuilder { responder in
+                                      let http = DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, logger: logger)
+                                      if let tls { return ReloadingTLSChannel(base: http, credentials: tls) }
+                                      return http
+                                  },
                                   configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Isle"),
-                                  services: [engine, webhooks, engine.history], onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
+                                  services: running, onServerRunning: { box.set($0.localAddress?.port ?? 0) }, logger: logger)
     }
 
     /// The API: operations at the root; everything under `/v1` behind the API-key and idempotency

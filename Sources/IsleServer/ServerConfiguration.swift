@@ -72,6 +72,11 @@ public struct ServerConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Opens the apps' sealed `.p8` keys (see ``MasterKey``).
     public var masterKey: MasterKey?
+    /// TLS on the API (`--tls-cert`, `--tls-key`): nil serves plain HTTP (behind a proxy that
+    /// terminates TLS).
+    public var tls: TLSCredentials?
+    /// How often the certificate files are looked at for a renewal.
+    public var tlsReloadInterval: Duration = .seconds(10)
     /// Reverse proxies whose `X-Forwarded-For` names the client (per-address limits, sign-in
     /// throttling); empty: the connection's own address always.
     public var trustedProxies: [AddressRange] = []
