@@ -244,11 +244,14 @@ def console_actions(browser, wait, activity_url):
     wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#webhooks td.status").text == "failing" or (b.refresh() and False))
     assert "no answer" in browser.find_element(By.CSS_SELECTOR, "#webhooks td.failure").text
     shot(browser, "console-7-webhooks.png")
+    browser.find_element(By.CSS_SELECTOR, "#webhooks button.delete").click()
+    wait.until(lambda b: "deleted" in b.find_element(By.ID, "notice").text)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#webhooks tr[data-webhook]")
 
     # The audit log: each action, with the admin key.
     browser.get(SERVER + "/console/audit")
     actions = [td.text for td in wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#audit td.action"))]
-    for a in ["signIn", "activity.push", "webhook.create", "job.cancel", "job.retry", "app.pause", "app.resume", "activity.end"]:
+    for a in ["signIn", "activity.push", "webhook.create", "job.cancel", "job.retry", "app.pause", "app.resume", "activity.end", "webhook.delete"]:
         assert a in actions, (a, actions)
     shot(browser, "console-8-audit.png")
 
