@@ -16,7 +16,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 SIM = os.environ["ISLE_SIM_CONTROL"]
@@ -89,7 +89,7 @@ def main():
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")), options=options)
     # Pages change under the test (live updates, form posts): a vanished element is looked up again.
-    wait = WebDriverWait(browser, 20, ignored_exceptions=[NoSuchElementException, StaleElementReferenceException])
+    wait = WebDriverWait(browser, 20, ignored_exceptions=[NoSuchElementException, StaleElementReferenceException, WebDriverException])
     try:
         start_activity("12345", "Bill James", 50)
         browser.get(SIM + "/phone/device-1")
@@ -136,7 +136,7 @@ def main():
 
 def sign_in(browser, wait, key):
     browser.get(SERVER + "/console")
-    field = wait.until(lambda b: b.find_element(By.ID, "key"))
+    field = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "form[action='/console/login'] #key"))
     field.send_keys(key)
     browser.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
 
@@ -267,6 +267,7 @@ def console_actions(browser, wait, activity_url):
 
     # A server-admin key: every app of the server, with the switcher.
     browser.find_element(By.CSS_SELECTOR, "form[action='/console/logout'] button").click()
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "form[action='/console/login']"))
     sign_in(browser, wait, SERVER_ADMIN)
     wait.until(lambda b: b.find_element(By.TAG_NAME, "h1").text == "com.example.pizza")
     Select(browser.find_element(By.ID, "app")).select_by_value("com.example.tacos")
