@@ -39,7 +39,7 @@ TICKET_KEY_ID=$(isle app ticket-key create --database "$D/isle.sqlite" --bundle-
   --apns-sandbox-url https://127.0.0.1:18643 --apns-production-url https://127.0.0.1:18644 --apns-ca-cert "$D/cas.pem" > "$D/serve.log" 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18290/health
-said() { grep -q "sandbox (default) → custom (https://127.0.0.1:18643); production → custom (https://127.0.0.1:18644)" "$D/serve.log"; }
+said() { grep -q "APNs sandbox (default): https://127.0.0.1:18643 " "$D/serve.log" && grep -q "APNs production: https://127.0.0.1:18644 " "$D/serve.log"; }
 for _ in $(seq 1 50); do said && break; sleep 0.1; done
 said || { echo "serve does not say where each environment goes:"; cat "$D/serve.log"; exit 1; }
 

@@ -419,7 +419,8 @@ public struct Retention: Sendable, Hashable {
     public var endedActivities: TimeInterval = 30 * 86_400
     /// Installations that reported nothing for this long and hold no live activity.
     public var staleInstallations: TimeInterval = 180 * 86_400
-    /// Events (docs/events.md): a webhook that stays down longer misses the oldest.
+    /// Events (docs/events.md): a webhook that stays down longer misses the oldest. The newest
+    /// event is kept whatever its age, so the stream's numbers never start again.
     public var events: TimeInterval = 7 * 86_400
     /// The console's per-minute history (its longest chart is 7 days).
     public var history: TimeInterval = 8 * 86_400

@@ -45,7 +45,8 @@ public final class IsleServerApp: Service {
         let box = portBox
         let timeouts = configuration.timeouts
         let tls = configuration.tls
-        var running: [any Service] = [engine, webhooks, engine.history]
+        // Stopped in reverse order: the history writes last, after the engine's last completions.
+        var running: [any Service] = [engine.history, engine, webhooks]
         if let tls { running.append(TLSReloader(credentials: tls, interval: configuration.tlsReloadInterval, logger: logger)) }
         application = Application(router: router,
                                   server: HTTPServerBuilder { responder in

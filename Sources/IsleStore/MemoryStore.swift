@@ -281,8 +281,9 @@ public final class MemoryStore: IsleStore {
             for key in s.history.keys.filter({ k in (Double(k.split(separator: "\n")[1]) ?? 0) < cutoff }).prefix(limit) { s.history[key] = nil }
             let eventsBefore = s.events.count
             var droppedEvents = 0
+            let newest = s.events.last?.seq
             s.events.removeAll { e in
-                guard droppedEvents < limit, e.event.at < now.addingTimeInterval(-retention.events) else { return false }
+                guard droppedEvents < limit, e.seq != newest, e.event.at < now.addingTimeInterval(-retention.events) else { return false }
                 droppedEvents += 1
                 return true
             }

@@ -1076,7 +1076,7 @@ public final class SQLiteStore: IsleStore {
             var n = db.changesCount
             try db.execute(sql: "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE at < ? LIMIT ?)", arguments: [t - retention.deliveries, limit])
             n += db.changesCount
-            try db.execute(sql: "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT ?)", arguments: [t - retention.events, limit])
+            try db.execute(sql: "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? AND seq < (SELECT MAX(seq) FROM events) LIMIT ?)", arguments: [t - retention.events, limit])
             n += db.changesCount
             try db.execute(sql: "DELETE FROM history WHERE rowid IN (SELECT rowid FROM history WHERE minute < ? LIMIT ?)", arguments: [t - retention.history, limit])
             n += db.changesCount

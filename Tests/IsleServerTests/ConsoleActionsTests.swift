@@ -110,6 +110,8 @@ struct ConsoleActionsTests {
             let app = try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]
             #expect(app?["state"] == "paused" && app?["reason"]?.stringValue?.contains("wrong copy in the alerts") == true)
             #expect(try await C.send(f, "GET", "/console", cookie: cookie).text.contains("id=\"resume-app\""))
+            // The backend cannot lift an operator's pause: its resume only probes.
+            #expect(try await f.call("POST", "/v1/app/resume", key: f.backendKey).json["delivery"]?["state"] == "paused")
             // Accepted, not sent; still paused after a restart.
             let queued = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("After the pause")])
             #expect(queued.status == 202)

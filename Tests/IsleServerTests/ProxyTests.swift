@@ -27,6 +27,9 @@ struct ProxyTests {
         #expect(client("127.0.0.1", ["6.6.6.6, 203.0.113.7, 10.1.1.1"]) == "203.0.113.7")
         #expect(client("127.0.0.1", ["6.6.6.6", "203.0.113.7"]) == "203.0.113.7")
         #expect(client("127.0.0.1", ["[2001:db8::1]"]) == "2001:db8::1")
+        #expect(client("127.0.0.1", ["203.0.113.7:51234"]) == "203.0.113.7")
+        #expect(client("127.0.0.1", ["[2001:db8::1]:443"]) == "2001:db8::1")
+        #expect(client("127.0.0.1", ["2001:db8::2"]) == "2001:db8::2")
         // Not from a trusted proxy: the header is the client's own claim, ignored.
         #expect(client("198.51.100.9", ["203.0.113.7"]) == "198.51.100.9")
         #expect(client("127.0.0.1", ["not-an-address"]) == "127.0.0.1")

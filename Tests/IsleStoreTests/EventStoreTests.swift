@@ -73,7 +73,12 @@ struct EventStoreTests {
         var retention = Retention()
         retention.events = 60
         _ = try await s.prune(now: t0.addingTimeInterval(3600), retention: retention, limit: 1000)
+        // The newest event of the stream (another app's here) stays, so numbers never start again.
+        let highest = try await s.lastEventSeq(bundleID: "com.example.other")
         #expect(try await s.events(bundleID: app, after: 0, limit: 100).isEmpty)
+        #expect(highest > events[4].seq)
+        try await s.appendEvents([NewEvent(bundleID: app, type: .appResumed, at: t0.addingTimeInterval(3600))])
+        #expect(try await s.events(bundleID: app, after: 0, limit: 10).map(\.seq).allSatisfy { $0 > highest })
     }
 
     @Test("events written concurrently are read after a cursor without a gap: a reader never steps over one committed later", arguments: StoreKind.allCases)

@@ -139,6 +139,7 @@ struct ConsoleController: Sendable {
             let admin = try await required(request, context)
             guard admin.serverWide else { throw APIError(.forbidden, "wrongScope", "switching apps needs a server-admin key (isle key create --scope server-admin)") }
             let app = try await Self.form(request)["app"] ?? ""
+            guard !app.unicodeScalars.contains("\u{0}"), app.utf8.count <= 256 else { throw APIError.invalid("app", "app must be a bundle id of this server") }
             guard try await services.store.app(app) != nil else { return redirect("/console", notice: "No app \(app) on this server.") }
             guard let token = Self.cookie(request), sessions.switchApp(token, to: app) else { return redirect("/console", notice: "Switching needs a signed-in session.") }
             try await audit(Admin(bundleID: app, keyID: admin.keyID, serverWide: true), "app.switch", target: app, detail: "from \(admin.bundleID)")
@@ -148,6 +149,7 @@ struct ConsoleController: Sendable {
             try checkOrigin(request)
             let admin = try await required(request, context)
             let reason = (try await Self.form(request)["reason"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !reason.unicodeScalars.contains("\u{0}") else { throw APIError.invalid("reason", "reason holds U+0000; write the reason as text") }
             guard !reason.isEmpty, reason.count <= 500 else { return redirect("/console", notice: "Not paused: say why (up to 500 characters), for the audit log and the other operators.") }
             let paused = try await AppControl(services: services).pause(bundleID: admin.bundleID, keyID: admin.keyID, reason: reason)
             try await audit(admin, "app.pause", target: admin.bundleID, detail: reason)
@@ -249,6 +251,7 @@ struct ConsoleController: Sendable {
             // With a bearer key, `?app=` picks the app (default: the one the key was created on).
             let asked = request.uri.queryParameters["app"].map(String.init)
             if let asked, asked != key.bundleID {
+                guard !asked.unicodeScalars.contains("\u{0}"), asked.utf8.count <= 256 else { throw APIError.invalid("app", "app must be a bundle id of this server") }
                 guard try await services.store.app(asked) != nil else { throw APIError.notFound("app \(asked)") }
                 return Admin(bundleID: asked, keyID: key.id, serverWide: true)
             }

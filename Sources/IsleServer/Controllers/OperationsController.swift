@@ -43,7 +43,9 @@ struct OperationsController {
         }
         v1.post("app/resume") { _, context in
             let caller = try context.caller(.backend)
-            try await AppControl(services: services).resume(bundleID: caller.bundleID, keyID: nil)
+            // Probes an app its circuit paused; an operator's pause is lifted in the console only
+            // (where it is audited), never by the backend it may have been meant to stop.
+            try await AppControl(services: services).probe(bundleID: caller.bundleID)
             return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID), pause: services.engine.circuits.operatorPause(caller.bundleID)))
         }
     }

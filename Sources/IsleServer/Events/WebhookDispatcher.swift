@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
+import Synchronization
 
 /// How webhooks are sent (docs/events.md).
 public struct WebhookSettings: Sendable, Hashable {
@@ -72,25 +73,28 @@ final class WebhookDispatcher: Service {
         try? await http.shutdown()
     }
 
+    /// One task per endpoint, so a slow or hanging endpoint delays only its own events.
     func loop(_ http: HTTPClient) async {
-        /// Each endpoint's next attempt (after a failure), by id.
-        while !Task.isCancelled {
-            let generation = bell.generation
-            var next = clock.now.addingTimeInterval(settings.poll)
-            do {
-                let hooks = try await store.allWebhooks()
-                let due = await withTaskGroup(of: Date?.self) { group in
-                    for hook in hooks { group.addTask { await self.serve(hook, http: http) } }
-                    var earliest: Date?
-                    for await d in group { if let d { earliest = min(earliest ?? d, d) } }
-                    return earliest
+        let state = LoopState()
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                let generation = bell.generation
+                var next = clock.now.addingTimeInterval(settings.poll)
+                do {
+                    for hook in try await store.allWebhooks() where state.busy.withLock({ $0.insert(hook.id).inserted }) {
+                        group.addTask {
+                            let due = await self.serve(hook, http: http)
+                            state.busy.withLock { _ = $0.remove(hook.id) }
+                            if let due { state.nextTry.withLock { $0 = min($0 ?? due, due) } }
+                        }
+                    }
+                } catch {
+                    logger.warning("webhooks: reading the endpoints failed; trying again", metadata: ["error": "\(error)"])
                 }
-                if let due { next = min(next, due) }
-            } catch {
-                logger.warning("webhooks: reading the endpoints failed; trying again", metadata: ["error": "\(error)"])
+                if let due = state.nextTry.withLock({ t -> Date? in defer { t = nil }; return t }) { next = min(next, due) }
+                let wait = max(0, next.timeIntervalSince(clock.now))
+                if wait > 0 { await bell.wait(since: generation, timeout: .milliseconds(Int64(wait * 1000))) }
             }
-            let wait = max(0, next.timeIntervalSince(clock.now))
-            if wait > 0 { await bell.wait(since: generation, timeout: .milliseconds(Int64(wait * 1000))) }
         }
     }
 
@@ -100,7 +104,12 @@ final class WebhookDispatcher: Service {
         var hook = initial
         if let at = hook.nextAttemptAt, at > clock.now { return at }
         do {
+            // Nothing waiting: no write (the hold) for an idle endpoint.
+            guard try await !store.events(bundleID: hook.bundleID, after: hook.cursor, limit: 1).isEmpty else { return nil }
             guard try await store.holdWebhook(id: hook.id, worker: worker, now: clock.now, lease: settings.lease) else { return nil }
+            // Read again under the hold: another instance may have moved the cursor meanwhile.
+            guard let current = try await store.webhook(id: hook.id) else { return nil }
+            hook = current
             let secret = try masterKey.map { try $0.open(hook.secret, bundleID: hook.bundleID) } ?? hook.secret
             let started = clock.now
             while !Task.isCancelled, clock.now.timeIntervalSince(started) < settings.lease / 2 {
@@ -127,6 +136,12 @@ final class WebhookDispatcher: Service {
         }
     }
 
+    /// The endpoints being served now, and the soonest retry one of them asked for.
+    final class LoopState: Sendable {
+        let busy = Mutex<Set<String>>([])
+        let nextTry = Mutex<Date?>(nil)
+    }
+
     struct Failure {
         var status: Int
         var error: String
@@ -143,11 +158,11 @@ final class WebhookDispatcher: Service {
         request.body = .bytes(ByteBuffer(bytes: body))
         do {
             let response = try await http.execute(request, timeout: .seconds(Int64(max(1, settings.requestTimeout))))
-            // The answer's body is read (a little of it, for the failure's record) and dropped.
-            let answer = try? await response.body.collect(upTo: 4096)
+            // The answer's body is read and dropped: never stored or shown (the endpoint may be
+            // something the key holder wants to read through Isle).
+            _ = try? await response.body.collect(upTo: 64 * 1024)
             if (200..<300).contains(Int(response.status.code)) { return nil }
-            let text = answer.map { String(buffer: $0) }?.prefix(200) ?? ""
-            return Failure(status: Int(response.status.code), error: "the endpoint answered \(response.status.code)\(text.isEmpty ? "" : ": \(text)")")
+            return Failure(status: Int(response.status.code), error: "the endpoint answered \(response.status.code)")
         } catch {
             return Failure(status: 0, error: Self.describe(error))
         }

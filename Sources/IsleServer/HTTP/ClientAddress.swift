@@ -64,7 +64,9 @@ struct ClientAddressMiddleware: RouterMiddleware {
         guard let peer, trusted.contains(where: { $0.contains(peer) }) else { return peer }
         let hops = forwardedFor.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         for hop in hops.reversed() {
-            let address = hop.hasPrefix("[") ? String(hop.dropFirst().prefix { $0 != "]" }) : hop
+            // `[v6]:port`, `[v6]`, `v4:port` (some proxies add the port), `v6`, `v4`.
+            var address = hop.hasPrefix("[") ? String(hop.dropFirst().prefix { $0 != "]" }) : hop
+            if !hop.hasPrefix("["), address.filter({ $0 == ":" }).count == 1 { address = String(address.prefix { $0 != ":" }) }
             guard AddressRange.parse(address) != nil else { return peer }  // garbage: keep the proxy's own
             if !trusted.contains(where: { $0.contains(address) }) { return address }
         }

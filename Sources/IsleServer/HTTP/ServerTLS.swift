@@ -30,7 +30,8 @@ public final class TLSCredentials: Sendable {
 
     static func stamp(_ paths: [String]) -> String {
         paths.map { p in
-            let a = try? FileManager.default.attributesOfItem(atPath: p)
+            // The file itself, through symlinks: a mounted secret swaps a directory the link points into.
+            let a = try? FileManager.default.attributesOfItem(atPath: URL(fileURLWithPath: p).resolvingSymlinksInPath().path)
             return "\((a?[.modificationDate] as? Date)?.timeIntervalSince1970 ?? 0)/\((a?[.size] as? NSNumber)?.intValue ?? -1)"
         }.joined(separator: ",")
     }

@@ -2,7 +2,8 @@ import Foundation
 import IsleCore
 import IsleStore
 
-/// Pausing and resuming an app by hand: the console's buttons and `POST /v1/app/resume`. A pause
+/// Pausing and resuming an app by hand (the console's buttons), and probing a paused app (`POST
+/// /v1/app/resume`, which never lifts an operator's pause). A pause
 /// is stored (every instance stops sending within a second, and it survives a restart) with its
 /// `app.paused` event; a resume clears it with `app.resumed` and probes an app that the circuit
 /// paused (a configuration error) at once.
@@ -17,6 +18,14 @@ struct AppControl {
         services.engine.circuits.setOperatorPauses(try await services.store.operatorPauses())
         services.events.ring()
         return paused
+    }
+
+    /// Probes an app the circuit paused or backs off from, at once (`POST /v1/app/resume`).
+    func probe(bundleID: String) async throws {
+        let now = services.clock.now
+        services.engine.circuits.resume(bundleID, now: now)
+        try await services.store.wakeApp(bundleID: bundleID, now: now)
+        services.engine.wake()
     }
 
     /// Whether an operator's pause was lifted.

@@ -154,13 +154,17 @@ extension PostgresStore {
     public func pauseApp(_ p: OperatorPause, event: NewEvent) async throws -> Bool {
         let log = logger
         return try await transaction { conn in
-            let was = try await conn.row("SELECT bundle_id FROM app_pauses WHERE bundle_id = $1 FOR UPDATE", [.text(p.bundleID)], logger: log) != nil
-            try await conn.rows("""
-                INSERT INTO app_pauses (bundle_id, key_id, reason, at) VALUES ($1, $2, $3, $4)
-                ON CONFLICT (bundle_id) DO UPDATE SET key_id = EXCLUDED.key_id, reason = EXCLUDED.reason, at = EXCLUDED.at
-                """, [.text(p.bundleID), .text(p.keyID), .text(p.reason), .date(p.at)], logger: log)
-            if !was { try await Self.insertEvents(conn, [event], logger: log) }
-            return !was
+            // Inserted by this transaction or not: of two racing pauses, one writes the event.
+            let inserted = try await conn.row("""
+                INSERT INTO app_pauses (bundle_id, key_id, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT (bundle_id) DO NOTHING RETURNING bundle_id
+                """, [.text(p.bundleID), .text(p.keyID), .text(p.reason), .date(p.at)], logger: log) != nil
+            if inserted {
+                try await Self.insertEvents(conn, [event], logger: log)
+            } else {
+                try await conn.rows("UPDATE app_pauses SET key_id = $2, reason = $3, at = $4 WHERE bundle_id = $1",
+                                    [.text(p.bundleID), .text(p.keyID), .text(p.reason), .date(p.at)], logger: log)
+            }
+            return inserted
         }
     }
 

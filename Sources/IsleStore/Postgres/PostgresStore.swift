@@ -828,7 +828,8 @@ public final class PostgresStore: IsleStore {
                                      [.date(now.addingTimeInterval(-retention.deliveries)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM history WHERE (bundle_id, minute, metric) IN (SELECT bundle_id, minute, metric FROM history WHERE minute < $1 LIMIT $2) RETURNING metric",
                                      [.date(now.addingTimeInterval(-retention.history)), .int(limit)], logger: log).count
-            n += try await conn.rows("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < $1 LIMIT $2) RETURNING id",
+            // The newest placed event stays whatever its age: the next places count on from it.
+            n += try await conn.rows("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < $1 AND seq < (SELECT MAX(seq) FROM events) LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.events)), .int(limit)], logger: log).count
             n += try await conn.rows("DELETE FROM high_priority_sends WHERE id IN (SELECT id FROM high_priority_sends WHERE at < $1 LIMIT $2) RETURNING id",
                                      [.date(now.addingTimeInterval(-retention.highPrioritySends)), .int(limit)], logger: log).count
