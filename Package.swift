@@ -35,6 +35,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        // Tracing's OTLP export; OTLP/HTTP only (the gRPC exporter's dependencies are not built).
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
         // The app side: its own package (Client/, no dependencies), used here by path.
         .package(path: "Client"),
     ],
@@ -134,6 +137,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             resources: [.copy("openapi.json")],
             swiftSettings: swiftSettings
@@ -169,6 +173,8 @@ let package = Package(
             dependencies: [
                 "IsleCore", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -217,6 +223,8 @@ let package = Package(
             dependencies: [
                 "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

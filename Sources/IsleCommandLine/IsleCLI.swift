@@ -98,6 +98,10 @@ public enum IsleCLI {
                 return 0
             }
             var message = IsleCommand.message(for: error).split(separator: "\n").first.map(String.init) ?? "\(error)"
+            let missing = missingOptions(arguments, first: message)
+            if missing.count > 1 {
+                message = "Missing expected arguments: " + missing.map { "'\($0)'" }.joined(separator: ", ")
+            }
             if code == .validationFailure {
                 let path = arguments.prefix { !$0.hasPrefix("-") }.prefix(2).joined(separator: " ")
                 message += " (see 'isle \(path.isEmpty ? "" : path + " ")--help')"
@@ -105,6 +109,34 @@ public enum IsleCLI {
             warn("isle: \(message)")
             return code.rawValue
         }
+    }
+
+    /// Every required option `arguments` lack, not only the first the parser names: each is given a
+    /// stand-in value and the command parsed again, until the parser asks for nothing more.
+    static func missingOptions(_ arguments: [String], first message: String) -> [String] {
+        var missing: [String] = []
+        var arguments = arguments
+        var message = message
+        while missing.count < 32, let named = missingOption(in: message) {
+            missing.append(named.shown)
+            arguments += [named.flag, "0"]
+            do {
+                _ = try IsleCommand.parseAsRoot(arguments)
+                break
+            } catch {
+                message = IsleCommand.message(for: error)
+            }
+        }
+        return missing
+    }
+
+    /// The option in ArgumentParser's "Missing expected argument '--name <value>'".
+    static func missingOption(in message: String) -> (flag: String, shown: String)? {
+        let prefix = "Missing expected argument '"
+        guard message.hasPrefix(prefix), let end = message.dropFirst(prefix.count).firstIndex(of: "'") else { return nil }
+        let shown = String(message[message.index(message.startIndex, offsetBy: prefix.count)..<end])
+        guard shown.hasPrefix("--"), let flag = shown.split(separator: " ").first else { return nil }
+        return (String(flag), shown)
     }
 
     /// Runs with a captured context; returns (status, stdout, stderr). For tests.

@@ -389,7 +389,7 @@ struct MasterKeyCommand: ParsableCommand {
 }
 
 struct AppCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, TicketKeyCommand.self])
+    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, Remove.self, TicketKeyCommand.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add (or replace) an app: its provider key and attributes-type schemas.")
@@ -433,6 +433,33 @@ struct AppCommand: AsyncParsableCommand {
             for a in try await database.withStore({ try await $0.apps() }) {
                 say("\(a.bundleID)  key \(a.keyID)  team \(a.teamID)  types: \(a.schemas.map(\.attributesType).joined(separator: ", "))")
             }
+        }
+    }
+}
+
+extension AppCommand {
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove an app and everything the server keeps for it.",
+            discussion: "Its key and schemas, API keys, installations and tokens, activities, queued and sent pushes, delivery records, channels (on Isle's side: delete them on APNs first with isle channel delete), events, webhooks, audit log, history and pause go in one transaction. Without --yes it only counts them. Pushes not yet sent are never sent; a running server stops at once (its in-flight sends finish and are not recorded).")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id")) var bundleID: String
+        @Flag(help: "Remove it; without this, only say what would go.") var yes = false
+
+        func run() async throws {
+            let (bundleID, yes, shown) = (bundleID, yes, database.shownPath)
+            let removed = try await database.withStore { store -> [String: Int]? in
+                guard try await store.app(bundleID) != nil else { return nil }
+                return yes ? try await store.removeApp(bundleID) : try await store.appRowCounts(bundleID)
+            }
+            guard let removed else { throw CLIError("--bundle-id: no app \(bundleID) in \(shown) (isle app list shows the apps)") }
+            let counts = Schema.appRows.map(\.table).filter { $0 != "apps" && (removed[$0] ?? 0) > 0 }.map { "\(removed[$0]!) \($0)" }
+            let what = counts.isEmpty ? "no other rows" : counts.joined(separator: ", ")
+            guard yes else {
+                say("app \(bundleID) in \(shown) has \(what)")
+                throw CLIError("nothing removed: add --yes to remove \(bundleID) and all of the above")
+            }
+            say("removed app \(bundleID) from \(shown), with \(what)")
         }
     }
 }

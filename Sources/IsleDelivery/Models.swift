@@ -260,6 +260,9 @@ public struct PushJob: Sendable, Hashable {
     /// into (``LiveActivityPayload/wireBytes(encodedAPS:timestamp:)``) instead of encoding `aps`
     /// again. Nil: encoded from `aps` at the send.
     public var encodedAPS: [UInt8]?
+    /// The W3C `traceparent` of the request that queued it, when the server traces
+    /// (docs/server.md, "Tracing"): its attempts' spans join that trace.
+    public var traceParent: String?
 
     public init(id: Int64, bundleID: String, kind: PushJobKind, activityID: String?, installationID: String?, channelID: String?, aps: JSONValue, hasAlert: Bool,
                 requestedPriority: PushPriority?, runAt: Date, state: PushJobState, attempts: Int, claimedBy: String?, claimedUntil: Date?, lastError: String?, createdAt: Date,
@@ -298,6 +301,9 @@ public struct NewPushJob: Sendable, Hashable {
     public var requestedPriority: PushPriority?
     public var runAt: Date
     public var channelID: String?
+    /// The W3C `traceparent` of the request being served (``TraceParent/current``), when the
+    /// server traces: the job's attempts become spans of that trace.
+    public var traceParent: String?
 
     public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: PushPriority? = nil, runAt: Date) {
         self.bundleID = bundleID
@@ -311,6 +317,7 @@ public struct NewPushJob: Sendable, Hashable {
         self.hasAlert = hasAlert
         self.requestedPriority = requestedPriority
         self.runAt = runAt
+        traceParent = TraceParent.current
     }
 
     /// The same push to another activity (payload and its encoding shared, not made again).
@@ -455,4 +462,11 @@ extension AppRecord {
             do { return try ActivitySchema(json: v) } catch { throw BadRow(table: "apps", id: bundleID, column: "schemas", found: "a schema that does not decode (\(error))") }
         }
     }
+}
+
+/// The W3C `traceparent` (https://www.w3.org/TR/trace-context/) of the API request being served,
+/// set by the server's tracing middleware when tracing is on, nil otherwise: a job queued while
+/// serving it carries it (``NewPushJob/traceParent``), so its delivery joins the request's trace.
+public enum TraceParent {
+    @TaskLocal public static var current: String?
 }

@@ -5,6 +5,7 @@ public import IsleStore
 public import Logging
 public import ServiceLifecycle
 import Synchronization
+import Tracing
 
 /// The heart of the server, a short loop: claim → plan → send → resolve → complete.
 ///
@@ -224,6 +225,43 @@ public final class DeliveryEngine: Service {
     // MARK: One job
 
     func process(_ c: ClaimedJob) async {
+        guard let tracer = configuration.tracer else {
+            await attempt(c)
+            return
+        }
+        // A consumer span per attempt, in the trace of the request that queued the job
+        // (docs/server.md, "Tracing"); the APNs request's span is its child.
+        var parent = ServiceContext.topLevel
+        if let traceParent = c.job.traceParent { tracer.extract(["traceparent": traceParent], into: &parent, using: DictionaryExtractor()) }
+        await tracer.withSpan("deliver \(c.job.kind.rawValue)", context: parent, ofKind: .consumer) { span in
+            span.updateAttributes { a in
+                a["isle.app"] = c.job.bundleID
+                a["isle.job.id"] = Int(c.job.id)
+                a["isle.job.attempt"] = c.job.attempts
+                a["isle.activity.id"] = c.job.activityID
+                a["isle.channel.id"] = c.job.channelID
+            }
+            let completion = await attempt(c)
+            span.updateAttributes { a in
+                switch completion.result {
+                case .finished(let state, let reason):
+                    a["isle.job.result"] = state.rawValue
+                    a["isle.job.reason"] = reason
+                case .retry(let at, let reason):
+                    a["isle.job.result"] = "retry"
+                    a["isle.job.reason"] = reason
+                    a["isle.job.retry_at"] = at.timeIntervalSince1970
+                case .deadToken(_, let reason, _):
+                    a["isle.job.result"] = "token retired"
+                    a["isle.job.reason"] = reason
+                }
+            }
+        }
+    }
+
+    /// One attempt at a claimed job, its result committed.
+    @discardableResult
+    func attempt(_ c: ClaimedJob) async -> JobCompletion {
         let completion: JobCompletion
         do {
             completion = try await handle(c)
@@ -239,6 +277,7 @@ public final class DeliveryEngine: Service {
         }
         await commit(completion)
         wakeWhenDue(completion)
+        return completion
     }
 
     /// The operators' pauses, read from the store at most four times a second (every instance
@@ -412,8 +451,42 @@ public final class DeliveryEngine: Service {
         }
     }
 
-    /// Performs the planned push; never throws.
+    /// Performs the planned push; never throws. With a tracer, a client span per APNs request
+    /// (its apns-id, status and reason), a child of the attempt's.
     func send(_ push: DeliveryPlanner.Push, c: ClaimedJob, app: AppRecord) async -> (OutcomeResolver.Outcome, APNsResponse?, Double) {
+        let result: (OutcomeResolver.Outcome, APNsResponse?, Double)
+        if let tracer = configuration.tracer {
+            let (name, pushType) = switch push.target {
+            case .liveActivity: ("APNs POST /3/device", "liveactivity")
+            case .widgets: ("APNs POST /3/device", "widgets")
+            case .broadcast: ("APNs POST /4/broadcast", "liveactivity")
+            }
+            result = await tracer.withSpan(name, ofKind: .client) { span in
+                let r = await sendUntraced(push, c: c, app: app)
+                span.updateAttributes { a in
+                    a["apns.id"] = c.apnsID
+                    a["apns.push_type"] = pushType
+                    a["apns.priority"] = push.priority.rawValue
+                    a["apns.environment"] = (push.environment ?? clients.defaultEnvironment).rawValue
+                    a["http.response.status_code"] = r.1?.status
+                    a["apns.reason"] = r.1?.reason?.rawValue
+                    a["apns.unique_id"] = r.1?.apnsUniqueID
+                    a["isle.latency_ms"] = r.2
+                }
+                if case .accepted = r.0 {} else {
+                    span.setStatus(SpanStatus(code: .error, message: Self.reason(r.0)))
+                }
+                return r
+            }
+        } else {
+            result = await sendUntraced(push, c: c, app: app)
+        }
+        logger.debug("pushed", metadata: ["job.id": "\(c.job.id)", "apns-id": "\(c.apnsID)", "status": "\(result.1?.status ?? 0)",
+                                          "reason": "\(result.1?.reason?.rawValue ?? Self.reason(result.0) ?? "")"])
+        return result
+    }
+
+    func sendUntraced(_ push: DeliveryPlanner.Push, c: ClaimedJob, app: AppRecord) async -> (OutcomeResolver.Outcome, APNsResponse?, Double) {
         let client: APNsClient
         do { client = try clients.client(for: app, environment: push.environment) } catch {
             return (.unreachable("the app's APNs credentials are unusable: \(error)", configuration: true), nil, 0)

@@ -62,6 +62,7 @@ public final class IsleServerApp: Service {
     /// middleware; one controller per resource.
     static func buildRouter(services: APIServices, limiter: RateLimiter?, perInstallation: KeyedRateLimiter? = nil, perAddress: KeyedRateLimiter? = nil) -> Router<IsleRequestContext> {
         let router = Router(context: IsleRequestContext.self)
+        if let tracer = services.configuration.tracer { router.add(middleware: RequestTracingMiddleware(tracer: tracer)) }
         router.add(middleware: ClientAddressMiddleware(trusted: services.configuration.trustedProxies))
         router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: services.logger))

@@ -2,6 +2,7 @@ public import Foundation
 public import IsleAPNs
 public import IsleCore
 public import IsleStore
+public import Tracing
 
 /// How `isle serve` runs. Built in one place from flags > environment > file > defaults.
 public struct ServerConfiguration: Sendable {
@@ -86,6 +87,9 @@ public struct ServerConfiguration: Sendable {
     public var historyFlush: Duration = .seconds(5)
     /// The HTTP/2 client that carries pushes to APNs.
     public var apnsTransport: APNsTransportKind = .default
+    /// Where spans go (docs/server.md, "Tracing"): a span per API request, per delivery attempt
+    /// and per APNs request, linked in one trace. Nil (the default): no span is made at all.
+    public var tracer: (any Tracer)?
 
     public init() {}
 }

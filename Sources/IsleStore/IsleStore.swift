@@ -35,6 +35,11 @@ public protocol AppRepository: Sendable {
     func upsertApp(_ app: AppRecord) async throws
     func app(_ bundleID: String) async throws -> AppRecord?
     func apps() async throws -> [AppRecord]
+    /// How many rows of each table belong to the app (``Schema/appRows``); changes nothing.
+    func appRowCounts(_ bundleID: String) async throws -> [String: Int]
+    /// Removes the app and every row that belongs to it, in one transaction: the rows removed per
+    /// table, or nil when there is no such app.
+    func removeApp(_ bundleID: String) async throws -> [String: Int]?
 }
 
 /// API keys, by the hash of their secret.

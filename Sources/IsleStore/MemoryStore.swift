@@ -77,6 +77,54 @@ public final class MemoryStore: IsleStore {
     }
     public func app(_ bundleID: String) async throws -> AppRecord? { state.withLock { $0.apps[bundleID] } }
     public func apps() async throws -> [AppRecord] { state.withLock { $0.apps.values.sorted { $0.bundleID < $1.bundleID } } }
+    public func appRowCounts(_ bundleID: String) async throws -> [String: Int] {
+        state.withLock { s in
+            var copy = s
+            return Self.removeApp(&copy, bundleID)
+        }
+    }
+
+    public func removeApp(_ bundleID: String) async throws -> [String: Int]? {
+        try transaction { s in s.apps[bundleID] == nil ? nil : Self.removeApp(&s, bundleID) }
+    }
+
+    /// Removes the app's rows of every kind; how many of each, by the table that holds them in the
+    /// other stores (``Schema/appRows``).
+    static func removeApp(_ s: inout State, _ bundleID: String) -> [String: Int] {
+        var removed: [String: Int] = [:]
+        func count(_ table: String, _ n: Int) { removed[table, default: 0] += n }
+        let activities = Set(s.activities.values.filter { $0.bundleID == bundleID }.map(\.id))
+        let jobs = Set(s.jobs.values.filter { $0.job.bundleID == bundleID }.map(\.job.id))
+        func drop<Key, Value>(_ d: inout [Key: Value], _ table: String, _ belongs: (Key, Value) -> Bool) {
+            let gone = d.filter { belongs($0.key, $0.value) }.map(\.key)
+            for k in gone { d[k] = nil }
+            count(table, gone.count)
+        }
+        func drop<Element>(_ a: inout [Element], _ table: String, _ belongs: (Element) -> Bool) {
+            let before = a.count
+            a.removeAll(where: belongs)
+            count(table, before - a.count)
+        }
+        drop(&s.deliveries, "deliveries") { d in jobs.contains(d.jobID) || d.activityID.map(activities.contains) == true }
+        drop(&s.highPriority, "high_priority_sends") { activities.contains($0.0) }
+        count("activity_topics", s.activities.values.filter { $0.bundleID == bundleID }.reduce(0) { $0 + $1.topics.count })
+        drop(&s.jobs, "jobs") { _, j in j.job.bundleID == bundleID }
+        drop(&s.activities, "activities") { _, a in a.bundleID == bundleID }
+        s.activityOrder.removeAll { !s.activities.keys.contains($0) }
+        drop(&s.channels, "channels") { _, c in c.bundleID == bundleID }
+        s.channelOrder.removeAll { !s.channels.keys.contains($0) }
+        drop(&s.installations, "installations") { _, i in i.bundleID == bundleID }
+        drop(&s.idempotency, "idempotency") { _, r in r.bundleID == bundleID }
+        drop(&s.events, "events") { $0.event.bundleID == bundleID }
+        drop(&s.webhooks, "webhooks") { _, w in w.bundleID == bundleID }
+        drop(&s.audit, "audit_log") { $0.bundleID == bundleID }
+        drop(&s.history, "history") { k, _ in k.hasPrefix(bundleID + "\n") }
+        drop(&s.pauses, "app_pauses") { k, _ in k == bundleID }
+        drop(&s.keys, "api_keys") { _, k in k.bundleID == bundleID }
+        drop(&s.apps, "apps") { k, _ in k == bundleID }
+        return removed
+    }
+
     public func insertAPIKey(_ key: APIKeyRecord) async throws {
         try transaction { s in
             guard s.keys[key.secretHash] == nil, !s.keys.values.contains(where: { $0.id == key.id }) else { throw StoreError(.conflict, "the API key exists") }
@@ -317,6 +365,7 @@ public final class MemoryStore: IsleStore {
                                  claimedUntil: nil, lastError: nil, createdAt: now, lane: p.lane, seq: seq),
                     isHead: p.isHead, supersedable: p.supersedable, carriesContent: p.carriesContent)
                 s.jobs[id]?.job.encodedAPS = Array(j.apsText.utf8)
+                s.jobs[id]?.job.traceParent = j.traceParent
                 ids.append(id)
                 if p.coalescesLane, let lane = p.lane { _ = Self.coalesce(&s, lane: lane, now: now) }
             }

@@ -293,6 +293,26 @@ public final class SQLiteStore: IsleStore {
         try readNow { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM apps WHERE bundle_id = ?"), arguments: [bundleID]).map(Self.app) }
     }
 
+    public func appRowCounts(_ bundleID: String) async throws -> [String: Int] {
+        try readNow { db in
+            try Schema.appRows(in: .sqlite).reduce(into: [:]) { counts, rows in
+                counts[rows.table] = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(rows.table) WHERE \(rows.condition)", arguments: [bundleID]) ?? 0
+            }
+        }
+    }
+
+    public func removeApp(_ bundleID: String) async throws -> [String: Int]? {
+        try await writer.write { db in
+            guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM apps WHERE bundle_id = ?", arguments: [bundleID]) == 1 else { return nil }
+            var removed: [String: Int] = [:]
+            for rows in Schema.appRows(in: .sqlite) {
+                try db.execute(sql: "DELETE FROM \(rows.table) WHERE \(rows.condition)", arguments: [bundleID])
+                removed[rows.table] = db.changesCount
+            }
+            return removed
+        }
+    }
+
     public func apps() async throws -> [AppRecord] {
         try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY bundle_id").map(Self.app) }
     }
@@ -582,15 +602,15 @@ public final class SQLiteStore: IsleStore {
             let created = now.timeIntervalSince1970
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
-                    lane, seq, is_head, supersedable, carries_content)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    lane, seq, is_head, supersedable, carries_content, trace_parent)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             for j in jobs {
                 let p = try LanePlanner.place(j, now: now) { try Self.openHead(db, $0) }
                 try insert.execute(arguments: [
                     j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.apsText, j.hasAlert, j.requestedPriority?.rawValue,
                     j.runAt.timeIntervalSince1970, p.scheduled ? "scheduled" : "queued", created,
-                    p.lane, p.scheduled ? nil : seq, p.isHead, p.supersedable, p.carriesContent,
+                    p.lane, p.scheduled ? nil : seq, p.isHead, p.supersedable, p.carriesContent, j.traceParent,
                 ])
                 if !p.scheduled { seq += 1 }
                 ids.append(db.lastInsertedRowID)
@@ -665,6 +685,7 @@ public final class SQLiteStore: IsleStore {
                        claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
                        createdAt: Date(timeIntervalSince1970: r["created_at"]), lane: r["lane"], seq: r["seq"])
         job.encodedAPS = Array(aps.utf8)
+        job.traceParent = r["trace_parent"]
         return job
     }
 

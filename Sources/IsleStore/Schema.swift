@@ -177,6 +177,8 @@ public enum Schema {
             c("claimed_by", .text, null: true), c("claimed_until", .time, null: true), c("last_error", .text, null: true), c("created_at", .time),
             c("push_timestamp", .integer, null: true), c("apns_id", .text, null: true), c("lane", .text, null: true), c("seq", .integer, null: true),
             c("is_head", .flag, default: .flag(false)), c("supersedable", .flag, default: .flag(false)), c("carries_content", .flag, default: .flag(false)),
+            // The W3C traceparent of the request that queued the job, when the server traces.
+            c("trace_parent", .text, null: true),
         ]),
         Table(name: "deliveries", columns: [
             c("id", .rowNumber, pk: true), c("job_id", .integer), c("activity_id", .text, null: true), c("apns_id", .text, null: true),
@@ -247,6 +249,34 @@ public enum Schema {
         Index(name: "history_minute", table: "history", columns: ["minute"]),
     ]
 
+    /// Which rows of each table belong to an app, for `isle app remove` (docs/server.md, "Removing
+    /// an app"): every table, rows that refer to others first, `apps` last. `{app}` is the bundle id's
+    /// one parameter (SQLite's `?1`, PostgreSQL's `$1`). `SchemaTests` checks that no table is left out.
+    public static let appRows: [(table: String, condition: String)] = [
+        // A delivery names its job, and its activity when it had one (a broadcast's has none).
+        ("deliveries", "job_id IN (SELECT id FROM jobs WHERE bundle_id = {app}) OR activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})"),
+        ("high_priority_sends", "activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})"),
+        ("activity_topics", "bundle_id = {app}"),
+        ("jobs", "bundle_id = {app}"),
+        ("activities", "bundle_id = {app}"),
+        ("channels", "bundle_id = {app}"),
+        ("installations", "bundle_id = {app}"),
+        ("idempotency", "bundle_id = {app}"),
+        ("events", "bundle_id = {app}"),
+        ("webhooks", "bundle_id = {app}"),
+        ("audit_log", "bundle_id = {app}"),
+        ("history", "bundle_id = {app}"),
+        ("app_pauses", "bundle_id = {app}"),
+        ("api_keys", "bundle_id = {app}"),
+        ("apps", "bundle_id = {app}"),
+    ]
+
+    /// ``appRows``' conditions in `dialect`.
+    public static func appRows(in dialect: Dialect) -> [(table: String, condition: String)] {
+        let parameter = dialect == .sqlite ? "?1" : "$1"
+        return appRows.map { ($0.table, $0.condition.replacingOccurrences(of: "{app}", with: parameter)) }
+    }
+
     /// Sequences outside any table: PostgreSQL's job order across instances (SQLite numbers jobs by
     /// their `id` as one writer inserts them).
     static let postgresSequences = ["job_seq"]
@@ -295,6 +325,7 @@ public enum Schema {
         Change(name: "audit log") { dialect in newTables(["audit_log"], dialect) },
         Change(name: "operator pauses") { dialect in newTables(["app_pauses"], dialect) },
         Change(name: "history") { dialect in newTables(["history"], dialect) },
+        Change(name: "trace context") { _ in ["ALTER TABLE jobs ADD COLUMN trace_parent TEXT"] },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.

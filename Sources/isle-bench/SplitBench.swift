@@ -29,6 +29,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 64).") var concurrency = 64
     @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
     @Option(help: "Pushes this process sends to isle sim through IsleAPNs' client, the same as the server's deliveries, for the push floor (0: skip it).") var pushFloor = 10_000
+    @Option(help: "Record the server with perf (perf record -a -F 499 -g, read back for its pid) during the fan-out into this file, and print each library's share of its samples and what that is per fan-out delivery.") var profileFanOut: String?
 
     func run() async throws {
         guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
@@ -216,7 +217,16 @@ struct SplitBench: AsyncParsableCommand {
         // 3. Fan-out: one request, `fanOut` deliveries, `fanOutRounds` times.
         var fanUS = 0.0
         var fanSeconds = 0.0
+        var fanProfile: [(library: String, share: Double)] = []
         if fanOut > 0, fanOutRounds > 0 {
+            var perfPID: pid_t?
+            if let file = profileFanOut {
+                guard let tool = Self.which("perf") else { throw ValidationError("--profile-fan-out needs perf (apt-get install -y linux-perf)") }
+                // System-wide, read back for the server's pid: perf 6.1 attached with -p spins on the
+                // descriptors of the server's threads that exit (Dispatch's come and go).
+                perfPID = try Self.spawnWithSignals(tool, ["record", "-a", "-F", "499", "-g", "-o", file], log: dir + "/perf.log")
+                try await Task.sleep(for: .milliseconds(500))  // perf attaches before the first fan-out
+            }
             let before = try Self.cpu(of: server.pid)
             let start = ContinuousClock.now
             for round in 0..<fanOutRounds {
@@ -227,6 +237,12 @@ struct SplitBench: AsyncParsableCommand {
             }
             fanSeconds = Self.seconds(ContinuousClock.now - start)
             fanUS = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(fanOut * fanOutRounds)
+            if let perfPID, let file = profileFanOut {
+                kill(perfPID, SIGINT)
+                var status: Int32 = 0
+                waitpid(perfPID, &status, 0)
+                fanProfile = try Self.librariesShare(perf: Self.which("perf")!, file: file, pid: server.pid)
+            }
         }
 
         // The push floor: what one delivery's push costs by itself, in the process that sends it —
@@ -302,6 +318,10 @@ struct SplitBench: AsyncParsableCommand {
         if fanOut > 0, fanOutRounds > 0 {
             print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
+            for (library, share) in fanProfile.prefix(8) {
+                print(String(format: "%@ · fan-out profile: %@ %.1f %% of the server's samples (its own code) = %.1f µs per fan-out delivery = %.2f× a bare request",
+                             name, library, 100 * share, share * fanUS, share * fanUS / bareUS))
+            }
         }
         if pushUS.isFinite {
             print(String(format: "%@ · push floor: %d pushes from this process through IsleAPNs' client to isle sim, %d in flight: %.0f µs of client CPU per push = %.1f× the server's bare request",
@@ -448,6 +468,52 @@ struct SplitBench: AsyncParsableCommand {
 
     static func summary(_ output: String) -> String {
         output.split(separator: "\n").filter { $0.hasPrefix("requests:") || $0.hasPrefix("status codes:") }.joined(separator: "; ")
+    }
+
+    /// Each library's share of the samples of process `pid` in a perf recording, by where the
+    /// sampled instruction was (its own code, not what it called; the kernel included), largest
+    /// first. Counted from `perf script`: `perf report --pid` leaves the kernel's samples out.
+    static func librariesShare(perf: String, file: String, pid: pid_t) throws -> [(library: String, share: Double)] {
+        let samples = try Child.output(perf, ["script", "-i", file, "-F", "pid,ip,dso", "-G"])
+        var counts: [String: Int] = [:]
+        var total = 0
+        for line in samples.split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 3, Int32(fields[0]) == pid else { continue }
+            let dso = fields[fields.count - 1].trimmingCharacters(in: CharacterSet(charactersIn: "()"))
+            counts[URL(fileURLWithPath: dso).lastPathComponent, default: 0] += 1
+            total += 1
+        }
+        guard total > 0 else { return [] }
+        return counts.map { ($0.key, Double($0.value) / Double(total)) }.sorted { $0.1 > $1.1 }
+    }
+
+    /// Starts a program with no signal blocked, its output in `log`. Foundation's Process hands the
+    /// child the calling thread's signal mask, in which a Swift task's thread blocks SIGINT,
+    /// SIGTERM and SIGCHLD: perf would never stop.
+    static func spawnWithSignals(_ path: String, _ arguments: [String], log: String) throws -> pid_t {
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for s in [SIGINT, SIGTERM, SIGCHLD] { sigaddset(&defaults, s) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var files = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&files)
+        defer { posix_spawn_file_actions_destroy(&files) }
+        posix_spawn_file_actions_addopen(&files, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&files, 1, 2)
+        let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
+        defer { for a in argv { free(a) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, path, &files, &attributes, argv, environ)
+        guard rc == 0 else { throw ValidationError("could not start \(path): error \(rc)") }
+        return pid
     }
 
     static func which(_ name: String) -> String? {

@@ -56,6 +56,23 @@ struct CLIErrorTests {
         #expect(r.err.split(separator: "\n").count == 1)
     }
 
+    @Test("every missing required option of any command named at once, exit 64: app add, key create, db backup")
+    func missingOptionsAtOnce() async {
+        let add = await IsleCLI.capture(["app", "add"])
+        #expect(add.status == ExitStatus.usage)
+        for option in ["--bundle-id", "--key <file>", "--key-id", "--team-id"] { #expect(add.err.contains("'\(option)"), "\(option): \(add.err)") }
+        #expect(add.err.contains("see 'isle app add --help'") && add.err.split(separator: "\n").count == 1, "\(add.err)")
+        let partial = await IsleCLI.capture(["app", "add", "--bundle-id", "com.example.pizza", "--team-id", "TEAM000001"])
+        #expect(partial.err.contains("'--key <file>'") && partial.err.contains("'--key-id") && !partial.err.contains("--bundle-id") && !partial.err.contains("--team-id"), "\(partial.err)")
+        let key = await IsleCLI.capture(["key", "create"])
+        #expect(key.status == ExitStatus.usage && key.err.contains("'--bundle-id") && key.err.contains("'--scope"), "\(key.err)")
+        let backup = await IsleCLI.capture(["db", "backup"])
+        #expect(backup.status == ExitStatus.usage && backup.err.contains("'--database") && backup.err.contains("'--to"), "\(backup.err)")
+        // One missing option reads as before.
+        let one = await IsleCLI.capture(["key", "create", "--scope", "backend"])
+        #expect(one.err.contains("Missing expected argument '--bundle-id"), "\(one.err)")
+    }
+
     @Test("isle serve on a port in use: the port named, exit 78")
     func portInUse() async throws {
         try await CLIHarness.with { h in

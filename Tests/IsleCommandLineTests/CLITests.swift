@@ -306,6 +306,38 @@ struct SecretsAtRestCLITests {
         #expect(try MasterKey.openKey(of: app, with: try MasterKey(base64: masterKey)) == key.privateKeyPEM)
     }
 
+    @Test("app remove: without --yes it counts and removes nothing (64); with --yes the app, its keys and activities go; an unknown app is named")
+    func appRemove() async throws {
+        let key = TestProviderKey()
+        let p8 = try Self.keyFile(key)
+        let db = Self.tempPath("isle.sqlite")
+        let env = ["ISLE_MASTER_KEY": MasterKey.generate().base64]
+        for app in ["com.example.pizza", "com.example.kept"] {
+            let added = await IsleCLI.capture(["app", "add", "--database", db, "--bundle-id", app, "--key", p8, "--key-id", key.keyID, "--team-id", key.teamID], environment: env)
+            #expect(added.status == 0, "\(added.err)")
+            #expect(await IsleCLI.capture(["key", "create", "--database", db, "--bundle-id", app, "--scope", "backend"], environment: env).status == 0)
+        }
+        let store = try SQLiteStore(path: db)
+        try await store.insertActivity(ActivityRecord(id: "a1", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok", startedAt: Date(), topics: ["t"]))
+
+        let dry = await IsleCLI.capture(["app", "remove", "--database", db, "--bundle-id", "com.example.pizza"], environment: env)
+        #expect(dry.status == ExitStatus.usage && dry.err.contains("add --yes"), "\(dry.err)")
+        #expect(dry.out.contains("1 api_keys") && dry.out.contains("1 activities") && dry.out.contains("1 activity_topics"), "\(dry.out)")
+        #expect(try await store.app("com.example.pizza") != nil)
+
+        let removed = await IsleCLI.capture(["app", "remove", "--database", db, "--bundle-id", "com.example.pizza", "--yes"], environment: env)
+        #expect(removed.status == 0 && removed.out.contains("removed app com.example.pizza"), "\(removed.err)")
+        #expect(try await store.app("com.example.pizza") == nil)
+        #expect(try await store.activity(id: "a1") == nil)
+        #expect(try await store.apiKeys(bundleID: "com.example.pizza").isEmpty)
+        #expect(try await store.apiKeys(bundleID: "com.example.kept").count == 1)
+        let list = await IsleCLI.capture(["app", "list", "--database", db], environment: env)
+        #expect(list.out.contains("com.example.kept") && !list.out.contains("com.example.pizza"), "\(list.out)")
+
+        let unknown = await IsleCLI.capture(["app", "remove", "--database", db, "--bundle-id", "com.example.pizza", "--yes"], environment: env)
+        #expect(unknown.status == ExitStatus.usage && unknown.err.contains("no app com.example.pizza") && unknown.err.contains("isle app list"), "\(unknown.err)")
+    }
+
     @Test("serve refuses a database others can read, naming the chmod; and apps whose keys its master key does not open")
     func serveRefuses() async throws {
         let key = TestProviderKey()

@@ -47,6 +47,8 @@ final class FaultyStore: IsleStore {
     func upsertApp(_ app: AppRecord) async throws { try await base.upsertApp(app) }
     func app(_ bundleID: String) async throws -> AppRecord? { try await base.app(bundleID) }
     func apps() async throws -> [AppRecord] { try await base.apps() }
+    func appRowCounts(_ bundleID: String) async throws -> [String: Int] { try await base.appRowCounts(bundleID) }
+    func removeApp(_ bundleID: String) async throws -> [String: Int]? { try await base.removeApp(bundleID) }
     func insertAPIKey(_ key: APIKeyRecord) async throws { try await base.insertAPIKey(key) }
     func apiKey(secretHash: String) async throws -> APIKeyRecord? { try await base.apiKey(secretHash: secretHash) }
     func apiKeys(bundleID: String?) async throws -> [APIKeyRecord] { try await base.apiKeys(bundleID: bundleID) }

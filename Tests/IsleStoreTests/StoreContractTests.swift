@@ -881,3 +881,60 @@ struct ServingHoldTests {
     }
 }
 
+
+/// `isle app remove`: an app and every row that belongs to it go in one transaction; another
+/// app's rows stay, on every store.
+@Suite("Store contract: removing an app")
+struct AppRemovalTests {
+    let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+
+    /// One of everything a store keeps, for `app`: a row in each table of ``Schema/appRows``.
+    func populate(_ s: any IsleStore, _ app: String) async throws {
+        try await s.upsertApp(AppRecord(bundleID: app, teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        try await s.insertAPIKey(APIKeyRecord(id: "key_\(app)", bundleID: app, scope: .backend, secretHash: "hash-\(app)", createdAt: t0))
+        try await s.upsertInstallation(InstallationRecord(id: "phone", bundleID: app, pushToStartTokens: ["T": "pts-\(app)"], updatedAt: t0))
+        try await s.insertActivity(ActivityRecord(id: "a-\(app)", bundleID: app, externalKey: "k", installationID: "phone", attributesType: "T", state: .active,
+                                                  updateToken: "tok-\(app)", startedAt: t0, topics: ["t"]))
+        try await s.insertActivity(ActivityRecord(id: "b-\(app)", bundleID: app, externalKey: "k2", attributesType: "T", state: .active, updateToken: "tok2-\(app)", startedAt: t0))
+        try await s.insertChannel(ChannelRecord(id: "ch-\(app)", bundleID: app, storagePolicy: 0, createdAt: t0), idempotency: nil)
+        let update = { (activity: String) in
+            NewPushJob(bundleID: app, kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": 1]], hasAlert: true, runAt: self.t0)
+        }
+        try await s.enqueue([update("a-\(app)")], idempotency: IdempotencyRecord(key: "backend:k", bundleID: app, requestHash: "h", status: 202, body: "{}", createdAt: t0), now: t0)
+        let claimed = try #require(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").first { $0.job.bundleID == app })
+        #expect(try await s.complete(JobCompletion(claim: claimed, result: .finished(.sent, reason: nil),
+                                                   delivery: DeliveryRecord(jobID: claimed.job.id, activityID: claimed.job.activityID, apnsID: claimed.apnsID, apnsUniqueID: nil,
+                                                                            status: 200, reason: nil, latencyMS: 1, priority: .high, downgraded: false, at: t0),
+                                                   highPriorityAt: t0)))
+        try await s.enqueue([update("b-\(app)")], idempotency: nil, now: t0.addingTimeInterval(1))  // still queued
+        try await s.appendEvents([NewEvent(bundleID: app, type: .appResumed, at: t0)])
+        try await s.insertWebhook(WebhookRecord(id: "wh-\(app)", bundleID: app, url: "http://127.0.0.1:9/in", secret: "s", createdAt: t0, cursor: 0))
+        try await s.appendAudit(AuditEntry(bundleID: app, keyID: "key_\(app)", action: "job.cancel", at: t0))
+        try await s.addHistory([HistoryPoint(bundleID: app, minute: t0, metric: "sent", count: 1)])
+        #expect(try await s.pauseApp(OperatorPause(bundleID: app, keyID: "key_\(app)", reason: "r", at: t0), event: NewEvent(bundleID: app, type: .appPaused, at: t0)))
+    }
+
+    @Test("the app's rows in every table go, another app's stay; removing it again finds nothing", arguments: StoreKind.allCases)
+    func removesEverything(_ kind: StoreKind) async throws {
+        let s = try await kind.make()
+        try await populate(s, "com.example.gone")
+        try await populate(s, "com.example.kept")
+        let before = try await s.appRowCounts("com.example.gone")
+        let kept = try await s.appRowCounts("com.example.kept")
+        // The test reaches every table the removal covers, and the removal covers every table.
+        #expect(Set(Schema.appRows.map(\.table)) == Set(Schema.tables.map(\.name)))
+        for (table, _) in Schema.appRows { #expect((before[table] ?? 0) > 0, "\(kind): no \(table) row to remove") }
+
+        let removed = try #require(try await s.removeApp("com.example.gone"))
+        #expect(removed == before, "\(kind): removed \(removed), counted \(before)")
+        for (table, n) in try await s.appRowCounts("com.example.gone") { #expect(n == 0, "\(kind): \(n) \(table) rows left") }
+        #expect(try await s.appRowCounts("com.example.kept") == kept)
+        #expect(try await s.app("com.example.gone") == nil)
+        #expect(try await s.apiKey(secretHash: "hash-com.example.gone") == nil)
+        #expect(try await s.activity(id: "a-com.example.gone") == nil)
+        #expect(try await s.removeApp("com.example.gone") == nil)
+        // The other app's queue still works: its queued job is claimed and sent.
+        let next = try await s.claim(limit: 10, now: t0.addingTimeInterval(2), lease: 60, worker: "w")
+        #expect(next.map(\.job.bundleID) == ["com.example.kept"])
+    }
+}

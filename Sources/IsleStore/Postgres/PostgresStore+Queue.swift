@@ -98,19 +98,20 @@ extension PostgresStore {
             let chunk = Array(rows[start..<min(rows.count, start + 10_000)])
             let inserted = try await conn.rows("""
                 INSERT INTO jobs (id, bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
-                    lane, seq, is_head, supersedable, carries_content)
+                    lane, seq, is_head, supersedable, carries_content, trace_parent)
                 SELECT nextval('jobs_id_seq'), b, k, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(c, E'\\x01'), aps, al, NULLIF(p, -1), r,
-                    CASE WHEN sch THEN 'scheduled' ELSE 'queued' END, cr, NULLIF(l, E'\\x01'), CASE WHEN sch THEN NULL ELSE nextval('job_seq') END, h, s, cc
+                    CASE WHEN sch THEN 'scheduled' ELSE 'queued' END, cr, NULLIF(l, E'\\x01'), CASE WHEN sch THEN NULL ELSE nextval('job_seq') END, h, s, cc,
+                    NULLIF(tp, E'\\x01')
                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::timestamptz[], $10::timestamptz[],
-                    $11::text[], $12::bool[], $13::bool[], $14::bool[], $15::bool[])
-                    WITH ORDINALITY AS t(b, k, a, i, c, aps, al, p, r, cr, l, sch, h, s, cc, n)
+                    $11::text[], $12::bool[], $13::bool[], $14::bool[], $15::bool[], $16::text[])
+                    WITH ORDINALITY AS t(b, k, a, i, c, aps, al, p, r, cr, l, sch, h, s, cc, tp, n)
                 ORDER BY n
                 RETURNING id
                 """, [.texts(chunk.map(\.job.bundleID)), .texts(chunk.map(\.job.kind.rawValue)), .texts(chunk.map { $0.job.activityID ?? none }),
                       .texts(chunk.map { $0.job.installationID ?? none }), .texts(chunk.map { $0.job.channelID ?? none }), .texts(chunk.map(\.job.apsText)),
                       .bools(chunk.map(\.job.hasAlert)), .ints(chunk.map { Int64($0.job.requestedPriority?.rawValue ?? -1) }), .dates(chunk.map(\.job.runAt)),
                       .dates(chunk.map(\.now)), .texts(chunk.map { $0.lane ?? none }), .bools(chunk.map(\.scheduled)), .bools(chunk.map(\.isHead)),
-                      .bools(chunk.map(\.supersedable)), .bools(chunk.map(\.carries))], logger: logger)
+                      .bools(chunk.map(\.supersedable)), .bools(chunk.map(\.carries)), .texts(chunk.map { $0.job.traceParent ?? none })], logger: logger)
             let sorted = try inserted.map { try $0.int("id") }.sorted()
             guard sorted.count == chunk.count else { throw StoreError(.unavailable, "PostgreSQL inserted \(sorted.count) of \(chunk.count) jobs") }
             ids += sorted
@@ -215,6 +216,7 @@ extension PostgresStore {
                 claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: try r.date("created_at"),
                 lane: try r.optionalString("lane"), seq: try r.optionalInt("seq"))
         job.encodedAPS = Array(aps.utf8)
+        job.traceParent = try r.optionalString("trace_parent")
         return job
     }
 

@@ -397,6 +397,31 @@ public final class PostgresStore: IsleStore {
 
     // MARK: Apps and keys
 
+    public func appRowCounts(_ bundleID: String) async throws -> [String: Int] {
+        let log = logger
+        return try await transaction { conn in
+            var counts: [String: Int] = [:]
+            for rows in Schema.appRows(in: .postgres) {
+                counts[rows.table] = Int(try await conn.row("SELECT COUNT(*) AS n FROM \(rows.table) WHERE \(rows.condition)", [.text(bundleID)], logger: log)?.int("n") ?? 0)
+            }
+            return counts
+        }
+    }
+
+    public func removeApp(_ bundleID: String) async throws -> [String: Int]? {
+        let log = logger
+        return try await transaction { conn in
+            // Locked first, so an `isle app add` of the same app waits for the removal to end.
+            guard try await conn.row("SELECT bundle_id FROM apps WHERE bundle_id = $1 FOR UPDATE", [.text(bundleID)], logger: log) != nil else { return nil }
+            var removed: [String: Int] = [:]
+            for rows in Schema.appRows(in: .postgres) {
+                removed[rows.table] = Int(try await conn.row("WITH gone AS (DELETE FROM \(rows.table) WHERE \(rows.condition) RETURNING 1) SELECT COUNT(*) AS n FROM gone",
+                                                             [.text(bundleID)], logger: log)?.int("n") ?? 0)
+            }
+            return removed
+        }
+    }
+
     public func upsertApp(_ a: AppRecord) async throws {
         guard MasterKey.isSealed(a.keyPEM) || !a.keyPEM.contains("PRIVATE KEY") else {
             throw StoreError(.unavailable, "refusing to store the .p8 key of \(a.bundleID) in clear: seal it with the master key first")
