@@ -5,6 +5,7 @@ import IsleCore
 import IsleServer
 import IsleStore
 import Logging
+import OTel
 import ServiceLifecycle
 
 /// Where the database is: `--database`, else ISLE_DATABASE, else ./isle.sqlite. A
@@ -125,15 +126,20 @@ struct ServeCommand: AsyncParsableCommand {
                                           "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies", "tlsCert", "tlsKey"]
 
     func run() async throws {
-        let (configuration, level) = try settings()
-        var logger = Logger(label: "isle.server")
+        var (configuration, level) = try settings()
+        var diagnostics = Logger(label: "isle.tracing")
+        diagnostics.logLevel = .warning
+        let tracing = try ServeTracing.start(CLIContext.current.environment, logger: diagnostics)
+        configuration.tracer = tracing?.tracer
+        // With traces, every log line written inside a span carries its trace and span ids.
+        var logger = tracing == nil ? Logger(label: "isle.server") : Logger(label: "isle.server", metadataProvider: OTel.makeLoggingMetadataProvider())
         logger.logLevel = level
         let store = try DatabaseOption.store(configuration.database, logger: logger)
         let shown = DatabaseOption.shown(configuration.database)
         let serverLogger = logger
         try await store.withRunning {
             try await Self.checkKeys(store: store, masterKey: configuration.masterKey, path: shown)
-            try await Self.serve(configuration, store: store, shown: shown, logger: serverLogger)
+            try await Self.serve(configuration, store: store, shown: shown, logger: serverLogger, tracing: tracing)
         }
     }
 
@@ -295,9 +301,11 @@ struct ServeCommand: AsyncParsableCommand {
         return (c, l)
     }
 
-    static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger) async throws {
+    static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger, tracing: ServeTracing? = nil) async throws {
         let app = IsleServerApp(configuration: c, store: store, logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        // Stopped in reverse order: the span exporter last, after the server's last spans.
+        let services: [any Service] = (tracing.map { [$0.service] } ?? []) + [app]
+        let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             let p = await app.port()
@@ -316,7 +324,7 @@ struct ServeCommand: AsyncParsableCommand {
                 }
                 throw CLIError("the server stopped before it could listen", exitCode: ExitStatus.failure)
             }
-            say(try await banner(c, port: p, store: store, shown: shown))
+            say(try await banner(c, port: p, store: store, shown: shown, tracing: tracing?.destination))
             try await tasks.next()
         }
     }
@@ -325,7 +333,7 @@ struct ServeCommand: AsyncParsableCommand {
 extension ServeCommand {
     /// What `isle serve` prints once it listens: where the API and the console are, the database,
     /// where each environment's pushes go, and the next step when something is missing.
-    static func banner(_ c: ServerConfiguration, port: Int, store: any IsleStore, shown: String) async throws -> String {
+    static func banner(_ c: ServerConfiguration, port: Int, store: any IsleStore, shown: String, tracing: String? = nil) async throws -> String {
         let base = "\(c.tls == nil ? "http" : "https")://\(c.host.contains(":") ? "[\(c.host)]" : c.host):\(port)"
         let apps = try await store.apps()
         let keys = try await store.apiKeys(bundleID: nil).filter { $0.revokedAt == nil }
@@ -340,6 +348,7 @@ extension ServeCommand {
             lines.append("  APNs \(e.rawValue)\(e == c.defaultEnvironment ? " (default)" : ""): \(t.device)   broadcast \(t.broadcast)   channels \(t.channelManagement)")
         }
         lines.append("  apps:      \(apps.isEmpty ? "none yet" : apps.map(\.bundleID).joined(separator: ", "))")
+        if let tracing { lines.append("  tracing:   \(tracing)") }
         let db = shown.isEmpty ? "" : " --database \(shown)"
         if apps.isEmpty {
             lines.append("Next: add your app: isle app add\(db) --bundle-id <id> --key AuthKey_<KEYID>.p8 --key-id <KEYID> --team-id <TEAMID> --schema <attributes>.schema.json")

@@ -73,6 +73,18 @@ struct CLIErrorTests {
         #expect(one.err.contains("Missing expected argument '--bundle-id"), "\(one.err)")
     }
 
+    @Test("tracing is off unless an OTEL_* variable asks for it; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none keep it off")
+    func tracingSwitch() {
+        #expect(!ServeTracing.wanted([:]))
+        #expect(!ServeTracing.wanted(["OTEL_SERVICE_NAME": "isle"]))
+        #expect(ServeTracing.wanted(["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"]))
+        #expect(ServeTracing.wanted(["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"]))
+        #expect(ServeTracing.wanted(["OTEL_TRACES_EXPORTER": "otlp"]))
+        #expect(ServeTracing.wanted(["OTEL_TRACES_EXPORTER": "console"]))
+        #expect(!ServeTracing.wanted(["OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"]))
+        #expect(!ServeTracing.wanted(["OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"]))
+    }
+
     @Test("isle serve on a port in use: the port named, exit 78")
     func portInUse() async throws {
         try await CLIHarness.with { h in

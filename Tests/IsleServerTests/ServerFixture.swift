@@ -41,6 +41,8 @@ final class ServerFixture: Sendable {
     let tune: @Sendable (inout ServerConfiguration) -> Void
     /// Wraps the real store the server runs on (fault injection).
     let wrapStore = Mutex<(@Sendable (SQLiteStore) -> any IsleStore)?>(nil)
+    /// The server's logger, when a test reads its logs (quiet otherwise).
+    let logger = Mutex<Logger?>(nil)
 
     /// The running server, which tests can stop abruptly and start again on the same file.
     final class Server: Sendable {
@@ -82,8 +84,8 @@ final class ServerFixture: Sendable {
 
     /// Starts the server (again) on the database file.
     func start() async throws {
-        var logger = Logger(label: "isle.test.server")
-        logger.logLevel = .critical
+        var logger = self.logger.withLock { $0 } ?? Logger(label: "isle.test.server")
+        if self.logger.withLock({ $0 }) == nil { logger.logLevel = .critical }
         let sqlite = try SQLiteStore(path: databasePath)
         let store: any IsleStore = wrapStore.withLock { $0 }.map { $0(sqlite) } ?? sqlite
         let app = IsleServerApp(configuration: configuration(), store: store, clock: clock, logger: logger)
@@ -111,7 +113,7 @@ final class ServerFixture: Sendable {
     }
 
     static func with(configure: (inout IsleSim.Configuration) -> Void = { _ in }, server tune: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
-                     _ body: (ServerFixture) async throws -> Void) async throws {
+                     logger: Logger? = nil, _ body: (ServerFixture) async throws -> Void) async throws {
         var simConfiguration = IsleSim.Configuration()
         // The server is under test: its pushes land as they arrive (the clock is the test's), so
         // priority 5 is applied at once here; the simulator's own delays are tested on their own.
@@ -136,6 +138,7 @@ final class ServerFixture: Sendable {
             let backend = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .backend).secret
             let deviceKey = try await ServerSetup.createKey(store: store, bundleID: Pizza.bundleID, scope: .device).secret
             let f = ServerFixture(sim: sim, clock: clock, databasePath: path, device: device, backendKey: backend, deviceKey: deviceKey, tune: tune)
+            f.logger.withLock { $0 = logger }
             try await f.start()
             do {
                 try await body(f)
