@@ -187,6 +187,7 @@ let package = Package(
             dependencies: [
                 "IsleCore", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -1,11 +1,13 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import Hummingbird
 import IsleAPNs
 import IsleCore
 import IsleTesting
 import Logging
 import NIOCore
+import Synchronization
 
 /// `isle serve` and `isle sim` as separate processes, loaded from outside by `h2load --h1`
 /// (Debian's nghttp2-client) as a backend would be: the server's CPU per accepted-and-delivered
@@ -29,6 +31,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 64).") var concurrency = 64
     @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
     @Option(help: "Pushes this process sends to isle sim through IsleAPNs' client, the same as the server's deliveries, for the push floor (0: skip it).") var pushFloor = 10_000
+    @Flag(help: "Measure SQLite a second time with isle serve tracing every request, attempt and APNs request (OTLP/HTTP to a receiver in this process), and compare.") var tracing = false
     @Option(help: "Record the server with perf (perf record -a -F 499 -g, read back for its pid) during the fan-out into this file, and print each library's share of its samples and what that is per fan-out delivery.") var profileFanOut: String?
 
     func run() async throws {
@@ -40,6 +43,15 @@ struct SplitBench: AsyncParsableCommand {
         }
         print("isle serve and isle sim as child processes, h2load --h1 as the backend (\(ProcessInfo.processInfo.activeProcessorCount) cores); CPU from /proc/PID/stat")
         let sqlite = try await measure(isle: isle, h2load: h2load, database: nil)
+        if tracing {
+            let receiver = try await OTLPSink.start()
+            let traced = try await measure(isle: isle, h2load: h2load, database: nil, traceTo: "http://127.0.0.1:\(receiver.port)/v1/traces")
+            let spans = receiver.requests.withLock { $0 }
+            try await receiver.stop()
+            print(String(format: "Tracing on / off, server CPU: per accepted-and-delivered update %.0f / %.0f µs (%+.0f %%; %.1f× / %.1f× a bare request); per fan-out delivery %.0f / %.0f µs (%+.0f %%); %d OTLP exports received (%d bytes)",
+                         traced.updateUS, sqlite.updateUS, 100 * (traced.updateUS / sqlite.updateUS - 1), traced.updateUS / traced.bareUS, sqlite.updateUS / sqlite.bareUS,
+                         traced.fanUS, sqlite.fanUS, 100 * (traced.fanUS / sqlite.fanUS - 1), spans.count, spans.bytes))
+        }
         if let postgres {
             let pg = try await measure(isle: isle, h2load: h2load, database: postgres)
             print(String(format: "PostgreSQL / SQLite, accepted-and-delivered updates per second: %.0f %%", 100 * pg.deliveredPerSecond / sqlite.deliveredPerSecond))
@@ -59,12 +71,15 @@ struct SplitBench: AsyncParsableCommand {
         var everyProcessUS: Double
         var busyCores: Double
         var postgresUS: Double
+        var bareUS = 0.0
+        var updateUS = 0.0
+        var fanUS = 0.0
     }
 
-    func measure(isle: String, h2load: String, database: String?) async throws -> Figures {
+    func measure(isle: String, h2load: String, database: String?, traceTo: String? = nil) async throws -> Figures {
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         do {
-            let figures = try await measure(isle: isle, h2load: h2load, database: database, http: http)
+            let figures = try await measure(isle: isle, h2load: h2load, database: database, traceTo: traceTo, http: http)
             try await http.shutdown()
             return figures
         } catch {
@@ -73,7 +88,7 @@ struct SplitBench: AsyncParsableCommand {
         }
     }
 
-    func measure(isle: String, h2load: String, database: String?, http: HTTPClient) async throws -> Figures {
+    func measure(isle: String, h2load: String, database: String?, traceTo: String?, http: HTTPClient) async throws -> Figures {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-split-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -101,6 +116,14 @@ struct SplitBench: AsyncParsableCommand {
             env["ISLE_DATABASE"] = try await Self.newPostgresDatabase(database)
         } else {
             env["ISLE_DATABASE"] = dir + "/isle.sqlite"
+        }
+        for key in env.keys where key.hasPrefix("OTEL_") { env[key] = nil }
+        if let traceTo {
+            // Every span exported, none dropped: the whole cost of tracing every request.
+            env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = traceTo
+            env["OTEL_BSP_MAX_QUEUE_SIZE"] = "200000"
+            env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = "4096"
+            env["OTEL_BSP_SCHEDULE_DELAY"] = "200"
         }
         let masterKey = try Child.output(isle, ["master-key"], environment: env)
         try masterKey.write(toFile: dir + "/master.key", atomically: true, encoding: .utf8)
@@ -303,7 +326,7 @@ struct SplitBench: AsyncParsableCommand {
             try await waitSent(http, base, sent + rate * rateSeconds)
         }
 
-        let name = database == nil ? "SQLite" : "PostgreSQL"
+        let name = (database == nil ? "SQLite" : "PostgreSQL") + (traceTo == nil ? "" : " (tracing)")
         let deliveredPerSecond = Double(updates) / Self.seconds(deliveredIn)
         print(String(format: "%@ · floor: GET /health %.0f µs of server CPU per request", name, bareUS))
         print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (rounds %.1f–%.1f×; simulator %.0f µs)",
@@ -330,7 +353,7 @@ struct SplitBench: AsyncParsableCommand {
         if rate > 0 {
             print(String(format: "%@ · accept latency at %d updates/s offered for %d s: p50 %.2f ms, p99 %.2f ms", name, rate, rateSeconds, p50, p99))
         }
-        return Figures(deliveredPerSecond: deliveredPerSecond, everyProcessUS: everyProcessUS, busyCores: busyCores, postgresUS: postgresUS)
+        return Figures(deliveredPerSecond: deliveredPerSecond, everyProcessUS: everyProcessUS, busyCores: busyCores, postgresUS: postgresUS, bareUS: bareUS, updateUS: updateUS, fanUS: fanUS)
     }
 
     /// Starts `count` activities on the simulated phone and registers each with the server.
@@ -578,5 +601,43 @@ struct Child {
         let deadline = Date().addingTimeInterval(10)
         while process.isRunning, Date() < deadline { usleep(20_000) }
         if process.isRunning { kill(pid, SIGKILL) }
+    }
+}
+
+/// An OTLP/HTTP receiver for the tracing run: takes every export, answers 204, keeps only counts.
+final class OTLPSink: Sendable {
+    let requests = Mutex<(count: Int, bytes: Int)>((0, 0))
+    let portBox = Mutex<Int?>(nil)
+    let task = Mutex<Task<Void, any Error>?>(nil)
+    var port: Int { portBox.withLock { $0 ?? 0 } }
+
+    static func start() async throws -> OTLPSink {
+        let sink = OTLPSink()
+        let router = Router()
+        router.post("v1/traces") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 256 << 20)
+            sink.requests.withLock {
+                $0.count += 1
+                $0.bytes += body.readableBytes
+            }
+            return Response(status: .noContent)
+        }
+        var logger = Logger(label: "isle.bench.otlp")
+        logger.logLevel = .critical
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                              onServerRunning: { channel in sink.portBox.withLock { $0 = channel.localAddress?.port } }, logger: logger)
+        sink.task.withLock { $0 = Task { try await app.run() } }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while sink.portBox.withLock({ $0 }) == nil {
+            guard ContinuousClock.now < deadline else { throw ValidationError("the OTLP receiver did not start") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return sink
+    }
+
+    func stop() async throws {
+        let running = task.withLock { $0 }
+        running?.cancel()
+        _ = try? await running?.value
     }
 }
