@@ -117,9 +117,10 @@ public enum IsleCLI {
         var missing: [String] = []
         var arguments = arguments
         var message = message
-        while missing.count < 32, let named = missingOption(in: message) {
+        while missing.count < 32, let named = missingOption(in: message), !missing.contains(named.shown) {
             missing.append(named.shown)
-            arguments += [named.flag, "0"]
+            // Before a "--": after it, everything is a positional argument.
+            arguments.insert(contentsOf: [named.flag, "0"], at: arguments.firstIndex(of: "--") ?? arguments.endIndex)
             do {
                 _ = try IsleCommand.parseAsRoot(arguments)
                 break

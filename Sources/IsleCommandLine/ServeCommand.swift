@@ -127,8 +127,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     func run() async throws {
         var (configuration, level) = try settings()
-        var diagnostics = Logger(label: "isle.tracing")
-        diagnostics.logLevel = .warning
+        let diagnostics = Logger(label: "isle.tracing")
         let tracing = try ServeTracing.start(CLIContext.current.environment, logger: diagnostics)
         configuration.tracer = tracing?.tracer
         // With traces, every log line written inside a span carries its trace and span ids.

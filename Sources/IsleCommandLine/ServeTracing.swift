@@ -11,24 +11,34 @@ struct ServeTracing {
     /// Where the spans go, for the banner.
     let destination: String
 
-    /// Tracing is on when `OTEL_TRACES_EXPORTER` names an exporter (`otlp`, `console`) or an OTLP
-    /// endpoint is set; `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` keeps it off.
-    static func wanted(_ environment: [String: String]) -> Bool {
+    /// Tracing is on when `OTEL_TRACES_EXPORTER` is `otlp` or `console`, or an OTLP endpoint is
+    /// set; `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` keeps it off. Another exporter
+    /// is a configuration error.
+    static func wanted(_ environment: [String: String]) throws -> Bool {
         if environment["OTEL_SDK_DISABLED"]?.lowercased() == "true" { return false }
-        if let exporter = environment["OTEL_TRACES_EXPORTER"], !exporter.isEmpty { return exporter.lowercased() != "none" }
+        if let exporter = environment["OTEL_TRACES_EXPORTER"]?.lowercased(), !exporter.isEmpty {
+            switch exporter {
+            case "none": return false
+            case "otlp", "console": return true
+            default: throw CLIError.configuration("OTEL_TRACES_EXPORTER=\(exporter): isle serve exports traces with otlp or console (or none)")
+            }
+        }
         return ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"].contains { !(environment[$0] ?? "").isEmpty }
     }
 
     /// The tracer and the service that exports its spans, or nil when tracing is off. swift-otel
-    /// reads the rest of the OTEL_* variables (endpoint, protocol, headers, sampler, batching).
+    /// reads the rest of the OTEL_* variables (endpoint, protocol, headers, sampler, batching)
+    /// from the process's environment; `environment` is that environment, except in tests.
     static func start(_ environment: [String: String], logger: Logger) throws -> ServeTracing? {
-        guard wanted(environment) else { return nil }
+        guard try wanted(environment) else { return nil }
         var configuration = OTel.Configuration.default
         configuration.serviceName = "isle"
         configuration.metrics.enabled = false
         configuration.logs.enabled = false
         configuration.traces.enabled = true
         configuration.diagnosticLogger = .custom(logger)
+        // swift-otel sets its logger's level from this, not from the logger given.
+        configuration.diagnosticLogLevel = .error
         do {
             let (tracer, service) = try OTel.makeTracingBackend(configuration: configuration)
             let exporter = environment["OTEL_TRACES_EXPORTER"]?.lowercased() ?? "otlp"

@@ -166,7 +166,8 @@ public protocol OperatorPauseRepository: Sendable {
 
 /// Per-minute delivery counters (``HistoryPoint``).
 public protocol HistoryRepository: Sendable {
-    /// Adds the counts to what is stored for each app, minute and metric (several instances add up).
+    /// Adds the counts to what is stored for each app, minute and metric (several instances add up);
+    /// an app no longer registered gets none (counted just before `isle app remove`).
     func addHistory(_ points: [HistoryPoint]) async throws
     /// The app's counters from `from` to `to`, summed per metric over buckets of `bucket` seconds
     /// (each point's `minute` is its bucket's start).

@@ -28,6 +28,8 @@ public final class MemoryStore: IsleStore {
         var nextJobID: Int64 = 1
         var nextSeq: Int64 = 1
         var deliveries: [DeliveryRecord] = []
+        /// Each delivery's app, by its job (the job may be pruned before it).
+        var deliveryApps: [Int64: String] = [:]
         var idempotency: [String: IdempotencyRecord] = [:]
         var highPriority: [(String, Date)] = []
         var events: [StoredEvent] = []
@@ -105,7 +107,7 @@ public final class MemoryStore: IsleStore {
             a.removeAll(where: belongs)
             count(table, before - a.count)
         }
-        drop(&s.deliveries, "deliveries") { d in jobs.contains(d.jobID) || d.activityID.map(activities.contains) == true }
+        drop(&s.deliveries, "deliveries") { d in s.deliveryApps[d.jobID] == bundleID || jobs.contains(d.jobID) || d.activityID.map(activities.contains) == true }
         drop(&s.highPriority, "high_priority_sends") { activities.contains($0.0) }
         count("activity_topics", s.activities.values.filter { $0.bundleID == bundleID }.reduce(0) { $0 + $1.topics.count })
         drop(&s.jobs, "jobs") { _, j in j.job.bundleID == bundleID }
@@ -471,7 +473,10 @@ public final class MemoryStore: IsleStore {
                 j.job.lastError = reason
                 s.jobs[id] = j
             }
-            if let d = w.delivery { s.deliveries.append(d) }
+            if let d = w.delivery {
+                s.deliveries.append(d)
+                s.deliveryApps[d.jobID] = j.job.bundleID
+            }
             if let p = w.activity {
                 if let a = j.job.activityID {
                     Self.apply(&s, p, to: a)
@@ -668,7 +673,7 @@ extension MemoryStore {
     static func historyKey(_ b: String, _ m: Date, _ k: String) -> String { "\(b)\n\(m.timeIntervalSince1970)\n\(k)" }
 
     public func addHistory(_ points: [HistoryPoint]) async throws {
-        state.withLock { s in for p in points { s.history[Self.historyKey(p.bundleID, p.minute, p.metric), default: 0] += p.count } }
+        state.withLock { s in for p in points where s.apps[p.bundleID] != nil { s.history[Self.historyKey(p.bundleID, p.minute, p.metric), default: 0] += p.count } }
     }
 
     public func history(bundleID: String, from: Date, to: Date, bucket: TimeInterval) async throws -> [HistoryPoint] {

@@ -150,7 +150,7 @@ extension SQLiteStore {
         guard !points.isEmpty else { return }
         try await writer.write { db in
             let upsert = try db.cachedStatement(sql: """
-                INSERT INTO history (bundle_id, minute, metric, count) VALUES (?, ?, ?, ?)
+                INSERT INTO history (bundle_id, minute, metric, count) SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM apps WHERE bundle_id = ?1)
                 ON CONFLICT(bundle_id, minute, metric) DO UPDATE SET count = count + excluded.count
                 """)
             for p in points { try upsert.execute(arguments: [p.bundleID, p.minute.timeIntervalSince1970, p.metric, p.count]) }

@@ -822,7 +822,7 @@ public final class SQLiteStore: IsleStore {
                 .execute(arguments: [at.timeIntervalSince1970, reason] + guardArguments)
             guard db.changesCount > 0 else { return false }
         }
-        if let d = w.delivery { try insert(db, d) }
+        if let d = w.delivery { try insert(db, d, bundleID: job.bundleID) }
         if let p = w.activity {
             if let id = job.activityID {
                 try apply(db, p, column: "id", id)
@@ -867,10 +867,10 @@ public final class SQLiteStore: IsleStore {
         if p.apply(to: &i) { try writeInstallation(db, i) }
     }
 
-    static func insert(_ db: Database, _ d: DeliveryRecord) throws {
+    static func insert(_ db: Database, _ d: DeliveryRecord, bundleID: String) throws {
         try db.cachedStatement(sql: """
-            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970])
+            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970, bundleID])
     }
 
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {

@@ -184,6 +184,9 @@ public enum Schema {
             c("id", .rowNumber, pk: true), c("job_id", .integer), c("activity_id", .text, null: true), c("apns_id", .text, null: true),
             c("apns_unique_id", .text, null: true), c("status", .integer), c("reason", .text, null: true), c("latency_ms", .real),
             c("priority", .integer), c("downgraded", .flag), c("at", .time),
+            // The app, so its deliveries are found after their jobs are pruned (a broadcast's and a
+            // widget push's have no activity). Null only in rows older than the column.
+            c("bundle_id", .text, null: true),
         ]),
         Table(name: "high_priority_sends", columns: [
             c("id", .rowNumber, pk: true, only: .postgres), c("activity_id", .text), c("at", .time),
@@ -251,10 +254,10 @@ public enum Schema {
 
     /// Which rows of each table belong to an app, for `isle app remove` (docs/server.md, "Removing
     /// an app"): every table, rows that refer to others first, `apps` last. `{app}` is the bundle id's
-    /// one parameter (SQLite's `?1`, PostgreSQL's `$1`). `SchemaTests` checks that no table is left out.
+    /// one parameter (SQLite's `?1`, PostgreSQL's `$1`). `AppRemovalTests` checks that no table is left out.
     public static let appRows: [(table: String, condition: String)] = [
-        // A delivery names its job, and its activity when it had one (a broadcast's has none).
-        ("deliveries", "job_id IN (SELECT id FROM jobs WHERE bundle_id = {app}) OR activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})"),
+        // A delivery names its app; one written before that column, its job or its activity.
+        ("deliveries", "bundle_id = {app} OR (bundle_id IS NULL AND (job_id IN (SELECT id FROM jobs WHERE bundle_id = {app}) OR activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})))"),
         ("high_priority_sends", "activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})"),
         ("activity_topics", "bundle_id = {app}"),
         ("jobs", "bundle_id = {app}"),
@@ -326,6 +329,13 @@ public enum Schema {
         Change(name: "operator pauses") { dialect in newTables(["app_pauses"], dialect) },
         Change(name: "history") { dialect in newTables(["history"], dialect) },
         Change(name: "trace context") { _ in ["ALTER TABLE jobs ADD COLUMN trace_parent TEXT"] },
+        Change(name: "deliveries by app") { _ in
+            ["ALTER TABLE deliveries ADD COLUMN bundle_id TEXT",
+             """
+             UPDATE deliveries SET bundle_id = COALESCE((SELECT j.bundle_id FROM jobs j WHERE j.id = deliveries.job_id),
+                                                        (SELECT a.bundle_id FROM activities a WHERE a.id = deliveries.activity_id))
+             """]
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.

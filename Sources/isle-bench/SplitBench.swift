@@ -241,6 +241,9 @@ struct SplitBench: AsyncParsableCommand {
         var fanUS = 0.0
         var fanSeconds = 0.0
         var fanProfile: [(library: String, share: Double)] = []
+        // Stopped however this run ends: perf -a records the whole machine.
+        let fanOutPerf = Mutex<pid_t?>(nil)
+        defer { if let pid = fanOutPerf.withLock({ $0 }) { Self.stopPerf(pid) } }
         if fanOut > 0, fanOutRounds > 0 {
             var perfPID: pid_t?
             if let file = profileFanOut {
@@ -248,6 +251,7 @@ struct SplitBench: AsyncParsableCommand {
                 // System-wide, read back for the server's pid: perf 6.1 attached with -p spins on the
                 // descriptors of the server's threads that exit (Dispatch's come and go).
                 perfPID = try Self.spawnWithSignals(tool, ["record", "-a", "-F", "499", "-g", "-o", file], log: dir + "/perf.log")
+                fanOutPerf.withLock { $0 = perfPID }
                 try await Task.sleep(for: .milliseconds(500))  // perf attaches before the first fan-out
             }
             let before = try Self.cpu(of: server.pid)
@@ -261,9 +265,8 @@ struct SplitBench: AsyncParsableCommand {
             fanSeconds = Self.seconds(ContinuousClock.now - start)
             fanUS = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(fanOut * fanOutRounds)
             if let perfPID, let file = profileFanOut {
-                kill(perfPID, SIGINT)
-                var status: Int32 = 0
-                waitpid(perfPID, &status, 0)
+                Self.stopPerf(perfPID)
+                fanOutPerf.withLock { $0 = nil }
                 fanProfile = try Self.librariesShare(perf: Self.which("perf")!, file: file, pid: server.pid)
             }
         }
@@ -509,6 +512,12 @@ struct SplitBench: AsyncParsableCommand {
         }
         guard total > 0 else { return [] }
         return counts.map { ($0.key, Double($0.value) / Double(total)) }.sorted { $0.1 > $1.1 }
+    }
+
+    static func stopPerf(_ pid: pid_t) {
+        kill(pid, SIGINT)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
     }
 
     /// Starts a program with no signal blocked, its output in `log`. Foundation's Process hands the

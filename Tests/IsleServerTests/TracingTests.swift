@@ -119,11 +119,8 @@ final class LogRecords: Sendable {
 
 @Suite("Tracing: one update followed from the API request to the job to the APNs request", .serialized)
 struct TracingTests {
-    @Test("the backend's trace continues in the request's span; the delivery attempt is its child, the APNs request the attempt's, with the apns-id and status; the log lines carry the trace id")
-    func oneUpdate() async throws {
-        let receiver = OTLPReceiver()
-        let port = await receiver.start()
-        defer { receiver.stop() }
+    /// Every span exported as JSON to the receiver on `port`, soon after it ends.
+    static func configuration(port: Int) -> OTel.Configuration {
         var configuration = OTel.Configuration.default
         configuration.serviceName = "isle-test"
         configuration.metrics.enabled = false
@@ -137,7 +134,15 @@ struct TracingTests {
         var quiet = Logger(label: "otel")
         quiet.logLevel = .critical
         configuration.diagnosticLogger = .custom(quiet)
-        let (tracer, exporter) = try OTel.makeTracingBackend(configuration: configuration)
+        return configuration
+    }
+
+    @Test("the backend's trace continues in the request's span; the delivery attempt is its child, the APNs request the attempt's, with the apns-id and status; the log lines carry the trace id")
+    func oneUpdate() async throws {
+        let receiver = OTLPReceiver()
+        let port = await receiver.start()
+        defer { receiver.stop() }
+        let (tracer, exporter) = try OTel.makeTracingBackend(configuration: Self.configuration(port: port))
         let exporting = Task { try await exporter.run() }
         defer { exporting.cancel() }
         let logs = LogRecords()
@@ -178,15 +183,69 @@ struct TracingTests {
         }
     }
 
+    @Test("a malformed or hostile traceparent starts a new trace: the request is served, and the job keeps only the server's own well-formed traceparent")
+    func hostileTraceParent() async throws {
+        let receiver = OTLPReceiver()
+        let port = await receiver.start()
+        defer { receiver.stop() }
+        // The tracer's own warnings (what it could not parse) recorded too.
+        let logs = LogRecords()
+        var configuration = Self.configuration(port: port)
+        configuration.diagnosticLogger = .custom(logs.logger())
+        configuration.diagnosticLogLevel = .trace
+        let (tracer, exporter) = try OTel.makeTracingBackend(configuration: configuration)
+        let exporting = Task { try await exporter.run() }
+        defer { exporting.cancel() }
+        try await ServerFixture.with(server: { c in c.tracer = tracer }, logger: logs.logger()) { f in
+            let (_, id) = try await f.appStartsActivity(key: "order-hostile")
+            // A phone (the device key) does not choose the trace, even with a well-formed traceparent.
+            let fromPhone = try await f.call("PUT", "/v1/installations/fixture-phone", key: f.deviceKey, body: ["liveActivitiesEnabled": true],
+                                             headers: f.secretHeader() + [("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+            #expect((200...299).contains(fromPhone.status), "\(fromPhone.status)")
+            let store = try SQLiteStore(path: f.databasePath)
+            let hostile = [
+                "garbage", "", "00-" + String(repeating: "a", count: 5000), "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 ; x=y",
+                "00-zzf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            ]
+            var jobs: [Int64] = []
+            for (i, value) in hostile.enumerated() {
+                let answer = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Hostile \(i)")],
+                                              headers: [("traceparent", value)])
+                #expect(answer.status == 202, "\(value.prefix(80)): \(answer.status)")
+                jobs += (answer.json["jobs"]?.arrayValue ?? []).compactMap { $0.numberValue?.exactInt64Value }
+            }
+            #expect(jobs.count == hostile.count)
+            for jobID in jobs {
+                let job = try #require(try await store.job(id: jobID))
+                // The server's own span's traceparent: well formed, and a new trace, not the malformed one's.
+                let parts = (job.traceParent ?? "").split(separator: "-", omittingEmptySubsequences: false)
+                #expect(parts.count == 4 && parts[0] == "00" && parts[1].count == 32 && parts[2].count == 16 && parts[3].count == 2
+                        && parts[1].allSatisfy { $0.isHexDigit && !$0.isUppercase } && parts[1].lowercased() != "4bf92f3577b34da6a3ce929d0e0e4736",
+                        "job \(jobID): \(job.traceParent ?? "nil")")
+            }
+            try await eventually("the phone's request's span exported") { receiver.spans.withLock { $0.contains { $0.name.hasPrefix("PUT /v1/installations") } } }
+            #expect(receiver.spans(trace: "4bf92f3577b34da6a3ce929d0e0e4736").isEmpty, "\(receiver.spans(trace: "4bf92f3577b34da6a3ce929d0e0e4736"))")
+            // No secret in any log line, the tracer's included.
+            let secrets = [f.backendKey, f.deviceKey] + f.secretHeader().map(\.1)
+            let leaked = logs.records.withLock { records in records.filter { r in secrets.contains { s in r.message.contains(s) || r.metadata.values.contains { $0.contains(s) } } } }
+            #expect(leaked.isEmpty, "\(leaked.map(\.message))")
+            #expect(logs.records.withLock { !$0.isEmpty })
+        }
+    }
+
     @Test("without a tracer no job keeps a trace context, whatever the request carries")
     func offByDefault() async throws {
         try await ServerFixture.with { f in
             let (_, id) = try await f.appStartsActivity(key: "order-untraced")
-            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Plain")],
-                                     headers: [("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]).status == 202)
+            let answer = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Plain")],
+                                          headers: [("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+            #expect(answer.status == 202)
+            let jobs = (answer.json["jobs"]?.arrayValue ?? []).compactMap { $0.numberValue?.exactInt64Value }
+            #expect(jobs.count == 1)
             let store = try SQLiteStore(path: f.databasePath)
-            let jobs = try await store.openJobs(bundleID: Pizza.bundleID, activityID: id, limit: 10)
-            for job in jobs { #expect(job.traceParent == nil) }
+            for jobID in jobs { #expect(try #require(try await store.job(id: jobID)).traceParent == nil) }
             try await eventually("delivered") { (try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.count ?? 0) == 1 }
         }
     }

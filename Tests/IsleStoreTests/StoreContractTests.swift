@@ -900,12 +900,18 @@ struct AppRemovalTests {
         let update = { (activity: String) in
             NewPushJob(bundleID: app, kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": 1]], hasAlert: true, runAt: self.t0)
         }
-        try await s.enqueue([update("a-\(app)")], idempotency: IdempotencyRecord(key: "backend:k", bundleID: app, requestHash: "h", status: 202, body: "{}", createdAt: t0), now: t0)
-        let claimed = try #require(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").first { $0.job.bundleID == app })
-        #expect(try await s.complete(JobCompletion(claim: claimed, result: .finished(.sent, reason: nil),
-                                                   delivery: DeliveryRecord(jobID: claimed.job.id, activityID: claimed.job.activityID, apnsID: claimed.apnsID, apnsUniqueID: nil,
-                                                                            status: 200, reason: nil, latencyMS: 1, priority: .high, downgraded: false, at: t0),
-                                                   highPriorityAt: t0)))
+        // An update and a widget push (its delivery has no activity), both sent.
+        let widgets = NewPushJob(bundleID: app, kind: .widgets, installationID: "phone", aps: ["content-changed": true], hasAlert: false, runAt: t0)
+        try await s.enqueue([update("a-\(app)"), widgets], idempotency: IdempotencyRecord(key: "backend:k", bundleID: app, requestHash: "h", status: 202, body: "{}", createdAt: t0), now: t0)
+        let others = Set(["com.example.gone", "com.example.kept"]).subtracting([app])
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w", excludingApps: others)
+        #expect(claimed.count == 2)
+        for c in claimed {
+            #expect(try await s.complete(JobCompletion(claim: c, result: .finished(.sent, reason: nil),
+                                                       delivery: DeliveryRecord(jobID: c.job.id, activityID: c.job.activityID, apnsID: c.apnsID, apnsUniqueID: nil,
+                                                                                status: 200, reason: nil, latencyMS: 1, priority: .high, downgraded: false, at: t0),
+                                                       highPriorityAt: c.job.activityID == nil ? nil : t0)))
+        }
         try await s.enqueue([update("b-\(app)")], idempotency: nil, now: t0.addingTimeInterval(1))  // still queued
         try await s.appendEvents([NewEvent(bundleID: app, type: .appResumed, at: t0)])
         try await s.insertWebhook(WebhookRecord(id: "wh-\(app)", bundleID: app, url: "http://127.0.0.1:9/in", secret: "s", createdAt: t0, cursor: 0))
@@ -919,6 +925,11 @@ struct AppRemovalTests {
         let s = try await kind.make()
         try await populate(s, "com.example.gone")
         try await populate(s, "com.example.kept")
+        // Finished jobs pruned (deliveries stay longer): the widget push's delivery then names
+        // neither a job nor an activity, only its app.
+        var retention = Retention()
+        retention.finishedJobs = 60
+        _ = try await s.prune(now: t0.addingTimeInterval(120), retention: retention, limit: 1000)
         let before = try await s.appRowCounts("com.example.gone")
         let kept = try await s.appRowCounts("com.example.kept")
         // The test reaches every table the removal covers, and the removal covers every table.
@@ -934,7 +945,15 @@ struct AppRemovalTests {
         #expect(try await s.activity(id: "a-com.example.gone") == nil)
         #expect(try await s.removeApp("com.example.gone") == nil)
         // The other app's queue still works: its queued job is claimed and sent.
-        let next = try await s.claim(limit: 10, now: t0.addingTimeInterval(2), lease: 60, worker: "w")
+        let next = try await s.claim(limit: 10, now: t0.addingTimeInterval(200), lease: 60, worker: "w")
         #expect(next.map(\.job.bundleID) == ["com.example.kept"])
+        // Counted without the removal's own conditions: every row left in every table is the
+        // other app's (SQLite, read table by table).
+        if let sqlite = s as? SQLiteStore {
+            for table in Schema.tables.map(\.name) {
+                let rows = try await sqlite.exportTable(table).rows.count
+                #expect(rows == kept[table] ?? 0, "\(table): \(rows) rows left, the kept app has \(kept[table] ?? 0)")
+            }
+        }
     }
 }

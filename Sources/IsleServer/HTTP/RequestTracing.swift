@@ -3,23 +3,31 @@ public import Hummingbird
 import IsleDelivery
 public import Tracing
 
-/// A server span per API request (docs/server.md, "Tracing"), a child of the caller's span when
-/// the request carries a W3C `traceparent`. While the request is served, the span is the current
-/// context (so the logs carry its trace id) and ``TraceParent/current`` holds its `traceparent`,
-/// which every job the request queues keeps: the delivery's spans join this trace.
+/// A server span per API request (docs/server.md, "Tracing"). A request with a backend key that
+/// carries a W3C `traceparent` continues the backend's trace; any other starts one of its own (the
+/// device key ships in every copy of the app: a phone does not choose traces or their sampling).
+/// While the request is served, the span is the current context (so the logs carry its trace id)
+/// and ``TraceParent/current`` holds its `traceparent`, which every job the request queues keeps:
+/// the delivery's spans join this trace.
 struct RequestTracingMiddleware<Context: RequestContext>: RouterMiddleware {
     let tracer: any Tracer
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var parent = ServiceContext.current ?? .topLevel
-        tracer.extract(request.headers, into: &parent, using: HeaderExtractor())
+        if request.headers[.authorization]?.hasPrefix("Bearer isle_backend_") == true {
+            // Only the two trace-context headers: the tracer may log what it could not parse, and
+            // the other headers hold secrets.
+            var carrier: [String: String] = [:]
+            for name in ["traceparent", "tracestate"] {
+                if let field = HTTPField.Name(name), let value = request.headers[field] { carrier[name] = value }
+            }
+            if !carrier.isEmpty { tracer.extract(carrier, into: &parent, using: DictionaryExtractor()) }
+        }
         let method = request.method.rawValue
         let span = tracer.startSpan(method, context: parent, ofKind: .server)
         defer { span.end() }
-        span.updateAttributes { a in
-            a["http.request.method"] = method
-            a["url.path"] = request.uri.path
-        }
+        // The route names the span, never the path: paths hold orders' and users' keys.
+        span.updateAttributes { a in a["http.request.method"] = method }
         var carrier: [String: String] = [:]
         tracer.inject(span.context, into: &carrier, using: DictionaryInjector())
         do {
@@ -44,13 +52,6 @@ struct RequestTracingMiddleware<Context: RequestContext>: RouterMiddleware {
             a["http.response.status_code"] = status
         }
         if status >= 500 { span.setStatus(SpanStatus(code: .error)) }
-    }
-}
-
-/// Reads W3C trace context headers (`traceparent`, `tracestate`) from a request.
-struct HeaderExtractor: Extractor {
-    func extract(key: String, from headers: HTTPFields) -> String? {
-        HTTPField.Name(key).flatMap { headers[$0] }
     }
 }
 

@@ -195,7 +195,8 @@ extension PostgresStore {
         try await transaction { conn in
             try await conn.rows("""
                 INSERT INTO history (bundle_id, minute, metric, count)
-                SELECT b, m, k, n FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::bigint[]) AS t(b, m, k, n) ORDER BY b, m, k
+                SELECT b, m, k, n FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::bigint[]) AS t(b, m, k, n)
+                WHERE EXISTS (SELECT 1 FROM apps WHERE apps.bundle_id = t.b) ORDER BY b, m, k
                 ON CONFLICT (bundle_id, minute, metric) DO UPDATE SET count = history.count + EXCLUDED.count
                 """, [.texts(points.map(\.bundleID)), .dates(points.map(\.minute)), .texts(points.map(\.metric)), .ints(points.map(\.count))], logger: log)
         }

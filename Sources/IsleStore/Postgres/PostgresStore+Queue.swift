@@ -482,7 +482,7 @@ extension PostgresStore {
                 """, guardArgs(retried) + [.dates(ats), .texts(reasons)], logger: log) { written.insert(try r.int("id")) }
         }
         let done = cs.indices.filter { written.contains(cs[$0].claim.job.id) }
-        let deliveries = done.compactMap { writes[$0].delivery }
+        let deliveries = done.compactMap { i in writes[i].delivery.map { (record: $0, bundleID: cs[i].claim.job.bundleID) } }
         if !deliveries.isEmpty { try await insert(conn, deliveries, logger: log) }
         // What the pushes changed in their activities: content, relevance and stale date of every
         // activity job in one statement; ends, dead tokens and broadcasts' patches one by one (rare).
@@ -561,17 +561,18 @@ extension PostgresStore {
         if p.apply(to: &i) { try await writeInstallation(conn, i, logger: logger) }
     }
 
-    static func insert(_ conn: PostgresConnection, _ ds: [DeliveryRecord], logger: Logger) async throws {
+    static func insert(_ conn: PostgresConnection, _ records: [(record: DeliveryRecord, bundleID: String)], logger: Logger) async throws {
         let none = "\u{1}"
+        let ds = records.map(\.record)
         try await conn.rows("""
-            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at)
-            SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[])
-                WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, n)
+            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id)
+            SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t, b
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[], $11::text[])
+                WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, b, n)
             ORDER BY n
             """, [.ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
                   .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
-                  .bools(ds.map(\.downgraded)), .dates(ds.map(\.at))], logger: logger)
+                  .bools(ds.map(\.downgraded)), .dates(ds.map(\.at)), .texts(records.map(\.bundleID))], logger: logger)
     }
 
     public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {

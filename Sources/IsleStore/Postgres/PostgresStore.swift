@@ -413,6 +413,11 @@ public final class PostgresStore: IsleStore {
         return try await transaction { conn in
             // Locked first, so an `isle app add` of the same app waits for the removal to end.
             guard try await conn.row("SELECT bundle_id FROM apps WHERE bundle_id = $1 FOR UPDATE", [.text(bundleID)], logger: log) != nil else { return nil }
+            // The app's jobs and activities too: an engine's completion that commits between two
+            // of the deletes below would leave its delivery and events behind; locked, it waits,
+            // then finds its job gone and writes nothing.
+            try await conn.rows("SELECT id FROM jobs WHERE bundle_id = $1 ORDER BY id FOR UPDATE", [.text(bundleID)], logger: log)
+            try await conn.rows("SELECT id FROM activities WHERE bundle_id = $1 ORDER BY id FOR UPDATE", [.text(bundleID)], logger: log)
             var removed: [String: Int] = [:]
             for rows in Schema.appRows(in: .postgres) {
                 removed[rows.table] = Int(try await conn.row("WITH gone AS (DELETE FROM \(rows.table) WHERE \(rows.condition) RETURNING 1) SELECT COUNT(*) AS n FROM gone",
