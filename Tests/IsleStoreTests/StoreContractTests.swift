@@ -957,3 +957,29 @@ struct AppRemovalTests {
         }
     }
 }
+
+/// A job keeps the traceparent of the request that queued it (docs/server.md, "Tracing"), on
+/// every store; none when the server does not trace.
+@Suite("Store contract: trace context")
+struct TraceContextStoreTests {
+    let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+
+    @Test("a job queued while serving a traced request carries its traceparent to the claim; an untraced one none", arguments: StoreKind.allCases)
+    func traceParentRoundTrip(_ kind: StoreKind) async throws {
+        let s = try await kind.make()
+        try await s.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        for id in ["traced", "plain"] {
+            try await s.insertActivity(ActivityRecord(id: id, bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok-\(id)", startedAt: t0))
+        }
+        func update(_ activity: String) -> NewPushJob {
+            NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": 1]], hasAlert: true, runAt: t0)
+        }
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        let traced = TraceParent.$current.withValue(parent) { update("traced") }
+        try await s.enqueue([traced, update("plain")], idempotency: nil, now: t0)
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
+        #expect(claimed.count == 2)
+        #expect(claimed.first { $0.job.activityID == "traced" }?.job.traceParent == parent)
+        #expect(claimed.first { $0.job.activityID == "plain" }.map { $0.job.traceParent == nil } == true)
+    }
+}
