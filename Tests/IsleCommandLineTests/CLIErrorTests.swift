@@ -79,7 +79,7 @@ struct CLIErrorTests {
         #expect(one.err.contains("Missing expected argument '--bundle-id"), "\(one.err)")
     }
 
-    @Test("tracing is off unless an OTEL_* variable asks for it; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none keep it off")
+    @Test("tracing is off unless an OTEL_* variable asks for it; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none keep it off; an exporter other than otlp is refused")
     func tracingSwitch() throws {
         func on(_ environment: [String: String]) throws -> Bool { try ServeTracing.wanted(environment) }
         #expect(try !on([:]))
@@ -87,10 +87,26 @@ struct CLIErrorTests {
         #expect(try on(["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"]))
         #expect(try on(["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"]))
         #expect(try on(["OTEL_TRACES_EXPORTER": "otlp"]))
-        #expect(try on(["OTEL_TRACES_EXPORTER": "console"]))
         #expect(try !on(["OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"]))
         #expect(try !on(["OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"]))
         #expect(throws: CLIError.self) { try on(["OTEL_TRACES_EXPORTER": "zipkin"]) }
+        #expect(throws: CLIError.self) { try on(["OTEL_TRACES_EXPORTER": "console"]) }
+    }
+
+    @Test("OTEL_* values swift-otel would trap on or silently ignore are refused, every one named at once, before the tracer is made")
+    func tracingProblems() {
+        #expect(ServeTracing.problems(["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+                                       "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01", "OTEL_PROPAGATORS": "tracecontext",
+                                       "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer x,team=isle"]).isEmpty)
+        let bad = ServeTracing.problems(["OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "notaurl", "OTEL_TRACES_SAMPLER": "xray",
+                                         "OTEL_PROPAGATORS": "tracecontext,b3,baggage", "OTEL_BSP_MAX_QUEUE_SIZE": "-5", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd",
+                                         "OTEL_EXPORTER_OTLP_HEADERS": "secret-without-equals"])
+        #expect(bad.count == 8, "\(bad)")
+        for fragment in ["grpc", "notaurl", "xray", "b3", "baggage", "OTEL_BSP_MAX_QUEUE_SIZE", "zstd", "OTEL_EXPORTER_OTLP_HEADERS"] {
+            #expect(bad.contains { $0.contains(fragment) }, "\(fragment): \(bad)")
+        }
+        #expect(!bad.joined().contains("secret-without-equals"), "a header's value is echoed")
+        #expect(ServeTracing.problems(["OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "5"]).count == 1)
     }
 
     @Test("isle serve on a port in use: the port named, exit 78")
