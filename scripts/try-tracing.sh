@@ -6,48 +6,31 @@
 # server's log line for the push must carry the trace id.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --product isle >/dev/null
+# isle_stack: isle sim and isle serve on loopback with the pizza app and its keys; isle serve
+# inherits the OTEL_* variables, as an operator's would.
+source scripts/isle-stack.sh
+OTLP=18895
+if curl -s -o /dev/null "http://127.0.0.1:$OTLP/" 2>/dev/null; then echo "something already listens on 127.0.0.1:$OTLP; stop it first"; exit 1; fi
+export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$OTLP OTEL_EXPORTER_OTLP_PROTOCOL=http/json OTEL_BSP_SCHEDULE_DELAY=200
+ISLE_SERVE_FLAGS="--log-level debug" isle_stack 18843
+unset OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_PROTOCOL OTEL_BSP_SCHEDULE_DELAY
 ISLE=.build/debug/isle
-D=$(mktemp -d /tmp/isle-tracing.XXXXXX)
-SIM=18280; APNS=18643; API=18290; OTLP=18295
-for port in $SIM $API $OTLP; do
-  if curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then echo "something already listens on 127.0.0.1:$port; stop it first"; exit 1; fi
-done
-PIDS=()
-cleanup() { set +e; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$D"; true; }
-trap cleanup EXIT
-fail() { echo "try-tracing: $*"; echo "--- serve log:"; tail -30 "$D/serve.log"; echo "--- spans:"; cat "$D/spans.jsonl" 2>/dev/null; exit 1; }
-wait_for() { for _ in $(seq 1 150); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; fail "nothing answers at $1"; }
-field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
-
-$ISLE sim --dir "$D/sim" --apns-port $APNS --control-port $SIM --device iPhone --app com.example.pizza \
-  --schema Examples/PizzaDeliveryAttributes.schema.json > "$D/sim.log" 2>&1 &
-PIDS+=($!)
+API=${SERVER#http://127.0.0.1:}
+SIM=${SIM_CONTROL#http://127.0.0.1:}
+D=$DIR
 python3 scripts/otlp-receiver.py --port $OTLP --out "$D/spans.jsonl" &
-PIDS+=($!)
-wait_for http://127.0.0.1:$SIM/health
-
-$ISLE master-key > "$D/master.key" && chmod 600 "$D/master.key"
-export ISLE_MASTER_KEY_FILE="$D/master.key"
-DB="$D/isle.sqlite"
-$ISLE app add --database "$DB" --bundle-id com.example.pizza --key "$D/sim/AuthKey_SIMKEY0001.p8" --key-id SIMKEY0001 --team-id SIMTEAM001 \
-  --schema Examples/PizzaDeliveryAttributes.schema.json >/dev/null
-BACKEND=$($ISLE key create --database "$DB" --bundle-id com.example.pizza --scope backend)
-DEVICE=$($ISLE key create --database "$DB" --bundle-id com.example.pizza --scope device)
-TICKET_KEY_ID=$($ISLE app ticket-key create --database "$DB" --bundle-id com.example.pizza --out "$D/ticket.pem")
-
-OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$OTLP OTEL_EXPORTER_OTLP_PROTOCOL=http/json OTEL_BSP_SCHEDULE_DELAY=200 \
-  $ISLE serve --database "$DB" --port $API --apns-url https://127.0.0.1:$APNS --apns-ca-cert "$D/sim/ca.pem" --log-level debug > "$D/serve.log" 2>&1 &
-SERVE=$!
-PIDS+=($SERVE)
-wait_for http://127.0.0.1:$API/health
+STACK_PIDS+=($!)
+fail() { echo "try-tracing: $*"; echo "--- serve log:"; tail -30 "$D/serve.log"; echo "--- spans:"; cat "$D/spans.jsonl" 2>/dev/null; exit 1; }
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$OTLP/" && break; sleep 0.1; done
+for _ in $(seq 1 50); do grep -q "tracing:   OTLP" "$D/serve.log" && break; sleep 0.1; done
 grep -q "tracing:   OTLP http/json to http://127.0.0.1:$OTLP/v1/traces" "$D/serve.log" || fail "the banner does not say where spans go"
 
 INSTALLATION_SECRET=$(curl -sf -X PUT http://127.0.0.1:$API/v1/installations/phone-1 -H "authorization: Bearer $DEVICE" -d '{}' | field '["installationSecret"]')
 curl -sf -X POST http://127.0.0.1:$SIM/devices/device-1/apps/com.example.pizza/activities \
   -d '{"attributesType":"PizzaDeliveryAttributes","attributes":{"numberOfPizzas":1,"totalAmount":"$9.00","orderNumber":"1"},"contentState":{"driverName":"Bill","deliveryTimer":[788918400,788919900]},"waitForPushToken":true}' > "$D/started.json"
 TOKEN=$(field '["updateToken"]' < "$D/started.json")
-TICKET=$($ISLE ticket --key "$D/ticket.pem" --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key order-1)
+TICKET=$($ISLE ticket --key "$TICKET_KEY" --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key order-1)
 ID=$(curl -sf -X POST http://127.0.0.1:$API/v1/activities -H "authorization: Bearer $DEVICE" -H "Isle-Installation-Secret: $INSTALLATION_SECRET" \
   -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"installationID\":\"phone-1\",\"externalKey\":\"order-1\",\"ticket\":\"$TICKET\"}" | field '["id"]')
 
@@ -77,5 +60,4 @@ assert push["attributes"].get("http.response.status_code") == "200", push
 print("try-tracing: spans:", " → ".join(f'{s["name"]}' for s in (request, attempt, push)))
 PY
 grep "pushed" "$D/serve.log" | grep -q "trace_id=$TRACE" || fail "the log line of the push does not carry the trace id"
-kill -TERM $SERVE; wait $SERVE 2>/dev/null || true
 echo "try-tracing: passed (one update: request, attempt and APNs request spans in the backend's trace; the log line carries its trace id)"
