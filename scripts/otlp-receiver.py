@@ -4,6 +4,8 @@ span it is sent as one JSON line (ids in hex, attributes flattened) to --out."""
 import argparse
 import base64
 import json
+import signal
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -54,6 +56,8 @@ def main():
         def log_message(self, *_):
             pass
 
+    # Stopped with SIGTERM by the scripts' clean-up: a normal end, status 0.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
 
 
