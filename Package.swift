@@ -6,16 +6,33 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+/// A product of one of the server's dependencies: only with the Server trait on.
+func server(_ product: String, _ package: String) -> Target.Dependency {
+    .product(name: product, package: package, condition: .when(traits: ["Server"]))
+}
+
 let package = Package(
     name: "Isle",
-    platforms: [.macOS(.v14)],
+    // The server needs macOS 14; IsleClient, the app side, iOS 16.1 (the first with Live Activities)
+    // and Mac Catalyst 16.1 (no ActivityKit there: the adapter is compiled out). Linux has no floor.
+    platforms: [.macOS(.v14), .iOS("16.1"), .macCatalyst("16.1")],
     products: [
+        // What an app adds (docs/client.md): no dependency, and with the Server trait off (the default
+        // for a package that depends on Isle) SwiftPM fetches none of the server's dependencies.
+        .library(name: "IsleClient", targets: ["IsleClient"]),
         .library(name: "IsleCore", targets: ["IsleCore"]),
         .library(name: "IsleAPNs", targets: ["IsleAPNs"]),
         .library(name: "IsleTesting", targets: ["IsleTesting"]),
         .library(name: "IsleSimulator", targets: ["IsleSimulator"]),
         .library(name: "IsleClientSimulator", targets: ["IsleClientSimulator"]),
         .executable(name: "isle", targets: ["isle"]),
+    ],
+    // Everything but IsleClient and IsleCore needs the server's dependencies, which only the Server
+    // trait brings in: `swift build --traits Server` here. An app that adds Isle by its URL leaves it
+    // off and resolves nothing else (scripts/check-client-package.sh proves it).
+    traits: [
+        .trait(name: "Server", description: "The server, the simulator, the APNs client and the isle command, with their dependencies"),
+        .default(enabledTraits: []),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -38,10 +55,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
         // Tracing's OTLP export; OTLP/HTTP only (the gRPC exporter's dependencies are not built).
         .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
-        // The app side: its own package (Client/, no dependencies), used here by path.
-        .package(path: "Client"),
     ],
     targets: [
+        // The app side (docs/client.md): Foundation and Apple's frameworks only, iOS 16.1+. Its
+        // privacy manifest ships with it.
+        .target(name: "IsleClient", resources: [.copy("PrivacyInfo.xcprivacy")], swiftSettings: swiftSettings),
         // Pure model and rules. Foundation only: no NIO, no database.
         .target(name: "IsleCore", swiftSettings: swiftSettings),
         // The delivery model and its pure rules: records and jobs, the lane rules, the planner, the
@@ -52,15 +70,15 @@ let package = Package(
         .target(
             name: "IsleHTTP2Server",
             dependencies: [
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                server("NIOCore", "swift-nio"),
+                server("NIOPosix", "swift-nio"),
+                server("NIOHTTP2", "swift-nio-http2"),
+                server("NIOSSL", "swift-nio-ssl"),
+                server("X509", "swift-certificates"),
+                server("SwiftASN1", "swift-asn1"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -70,9 +88,9 @@ let package = Package(
             name: "IsleHTTPAPI",
             dependencies: [
                 "IsleCore",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "NIOCore", package: "swift-nio"),
+                server("Hummingbird", "hummingbird"),
+                server("HTTPTypes", "swift-http-types"),
+                server("NIOCore", "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -81,16 +99,16 @@ let package = Package(
             name: "IsleAPNs",
             dependencies: [
                 "IsleCore",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "NIOHPACK", package: "swift-nio-http2"),
-                .product(name: "NIOTLS", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
+                server("AsyncHTTPClient", "async-http-client"),
+                server("NIOCore", "swift-nio"),
+                server("NIOSSL", "swift-nio-ssl"),
+                server("NIOHTTP1", "swift-nio"),
+                server("NIOPosix", "swift-nio"),
+                server("NIOHTTP2", "swift-nio-http2"),
+                server("NIOHPACK", "swift-nio-http2"),
+                server("NIOTLS", "swift-nio"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -100,23 +118,23 @@ let package = Package(
             name: "IsleSimulator",
             dependencies: [
                 "IsleCore", "IsleHTTP2Server", "IsleHTTPAPI",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                server("Hummingbird", "hummingbird"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
+                server("AsyncHTTPClient", "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),
         // IsleClient against the simulated iPhone: SimulatedActivityKit as IsleClient's ActivityKit.
-        .target(name: "IsleClientSimulator", dependencies: [.product(name: "IsleClient", package: "Client"), "IsleSimulator"], swiftSettings: swiftSettings),
+        .target(name: "IsleClientSimulator", dependencies: ["IsleClient", "IsleSimulator"], swiftSettings: swiftSettings),
         // Durable storage: apps, keys, installations, activities, the delivery queue.
         .target(
             name: "IsleStore",
             dependencies: [
-                "IsleCore", "IsleDelivery", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
+                "IsleCore", "IsleDelivery", server("GRDB", "GRDB.swift"), server("Crypto", "swift-crypto"),
+                server("PostgresNIO", "postgres-nio"), server("NIOSSL", "swift-nio-ssl"),
+                server("Logging", "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -125,19 +143,19 @@ let package = Package(
             name: "IsleServer",
             dependencies: [
                 "IsleCore", "IsleDelivery", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                server("AsyncHTTPClient", "async-http-client"),
+                server("NIOSSL", "swift-nio-ssl"),
+                server("Hummingbird", "hummingbird"),
+                server("HTTPTypes", "swift-http-types"),
+                server("HummingbirdCore", "hummingbird"),
+                server("NIOCore", "swift-nio"),
+                server("NIOHTTPTypes", "swift-nio-extras"),
+                server("Metrics", "swift-metrics"),
+                server("Prometheus", "swift-prometheus"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
+                server("Tracing", "swift-distributed-tracing"),
             ],
             resources: [.copy("openapi.json")],
             swiftSettings: swiftSettings
@@ -146,14 +164,14 @@ let package = Package(
         .target(
             name: "IsleDemo",
             dependencies: [
-                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
+                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator", "IsleClient", "IsleClientSimulator",
+                server("AsyncHTTPClient", "async-http-client"),
+                server("Hummingbird", "hummingbird"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
+                server("NIOCore", "swift-nio"),
+                server("NIOHTTP1", "swift-nio"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -162,8 +180,8 @@ let package = Package(
             name: "IsleTesting",
             dependencies: [
                 "IsleCore", "IsleHTTP2Server",
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -172,12 +190,12 @@ let package = Package(
             name: "IsleCommandLine",
             dependencies: [
                 "IsleCore", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "OTel", package: "swift-otel"),
-                .product(name: "Tracing", package: "swift-distributed-tracing"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
+                server("OTel", "swift-otel"),
+                server("Tracing", "swift-distributed-tracing"),
+                server("ArgumentParser", "swift-argument-parser"),
+                server("Logging", "swift-log"),
+                server("Crypto", "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -186,10 +204,10 @@ let package = Package(
             name: "isle-bench",
             dependencies: [
                 "IsleCore", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
+                server("AsyncHTTPClient", "async-http-client"),
+                server("Hummingbird", "hummingbird"),
+                server("ArgumentParser", "swift-argument-parser"),
+                server("Logging", "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -198,7 +216,7 @@ let package = Package(
             name: "IsleAPNsTests",
             dependencies: [
                 "IsleAPNs", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator",
-                .product(name: "Crypto", package: "swift-crypto"),
+                server("Crypto", "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -206,38 +224,38 @@ let package = Package(
             name: "IsleSimulatorTests",
             dependencies: [
                 "IsleSimulator", "IsleCore", "IsleTesting",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
+                server("AsyncHTTPClient", "async-http-client"),
+                server("Hummingbird", "hummingbird"),
+                server("Crypto", "swift-crypto"),
+                server("NIOSSL", "swift-nio-ssl"),
+                server("Logging", "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IsleStoreTests",
-            dependencies: ["IsleStore", "IsleCore", "IsleTesting", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log")],
+            dependencies: ["IsleStore", "IsleCore", "IsleTesting", server("GRDB", "GRDB.swift"), server("Logging", "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IsleServerTests",
             dependencies: [
-                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", .product(name: "IsleClient", package: "Client"), "IsleClientSimulator",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "OTel", package: "swift-otel"),
-                .product(name: "Tracing", package: "swift-distributed-tracing"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleClient", "IsleClientSimulator",
+                server("AsyncHTTPClient", "async-http-client"),
+                server("OTel", "swift-otel"),
+                server("Tracing", "swift-distributed-tracing"),
+                server("Hummingbird", "hummingbird"),
+                server("NIOCore", "swift-nio"),
+                server("NIOPosix", "swift-nio"),
+                server("Crypto", "swift-crypto"),
+                server("Logging", "swift-log"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", "IsleServer", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", "IsleServer", server("Logging", "swift-log")],
             swiftSettings: swiftSettings
         ),
     ],

@@ -1,17 +1,47 @@
 #!/usr/bin/env bash
-# Checks that IsleClient (Client/) uses nothing newer than its deployment targets (Client/Package.swift:
-# iOS 16.1, Mac Catalyst 16.1, macOS 13) outside a matching @available / #available scope, from this
-# Linux machine: the client is built with an index store (every symbol it references, by file and
-# line), the modules it imports are read with swift-symbolgraph-extract (which carries Apple
-# availability on this toolchain), and code Linux cannot compile is read as text. docs/client.md
-# lists what is checked and what is not.
+# Proves IsleClient (Sources/IsleClient, and the example app in Examples/PizzaApp) builds for the
+# platforms Package.swift declares (iOS 16.1, Mac Catalyst 16.1, macOS 14), in two readings:
 #
-#   scripts/check-client-availability.sh [PACKAGE_DIR]     (default: Client)
-# Exit 0: nothing newer than the targets; 1: each problem printed as file:line:column; 2: could not check.
+# 1. The SDK type-check (scripts/availability/sdk-typecheck.sh), when copies of Apple's SDK
+#    interfaces are on this machine (ISLE_IOS_SDKS, default ~/.cache/isle-ios-sdk; docs/client.md
+#    says how to get them): Xcode's compiler front end against Apple's own interfaces, for every
+#    declared target on every SDK there. Any error or warning fails. Without an SDK it says so, and
+#    does not pass for it.
+# 2. The reading that needs no SDK: the client is built alone with an index store (every symbol it
+#    references, by file and line), the modules it imports are read with swift-symbolgraph-extract
+#    (Apple availability, on this toolchain too), and code Linux cannot compile is read as text
+#    against scripts/availability/apple-apis.tsv (every ActivityKit, WidgetKit, UIKit and Security
+#    API the client's Apple-only code uses, with its availability and deprecation).
+#
+#   scripts/check-client-availability.sh [PACKAGE_DIR]     (default: the repository)
+#   ISLE_REQUIRE_SDK=1: an absent SDK is a failure (exit 2) instead of a note.
+# Exit 0: both readings pass; 1: each problem printed as file:line:column; 2: could not check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-package="${1:-Client}"
+package="${1:-.}"
 [ -f "$package/Package.swift" ] || { echo "check-client-availability: no Package.swift in $package" >&2; exit 2; }
+
+sdk_rc=0
+if [ "$package" = . ]; then
+  bash scripts/availability/sdk-typecheck.sh || sdk_rc=$?
+else
+  bash scripts/availability/sdk-typecheck.sh "$package/Sources/IsleClient" "" || sdk_rc=$?
+fi
+case "$sdk_rc" in
+  0) echo "check-client-availability: SDK type-check passed (0 errors, 0 warnings)" ;;
+  1) echo "check-client-availability: SDK type-check FAILED (above)" ;;
+  *) if [ "${ISLE_REQUIRE_SDK:-0}" = 1 ]; then echo "check-client-availability: no SDK type-check, and ISLE_REQUIRE_SDK=1" >&2; exit 2; fi
+     echo "check-client-availability: SDK type-check NOT RUN (no SDK copy, or it could not check): only the reading below vouches for Apple platforms" ;;
+esac
+
+# The SDK-free reading builds the client alone, as an app's package would hold it: a package of
+# IsleClient only, with the root manifest's platforms (the root itself resolves every dependency).
+if [ "$package" = . ]; then
+  alone="$(mktemp -d)"; trap 'rm -rf "$alone"' EXIT
+  mkdir -p "$alone/Sources" && cp -R Sources/IsleClient "$alone/Sources/"
+  python3 scripts/availability/client-manifest.py Package.swift > "$alone/Package.swift"
+  package="$alone"
+fi
 
 toolchain="$(dirname "$(dirname "$(readlink -f "$(command -v swift)")")")"
 work="${ISLE_AVAILABILITY_WORK:-${TMPDIR:-/tmp}/isle-availability}"
@@ -30,9 +60,9 @@ PY
 )"
 [ -n "$targets" ] || { echo "check-client-availability: $package/Package.swift declares no iOS/macOS platforms" >&2; exit 2; }
 
-# 1. The index: a fresh build of the package alone (no other package is fetched: it has none).
+# 1. The index: a fresh build of the client alone (the Server trait off: no other package is fetched).
 rm -rf "$work/index" "$work/build"   # a full build, so every file is indexed
-if ! swift build --package-path "$package" --scratch-path "$work/build" -Xswiftc -index-store-path -Xswiftc "$work/index" >"$work/build.log" 2>&1; then
+if ! swift build --package-path "$package" --target IsleClient --scratch-path "$work/build" -Xswiftc -index-store-path -Xswiftc "$work/index" >"$work/build.log" 2>&1; then
   cat "$work/build.log" >&2
   echo "check-client-availability: $package does not build" >&2
   exit 2
@@ -61,5 +91,8 @@ if [ ! -f "$graphs/.done" ]; then
 fi
 
 # 3. The check.
-python3 scripts/availability/check.py --index-dump "$work/occurrences.tsv" --symbol-graphs "$graphs" --sources "$package/Sources" \
-  --targets "$targets" --apple-apis scripts/availability/apple-apis.tsv
+list_rc=0
+python3 scripts/availability/check.py --index-dump "$work/occurrences.tsv" --symbol-graphs "$graphs" --sources "$package/Sources/IsleClient" \
+  --targets "$targets" --apple-apis scripts/availability/apple-apis.tsv || list_rc=$?
+[ "$sdk_rc" = 1 ] && exit 1
+exit "$list_rc"

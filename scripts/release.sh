@@ -13,7 +13,7 @@ trap 'cp -f /tmp/isle-Version.swift.orig "$VERSION_FILE"' EXIT
 sed -i "s/static let commit = .*/static let commit = \"commit $COMMIT\"/" "$VERSION_FILE"
 # FoundationNetworking (pulled in by swift-http-types) links the system's libcurl dynamically
 # (libcurl4-openssl-dev to build; libcurl4, on every Debian and Ubuntu server, to run).
-swift build -c release --static-swift-stdlib --product isle --scratch-path .build-release
+swift build --traits Server -c release --static-swift-stdlib --product isle --scratch-path .build-release
 NAME="isle-$VERSION-linux-$(uname -m)"
 rm -rf "dist/$NAME" "dist/$NAME.tar.gz"
 mkdir -p "dist/$NAME"

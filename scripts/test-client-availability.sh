@@ -1,54 +1,103 @@
 #!/usr/bin/env bash
-# Shows that scripts/check-client-availability.sh passes on the client and fails, naming the API and
-# its iOS version, when an iOS 18 call is added without a guard — in compiled code (the index) and
-# in code only Apple's compilers see (read as text); a guarded call passes. Run by .ci/run.
+# Thirteen planted mistakes, each added to a copy of IsleClient: scripts/check-client-availability.sh
+# must fail on every one, naming the API and the line, where an SDK copy is present (the SDK
+# type-check); and on those its SDK-free reading can see where none is. The client as it is must
+# pass. Run by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export ISLE_AVAILABILITY_WORK="$work/check"
-failures=0
+failures=0; seen_by_list=0; planted=0
+sdk=0; ls -d "${ISLE_IOS_SDKS:-$HOME/.cache/isle-ios-sdk}"/iPhoneOS*.sdk >/dev/null 2>&1 && sdk=1
 
-expect() {  # expect <0|1> <text the output must hold or ""> <description> <package dir>
-  local want="$1" needle="$2" what="$3" dir="$4" out rc=0
-  out="$(bash scripts/check-client-availability.sh "$dir" 2>&1)" || rc=$?
-  if [ "$rc" != "$want" ] || { [ -n "$needle" ] && ! grep -qF -- "$needle" <<<"$out"; }; then
-    echo "FAIL: $what (exit $rc, wanted $want${needle:+ and \"$needle\"})"; echo "$out" | sed 's/^/    /'
-    failures=$((failures + 1))
-  else
-    echo "ok: $what"; grep -F -- "${needle:-check-client-availability:}" <<<"$out" | head -2 | sed 's/^/    /'
-  fi
-}
-
-# A copy of the client with one change: $1 = file under Sources/IsleClient, $2 = Swift appended to it,
-# $3 = an import put first (optional).
+# A copy of the client with one change: $1 file under Sources/IsleClient, $2 Swift appended, $3 an import put first.
 variant() {
   local dir="$work/client-$RANDOM$RANDOM"
-  mkdir -p "$dir" && cp -R Client/Package.swift Client/Sources "$dir/"
+  mkdir -p "$dir/Sources" && cp -R Sources/IsleClient "$dir/Sources/"
+  python3 scripts/availability/client-manifest.py Package.swift > "$dir/Package.swift"
   if [ -n "${3:-}" ]; then printf '%s\n%s' "$3" "$(cat "$dir/Sources/IsleClient/$1")" > "$dir/Sources/IsleClient/$1"; fi
   printf '\n%s\n' "$2" >> "$dir/Sources/IsleClient/$1"
   echo "$dir"
 }
 
-expect 0 "0 problem(s)" "the client as it is" Client
-expect 1 "Mutex" "an unguarded Mutex(0) (iOS 18) in compiled code is named" \
-  "$(variant Outbox.swift 'func probeMutex() -> Int { let m = Mutex(0); return m.withLock { $0 } }' 'import Synchronization')"
-expect 1 "next(isolation:) needs iOS 18" "an unguarded next(isolation:) (iOS 18) in compiled code is named" \
-  "$(variant Sending.swift 'func probeNext() async -> Int? { var it = AsyncStream<Int> { $0.finish() }.makeAsyncIterator(); return await it.next(isolation: nil) }')"
-expect 0 "0 problem(s)" "the same Mutex under @available(iOS 18.0, macCatalyst 18.0, macOS 15.0, *) passes" \
-  "$(variant Outbox.swift '@available(iOS 18.0, macCatalyst 18.0, macOS 15.0, *) func probeMutex() -> Int { let m = Mutex(0); return m.withLock { $0 } }' 'import Synchronization')"
-expect 0 "0 problem(s)" "the same next(isolation:) inside if #available(iOS 18.0, macCatalyst 18.0, macOS 15.0, *) passes" \
-  "$(variant Sending.swift 'func probeNext() async -> Int? { if #available(iOS 18.0, macCatalyst 18.0, macOS 15.0, *) { var it = AsyncStream<Int> { $0.finish() }.makeAsyncIterator(); return await it.next(isolation: nil) }; return nil }')"
-expect 1 "Mutex" "an unguarded Mutex in code only Apple's compilers see (read as text) is named" \
-  "$(variant Apple/ActivityKitAdapter.swift '#if canImport(ActivityKit)
-import Synchronization
-let probe = Mutex(0)
-#endif')"
-expect 1 "pushToStartToken needs iOS 17.2" "push-to-start (iOS 17.2) outside #available in the ActivityKit adapter is named" \
-  "$(variant Apple/ActivityKitAdapter.swift '#if canImport(ActivityKit)
-@available(iOS 16.1, *)
-func probe<A: ActivityAttributes>(_: A.Type) -> Data? { Activity<A>.pushToStartToken }
-#endif')"
+# plant <what> <API named in the output> <listed: 1 if the SDK-free reading must see it> <ios|mac> <file> <code> [import]
+plant() {
+  local what=$1 api=$2 listed=$3 kind=$4 file=$5 code=$6 imp=${7:-}
+  planted=$((planted + 1))
+  local dir; dir=$(variant "$file" "$code" "$imp")
+  local line; line=$(( $(wc -l < "Sources/IsleClient/$file") + ${imp:+1} + 0 + 2 ))
+  local out rc=0
+  if [ "$sdk" = 1 ]; then
+    out=$(ONLY=$kind bash scripts/availability/sdk-typecheck.sh "$dir/Sources/IsleClient" "" 2>&1) || rc=$?
+    if [ "$rc" = 1 ] && grep -F -- "$api" <<<"$out" | grep -qE "$file:[0-9]+:"; then
+      echo "ok (SDK): $what"; grep -F -- "$api" <<<"$out" | grep -E "$file:[0-9]+:" | head -1 | sed "s|$dir/||; s/^/    /"
+    else
+      echo "FAIL (SDK): $what (exit $rc, wanted 1 naming $api at $file)"; echo "$out" | tail -5 | sed 's/^/    /'; failures=$((failures + 1))
+    fi
+  fi
+  rc=0; out=$(ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" 2>&1) || rc=$?
+  if [ "$rc" = 1 ] && grep -qF -- "$api" <<<"$out"; then
+    seen_by_list=$((seen_by_list + 1)); echo "ok (list): $what"; grep -F -- "$api" <<<"$out" | head -1 | sed "s|$dir/||; s/^/    /"
+  elif [ "$listed" = 1 ]; then
+    echo "FAIL (list): $what (exit $rc, wanted 1 naming $api)"; echo "$out" | tail -4 | sed 's/^/    /'; failures=$((failures + 1))
+  else
+    echo "not seen without an SDK (as expected): $what"
+  fi
+}
 
+# The client as it is passes both readings.
+rc=0; out=$(bash scripts/check-client-availability.sh 2>&1) || rc=$?
+if [ "$rc" = 0 ]; then echo "ok: the client and the example as they are"; else echo "FAIL: the client as it is (exit $rc)"; echo "$out" | tail -8; failures=$((failures + 1)); fi
+
+AK='#if canImport(ActivityKit) && os(iOS) && !targetEnvironment(macCatalyst)
+import ActivityKit'
+plant "Mutex (iOS 18) in code Linux compiles" "Mutex" 1 ios Outbox.swift 'func probeMutex() -> Int { let m = Mutex(0); return m.withLock { $0 } }' 'import Synchronization'
+plant "next(isolation:) (iOS 18) in code Linux compiles" "next(isolation:)" 1 ios Sending.swift 'func probeNext() async -> Int? { var it = AsyncStream<Int> { $0.finish() }.makeAsyncIterator(); return await it.next(isolation: nil) }'
+plant "Mutex (iOS 18) in code only Apple's compilers see" "Mutex" 1 ios Apple/ActivityKitAdapter.swift "$AK
+import Synchronization
+@available(iOS 16.1, *) func probeMutex() -> Int { let m = Mutex(0); return m.withLock { \$0 } }
+#endif"
+plant "Activity.pushToStartToken (iOS 17.2) unguarded" "pushToStartToken" 1 ios Apple/ActivityKitAdapter.swift "$AK
+@available(iOS 16.1, *) func probe<A: ActivityAttributes>(_: A.Type) -> Data? { Activity<A>.pushToStartToken }
+#endif"
+plant "Activity.content (iOS 16.2) under the 16.1 floor" "content" 1 ios Apple/ActivityKitAdapter.swift "$AK
+@available(iOS 16.1, *) func probe<A: ActivityAttributes>(_ a: Activity<A>) -> Date? { a.content.staleDate }
+#endif"
+plant "end(_:dismissalPolicy:) (iOS 16.2) under the 16.1 floor" "end" 1 ios Apple/ActivityKitAdapter.swift "$AK
+@available(iOS 16.1, *) func probe<A: ActivityAttributes>(_ a: Activity<A>) async { await a.end(nil, dismissalPolicy: .immediate) }
+#endif"
+plant "ActivityAuthorizationInfo.frequentPushesEnabled (iOS 16.2) unguarded" "frequentPushesEnabled" 1 ios Apple/ActivityKitAdapter.swift "$AK
+@available(iOS 16.1, *) func probe() -> Bool { ActivityAuthorizationInfo().frequentPushesEnabled }
+#endif"
+plant "PushType.channel (iOS 18) unguarded" "channel" 1 ios Apple/ActivityKitAdapter.swift "$AK
+@available(iOS 16.1, *) func probe() -> PushType { .channel(\"abc\") }
+#endif"
+plant "WidgetCenter.currentPushInfo (iOS 26) without #available" "currentPushInfo" 1 ios Apple/WidgetKitPushTokens.swift '#if canImport(WidgetKit, _version: 600) && os(iOS)
+func probe() async -> Data? { await WidgetCenter.shared.currentPushInfo?.token }
+#endif'
+plant "UIKit: activateSceneSession(for:errorHandler:) (iOS 17) unguarded" "activateSceneSession" 0 ios Apple/SystemLifecycle.swift '#if canImport(UIKit) && os(iOS)
+@MainActor func probe(_ r: UISceneSessionActivationRequest) { UIApplication.shared.activateSceneSession(for: r) { _ in } }
+#endif'
+plant "UIKit: UIApplication.keyWindow, deprecated in iOS 13" "keyWindow" 0 ios Apple/SystemLifecycle.swift '#if canImport(UIKit) && os(iOS)
+@MainActor func probe() -> UIWindow? { UIApplication.shared.keyWindow }
+#endif'
+plant "AppKit: NSWindow.cascadingReferenceFrame (macOS 15) unguarded" "cascadingReferenceFrame" 0 mac Apple/KeychainStorage.swift '#if canImport(AppKit) && os(macOS)
+import AppKit
+@MainActor func probe(_ w: NSWindow) -> NSRect { w.cascadingReferenceFrame }
+#endif'
+plant "AppKit: NSWorkspace.launchApplication(_:), deprecated in macOS 11" "launchApplication" 0 mac Apple/KeychainStorage.swift '#if canImport(AppKit) && os(macOS)
+import AppKit
+func probe() -> Bool { NSWorkspace.shared.launchApplication("Safari") }
+#endif'
+
+# A guarded use passes.
+dir=$(variant Apple/ActivityKitAdapter.swift "$AK
+@available(iOS 16.1, *) func probe<A: ActivityAttributes>(_: A.Type) -> Data? { if #available(iOS 17.2, *) { return Activity<A>.pushToStartToken }; return nil }
+#endif")
+rc=0; ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" >/dev/null 2>&1 || rc=$?
+if [ "$rc" = 0 ]; then echo "ok: the same pushToStartToken inside #available(iOS 17.2, *) passes"; else echo "FAIL: a guarded use failed (exit $rc)"; failures=$((failures + 1)); fi
+
+echo "test-client-availability: $planted planted mistakes; SDK type-check $([ "$sdk" = 1 ] && echo "caught every one it was given" || echo "NOT RUN (no SDK copy here)"); the SDK-free reading saw $seen_by_list of $planted"
 if [ "$failures" -gt 0 ]; then echo "test-client-availability: $failures failure(s)"; exit 1; fi
 echo "test-client-availability: all passed"

@@ -7,5 +7,10 @@ func startDelivery(orderNumber: String, pizzas: Int, total: String, driver: Stri
     let state = PizzaDeliveryAttributes.ContentState(driverName: driver, deliveryTimer: Date()...Date().addingTimeInterval(eta))
     // pushType: .token — the activity's push token arrives later on pushTokenUpdates; IsleClient
     // (tracking this type since launch) hands it to the server. Nothing else to do here.
-    _ = try Activity.request(attributes: attributes, content: .init(state: state, staleDate: Date().addingTimeInterval(eta + 600)), pushType: .token)
+    if #available(iOS 16.2, *) {
+        _ = try Activity.request(attributes: attributes, content: .init(state: state, staleDate: Date().addingTimeInterval(eta + 600)), pushType: .token)
+    } else {
+        // iOS 16.1: no ActivityContent, no stale date.
+        _ = try Activity.request(attributes: attributes, contentState: state, pushType: .token)
+    }
 }

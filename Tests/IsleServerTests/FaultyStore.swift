@@ -19,6 +19,16 @@ final class FaultyStore: IsleStore {
     /// answer, as when the connection drops after the commit.
     private func checkAfter(_ operation: String) throws { try check(operation + "-after") }
 
+    private func take(_ operation: String) -> Bool {
+        let hit = failures.withLock { f -> Bool in
+            guard let n = f[operation], n > 0 else { return false }
+            f[operation] = n - 1
+            return true
+        }
+        if hit { injected.withLock { $0 += 1 } }
+        return hit
+    }
+
     private func check(_ operation: String) throws {
         let fail = failures.withLock { f -> Bool in
             guard let n = f[operation], n > 0 else { return false }
@@ -61,7 +71,12 @@ final class FaultyStore: IsleStore {
         try checkAfter("registry")
         return written
     }
-    func installation(bundleID: String, id: String) async throws -> InstallationRecord? { try await base.installation(bundleID: bundleID, id: id) }
+    /// Answers "no such installation" while `installation-missing` faults are left: a server that
+    /// answers 404 for a row it has, then 200.
+    func installation(bundleID: String, id: String) async throws -> InstallationRecord? {
+        if take("installation-missing") { return nil }
+        return try await base.installation(bundleID: bundleID, id: id)
+    }
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord] { try await base.installations(bundleID: bundleID, userID: userID) }
     // Registry writes (device reports) fail as "registry" (nothing written) or "registry-after"
     // (written, then the error: the answer is lost).
@@ -82,7 +97,11 @@ final class FaultyStore: IsleStore {
         try await base.linkStartedActivity(bundleID: bundleID, externalKey: externalKey, attributesType: attributesType, installationID: installationID, token: token, topics: topics,
                                            idempotency: idempotency)
     }
-    func activity(id: String) async throws -> ActivityRecord? { try await base.activity(id: id) }
+    /// Likewise `activity-missing`.
+    func activity(id: String) async throws -> ActivityRecord? {
+        if take("activity-missing") { return nil }
+        return try await base.activity(id: id)
+    }
     func activity(bundleID: String, externalKey: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, externalKey: externalKey) }
     func liveActivities(bundleID: String, externalKey: String) async throws -> [ActivityRecord] { try await base.liveActivities(bundleID: bundleID, externalKey: externalKey) }
     func activity(bundleID: String, updateToken: String) async throws -> ActivityRecord? { try await base.activity(bundleID: bundleID, updateToken: updateToken) }

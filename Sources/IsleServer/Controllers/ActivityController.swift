@@ -80,6 +80,13 @@ struct ActivityController {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(r.attributesType); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
         }
         if let token = r.token, let existing = try await store.activity(bundleID: caller.bundleID, updateToken: token), existing.state.acceptsPushes,
+           existing.installationID == installationID, r.externalKey == nil || r.externalKey == existing.externalKey, existing.attributesType == r.attributesType {
+            // The same installation registering its own live activity again (IsleClient does after
+            // it found the server had lost its installation, and every day): the activity it has,
+            // never a second row. The caller proved the installation's secret, which owns the token.
+            return JSONResponse.make(Views.activity(existing))
+        }
+        if let token = r.token, let existing = try await store.activity(bundleID: caller.bundleID, updateToken: token), existing.state.acceptsPushes,
            existing.installationID != installationID || existing.externalKey != r.externalKey || r.externalKey == nil {
             throw APIError(.conflict, "tokenInUse", "this token is already registered to another activity", field: "token")
         }

@@ -44,6 +44,15 @@ public actor IsleClient {
         /// Reports due within this many seconds keep a background task open (after that, the
         /// next launch or wake sends them).
         public var backgroundWindow: TimeInterval = 10
+        /// The installation (and every live activity's registration) is sent again when the server
+        /// last took it this long ago, even if nothing changed: a server that pruned it, or was
+        /// restored from an older backup, has it back within a day of use (docs/client.md).
+        public var installationRefresh: TimeInterval = 24 * 3600
+        /// Reports the app cannot finish in its background time go to the system to send
+        /// (``URLSessionBackgroundTransport`` on Apple platforms); nil: the next launch sends them.
+        public var backgroundTransport: (any BackgroundTransport)?
+        /// The clock for the refresh above; a test's own.
+        public var now: @Sendable () -> Date = { Date() }
 
         public init(serverURL: URL, deviceKey: String, environment: Environment? = Environment.ofRunningBuild(),
                     ticket: (@Sendable (TicketRequest) async throws -> String?)? = nil, log: (@Sendable (LogEntry) -> Void)? = nil,
@@ -65,7 +74,8 @@ public actor IsleClient {
         public var path: String
         /// The server's status; nil when no answer came (network, server away).
         public var status: Int?
-        /// `sent`, `retrying`, `refused` or `new installation`.
+        /// `sent`, `retrying`, `refused`, `new installation`, `installation unknown` (registered
+        /// again), `activity unknown` (registered again, or nothing left to report), `handed to the system`.
         public var outcome: String
         public var description: String { "\(report): \(method) \(path) → \(status.map(String.init) ?? "no answer") (\(outcome))" }
     }
@@ -91,6 +101,8 @@ public actor IsleClient {
     /// The lifecycle's foreground entries, subscribed at `init` and consumed by ``run()``.
     let foregroundEntries: AsyncStream<Void>?
     var lifecycleTask: Task<Void, Never>?
+    /// The background transport's answers, applied as they come.
+    var answersTask: Task<Void, Never>?
     var background: BackgroundTaskID?
     var backgroundBusy = false
     var backgroundRecheck = false
@@ -105,8 +117,9 @@ public actor IsleClient {
 
     /// The shared client of an app: its state in the Keychain on Apple platforms (a file in the
     /// caches directory elsewhere), the environment read from the build, UIKit's lifecycle on iOS.
+    /// A trailing closure is the ticket provider (`ticket` comes before `log` for that reason).
     public init(serverURL: URL, deviceKey: String, environment: Environment? = Environment.ofRunningBuild(), storage: (any IsleClientStorage)? = nil,
-                log: (@Sendable (LogEntry) -> Void)? = nil, ticket: (@Sendable (TicketRequest) async throws -> String?)? = nil) throws {
+                ticket: (@Sendable (TicketRequest) async throws -> String?)? = nil, log: (@Sendable (LogEntry) -> Void)? = nil) throws {
         try self.init(configuration: Configuration(serverURL: serverURL, deviceKey: deviceKey, environment: environment, ticket: ticket, log: log),
                       storage: storage ?? Self.defaultStorage())
     }
@@ -227,8 +240,21 @@ public actor IsleClient {
         // until the installation is registered).
         let unchanged = before.0 == state.pushToStartTokens && before.1 == state.widgetToken && before.2 == state.liveActivitiesEnabled
             && before.3 == state.frequentPushesEnabled && before.4 == state.environment
-        if unchanged, state.secret != nil { return }
+        let due = state.installationSentAt.map { configuration.now().timeIntervalSince($0) >= configuration.installationRefresh } ?? true
+        if unchanged, state.secret != nil, !due { return }
+        // A day (by default) since the server last took it: send it again, and every live
+        // activity's registration after it (the server may have lost them; it answers the ones it has).
+        if due, state.secret != nil { state.resyncPending = true }
         add(.installation, lane: ClientState.installationLane)
+    }
+
+    /// The backend's user ticket for this installation (a registration ticket with a `user` claim,
+    /// docs/security.md): the server binds the installation to that user, so the backend can
+    /// push-to-start to the user's devices. Sent with the installation until the server took it.
+    public func reportUser(ticket: String) async {
+        state.userTicket = ticket
+        add(.installation, lane: ClientState.installationLane)
+        await holdBackgroundTime()
     }
 
     /// An activity's push token: the first registers the activity, later ones are rotations.
@@ -249,6 +275,7 @@ public actor IsleClient {
         state.lastTokens[activityID] = token.hex
         if state.registered.insert(activityID).inserted {
             state.types[activityID] = attributesType
+            state.registrations[activityID] = ClientState.Registration(attributesType: attributesType, externalKey: externalKey, topics: topics, channelID: nil)
             if let ticket { state.tickets[activityID] = ticket }
             add(.register(local: activityID, attributesType: attributesType, token: token.hex, externalKey: externalKey, topics: topics), lane: ClientState.lane(activityID))
             publishStatus(activityID)
@@ -268,6 +295,7 @@ public actor IsleClient {
     func noteChannelActivity(activityID: String, attributesType: String, channelID: String, externalKey: String?, ticket: String?, topics: [String]) {
         guard state.refusals[activityID] == nil, state.registered.insert(activityID).inserted else { return }
         state.types[activityID] = attributesType
+        state.registrations[activityID] = ClientState.Registration(attributesType: attributesType, externalKey: externalKey, topics: topics, channelID: channelID)
         if let ticket { state.tickets[activityID] = ticket }
         add(.registerChannel(local: activityID, attributesType: attributesType, channelID: channelID, externalKey: externalKey, topics: topics), lane: ClientState.lane(activityID))
         publishStatus(activityID)
@@ -336,6 +364,11 @@ public actor IsleClient {
         })
         trackedKits[kit.attributesType]?.tasks = tasks
         await holdBackgroundTime()
+    }
+
+    /// Tracks a kit whose handles carry their own names.
+    func track<Kit: LiveActivityKit>(selfNamed kit: Kit) async where Kit.Handle: SelfNamedHandle {
+        await track(kit, topics: { $0.topics }, externalKey: { $0.externalKey }, ticket: { $0.ticket })
     }
 
     /// Reads everything of one attributes type as it is now and reports what changed: at
@@ -437,6 +470,7 @@ public actor IsleClient {
     /// ActivityKit's update sequences do not always deliver while the app is suspended.
     public func refresh() async {
         backgroundExpired = false
+        noteInstallation()
         for kit in trackedKits.values { await kit.refresh() }
         if let widgetSource, let token = await widgetSource.currentToken() { noteInstallation(widgetToken: token) }
         await holdBackgroundTime()
@@ -452,6 +486,7 @@ public actor IsleClient {
         trackedActivities.removeAll()
         trackedKits.removeAll()
         lifecycleTask?.cancel()
+        answersTask?.cancel()
         for watchers in statusWatchers.values { for c in watchers.values { c.finish() } }
         statusWatchers.removeAll()
         wake()

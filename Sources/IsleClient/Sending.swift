@@ -17,6 +17,14 @@ extension IsleClient {
                 for await _ in entries { await self?.refresh() }
             }
         }
+        if let transport = configuration.backgroundTransport, answersTask == nil {
+            let answers = transport.answers()
+            answersTask = Task { [weak self] in
+                for await answer in answers { await self?.received(answer) }
+            }
+        }
+        // A launch a day (by default) after the server last took the installation sends it again.
+        noteInstallation()
         while !Task.isCancelled, !stopped {
             let wait = await flush()
             await holdBackgroundTime()
@@ -81,9 +89,50 @@ extension IsleClient {
 
     func backgroundTimeExpired() async {
         backgroundExpired = true
+        await handOff()
         guard let id = background, let lifecycle = configuration.lifecycle else { return }
         background = nil
         await lifecycle.endBackgroundTask(id)
+    }
+
+    /// The background time is up with reports unsent: the next report of each lane (only the
+    /// installation's, while it is not registered) goes to the system's background transport, with
+    /// its request frozen as for any send. Its answer is applied when it comes (``run()``).
+    func handOff() async {
+        guard let transport = configuration.backgroundTransport, !stopped else { return }
+        var heads: [String: String] = [:]
+        for r in state.outbox where heads[r.lane] == nil { heads[r.lane] = r.key }
+        if state.secret == nil { heads = heads.filter { $0.key == ClientState.installationLane } }
+        for key in heads.values.sorted() {
+            guard let i = state.outbox.firstIndex(where: { $0.key == key }), !state.outbox[i].handedOff else { continue }
+            if state.outbox[i].request == nil {
+                // A registration that needs a ticket from the app waits for the next launch.
+                if configuration.ticket != nil, case .register(_, _, _, .some, _) = state.outbox[i].kind, state.tickets[ClientState.local(ofLane: state.outbox[i].lane)] == nil { continue }
+                guard case .success(let r) = makeRequest(state.outbox[i]) else { continue }
+                state.outbox[i].request = r
+            }
+            guard let request = urlRequest(state.outbox[i]) else { continue }
+            state.outbox[i].handedOff = true
+            persist()
+            log(Self.name(state.outbox[i].kind), request.httpMethod ?? "", state.outbox[i].request?.path ?? "", nil, "handed to the system")
+            await transport.enqueue(request, body: state.outbox[i].request?.body ?? Data(), key: key)
+        }
+    }
+
+    /// An answer the background transport brought: applied as if this launch had sent it.
+    func received(_ answer: BackgroundAnswer) {
+        guard let report = state.outbox.first(where: { $0.key == answer.key }), let frozen = report.request else { return }
+        guard let status = answer.status, let url = URL(string: configuration.serverURL.absoluteString),
+              let response = HTTPURLResponse(url: url, statusCode: status, httpVersion: "HTTP/1.1", headerFields: answer.retryAfter.map { ["Retry-After": $0] } ?? [:]) else {
+            // Not sent after all: it goes with the next flush.
+            if let i = state.outbox.firstIndex(where: { $0.key == answer.key }) { state.outbox[i].handedOff = false }
+            persist()
+            return
+        }
+        let json = (try? JSONSerialization.jsonObject(with: answer.body)) as? [String: Any]
+        let outcome = Self.outcome(response, json: json, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
+        apply(logged(outcome, Self.name(report.kind), frozen.method, frozen.path, status), to: report)
+        wake()
     }
 
     /// Sends every report that is due, in order per lane. Answers how long until the next retry
@@ -122,6 +171,12 @@ extension IsleClient {
         case newInstallation
         /// The registration's ticket was refused as expired or invalid: fetch a new one.
         case newTicket
+        /// The server no longer has this installation (pruned, or restored from an older backup):
+        /// register it again, under the same id and secret, then its live activities.
+        case installationUnknown
+        /// The server no longer has this activity: register it again (a token report), or drop
+        /// the report (an end or dismissal of an activity the server does not have).
+        case activityUnknown
     }
 
     func send(_ report: Report) async {
@@ -151,6 +206,13 @@ extension IsleClient {
         persist()
         let frozen = state.outbox[i]
         let outcome = await perform(frozen)
+        apply(outcome, to: frozen)
+    }
+
+    /// What the server's answer to `frozen` (sent now, or by the system's background transport)
+    /// means for the outbox and the state.
+    func apply(_ outcome: Outcome, to frozen: Report) {
+        let report = frozen
         // Stopped meanwhile (the app is going away): like a process that died here, the answer is
         // not written; the next launch repeats the request with the same key.
         guard !stopped, let j = state.outbox.firstIndex(where: { $0.key == report.key }) else { return }
@@ -163,6 +225,21 @@ extension IsleClient {
                 state.secret = state.proposedSecret
             }
             state.outbox.remove(at: j)
+            if report.kind == .installation {
+                state.installationSentAt = configuration.now()
+                if let sent = frozen.request?.body, let body = try? JSONSerialization.jsonObject(with: sent) as? [String: Any],
+                   let ticket = body["ticket"] as? String, ticket == state.userTicket {
+                    state.userTicket = nil
+                }
+                if state.resyncPending {
+                    state.resyncPending = false
+                    state.reRegisterLiveActivities()
+                }
+            }
+            switch report.kind {
+            case .register(let local, _, let token, _, _), .token(let local, let token): state.serverTokens[local] = token
+            default: break
+            }
             if let local = Self.registration(report.kind) {
                 if let id { state.serverIDs[local] = id }
                 state.tickets[local] = nil
@@ -188,10 +265,47 @@ extension IsleClient {
                 state.refusals[local] = why
                 publishStatus(local)
             }
+        case .installationUnknown:
+            // Same id, same secret: the server takes the secret a new installation proposes.
+            if let secret = state.secret { state.proposedSecret = secret }
+            state.secret = nil
+            state.resyncPending = true
+            state.outbox[j].attempts = 0
+            state.outbox[j].key = UUID().uuidString.lowercased()
+            state.outbox[j].request = nil
+        case .activityUnknown:
+            switch report.kind {
+            case .token(let local, let token):
+                state.serverIDs[local] = nil
+                if let r = state.registrations[local] {
+                    state.outbox[j].attempts = 0
+                    state.outbox[j].key = UUID().uuidString.lowercased()
+                    state.outbox[j].request = nil
+                    if let known = state.serverTokens[local], known != token {
+                        // Registered again with the token the server last took: a server that has
+                        // the row after all answers it (no second row), one that lost it makes it;
+                        // then this rotation, as before.
+                        let again = Report(key: UUID().uuidString.lowercased(), lane: report.lane,
+                                           kind: .register(local: local, attributesType: r.attributesType, token: known, externalKey: r.externalKey, topics: r.topics))
+                        state.outbox.insert(again, at: j)
+                    } else {
+                        state.outbox[j].kind = .register(local: local, attributesType: r.attributesType, token: token, externalKey: r.externalKey, topics: r.topics)
+                    }
+                } else {
+                    state.outbox.remove(at: j)
+                    state.refused.append("PUT token for \(local): the server no longer has this activity and this SDK's state predates its registration record")
+                }
+                publishStatus(local)
+            default:
+                // An end or a dismissal of an activity the server does not have: nothing to tell it.
+                if let local = Self.activity(report.kind) { state.serverIDs[local] = nil }
+                state.outbox.remove(at: j)
+            }
         case .newInstallation:
             state.installationID = UUID().uuidString.lowercased()
             state.secret = nil
             state.proposedSecret = ClientState.makeSecret()
+            state.resyncPending = true
             // Every request made for the old id is made anew, under a new key.
             for k in state.outbox.indices where state.outbox[k].request != nil || k == j {
                 state.outbox[k].attempts = 0
@@ -278,6 +392,7 @@ extension IsleClient {
             if let e = state.liveActivitiesEnabled { body["liveActivitiesEnabled"] = e }
             if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
             if let e = configuration.environment { body["environment"] = e.rawValue }
+            if let ticket = state.userTicket { body["ticket"] = ticket }
         case .register(let local, let type, let token, let key, let topics):
             (method, path) = ("POST", "/v1/activities")
             body = registration(local: local, type: type, key: key, topics: topics, ["token": token])
@@ -316,16 +431,9 @@ extension IsleClient {
         guard let frozen = report.request else { return .retry(after: nil) }
         let method = frozen.method, path = frozen.path
         let name = Self.name(report.kind)
-        guard let url = URL(string: configuration.serverURL.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + path) else {
+        guard let request = urlRequest(report) else {
             return logged(.refused(Refusal(status: nil, code: "badURL", message: "the server URL cannot take \(path)")), name, method, path, nil)
         }
-        var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
-        request.httpMethod = method
-        request.setValue("Bearer \(configuration.deviceKey)", forHTTPHeaderField: "Authorization")
-        request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
-        if !frozen.body.isEmpty { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
-        request.setValue(state.secret ?? state.proposedSecret, forHTTPHeaderField: "Isle-Installation-Secret")
-        request.httpBody = frozen.body.isEmpty ? nil : frozen.body
         let data: Data
         let response: HTTPURLResponse
         do {
@@ -339,6 +447,20 @@ extension IsleClient {
         let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         let outcome = Self.outcome(response, json: json, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
         return logged(outcome, name, method, path, response.statusCode)
+    }
+
+    /// The report's frozen request, with its headers: the key, the device key, the installation's secret.
+    func urlRequest(_ report: Report) -> URLRequest? {
+        guard let frozen = report.request,
+              let url = URL(string: configuration.serverURL.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + frozen.path) else { return nil }
+        var request = URLRequest(url: url, timeoutInterval: configuration.requestTimeout)
+        request.httpMethod = frozen.method
+        request.setValue("Bearer \(configuration.deviceKey)", forHTTPHeaderField: "Authorization")
+        request.setValue(report.key, forHTTPHeaderField: "Idempotency-Key")
+        if !frozen.body.isEmpty { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+        request.setValue(state.secret ?? state.proposedSecret, forHTTPHeaderField: "Isle-Installation-Secret")
+        request.httpBody = frozen.body.isEmpty ? nil : frozen.body
+        return request
     }
 
     static func name(_ kind: Report.Kind) -> String {
@@ -356,6 +478,8 @@ extension IsleClient {
         case .retry, .newTicket: "retrying"
         case .refused: "refused"
         case .newInstallation: "new installation"
+        case .installationUnknown: "installation unknown"
+        case .activityUnknown: "activity unknown"
         }
         log(report, method, path, status, text)
         return outcome
@@ -364,6 +488,7 @@ extension IsleClient {
     static func outcome(_ response: HTTPURLResponse, json: [String: Any]?, report: Report, hasSecret: Bool, canRefetchTicket: Bool) -> Outcome {
         let error = json?["error"] as? [String: Any]
         let code = error?["code"] as? String ?? ""
+        let field = error?["field"] as? String
         switch response.statusCode {
         case 200..<300:
             return .done(serverID: json?["id"] as? String, secret: json?["installationSecret"] as? String)
@@ -378,6 +503,11 @@ extension IsleClient {
             return .newTicket
         case 409 where code == "idempotencyKeyInUse":
             return .retry(after: 1)
+        // Never stranded: the server lost the installation (retention, a restore) or the activity.
+        case 404 where registration(report.kind) != nil && field == "installationID", 403 where code == "installationRequired":
+            return .installationUnknown
+        case 404 where activity(report.kind) != nil && registration(report.kind) == nil:
+            return .activityUnknown
         default:
             return .refused(Refusal(status: response.statusCode, code: code.isEmpty ? "http\(response.statusCode)" : code, message: error?["message"] as? String ?? ""))
         }

@@ -47,6 +47,8 @@ struct Report: Codable, Sendable, Hashable {
     var notBefore = Date.distantPast
     /// The request as first sent; every retry repeats it byte for byte.
     var request: Request?
+    /// Handed to the system's background transport (once): its answer may come in a later launch.
+    var handedOff = false
 
     struct Request: Codable, Sendable, Hashable {
         var method: String
@@ -60,7 +62,7 @@ struct Report: Codable, Sendable, Hashable {
         self.kind = kind
     }
 
-    enum CodingKeys: String, CodingKey { case key, lane, kind, attempts, ticketRefreshes, notBefore, request }
+    enum CodingKeys: String, CodingKey { case key, lane, kind, attempts, ticketRefreshes, notBefore, request, handedOff }
 
     init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -71,6 +73,7 @@ struct Report: Codable, Sendable, Hashable {
         ticketRefreshes = try c.decodeIfPresent(Int.self, forKey: .ticketRefreshes) ?? 0
         notBefore = try c.decodeIfPresent(Date.self, forKey: .notBefore) ?? .distantPast
         request = try c.decodeIfPresent(Request.self, forKey: .request)
+        handedOff = try c.decodeIfPresent(Bool.self, forKey: .handedOff) ?? false
     }
 }
 
@@ -109,6 +112,27 @@ struct ClientState: Codable, Sendable {
     var refused: [String] = []
     /// Each activity whose registration the server refused, with the server's reason.
     var refusals: [String: IsleClient.Refusal] = [:]
+    /// What each activity was registered with, so it can be registered again when the server has
+    /// lost it (rows pruned, a restore from an older backup): never stranded.
+    var registrations: [String: Registration] = [:]
+    /// When the server last took the installation: it is sent again after
+    /// ``IsleClient/Configuration/installationRefresh`` even when nothing changed.
+    var installationSentAt: Date?
+    /// Once the installation is registered again, register every live activity again too (the
+    /// server answers the one it has: no duplicate).
+    var resyncPending = false
+    /// The backend's user ticket, sent with the installation until the server took it.
+    var userTicket: String?
+    /// The token the server last took for each activity: an activity found missing is registered
+    /// again with it (the server answers the row it has, if it has one after all), then rotated.
+    var serverTokens: [String: String] = [:]
+
+    struct Registration: Codable, Sendable, Hashable {
+        var attributesType: String
+        var externalKey: String?
+        var topics: [String]
+        var channelID: String?
+    }
 
     init(installationID: String) { self.installationID = installationID }
 
@@ -121,6 +145,7 @@ struct ClientState: Codable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case installationID, secret, proposedSecret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
+        case registrations, installationSentAt, resyncPending, userTicket, serverTokens
     }
 
     /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
@@ -144,10 +169,30 @@ struct ClientState: Codable, Sendable {
         refused = try c.decodeIfPresent([String].self, forKey: .refused) ?? []
         tickets = try c.decodeIfPresent([String: String].self, forKey: .tickets) ?? [:]
         refusals = try c.decodeIfPresent([String: IsleClient.Refusal].self, forKey: .refusals) ?? [:]
+        registrations = try c.decodeIfPresent([String: Registration].self, forKey: .registrations) ?? [:]
+        installationSentAt = try c.decodeIfPresent(Date.self, forKey: .installationSentAt)
+        resyncPending = try c.decodeIfPresent(Bool.self, forKey: .resyncPending) ?? false
+        userTicket = try c.decodeIfPresent(String.self, forKey: .userTicket)
+        serverTokens = try c.decodeIfPresent([String: String].self, forKey: .serverTokens) ?? [:]
+    }
+
+    /// A registration report for every live activity the server should have (not ended, not
+    /// dismissed, not refused). One with reports still queued is left to them: a token report the
+    /// server answers 404 is turned into a registration with that newest token.
+    mutating func reRegisterLiveActivities() {
+        for (local, r) in registrations.sorted(by: { $0.key < $1.key }) where registered.contains(local) && reportedStates[local] == nil && refusals[local] == nil {
+            guard !outbox.contains(where: { $0.lane == ClientState.lane(local) }) else { continue }
+            // A channel activity is left alone: the server matches a registration to the one it has
+            // by token, and broadcasts reach the phone through the channel whatever the server keeps.
+            guard r.channelID == nil, let token = lastTokens[local] else { continue }
+            let kind = Report.Kind.register(local: local, attributesType: r.attributesType, token: token, externalKey: r.externalKey, topics: r.topics)
+            outbox.append(Report(key: UUID().uuidString.lowercased(), lane: ClientState.lane(local), kind: kind))
+        }
     }
 
     static let installationLane = "installation"
     static func lane(_ local: String) -> String { "activity:" + local }
+    static func local(ofLane lane: String) -> String { String(lane.dropFirst("activity:".count)) }
 
     /// Queues `report`; a report that a newer one makes pointless goes (the installation's whole
     /// state; a token not yet sent), so a flaky network never replays stale tokens.

@@ -24,6 +24,14 @@ public protocol LiveActivityHandle: Sendable {
     var activityStateUpdates: AsyncStream<LiveActivityState> { get }
 }
 
+/// A handle that carries the names the app gave its activity (the ActivityKit adapter works them
+/// out from the app's closures as it lists each activity, where the `Activity` is at hand).
+protocol SelfNamedHandle: LiveActivityHandle {
+    var externalKey: String? { get }
+    var topics: [String] { get }
+    var ticket: String? { get }
+}
+
 /// One `ActivityAttributes` type's static side of ActivityKit: its activities, the push-to-start
 /// token, and the person's settings.
 public protocol LiveActivityKit: Sendable {

@@ -1,22 +1,33 @@
 #if canImport(Security) && (os(iOS) || os(macOS) || os(watchOS) || os(tvOS) || os(visionOS))
 public import Foundation
-public import Security
+import Security
 
 /// The Keychain: one generic-password item holds the SDK's state (the installation secret among
 /// it). Readable after the first unlock (a Live Activity wakes the app in the background) and
 /// never copied to another device by a backup (`ThisDeviceOnly`): a restored phone registers as
-/// a new installation with its own tokens. Kept to the four calls Apple documents; it cannot be
-/// compiled on the Linux machines Isle is built on.
+/// a new installation with its own tokens.
+///
+/// `accessGroup` shares the item with the app's extensions (a keychain access group both carry
+/// in their entitlements, e.g. `TEAMID.com.example.pizza.shared`): the widget extension then
+/// reports the widget push token into the same installation (docs/client.md). On macOS the item
+/// lives in the data protection keychain, as on iOS (`kSecUseDataProtectionKeychain`), not in the
+/// legacy file keychain, which would ask the person for a password and ignores access groups.
 public struct KeychainStorage: IsleClientStorage {
     public let service: String
     public let account: String
-    public init(service: String = "dev.isle.client", account: String = "state") {
+    public let accessGroup: String?
+
+    public init(service: String = "dev.isle.client", account: String = "state", accessGroup: String? = nil) {
         self.service = service
         self.account = account
+        self.accessGroup = accessGroup
     }
 
     var query: [String: Any] {
-        [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service, kSecAttrAccount as String: account]
+        var q: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service, kSecAttrAccount as String: account,
+                                kSecUseDataProtectionKeychain as String: true]
+        if let accessGroup { q[kSecAttrAccessGroup as String] = accessGroup }
+        return q
     }
 
     public func load() throws -> Data? {

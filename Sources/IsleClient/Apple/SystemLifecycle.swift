@@ -1,6 +1,6 @@
 #if canImport(UIKit) && (os(iOS) || os(visionOS))
 import Foundation
-public import UIKit
+import UIKit
 
 /// UIKit's app lifecycle as an ``AppLifecycle``: foreground entries from
 /// `UIApplication.willEnterForegroundNotification`, background time from
