@@ -200,9 +200,11 @@ struct MultiInstanceTests {
                 }
             }
             // Repeats come from claims an instance lost: the SIGKILLed one's sends in flight (≤ 16), and
-            // the SIGTERMed one's, whose bookkeeping may stall on a connection PostgreSQL's restart
-            // dropped (bounded at statement_timeout + 5 s, longer than this test's 4 s lease) — ≤ 16 more.
-            #expect(repeats <= 32, "\(repeats) repeated sends; at most the in-flight sends of the two instances that lost their claims (2 × 16) may repeat")
+            // those of each instance alive at PostgreSQL's restart, whose bookkeeping may stall on a
+            // connection the restart dropped (bounded at statement_timeout + 5 s, longer than this
+            // test's 4 s lease): the SIGTERMed one and the one that runs throughout — ≤ 16 each.
+            // (A CI run under load saw 33: the instance that runs throughout lost one claim too.)
+            #expect(repeats <= 48, "\(repeats) repeated sends; at most the in-flight sends of the three instances that can lose their claims (3 × 16) may repeat")
             let events = try sim.world.device(device).events
             let repeatedIDs = Set(log.compactMap(\.apnsID).reduce(into: [String: Int]()) { $0[$1, default: 0] += 1 }.filter { $0.value > 1 }.keys)
             for a in registered {

@@ -48,10 +48,15 @@ final class RawAPNs: Sendable {
     func jwt(iat: Date, iatLiteral: String? = nil, kid: String? = nil, signer: P256.Signing.PrivateKey? = nil) -> String {
         let plain = iatLiteral == nil && kid == nil && signer == nil
         let seconds = Int64(iat.timeIntervalSince1970)
-        if plain, let cached = cache.withLock({ $0[seconds] }) { return cached }
-        let token = makeJWT(iat: iat, iatLiteral: iatLiteral, kid: kid, signer: signer)
-        if plain { cache.withLock { $0[seconds] = token } }
-        return token
+        guard plain else { return makeJWT(iat: iat, iatLiteral: iatLiteral, kid: kid, signer: signer) }
+        // Looked up and minted under one lock: concurrent senders of one second must share one token
+        // (a check-then-set let two of them mint two, and the fake APNs rightly answered 429).
+        return cache.withLock { cache in
+            if let cached = cache[seconds] { return cached }
+            let token = makeJWT(iat: iat, iatLiteral: nil, kid: nil, signer: nil)
+            cache[seconds] = token
+            return token
+        }
     }
 
     func makeJWT(iat: Date, iatLiteral: String?, kid: String?, signer: P256.Signing.PrivateKey?) -> String {
