@@ -9,9 +9,13 @@
 #    does not pass for it.
 # 2. The reading that needs no SDK: the client is built alone with an index store (every symbol it
 #    references, by file and line), the modules it imports are read with swift-symbolgraph-extract
-#    (Apple availability, on this toolchain too), and code Linux cannot compile is read as text
-#    against scripts/availability/apple-apis.tsv (every ActivityKit, WidgetKit, UIKit and Security
-#    API the client's Apple-only code uses, with its availability and deprecation).
+#    (Apple availability, on this toolchain too), and code Linux cannot compile (and the example
+#    app) is read as text against scripts/availability/apple-apis.tsv: every ActivityKit, WidgetKit,
+#    UIKit, AppKit, Foundation and Security API that code uses with a limit on a declared platform,
+#    derived from the code with an SDK (scripts/availability/derive-apple-apis.sh; with an SDK this
+#    script checks that the committed list is still what the code derives). Each use is judged on
+#    the platforms its #if block is compiled for; deprecations count; Apple-only code changed since
+#    the list was derived fails (its new APIs would be unread).
 #
 #   scripts/check-client-availability.sh [PACKAGE_DIR]     (default: the repository)
 #   ISLE_REQUIRE_SDK=1: an absent SDK is a failure (exit 2) instead of a note.
@@ -27,6 +31,11 @@ if [ "$package" = . ]; then
 else
   bash scripts/availability/sdk-typecheck.sh "$package/Sources/IsleClient" "" || sdk_rc=$?
 fi
+# With an SDK, the list the SDK-free reading uses must be what the code derives today.
+derive_rc=0
+if [ "$sdk_rc" != 2 ] && [ "$package" = . ]; then
+  bash scripts/availability/derive-apple-apis.sh --check || derive_rc=$?
+fi
 case "$sdk_rc" in
   0) echo "check-client-availability: SDK type-check passed (0 errors, 0 warnings)" ;;
   1) echo "check-client-availability: SDK type-check FAILED (above)" ;;
@@ -36,6 +45,8 @@ esac
 
 # The SDK-free reading builds the client alone, as an app's package would hold it: a package of
 # IsleClient only, with the root manifest's platforms (the root itself resolves every dependency).
+example=()
+[ -d "$package/Examples/PizzaApp" ] && example=(--example "$package/Examples/PizzaApp")
 if [ "$package" = . ]; then
   alone="$(mktemp -d)"; trap 'rm -rf "$alone"' EXIT
   mkdir -p "$alone/Sources" && cp -R Sources/IsleClient "$alone/Sources/"
@@ -93,6 +104,7 @@ fi
 # 3. The check.
 list_rc=0
 python3 scripts/availability/check.py --index-dump "$work/occurrences.tsv" --symbol-graphs "$graphs" --sources "$package/Sources/IsleClient" \
-  --targets "$targets" --apple-apis scripts/availability/apple-apis.tsv || list_rc=$?
+  --targets "$targets" --apple-apis scripts/availability/apple-apis.tsv "${example[@]}" || list_rc=$?
 [ "$sdk_rc" = 1 ] && exit 1
+[ "$derive_rc" = 1 ] && exit 1
 exit "$list_rc"

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Thirteen planted mistakes, each added to a copy of IsleClient: scripts/check-client-availability.sh
 # must fail on every one, naming the API and the line, where an SDK copy is present (the SDK
-# type-check); and on those its SDK-free reading can see where none is. The client as it is must
-# pass. Run by .ci/run.
+# type-check); where none is, on every one in Apple-only code as code changed since the derived list
+# (naming the file and line), and on those the derived list can see by itself, naming the API. Then
+# three cases of the SDK-free reading alone: #if blocks judged on their own platforms, and a
+# deprecation. The client as it is must pass. Run by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export ISLE_AVAILABILITY_WORK="$work/check"
-failures=0; seen_by_list=0; planted=0
+failures=0; seen_by_list=0; planted=0; stale_refused=0
 sdk=0; ls -d "${ISLE_IOS_SDKS:-$HOME/.cache/isle-ios-sdk}"/iPhoneOS*.sdk >/dev/null 2>&1 && sdk=1
 
 # A copy of the client with one change: $1 file under Sources/IsleClient, $2 Swift appended, $3 an import put first.
@@ -22,6 +24,10 @@ variant() {
 }
 
 # plant <what> <API named in the output> <listed: 1 if the SDK-free reading must see it> <ios|mac> <file> <code> [import]
+# "listed": the derived list (scripts/availability/apple-apis.tsv) holds the APIs the code uses today, so
+# it sees a misuse of those (pushToStartToken, frequentPushesEnabled, currentPushInfo); an API the code
+# does not use yet (Activity.content, end(_:dismissalPolicy:), .channel, UIKit's and AppKit's below) is
+# not in it, and without an SDK the change is refused as Apple-only code the list was not derived from.
 plant() {
   local what=$1 api=$2 listed=$3 kind=$4 file=$5 code=$6 imp=${7:-}
   planted=$((planted + 1))
@@ -36,7 +42,14 @@ plant() {
       echo "FAIL (SDK): $what (exit $rc, wanted 1 naming $api at $file)"; echo "$out" | tail -5 | sed 's/^/    /'; failures=$((failures + 1))
     fi
   fi
-  rc=0; out=$(ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" 2>&1) || rc=$?
+  # Without an SDK, Apple-only code changed since the list was derived never passes, whatever it uses:
+  if [ "$file" != Outbox.swift ] && [ "$file" != Sending.swift ]; then
+    rc=0; out=$(ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" 2>&1) || rc=$?
+    if [ "$rc" = 1 ] && grep -qE "$file:[0-9]+: Apple-only code changed since" <<<"$out"; then stale_refused=$((stale_refused + 1))
+    else echo "FAIL (list): $what passed as unchanged Apple-only code (exit $rc)"; echo "$out" | tail -3 | sed 's/^/    /'; failures=$((failures + 1)); fi
+  fi
+  # … and what the derived list sees by itself (the change allowed as if the list were re-derived):
+  rc=0; out=$(ISLE_AVAILABILITY_STALE=warn ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" 2>&1) || rc=$?
   if [ "$rc" = 1 ] && grep -qF -- "$api" <<<"$out"; then
     seen_by_list=$((seen_by_list + 1)); echo "ok (list): $what"; grep -F -- "$api" <<<"$out" | head -1 | sed "s|$dir/||; s/^/    /"
   elif [ "$listed" = 1 ]; then
@@ -61,16 +74,16 @@ import Synchronization
 plant "Activity.pushToStartToken (iOS 17.2) unguarded" "pushToStartToken" 1 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe<A: ActivityAttributes>(_: A.Type) -> Data? { Activity<A>.pushToStartToken }
 #endif"
-plant "Activity.content (iOS 16.2) under the 16.1 floor" "content" 1 ios Apple/ActivityKitAdapter.swift "$AK
+plant "Activity.content (iOS 16.2) under the 16.1 floor" "content" 0 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe<A: ActivityAttributes>(_ a: Activity<A>) -> Date? { a.content.staleDate }
 #endif"
-plant "end(_:dismissalPolicy:) (iOS 16.2) under the 16.1 floor" "end" 1 ios Apple/ActivityKitAdapter.swift "$AK
+plant "end(_:dismissalPolicy:) (iOS 16.2) under the 16.1 floor" "end" 0 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe<A: ActivityAttributes>(_ a: Activity<A>) async { await a.end(nil, dismissalPolicy: .immediate) }
 #endif"
 plant "ActivityAuthorizationInfo.frequentPushesEnabled (iOS 16.2) unguarded" "frequentPushesEnabled" 1 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe() -> Bool { ActivityAuthorizationInfo().frequentPushesEnabled }
 #endif"
-plant "PushType.channel (iOS 18) unguarded" "channel" 1 ios Apple/ActivityKitAdapter.swift "$AK
+plant "PushType.channel (iOS 18) unguarded" "channel" 0 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe() -> PushType { .channel(\"abc\") }
 #endif"
 plant "WidgetCenter.currentPushInfo (iOS 26) without #available" "currentPushInfo" 1 ios Apple/WidgetKitPushTokens.swift '#if canImport(WidgetKit, _version: 600) && os(iOS)
@@ -91,13 +104,35 @@ import AppKit
 func probe() -> Bool { NSWorkspace.shared.launchApplication("Safari") }
 #endif'
 
+# The SDK-free reading judges each #if block on its own platforms, and reports deprecations.
+# list_only <what> <expected: pass|fail naming API> <api> <dir>
+list_only() {
+  local what=$1 want=$2 api=$3 dir=$4 rc=0 out
+  out=$(ISLE_AVAILABILITY_STALE=warn ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" 2>&1) || rc=$?
+  if { [ "$want" = pass ] && [ "$rc" = 0 ]; } || { [ "$want" = fail ] && [ "$rc" = 1 ] && grep -qF -- "$api" <<<"$out"; }; then
+    echo "ok (list): $what"; [ "$want" = fail ] && grep -F -- "$api" <<<"$out" | head -1 | sed "s|$dir/||; s/^/    /"; true
+  else
+    echo "FAIL (list): $what (exit $rc, wanted $want)"; echo "$out" | tail -3 | sed 's/^/    /'; failures=$((failures + 1))
+  fi
+}
+KC='#if os(iOS) && !targetEnvironment(macCatalyst) && canImport(ActivityKit)
+import ActivityKit
+@available(iOS 16.1, *) func probe<A: ActivityAttributes>(_: A.Type) -> Data? { if #available(iOS 17.2, *) { return Activity<A>.pushToStartToken }; return nil }
+#endif'
+list_only "an iPhone-only block inside code built for macOS and Mac Catalyst too is judged on iOS alone" pass "" "$(variant Apple/KeychainStorage.swift "$KC")"
+list_only "the same block compiled for Mac Catalyst too: ActivityKit is unavailable there" fail "pushToStartToken is unavailable on macCatalyst" \
+  "$(variant Apple/KeychainStorage.swift "${KC/ && !targetEnvironment(macCatalyst)/}")"
+dir=$(variant Version.swift "")
+mkdir -p "$dir/Examples" && cp -R Examples/PizzaApp "$dir/Examples/" && sed -i 's/\.iOS("16\.1")/.iOS("16.2")/; s/\.macCatalyst("16\.1")/.macCatalyst("16.2")/' "$dir/Package.swift"
+list_only "the floor raised to iOS 16.2 under the example's request(attributes:contentState:pushType:): deprecated since 16.2" fail "is deprecated on iOS since 16.2" "$dir"
+
 # A guarded use passes.
 dir=$(variant Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe<A: ActivityAttributes>(_: A.Type) -> Data? { if #available(iOS 17.2, *) { return Activity<A>.pushToStartToken }; return nil }
 #endif")
-rc=0; ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" >/dev/null 2>&1 || rc=$?
+rc=0; ISLE_AVAILABILITY_STALE=warn ISLE_IOS_SDKS="$work/no-sdk" bash scripts/check-client-availability.sh "$dir" >/dev/null 2>&1 || rc=$?
 if [ "$rc" = 0 ]; then echo "ok: the same pushToStartToken inside #available(iOS 17.2, *) passes"; else echo "FAIL: a guarded use failed (exit $rc)"; failures=$((failures + 1)); fi
 
-echo "test-client-availability: $planted planted mistakes; SDK type-check $([ "$sdk" = 1 ] && echo "caught every one it was given" || echo "NOT RUN (no SDK copy here)"); the SDK-free reading saw $seen_by_list of $planted"
+echo "test-client-availability: $planted planted mistakes; SDK type-check $([ "$sdk" = 1 ] && echo "caught every one it was given" || echo "NOT RUN (no SDK copy here)"); the SDK-free reading refused $stale_refused of the $((planted - 2)) in Apple-only code as changed since the list was derived, and its derived list saw $seen_by_list of $planted by itself"
 if [ "$failures" -gt 0 ]; then echo "test-client-availability: $failures failure(s)"; exit 1; fi
 echo "test-client-availability: all passed"

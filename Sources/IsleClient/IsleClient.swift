@@ -48,6 +48,12 @@ public actor IsleClient {
         /// last took it this long ago, even if nothing changed: a server that pruned it, or was
         /// restored from an older backup, has it back within a day of use (docs/client.md).
         public var installationRefresh: TimeInterval = 24 * 3600
+        /// One live activity per `externalKey` (and attributes type) on this device: when a new
+        /// one appears with the key of one already tracked (the app started a second for the same
+        /// order, or the backend push-started one), the older is ended at once, on the phone and on
+        /// the server, so the person sees one and the backend's by-key pushes reach that one.
+        /// Off: both stay, and by-key pushes reach both (docs/client.md, "One activity per key").
+        public var collapseActivitiesPerKey: Bool = true
         /// Reports the app cannot finish in its background time go to the system to send
         /// (``URLSessionBackgroundTransport`` on Apple platforms); nil: the next launch sends them.
         public var backgroundTransport: (any BackgroundTransport)?
@@ -93,6 +99,8 @@ public actor IsleClient {
     var wakePending = false
     /// Tasks observing one activity, by ActivityKit's id: one tracking per activity.
     var trackedActivities: [String: [Task<Void, Never>]] = [:]
+    /// The handles of tracked activities, to end an older one of the same key.
+    var trackedHandles: [String: any LiveActivityHandle] = [:]
     /// Activities the app untracked: not followed again through their attributes type.
     var untracked: Set<String> = []
     /// Re-reads of each tracked attributes type (and the widget token), run at every foreground entry.
@@ -411,6 +419,7 @@ public actor IsleClient {
     public func untrack(activityID: String) {
         untracked.insert(activityID)
         for t in trackedActivities.removeValue(forKey: activityID) ?? [] { t.cancel() }
+        trackedHandles[activityID] = nil
     }
 
     /// Stops following an attributes type: its activities, push-to-start token and settings.
@@ -441,8 +450,13 @@ public actor IsleClient {
             catchUp(a, o)
             return
         }
+        let seenBefore = state.registrations[a.id] != nil
         trackedActivities[a.id] = []
+        trackedHandles[a.id] = a
         catchUp(a, o)
+        if !seenBefore, configuration.collapseActivitiesPerKey, let key = o.externalKey(a), a.activityState.isLive {
+            collapse(olderThan: a.id, key: key, attributesType: a.attributesType)
+        }
         trackedActivities[a.id] = [
             Task { [weak self] in
                 for await token in a.pushTokenUpdates {
@@ -453,6 +467,18 @@ public actor IsleClient {
                 for await s in a.activityStateUpdates { await self?.reportState(activityID: a.id, s) }
             },
         ]
+    }
+
+    /// Ends every other live tracked activity of the key (the newest one stays): on the server (its
+    /// by-key pushes then reach the newest alone) and on the phone, dismissed at once.
+    func collapse(olderThan id: String, key: String, attributesType: String) {
+        for (other, handle) in trackedHandles where other != id {
+            guard let r = state.registrations[other], r.externalKey == key, r.attributesType == attributesType,
+                  state.reportedStates[other] == nil, handle.activityState.isLive else { continue }
+            configuration.log?(LogEntry(report: "ended", method: "-", path: other, status: nil, outcome: "collapsed: \(id) has the same key"))
+            noteState(activityID: other, .ended)
+            Task { await handle.end(dismissImmediately: true) }
+        }
     }
 
     /// The activity's token (or channel) and state as they are now.

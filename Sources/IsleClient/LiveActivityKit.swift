@@ -22,6 +22,19 @@ public protocol LiveActivityHandle: Sendable {
     var pushTokenUpdates: AsyncStream<Data> { get }
     var activityState: LiveActivityState { get }
     var activityStateUpdates: AsyncStream<LiveActivityState> { get }
+    /// Ends the activity on the phone (ActivityKit's `end(_:dismissalPolicy:)` with its last
+    /// content), at once when `dismissImmediately`. Used to keep one activity per key
+    /// (``IsleClient/Configuration/collapseActivitiesPerKey``); a handle that cannot end does nothing.
+    func end(dismissImmediately: Bool) async
+}
+
+extension LiveActivityHandle {
+    public func end(dismissImmediately: Bool) async {}
+}
+
+extension LiveActivityState {
+    /// Showing (or about to): not ended or dismissed.
+    public var isLive: Bool { self == .pending || self == .active || self == .stale }
 }
 
 /// A handle that carries the names the app gave its activity (the ActivityKit adapter works them

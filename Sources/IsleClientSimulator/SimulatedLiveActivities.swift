@@ -26,6 +26,7 @@ public struct SimulatedLiveActivities<Attributes: Codable & Sendable, ContentSta
         public var activityStateUpdates: AsyncStream<LiveActivityState> { mapped(handle.activityStateUpdates, Self.state) }
         /// The activity's attributes, as the app's type.
         public var attributes: Attributes? { handle.attributes }
+        public func end(dismissImmediately: Bool) async { try? handle.end(nil, dismissImmediately: dismissImmediately) }
 
         static func state(_ s: SimulatedActivityState) -> LiveActivityState {
             switch s {

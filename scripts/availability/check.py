@@ -7,8 +7,11 @@ Inputs:
   --symbol-graphs DIR    swift-symbolgraph-extract output of the modules the package imports
   --sources DIR          the package's Sources directory
   --targets iOS=16.1,macOS=13.0,macCatalyst=16.1
-  --apple-apis FILE      availability of Apple-only frameworks' APIs, read as text where the
-                         compiler cannot see (files for Apple platforms only)
+  --apple-apis FILE      availability of the Apple-only frameworks' APIs the code uses, derived from
+                         the code by scripts/availability/derive-apple-apis.sh (with an SDK copy), read
+                         as text where the compiler cannot see (files for Apple platforms only), with a
+                         fingerprint of that code: code changed since the list was derived fails
+  --example DIR          an app's sources read as text too (Apple-only as a whole)
 
 Two readings:
   1. Compiled code: every explicit reference the index recorded, looked up by USR in the symbol
@@ -16,6 +19,8 @@ Two readings:
   2. Code Linux cannot compile (`#if canImport(ActivityKit)` and the like): read as text, for the
      names in --apple-apis and for the names every one of whose declarations in the symbol graphs
      is newer than the targets (`Mutex`, `next(isolation:)`, ...).
+Each use is judged on the platforms its `#if` block is compiled for (`#if os(macOS)` code against
+macOS only), and deprecations are reported as Xcode's compiler would warn on them.
 """
 import argparse
 import glob
@@ -95,6 +100,36 @@ class Source:
         self.platforms = platforms
         self.scopes = []  # (start, end, {platform: version})
         self.find_scopes()
+        self.blocks = []  # (start, end, {platforms the block is compiled for})
+        self.find_blocks()
+        self.imports = set(re.findall(r"^[ \t]*(?:@\w+\s+)*(?:(?:public|package|internal|fileprivate|private)\s+)?import\s+(?:(?:struct|class|enum|protocol|typealias|func|var|let)\s+)?(\w+)", self.code, re.M))
+        self.only = None  # the platforms the whole file is for (an iPhone app's sources: iOS)
+
+    def find_blocks(self):
+        stack = []  # (start of the branch, platforms of the enclosing block, platforms no earlier branch took)
+        everywhere = set(self.platforms)
+        for m in re.finditer(r"^[ \t]*#(if|elseif|else|endif)\b(.*)$", self.code, re.M):
+            kind, cond = m.group(1), m.group(2)
+            if kind == "if":
+                outer = stack[-1][3] if stack else everywhere
+                here = outer & condition_platforms(cond, self.platforms)
+                stack.append((m.end(), outer, outer - here, here))
+            elif stack:
+                start, outer, rest, here = stack.pop()
+                self.blocks.append((start, m.start(), here))
+                if kind == "elseif":
+                    now = rest & condition_platforms(cond, self.platforms)
+                    stack.append((m.end(), outer, rest - now, now))
+                elif kind == "else":
+                    stack.append((m.end(), outer, set(), rest))
+
+    def platforms_at(self, offset):
+        best = None
+        for start, end, here in self.blocks:
+            if start <= offset <= end and (best is None or start >= best[0]):
+                best = (start, here)
+        here = set(self.platforms) if best is None else best[1]
+        return here if self.only is None else here & self.only
 
     def offset(self, line, column):
         return self.line_starts[line - 1] + column - 1 if 0 < line <= len(self.line_starts) else 0
@@ -276,6 +311,7 @@ def main():
     ap.add_argument("--sources", required=True)
     ap.add_argument("--targets", required=True)
     ap.add_argument("--apple-apis", required=True)
+    ap.add_argument("--example", action="append", default=[])
     args = ap.parse_args()
 
     targets = {}
@@ -289,21 +325,30 @@ def main():
         return 2
 
     sources_root = os.path.realpath(args.sources)
-    files = sorted(os.path.realpath(p) for p in glob.glob(os.path.join(sources_root, "**", "*.swift"), recursive=True))
-    parsed = {path: Source(path, platforms) for path in files}
+    files = swift_files(sources_root)
+    example_files = [f for d in args.example for f in swift_files(os.path.realpath(d))]
+    parsed = {path: Source(path, platforms) for path in files + example_files}
+    for path in example_files:
+        parsed[path].only = {"iOS"}  # the example is an iPhone app (Live Activities)
+    root_of = {path: sources_root for path in files} | {path: os.path.realpath(d) for d in args.example for path in swift_files(os.path.realpath(d))}
     problems = {}
     checked_refs = 0
     indexed_files = set()
 
-    def report(path, offset, what, needs):
+    def report(path, offset, what, needs, deprecated=None):
         src = parsed[path]
         line, column = src.position(offset)
+        rel = os.path.relpath(path, os.path.dirname(root_of[path]))
+        key = "%s:%d:%d: %s" % (rel, line, column, what)
+        compiled_for = src.platforms_at(offset)
         for platform in platforms:
+            if platform not in compiled_for:
+                continue  # this block is not compiled for that platform
+            if deprecated and platform in deprecated and (deprecated[platform] is None or deprecated[platform] <= targets[platform]):
+                problems.setdefault(key, []).append("is deprecated on %s%s" % (platform, "" if deprecated[platform] is None else " since %s" % show(deprecated[platform])))
             need = needs.get(platform)
             if need is None:
                 continue
-            rel = os.path.relpath(path, os.path.dirname(sources_root))
-            key = "%s:%d:%d: %s" % (rel, line, column, what)
             if need == "unavailable":
                 problems.setdefault(key, []).append("is unavailable on %s" % platform)
                 continue
@@ -336,14 +381,17 @@ def main():
             report(path, parsed[path].offset(line, column), name, needs)
 
     # 2. Text the compiler did not see: Apple-only APIs, and names that exist only in newer systems.
-    apple = []
-    with open(args.apple_apis) as f:
-        for row in f:
-            row = row.strip()
-            if not row or row.startswith("#"):
-                continue
-            pattern, platform, v, _source = (row.split("\t") + ["", "", "", ""])[:4]
-            apple.append((re.compile(pattern), {platform: version(v)} | ({"macCatalyst": version(v)} if platform == "iOS" else {})))
+    apple, fingerprints = read_apple_apis(args.apple_apis)
+    stale = []
+    for path in sorted(parsed):
+        rel = os.path.relpath(path, os.path.dirname(root_of[path]))
+        regions = apple_only_code(parsed[path], whole=path in example_files)
+        known = fingerprints.get(rel)
+        if regions and known != fingerprint(parsed[path], regions):
+            line = parsed[path].position(regions[0][0])[0]
+            stale.append("%s:%d: Apple-only code %s since %s was derived: APIs it may use are unchecked here "
+                         "(run scripts/availability/derive-apple-apis.sh with an SDK copy; docs/client.md)"
+                         % (rel, line, "changed" if known else "added", os.path.basename(args.apple_apis)))
     newer_only = []
     for title, entries in by_name.items():
         spans = [e.get("iOS") for e in entries]
@@ -372,20 +420,106 @@ def main():
         for a, b in regions:
             text_lines += src.code.count("\n", a, b)
             chunk = src.code[a:b]
-            for regex, needs in apple:
+            for regex, title, needs, deprecated, modules in apple:
+                if not modules & src.imports:
+                    continue  # `.id` is ActivityKit's only where ActivityKit is imported
                 for m in regex.finditer(chunk):
                     if declares(chunk, m.start()):
                         continue
-                    report(path, a + m.start(), m.group(0).strip(". ("), needs)
+                    report(path, a + m.start(), title, needs, deprecated)
             for regex, needs, title in newer_only:
                 for m in regex.finditer(chunk):
                     report(path, a + m.start(), title, needs)
 
     for key in sorted(problems):
         print("%s %s, outside any @available/#available scope that guarantees it" % (key, "; ".join(problems[key])))
-    print("check-client-availability: %d references to APIs with Apple availability in %d compiled files, %d lines read as text (code for Apple platforms only); "
-          "targets %s: %d problem(s)" % (checked_refs, len(indexed_files), text_lines, ", ".join("%s %s" % (k, show(v)) for k, v in targets.items()), len(problems)))
-    return 1 if problems else 0
+    allow_stale = os.environ.get("ISLE_AVAILABILITY_STALE") == "warn"
+    for line in stale:
+        print(("note: " if allow_stale else "") + line)
+    print("check-client-availability: %d references to APIs with Apple availability in %d compiled files, %d lines read as text (code for Apple platforms only) "
+          "against %d derived Apple APIs; targets %s: %d problem(s)%s" % (checked_refs, len(indexed_files), text_lines, len(apple),
+          ", ".join("%s %s" % (k, show(v)) for k, v in targets.items()), len(problems),
+          "" if not stale else ", %d file(s) of Apple-only code changed since the list was derived%s" % (len(stale), " (allowed: ISLE_AVAILABILITY_STALE=warn)" if allow_stale else "")))
+    return 1 if problems or (stale and not allow_stale) else 0
+
+
+def swift_files(root):
+    return sorted(os.path.realpath(p) for p in glob.glob(os.path.join(root, "**", "*.swift"), recursive=True))
+
+
+def read_apple_apis(path):
+    """The derived list: (regex, title, {platform: version | 'unavailable'}, {platform: deprecated
+    version | None}) rows, and {file: fingerprint of its Apple-only code}."""
+    rows, fingerprints = [], {}
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = re.match(r"#\s*fingerprint\t(\S+)\t(\w+)$", line)
+            if m:
+                fingerprints[m.group(1)] = m.group(2)
+                continue
+            if not line.strip() or line.startswith("#"):
+                continue
+            pattern, title, modules, ios, catalyst, macos, deprecated = (line.split("\t") + [""] * 7)[:7]
+            needs = {}
+            for platform, v in (("iOS", ios), ("macCatalyst", catalyst), ("macOS", macos)):
+                if v == "unavailable":
+                    needs[platform] = "unavailable"
+                elif v:
+                    needs[platform] = version(v)
+            dep = {}
+            for part in filter(None, (p.strip() for p in deprecated.split(","))):
+                name, _, v = part.partition(" ")
+                dep[name] = version(v) if v else None
+            rows.append((re.compile(pattern), title, needs, dep, set(modules.split(","))))
+    return rows, fingerprints
+
+
+def apple_only_code(src, whole=False):
+    """The regions of a file that only Apple's compilers see (all of it for an app's sources)."""
+    return [(0, len(src.code))] if whole else inactive_regions(src)
+
+
+def fingerprint(src, regions):
+    """A hash of the code in those regions, comments and spacing aside."""
+    import hashlib
+    h = hashlib.sha256()
+    for a, b in regions:
+        h.update(" ".join(src.code[a:b].split()).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+# Which of the declared platforms can import a module (`canImport`): ActivityKit imports on Mac
+# Catalyst too (its types are unavailable there); AppKit only on macOS; FoundationNetworking is Linux's.
+IMPORTS = {"ActivityKit": {"iOS", "macCatalyst"}, "UIKit": {"iOS", "macCatalyst"}, "AppKit": {"macOS"},
+           "FoundationNetworking": set(), "Glibc": set(), "Musl": set(), "WinSDK": set(), "Android": set()}
+
+
+def condition_platforms(condition, platforms):
+    """The declared platforms for which an `#if` condition holds."""
+    out = set()
+    for p in platforms:
+        def atom(m):
+            kind, arg = m.group(1), m.group(2).split(",")[0].strip()
+            if kind == "os":
+                return str(arg == "iOS" and p in ("iOS", "macCatalyst") or arg == "macOS" and p == "macOS" or arg == "Darwin")
+            if kind == "targetEnvironment":
+                return str(arg == "macCatalyst" and p == "macCatalyst" or arg == "simulator" and p == "iOS")
+            if kind == "canImport":
+                return str(p in IMPORTS.get(arg, set(platforms)))
+            if kind == "arch":
+                return "True"
+            return "True"  # compiler(…), swift(…), hasFeature(…), …
+        expr = re.sub(r"\b(os|targetEnvironment|canImport|arch|compiler|swift|hasFeature|hasAttribute)\s*\(([^()]*)\)", atom, condition)
+        expr = re.sub(r"\b(?!True\b|False\b)[A-Za-z_]\w*\b", "False", expr)  # custom flags (DEBUG, …): not set by a package's build
+        expr = expr.replace("&&", " and ").replace("||", " or ").replace("!", " not ")
+        try:
+            if eval(expr, {"__builtins__": {}}, {}):
+                out.add(p)
+        except Exception:
+            out.add(p)  # a condition this cannot read: judged on every platform
+    return out
 
 
 def declares(chunk, at):

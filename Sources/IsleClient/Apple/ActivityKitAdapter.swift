@@ -53,6 +53,15 @@ public struct ActivityKitAdapter<Attributes: ActivityAttributes>: LiveActivityKi
         public var activityState: LiveActivityState { activity.map { LiveActivityState($0.activityState) } ?? .dismissed }
         public var pushTokenUpdates: AsyncStream<Data> { forward(TokenPump<Attributes>(id: id)) }
         public var activityStateUpdates: AsyncStream<LiveActivityState> { forward(StatePump<Attributes>(id: id)) }
+        /// Ends it with its last content: the `Activity` is looked up here, in this task, and never leaves it.
+        public func end(dismissImmediately: Bool) async {
+            guard let activity else { return }
+            if #available(iOS 16.2, *) {
+                await activity.end(nil, dismissalPolicy: dismissImmediately ? .immediate : .default)
+            } else {
+                await activity.end(using: nil, dismissalPolicy: dismissImmediately ? .immediate : .default)
+            }
+        }
     }
 
     static var typeName: String { String(describing: Attributes.self) }
