@@ -25,8 +25,8 @@ variant() {
 
 # plant <what> <API named in the output> <listed: 1 if the SDK-free reading must see it> <ios|mac> <file> <code> [import]
 # "listed": the derived list (scripts/availability/apple-apis.tsv) holds the APIs the code uses today, so
-# it sees a misuse of those (pushToStartToken, frequentPushesEnabled, currentPushInfo); an API the code
-# does not use yet (Activity.content, end(_:dismissalPolicy:), .channel, UIKit's and AppKit's below) is
+# it sees a misuse of those (pushToStartToken, end(_:dismissalPolicy:), frequentPushesEnabled, currentPushInfo);
+# an API the code does not use yet (Activity.content, .channel, UIKit's and AppKit's below) is
 # not in it, and without an SDK the change is refused as Apple-only code the list was not derived from.
 plant() {
   local what=$1 api=$2 listed=$3 kind=$4 file=$5 code=$6 imp=${7:-}
@@ -77,7 +77,7 @@ plant "Activity.pushToStartToken (iOS 17.2) unguarded" "pushToStartToken" 1 ios 
 plant "Activity.content (iOS 16.2) under the 16.1 floor" "content" 0 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe<A: ActivityAttributes>(_ a: Activity<A>) -> Date? { a.content.staleDate }
 #endif"
-plant "end(_:dismissalPolicy:) (iOS 16.2) under the 16.1 floor" "end" 0 ios Apple/ActivityKitAdapter.swift "$AK
+plant "end(_:dismissalPolicy:) (iOS 16.2) under the 16.1 floor" "end" 1 ios Apple/ActivityKitAdapter.swift "$AK
 @available(iOS 16.1, *) func probe<A: ActivityAttributes>(_ a: Activity<A>) async { await a.end(nil, dismissalPolicy: .immediate) }
 #endif"
 plant "ActivityAuthorizationInfo.frequentPushesEnabled (iOS 16.2) unguarded" "frequentPushesEnabled" 1 ios Apple/ActivityKitAdapter.swift "$AK

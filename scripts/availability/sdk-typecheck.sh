@@ -53,13 +53,13 @@ check() {  # label sdk triple [extra compiler arguments...]
   local mod="$OUT/$label"; mkdir -p "$mod"
   # The client as one module (one frontend job, so one file's error does not hide another's), its
   # module emitted for the example; then the example app against it.
-  "$SWIFTC" -emit-sil -o /dev/null -wmo -parse-as-library -module-name IsleClient -D SWIFT_PACKAGE "${FLAGS[@]}" "${common[@]}" \
+  "$SWIFTC" -emit-sil -o "$mod/client.sil" -wmo -parse-as-library -module-name IsleClient -D SWIFT_PACKAGE "${FLAGS[@]}" "${common[@]}" \
     -emit-module -emit-module-path "$mod/IsleClient.swiftmodule" "${CLIENT[@]}" > "$mod/client.txt" 2>&1
   local rc=$? app_rc=0
   : > "$mod/app.txt"
   # The example is an iPhone app (Live Activities): checked on the iOS targets only.
   if [ ${#APP[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ] && [[ "$triple" == *-ios* && "$triple" != *macabi ]]; then
-    "$SWIFTC" -emit-sil -o /dev/null -wmo -parse-as-library -module-name PizzaApp "${FLAGS[@]}" "${common[@]}" -I "$mod" "${APP[@]}" > "$mod/app.txt" 2>&1
+    "$SWIFTC" -emit-sil -o "$mod/app.sil" -wmo -parse-as-library -module-name PizzaApp "${FLAGS[@]}" "${common[@]}" -I "$mod" "${APP[@]}" > "$mod/app.txt" 2>&1
     app_rc=$?
   fi
   local found; found=$(cat "$mod/client.txt" "$mod/app.txt" | sed "s|^$PWD/||" | grep -E '^[^ ]+\.swift:[0-9]+:[0-9]+: (error|warning):' | sort -u)
