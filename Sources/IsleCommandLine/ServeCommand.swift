@@ -103,6 +103,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("auth-failure-rate"), help: ArgumentHelp("Unknown API keys and failed console sign-ins per client address (env ISLE_AUTH_FAILURE_RATE; default 0.5/s,burst=20).", valueName: "rate")) var authFailureRate: String?
     @Option(name: .customLong("max-live-activities-per-installation"), help: ArgumentHelp("Live activities one installation may hold (env ISLE_MAX_LIVE_ACTIVITIES_PER_INSTALLATION; default 20).", valueName: "n")) var maxLiveActivities: Int?
     @Option(name: .customLong("max-installations-per-user"), help: ArgumentHelp("Installations the backend may bind to one user (env ISLE_MAX_INSTALLATIONS_PER_USER; default 50).", valueName: "n")) var maxInstallationsPerUser: Int?
+    @Option(name: .customLong("max-new-installations-per-address"), help: ArgumentHelp("New installations one client address may register per hour; 0: no limit (env ISLE_MAX_NEW_INSTALLATIONS_PER_ADDRESS; default 200).", valueName: "n")) var maxNewInstallations: Int?
+    @Option(name: .customLong("max-new-activities-per-address"), help: ArgumentHelp("New activities one client address may register per hour; 0: no limit (env ISLE_MAX_NEW_ACTIVITIES_PER_ADDRESS; default 1000).", valueName: "n")) var maxNewActivities: Int?
+    @Option(name: .customLong("max-connections-per-address"), help: ArgumentHelp("Open connections one client address may hold; 0: no limit (env ISLE_MAX_CONNECTIONS_PER_ADDRESS; default 256).", valueName: "n")) var maxConnectionsPerAddress: Int?
     @Option(name: .customLong("header-timeout"), help: ArgumentHelp("Seconds from a request's first byte to the end of its head (env ISLE_HEADER_TIMEOUT; default 10).", valueName: "seconds")) var headerTimeout: Double?
     @Option(name: .customLong("body-timeout"), help: ArgumentHelp("Seconds from a request's head to the end of its body (env ISLE_BODY_TIMEOUT; default 30).", valueName: "seconds")) var bodyTimeout: Double?
     @Option(name: .customLong("idle-timeout"), help: ArgumentHelp("Seconds a connection may stay open with no request in progress (env ISLE_IDLE_TIMEOUT; default 60).", valueName: "seconds")) var idleTimeout: Double?
@@ -110,11 +113,14 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Serve the API over HTTPS with this PEM certificate chain (env ISLE_TLS_CERT); read again when it changes.", valueName: "file")) var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: ArgumentHelp("The PEM private key of --tls-cert (env ISLE_TLS_KEY).", valueName: "file")) var tlsKey: String?
     @Option(name: .customLong("trusted-proxies"), help: ArgumentHelp("Reverse proxies (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For names the client, for per-address limits (env ISLE_TRUSTED_PROXIES; default none).", valueName: "ranges")) var trustedProxies: String?
-    @Option(name: .customLong("webhook-hosts"), help: ArgumentHelp("The hosts webhooks may point at, comma-separated (*.example.com for subdomains); default any (env ISLE_WEBHOOK_HOSTS).", valueName: "hosts")) var webhookHosts: String?
+    @Option(name: .customLong("webhook-hosts"), help: ArgumentHelp("The only hosts webhooks may point at, comma-separated (*.example.com for subdomains); these may also be private addresses (env ISLE_WEBHOOK_HOSTS; default: any host whose addresses are all public).", valueName: "hosts")) var webhookHosts: String?
+    @Flag(name: .customLong("webhook-allow-private"), help: "Webhooks may reach loopback, private and link-local addresses (tests and development only; env ISLE_WEBHOOK_ALLOW_PRIVATE=true).") var webhookAllowPrivate = false
     @Option(name: .customLong("max-event-wait"), help: ArgumentHelp("Longest long poll of GET /v1/events, in seconds (env ISLE_MAX_EVENT_WAIT; default 30).", valueName: "seconds")) var maxEventWait: Double?
     @Option(name: .customLong("keep-events"), help: ArgumentHelp("Days an event (docs/events.md) is kept for GET /v1/events and webhooks (env ISLE_KEEP_EVENTS; default 7).", valueName: "days")) var keepEvents: Double?
     @Option(name: .customLong("keep-ended-activities"), help: ArgumentHelp("Days an ended, dismissed or unreachable activity is kept (env ISLE_KEEP_ENDED_ACTIVITIES; default 30).", valueName: "days")) var keepEndedActivities: Double?
     @Option(name: .customLong("keep-stale-installations"), help: ArgumentHelp("Days an installation that reported nothing and holds no live activity is kept (env ISLE_KEEP_STALE_INSTALLATIONS; default 180).", valueName: "days")) var keepStaleInstallations: Double?
+    @Option(name: .customLong("keep-unused-activities"), help: ArgumentHelp("Days a live activity nothing was ever pushed to is kept after it started (env ISLE_KEEP_UNUSED_ACTIVITIES; default 1; at least 0.5).", valueName: "days")) var keepUnusedActivities: Double?
+    @Option(name: .customLong("keep-unused-installations"), help: ArgumentHelp("Days an installation with no user and no activity is kept after it last reported (env ISLE_KEEP_UNUSED_INSTALLATIONS; default 7).", valueName: "days")) var keepUnusedInstallations: Double?
 
     /// 0.1, 3600: a number as a person writes it.
     static func plain(_ v: Double) -> String { v == v.rounded() ? String(Int(v)) : String(v) }
@@ -123,10 +129,14 @@ struct ServeCommand: AsyncParsableCommand {
     static let configKeys: Set<String> = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL",
                                           "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease", "backendRate", "deviceRate", "installationRate", "addressRate",
                                           "authFailureRate", "maxLiveActivitiesPerInstallation", "maxInstallationsPerUser", "headerTimeout", "bodyTimeout", "idleTimeout",
-                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies", "tlsCert", "tlsKey"]
+                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies", "tlsCert", "tlsKey",
+                                          "maxNewInstallationsPerAddress", "maxNewActivitiesPerAddress", "maxConnectionsPerAddress", "keepUnusedActivities", "keepUnusedInstallations",
+                                          "webhookAllowPrivate"]
 
     func run() async throws {
         var (configuration, level) = try settings()
+        // Every connection is a file descriptor: the soft limit goes up to the hard one.
+        FileDescriptorLimit.raise()
         let diagnostics = Logger(label: "isle.tracing")
         let tracing = try ServeTracing.start(CLIContext.current.environment, logger: diagnostics)
         configuration.tracer = tracing?.tracer
@@ -251,6 +261,23 @@ struct ServeCommand: AsyncParsableCommand {
             c.quotas.liveActivitiesPerInstallation = n
         }
         if let n = count(maxInstallationsPerUser, "ISLE_MAX_INSTALLATIONS_PER_USER", "maxInstallationsPerUser", "max-installations-per-user") { c.quotas.installationsPerUser = n }
+        func allowance(_ flag: Int?, _ envName: String, _ key: String, _ name: String) -> Int? {
+            guard let text = pick(flag.map(String.init), envName, key) else { return nil }
+            guard let v = Int(text), (0...1_000_000).contains(v) else {
+                problems.append("\(name): \(text) must be a whole number from 0 (no limit) to 1000000")
+                return nil
+            }
+            return v
+        }
+        if let n = allowance(maxNewInstallations, "ISLE_MAX_NEW_INSTALLATIONS_PER_ADDRESS", "maxNewInstallationsPerAddress", "max-new-installations-per-address") {
+            c.quotas.newInstallationsPerAddressPerHour = n
+        }
+        if let n = allowance(maxNewActivities, "ISLE_MAX_NEW_ACTIVITIES_PER_ADDRESS", "maxNewActivitiesPerAddress", "max-new-activities-per-address") {
+            c.quotas.newActivitiesPerAddressPerHour = n
+        }
+        if let n = allowance(maxConnectionsPerAddress, "ISLE_MAX_CONNECTIONS_PER_ADDRESS", "maxConnectionsPerAddress", "max-connections-per-address") {
+            c.quotas.connectionsPerAddress = n
+        }
         if let v = number(headerTimeout, "ISLE_HEADER_TIMEOUT", "headerTimeout", "header-timeout", 0.1...3600, "seconds") { c.timeouts.header = .milliseconds(Int64(v * 1000)) }
         if let v = number(bodyTimeout, "ISLE_BODY_TIMEOUT", "bodyTimeout", "body-timeout", 0.1...3600, "seconds") { c.timeouts.body = .milliseconds(Int64(v * 1000)) }
         if let v = number(idleTimeout, "ISLE_IDLE_TIMEOUT", "idleTimeout", "idle-timeout", 0.1...86_400, "seconds") { c.timeouts.idle = .milliseconds(Int64(v * 1000)) }
@@ -285,6 +312,15 @@ struct ServeCommand: AsyncParsableCommand {
         if let v = number(keepEvents, "ISLE_KEEP_EVENTS", "keepEvents", "keep-events", 1...3650, "days") { c.retention.events = v * 86_400 }
         if let v = number(keepEndedActivities, "ISLE_KEEP_ENDED_ACTIVITIES", "keepEndedActivities", "keep-ended-activities", 1...3650, "days") { c.retention.endedActivities = v * 86_400 }
         if let v = number(keepStaleInstallations, "ISLE_KEEP_STALE_INSTALLATIONS", "keepStaleInstallations", "keep-stale-installations", 1...3650, "days") { c.retention.staleInstallations = v * 86_400 }
+        if let v = number(keepUnusedActivities, "ISLE_KEEP_UNUSED_ACTIVITIES", "keepUnusedActivities", "keep-unused-activities", 0.5...3650, "days") { c.retention.unusedActivities = v * 86_400 }
+        if let v = number(keepUnusedInstallations, "ISLE_KEEP_UNUSED_INSTALLATIONS", "keepUnusedInstallations", "keep-unused-installations", 1...3650, "days") { c.retention.unusedInstallations = v * 86_400 }
+        if let text = pick(webhookAllowPrivate ? "true" : nil, "ISLE_WEBHOOK_ALLOW_PRIVATE", "webhookAllowPrivate") {
+            switch text.lowercased() {
+            case "true", "1", "yes": c.webhooks.allowPrivate = true
+            case "false", "0", "no": c.webhooks.allowPrivate = false
+            default: problems.append("webhook-allow-private: \"\(text)\" is not true or false")
+            }
+        }
         if let text = pick(secureCookies ? "true" : nil, "ISLE_SECURE_COOKIES", "secureCookies") {
             switch text.lowercased() {
             case "true", "1", "yes": c.secureCookies = true

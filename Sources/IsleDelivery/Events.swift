@@ -178,9 +178,14 @@ public struct WebhookRecord: Sendable, Hashable {
     public var failingSince: Date?
     public var nextAttemptAt: Date?
     public var attempts: Int
+    /// The API key that made it: the webhook stops when that key is revoked (nil: made in the
+    /// console, or before keys were recorded; it belongs to the app).
+    public var keyID: String?
 
     public init(id: String, bundleID: String, url: String, secret: String, createdAt: Date, cursor: Int64, delivered: Int64 = 0, lastSuccessAt: Date? = nil,
-                lastFailureAt: Date? = nil, lastStatus: Int? = nil, lastError: String? = nil, failingSince: Date? = nil, nextAttemptAt: Date? = nil, attempts: Int = 0) {
+                lastFailureAt: Date? = nil, lastStatus: Int? = nil, lastError: String? = nil, failingSince: Date? = nil, nextAttemptAt: Date? = nil, attempts: Int = 0,
+                keyID: String? = nil) {
+        self.keyID = keyID
         self.id = id
         self.bundleID = bundleID
         self.url = url

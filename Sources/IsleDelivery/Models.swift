@@ -426,6 +426,14 @@ public struct Retention: Sendable, Hashable {
     public var endedActivities: TimeInterval = 30 * 86_400
     /// Installations that reported nothing for this long and hold no live activity.
     public var staleInstallations: TimeInterval = 180 * 86_400
+    /// Live activities nothing was ever pushed to, this long after they started. A Live Activity
+    /// lives at most 12 hours on the phone (8 active, 4 more on the Lock Screen), so one past that
+    /// which never received a push and was never reported ended was never useful: it is deleted,
+    /// not kept as ended (docs/security.md, "Retention").
+    public var unusedActivities: TimeInterval = 86_400
+    /// Installations with no user bound and no activity, that reported nothing for this long (the
+    /// app reports at every launch and daily): registrations that never became useful.
+    public var unusedInstallations: TimeInterval = 7 * 86_400
     /// Events (docs/events.md): a webhook that stays down longer misses the oldest. The newest
     /// event is kept whatever its age, so the stream's numbers never start again.
     public var events: TimeInterval = 7 * 86_400

@@ -2,6 +2,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
+import Synchronization
 
 /// HTTP/1.1 with deadlines a slow client cannot stretch (docs/security.md, "Bounded by
 /// construction"): a request's head must arrive within `timeouts.header` of its first byte, its
@@ -16,18 +17,25 @@ struct DeadlineHTTP1Channel: ServerChildChannel {
     let inner: HTTP1Channel
     let timeouts: HTTPTimeouts
     let logger: Logger
+    let connections: ConnectionLimiter?
 
-    init(responder: @escaping HTTPChannelHandler.Responder, timeouts: HTTPTimeouts, logger: Logger) {
+    init(responder: @escaping HTTPChannelHandler.Responder, timeouts: HTTPTimeouts, connections: ConnectionLimiter? = nil, logger: Logger) {
         self.inner = HTTP1Channel(responder: responder,
                                   configuration: .init(additionalChannelHandlers: [RequestPhaseHandler()]))
         self.timeouts = timeouts
         self.logger = logger
+        self.connections = connections
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let timeouts = timeouts
         let log = self.logger
         let inner = inner
+        // One address holding too many connections: this one is closed before anything is read.
+        if let connections, !connections.admit(channel) {
+            channel.close(promise: nil)
+            return channel.eventLoop.makeFailedFuture(ConnectionLimiter.Refused())
+        }
         return channel.eventLoop.makeCompletedFuture {
             // First in the pipeline: it sees the raw bytes, before HTTP decoding.
             try channel.pipeline.syncOperations.addHandler(RequestDeadlineHandler(timeouts: timeouts, logger: log))
@@ -250,4 +258,43 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
             context.close(promise: nil)
         }
     }
+}
+
+/// Open connections per client address (docs/security.md, "Connections"): past `perAddress`, a new
+/// connection from that address is closed at once, so one address holding thousands of idle
+/// sockets cannot use up the process's file descriptors and shut everyone else out. Trusted
+/// proxies (`--trusted-proxies`) carry many clients and are not limited.
+final class ConnectionLimiter: Sendable {
+    struct Refused: Error {}
+    let perAddress: Int
+    let exempt: [AddressRange]
+    private let open = Mutex<[String: Int]>([:])
+
+    init(perAddress: Int, exempt: [AddressRange]) {
+        self.perAddress = perAddress
+        self.exempt = exempt
+    }
+
+    /// Counts `channel` against its address until it closes; false (not counted) past the limit.
+    func admit(_ channel: any Channel) -> Bool {
+        guard perAddress > 0, let address = channel.remoteAddress?.ipAddress else { return true }
+        if exempt.contains(where: { $0.contains(address) }) { return true }
+        let admitted = open.withLock { o -> Bool in
+            let n = o[address, default: 0]
+            guard n < perAddress else { return false }
+            o[address] = n + 1
+            return true
+        }
+        guard admitted else { return false }
+        channel.closeFuture.whenComplete { [self] _ in
+            open.withLock { o in
+                let n = (o[address] ?? 1) - 1
+                o[address] = n > 0 ? n : nil
+            }
+        }
+        return true
+    }
+
+    /// Connections open from `address` now.
+    func count(_ address: String) -> Int { open.withLock { $0[address, default: 0] } }
 }

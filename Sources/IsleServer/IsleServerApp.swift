@@ -25,6 +25,8 @@ public final class IsleServerApp: Service {
     let logger: Logger
     let application: Application<RouterResponder<IsleRequestContext>>
     let portBox = PortBox()
+    /// Open connections per client address.
+    let connections: ConnectionLimiter
 
     public init(configuration: ServerConfiguration, store: any IsleStore, clock: any WallClock = SystemWallClock(), logger: Logger) {
         self.configuration = configuration
@@ -37,7 +39,9 @@ public final class IsleServerApp: Service {
         let services = APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
                                                                    authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock),
-                                                                   apiKeys: APIKeyDirectory(store: store))
+                                                                   apiKeys: APIKeyDirectory(store: store),
+                                                                   newInstallations: CreationQuota(perHour: configuration.quotas.newInstallationsPerAddressPerHour, what: "installations", clock: clock),
+                                                                   newActivities: CreationQuota(perHour: configuration.quotas.newActivitiesPerAddressPerHour, what: "activities", clock: clock))
         let router = Self.buildRouter(services: services, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
                                       perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
                                       perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
@@ -45,12 +49,14 @@ public final class IsleServerApp: Service {
         let box = portBox
         let timeouts = configuration.timeouts
         let tls = configuration.tls
+        let connections = ConnectionLimiter(perAddress: configuration.quotas.connectionsPerAddress, exempt: configuration.trustedProxies)
+        self.connections = connections
         // Stopped in reverse order: the history writes last, after the engine's last completions.
         var running: [any Service] = [engine.history, engine, webhooks]
         if let tls { running.append(TLSReloader(credentials: tls, interval: configuration.tlsReloadInterval, logger: logger)) }
         application = Application(router: router,
                                   server: HTTPServerBuilder { responder in
-                                      let http = DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, logger: logger)
+                                      let http = DeadlineHTTP1Channel(responder: responder, timeouts: timeouts, connections: connections, logger: logger)
                                       if let tls { return ReloadingTLSChannel(base: http, credentials: tls) }
                                       return http
                                   },

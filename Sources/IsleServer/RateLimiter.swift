@@ -143,3 +143,27 @@ final class KeyedRateLimiter: Sendable {
                  retryAfter: min(86_400, max(1, Int(saturating: wait.rounded(.up)))))
     }
 }
+
+/// What one client address may create with the public device key in an hour — installations,
+/// activities (docs/security.md, "Limits"): registering is free to anyone holding the app, so
+/// without this one address could fill the disk. A token bucket of `perHour`, refilled evenly,
+/// as full as `perHour` at once; 0 turns it off. 429 `quotaExceeded` with `Retry-After` past it.
+final class CreationQuota: Sendable {
+    let perHour: Int
+    let what: String
+    private let buckets: KeyedRateLimiter
+
+    init(perHour: Int, what: String, clock: any WallClock) {
+        self.perHour = perHour
+        self.what = what
+        buckets = KeyedRateLimiter(perHour > 0 ? RateLimit(perSecond: Double(perHour) / 3600, burst: Double(perHour)) : .off, what: what, clock: clock)
+    }
+
+    /// Counts one creation from `address`, or throws 429 when its hour's allowance is spent.
+    func take(_ address: String) throws {
+        guard let wait = buckets.take(address) else { return }
+        throw APIError(.tooManyRequests, "quotaExceeded",
+                       "this address created more than \(perHour) \(what) in an hour, the most this server accepts (isle serve --max-new-\(what)-per-address); retry after the Retry-After seconds",
+                       retryAfter: min(86_400, max(1, Int(saturating: wait.rounded(.up)))))
+    }
+}

@@ -100,6 +100,14 @@ public struct Quotas: Sendable, Hashable {
     public var liveActivitiesPerInstallation = 20
     /// Installations the backend may bind to one user.
     public var installationsPerUser = 50
+    /// New installations one client address may register in an hour (0: no limit). Enough for a
+    /// carrier-grade NAT's share of a large app; junk registrations from one address stop here.
+    public var newInstallationsPerAddressPerHour = 200
+    /// New activities one client address may register in an hour (0: no limit).
+    public var newActivitiesPerAddressPerHour = 1_000
+    /// Open connections one client address may hold to the API at once (0: no limit): past it a
+    /// new connection is closed at once, so one address cannot take every file descriptor.
+    public var connectionsPerAddress = 256
     public init() {}
 }
 

@@ -326,6 +326,14 @@ public final class MemoryStore: IsleStore {
             let live = Set(s.activities.values.filter(\.state.acceptsPushes).compactMap { a in a.installationID.map { Self.key(a.bundleID, $0) } })
             let silent = s.installations.filter { $0.value.updatedAt < now.addingTimeInterval(-retention.staleInstallations) && !live.contains($0.key) }.keys.prefix(limit)
             for k in silent { s.installations[k] = nil }
+            // Registrations that never became useful: live activities nothing was pushed to, and
+            // installations with no user and no activity that stopped reporting.
+            let unpushed = s.activities.values.filter { $0.state.acceptsPushes && $0.lastTimestamp == nil && $0.startedAt < now.addingTimeInterval(-retention.unusedActivities) }.prefix(limit).map(\.id)
+            for id in unpushed { s.activities[id] = nil }
+            if !unpushed.isEmpty { s.activityOrder.removeAll { s.activities[$0] == nil } }
+            let withActivities = Set(s.activities.values.compactMap { a in a.installationID.map { Self.key(a.bundleID, $0) } })
+            let unused = s.installations.filter { $0.value.userID == nil && $0.value.updatedAt < now.addingTimeInterval(-retention.unusedInstallations) && !withActivities.contains($0.key) }.keys.prefix(limit)
+            for k in unused { s.installations[k] = nil }
             let historyBefore = s.history.count
             let cutoff = now.addingTimeInterval(-retention.history).timeIntervalSince1970
             for key in s.history.keys.filter({ k in (Double(k.split(separator: "\n")[1]) ?? 0) < cutoff }).prefix(limit) { s.history[key] = nil }
@@ -337,7 +345,7 @@ public final class MemoryStore: IsleStore {
                 droppedEvents += 1
                 return true
             }
-            return (historyBefore - s.history.count) + (eventsBefore - s.events.count) + oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count
+            return (historyBefore - s.history.count) + (eventsBefore - s.events.count) + oldJobs.count + (deliveriesBefore - s.deliveries.count) + (sendsBefore - s.highPriority.count) + keys.count + ended.count + silent.count + unpushed.count + unused.count
         }
     }
 

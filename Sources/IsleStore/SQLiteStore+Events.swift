@@ -45,13 +45,13 @@ extension SQLiteStore {
                       cursor: r["cursor"], delivered: r["delivered"], lastSuccessAt: (r["last_success_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
                       lastFailureAt: (r["last_failure_at"] as Double?).map(Date.init(timeIntervalSince1970:)), lastStatus: r["last_status"], lastError: r["last_error"],
                       failingSince: (r["failing_since"] as Double?).map(Date.init(timeIntervalSince1970:)),
-                      nextAttemptAt: (r["next_attempt_at"] as Double?).map(Date.init(timeIntervalSince1970:)), attempts: r["attempts"])
+                      nextAttemptAt: (r["next_attempt_at"] as Double?).map(Date.init(timeIntervalSince1970:)), attempts: r["attempts"], keyID: r["key_id"])
     }
 
     public func insertWebhook(_ w: WebhookRecord) async throws {
         try await writer.write { db in
-            try db.execute(sql: "INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           arguments: [w.id, w.bundleID, w.url, w.secret, w.createdAt.timeIntervalSince1970, w.cursor, w.delivered, w.attempts])
+            try db.execute(sql: "INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts, key_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           arguments: [w.id, w.bundleID, w.url, w.secret, w.createdAt.timeIntervalSince1970, w.cursor, w.delivered, w.attempts, w.keyID])
         }
     }
 

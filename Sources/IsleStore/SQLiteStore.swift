@@ -1121,6 +1121,22 @@ public final class SQLiteStore: IsleStore {
                     AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))) LIMIT ?)
                 """, arguments: [t - retention.staleInstallations, limit])
             n += db.changesCount
+            // Registrations that never became useful (docs/security.md, "Retention"): live
+            // activities nothing was pushed to, long past any phone's 12 hours…
+            let unpushed = try String.fetchAll(db, sql: """
+                SELECT id FROM activities INDEXED BY activities_unpushed WHERE last_timestamp IS NULL AND state IN ('starting', 'active') AND started_at < ? LIMIT ?
+                """, arguments: [t - retention.unusedActivities, limit])
+            for id in unpushed {
+                try db.execute(sql: "DELETE FROM activity_topics WHERE activity_id = ?", arguments: [id])
+                try db.execute(sql: "DELETE FROM activities WHERE id = ?", arguments: [id])
+                n += 1
+            }
+            // …and installations with no user and no activity that stopped reporting.
+            try db.execute(sql: """
+                DELETE FROM installations WHERE rowid IN (SELECT i.rowid FROM installations i INDEXED BY installations_updated WHERE i.updated_at < ? AND i.user_id IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id) LIMIT ?)
+                """, arguments: [t - retention.unusedInstallations, limit])
+            n += db.changesCount
             return n
         }
     }

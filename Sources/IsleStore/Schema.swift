@@ -206,6 +206,9 @@ public enum Schema {
             c("last_status", .integer, null: true), c("last_error", .text, null: true), c("failing_since", .time, null: true),
             c("next_attempt_at", .time, null: true), c("attempts", .integer, default: .integer(0)),
             c("held_by", .text, null: true), c("held_until", .time, null: true),
+            // The API key that made it (nil: the console, or before keys were recorded): it stops
+            // when that key is revoked (docs/events.md).
+            c("key_id", .text, null: true),
         ]),
         // What operators did in the console: who (the admin key), what, when (docs/server.md).
         Table(name: "audit_log", columns: [
@@ -229,6 +232,8 @@ public enum Schema {
         Index(name: "activities_token", table: "activities", columns: ["bundle_id", "update_token"]),
         Index(name: "activities_installation", table: "activities", columns: ["bundle_id", "installation_id", "state"]),
         Index(name: "activities_finished", table: "activities", columns: ["started_at"], condition: "state IN ('ended', 'dismissed', 'unreachable')"),
+        // Live activities nothing was pushed to (the sweep's unused-activity retention).
+        Index(name: "activities_unpushed", table: "activities", columns: ["started_at"], condition: "last_timestamp IS NULL AND state IN ('starting', 'active')"),
         Index(name: "activities_channel", table: "activities", columns: ["channel_id"], only: .postgres),
         Index(name: "activity_topics_lookup", table: "activity_topics", columns: ["bundle_id", "topic"]),
         Index(name: "channels_app", table: "channels", columns: ["bundle_id"]),
@@ -336,13 +341,26 @@ public enum Schema {
                                                         (SELECT a.bundle_id FROM activities a WHERE a.id = deliveries.activity_id))
              """]
         },
+        Change(name: "unpushed activities and webhook keys") { dialect in
+            [indexes.first { $0.name == "activities_unpushed" }!.sql(in: dialect), "ALTER TABLE webhooks ADD COLUMN key_id TEXT"]
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
     static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history"]
 
-    /// The statements that create `names` (and their indexes) as the definition has them.
+    /// Columns a later change adds to a table an earlier change created: that change leaves them out.
+    static let columnsAddedLater: [String: Set<String>] = ["webhooks": ["key_id"]]
+
+    /// The statements that create `names` (and their indexes) as the definition has them, less
+    /// the columns later changes add.
     static func newTables(_ names: [String], _ dialect: Dialect) -> [String] {
-        names.compactMap { table($0)?.sql(in: dialect) } + indexes.filter { names.contains($0.table) && ($0.only == nil || $0.only == dialect) }.map { $0.sql(in: dialect) }
+        names.compactMap { name in
+            table(name).map { t in
+                var t = t
+                t.columns.removeAll { columnsAddedLater[name]?.contains($0.name) == true }
+                return t.sql(in: dialect)
+            }
+        } + indexes.filter { names.contains($0.table) && ($0.only == nil || $0.only == dialect) }.map { $0.sql(in: dialect) }
     }
 }

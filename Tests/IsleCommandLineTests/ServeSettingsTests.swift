@@ -32,6 +32,9 @@ struct ServeSettingsTests {
         #expect(c.quotas.liveActivitiesPerInstallation == 20 && c.quotas.installationsPerUser == 50)
         #expect(c.timeouts.header == .seconds(10) && c.timeouts.body == .seconds(30) && c.timeouts.idle == .seconds(60))
         #expect(c.retention.endedActivities == 30 * 86_400 && c.retention.staleInstallations == 180 * 86_400)
+        #expect(c.retention.unusedActivities == 86_400 && c.retention.unusedInstallations == 7 * 86_400)
+        #expect(c.quotas.newInstallationsPerAddressPerHour == 200 && c.quotas.newActivitiesPerAddressPerHour == 1_000 && c.quotas.connectionsPerAddress == 256)
+        #expect(!c.webhooks.allowPrivate && c.webhooks.allowedHosts == nil)
         #expect(!c.secureCookies)
     }
 
@@ -40,7 +43,10 @@ struct ServeSettingsTests {
         let c = try Self.settings(["--backend-rate", "50/s,burst=100", "--device-rate", "off", "--installation-rate", "2/s", "--address-rate", "10/s,burst=30",
                                    "--auth-failure-rate", "0.2/s,burst=5", "--max-live-activities-per-installation", "3", "--max-installations-per-user", "4",
                                    "--header-timeout", "2.5", "--body-timeout", "7", "--idle-timeout", "15", "--secure-cookies",
-                                   "--keep-ended-activities", "7", "--keep-stale-installations", "90"])
+                                   "--keep-ended-activities", "7", "--keep-stale-installations", "90", "--keep-unused-activities", "0.5", "--keep-unused-installations", "3",
+                                   "--max-new-installations-per-address", "0", "--max-new-activities-per-address", "9", "--max-connections-per-address", "1000", "--webhook-allow-private"])
+        #expect(c.retention.unusedActivities == 43_200 && c.retention.unusedInstallations == 3 * 86_400 && c.webhooks.allowPrivate)
+        #expect(c.quotas.newInstallationsPerAddressPerHour == 0 && c.quotas.newActivitiesPerAddressPerHour == 9 && c.quotas.connectionsPerAddress == 1_000)
         #expect(c.rateLimits[.backend] == RateLimit(perSecond: 50, burst: 100) && c.rateLimits[.device] == .off)
         #expect(c.deviceInstallationLimit == RateLimit(perSecond: 2, burst: 2) && c.deviceAddressLimit == RateLimit(perSecond: 10, burst: 30))
         #expect(c.authFailureLimit == RateLimit(perSecond: 0.2, burst: 5))

@@ -78,6 +78,11 @@ final class ServerFixture: Sendable {
         c.deviceAddressLimit = .off
         c.deviceInstallationLimit = .off
         c.authFailureLimit = .off
+        c.quotas.newInstallationsPerAddressPerHour = 0
+        c.quotas.newActivitiesPerAddressPerHour = 0
+        // Tests' webhook receivers listen on 127.0.0.1; the address rules are tested with this off
+        // (TrustV3Tests).
+        c.webhooks.allowPrivate = true
         tune(&c)
         return c
     }

@@ -135,7 +135,14 @@ struct StoreContractTests {
         let old = t0.addingTimeInterval(-100 * 86_400)
         try await s.insertActivity(ActivityRecord(id: "gone", bundleID: "com.example.pizza", attributesType: "T", state: .ended, startedAt: old, endedAt: old, topics: ["x"]))
         try await s.insertActivity(ActivityRecord(id: "recent", bundleID: "com.example.pizza", attributesType: "T", state: .dismissed, startedAt: t0, endedAt: t0))
-        try await s.insertActivity(ActivityRecord(id: "old-live", bundleID: "com.example.pizza", installationID: "kept", attributesType: "T", state: .active, startedAt: old))
+        try await s.insertActivity(ActivityRecord(id: "old-live", bundleID: "com.example.pizza", installationID: "kept", attributesType: "T", state: .active, startedAt: old, lastTimestamp: 1))
+        // Registrations that never became useful: a live activity nothing was pushed to, past a
+        // day; an installation with no user and no activity, silent for a week (one with a user stays).
+        try await s.insertActivity(ActivityRecord(id: "unpushed", bundleID: "com.example.pizza", installationID: "junk", attributesType: "T", state: .active,
+                                                  startedAt: t0.addingTimeInterval(-86_401), topics: ["u"]))
+        try await s.insertActivity(ActivityRecord(id: "fresh-unpushed", bundleID: "com.example.pizza", attributesType: "T", state: .active, startedAt: t0.addingTimeInterval(-3_600)))
+        try await s.upsertInstallation(InstallationRecord(id: "unused", bundleID: "com.example.pizza", updatedAt: t0.addingTimeInterval(-8 * 86_400)))
+        try await s.upsertInstallation(InstallationRecord(id: "bound", bundleID: "com.example.pizza", userID: "u1", updatedAt: t0.addingTimeInterval(-8 * 86_400)))
         try await s.upsertInstallation(InstallationRecord(id: "kept", bundleID: "com.example.pizza", updatedAt: old.addingTimeInterval(-200 * 86_400)))
         try await s.upsertInstallation(InstallationRecord(id: "silent", bundleID: "com.example.pizza", updatedAt: old.addingTimeInterval(-200 * 86_400)))
         var retention = Retention()
@@ -149,6 +156,11 @@ struct StoreContractTests {
         #expect(try await s.installation(bundleID: "com.example.pizza", id: "kept") != nil)
         #expect(try await s.installation(bundleID: "com.example.pizza", id: "silent") == nil)
         #expect(try await s.installation(bundleID: "com.example.pizza", id: "same") != nil)
+        #expect(try await s.activity(id: "unpushed") == nil)
+        #expect(try await s.activities(bundleID: "com.example.pizza", topic: "u").isEmpty)
+        #expect(try await s.activity(id: "fresh-unpushed") != nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "unused") == nil)
+        #expect(try await s.installation(bundleID: "com.example.pizza", id: "bound") != nil)
     }
 
     @Test("idempotency: the record carries the queued job ids; a live key refuses a second enqueue atomically; an expired one is free again", arguments: StoreKind.allCases)

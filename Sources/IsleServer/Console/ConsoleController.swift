@@ -192,7 +192,7 @@ struct ConsoleController: Sendable {
             let admin = try await required(request, context)
             let form = try await Self.form(request)
             do {
-                let (hook, secret) = try await EventsController(services: services).create(bundleID: admin.bundleID, url: form["url"] ?? "")
+                let (hook, secret) = try await EventsController(services: services).create(bundleID: admin.bundleID, url: form["url"] ?? "", keyID: nil)
                 try await audit(admin, "webhook.create", target: hook.id, detail: hook.url)
                 return try await webhooksPage(admin, notice: nil, created: (hook, secret))
             } catch let e as APIError {

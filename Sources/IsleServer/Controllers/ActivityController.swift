@@ -122,6 +122,8 @@ struct ActivityController {
            try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.installationID != installationID }) {
             throw APIError(.conflict, "externalKeyInUse", "\(key) is the key of a live activity on another installation; the backend ends it first or uses another key", field: "externalKey")
         }
+        // A new row counts against its address's hourly allowance.
+        try services.newActivities.take(context.remoteAddress ?? "unknown")
         let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: r.externalKey, installationID: installationID,
                                attributesType: r.attributesType, attributes: attributes, content: contentState, state: .active, updateToken: r.token, channelID: r.channelID,
                                relevanceScore: r.relevanceScore, startedAt: services.clock.now, topics: r.topics,

@@ -53,6 +53,9 @@ struct InstallationController {
         }
         let userFromTicket = ticketUser
         let presented = request.headers[InstallationSecret.header]
+        // A new installation counts against its address's hourly allowance (registering is free to
+        // anyone holding the app); a known one's reports do not.
+        if try await store.installation(bundleID: caller.bundleID, id: id) == nil { try services.newInstallations.take(context.remoteAddress ?? "unknown") }
         let newSecret = InstallationSecret.make()
         let newHash = InstallationSecret.hash(newSecret)
         let now = services.clock.now

@@ -44,6 +44,11 @@ struct EventsController {
         while true {
             let generation = services.events.generation
             let page = try await services.store.events(bundleID: caller.bundleID, after: after, limit: limit)
+            // A key revoked while this request waited gets nothing written after its revocation.
+            // (Read afresh when the answer would carry events; else from the one-second cache.)
+            guard try await services.apiKeys.isCurrent(id: caller.keyID, bundleID: caller.bundleID, fresh: !page.isEmpty && wait > 0) else {
+                throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
+            }
             let left = deadline - ContinuousClock.now
             if !page.isEmpty || left <= .zero || Task.isCancelled {
                 let next = page.last?.seq ?? after
@@ -60,17 +65,22 @@ struct EventsController {
         let caller = try context.caller(.backend)
         let body = try await Body.read(request)
         try body.only(WireContract.webhookCreation)
-        let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "")
+        let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "", keyID: caller.keyID)
+        // API-made webhooks are in the audit log too, under the key that made them.
+        try await services.store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: "webhook.create", target: hook.id, detail: hook.url, at: services.clock.now))
         var view = try await Self.view(hook, store: services.store).objectValue ?? [:]
         view["secret"] = .string(secret)
         return JSONResponse.make(.object(view), status: .created)
     }
 
     /// A new webhook of the app and its secret (the API's and the console's one way to make one).
-    func create(bundleID: String, url text: String) async throws -> (WebhookRecord, String) {
+    /// `keyID`: the API key making it (nil: the console), whose revocation stops it.
+    func create(bundleID: String, url text: String, keyID: String?) async throws -> (WebhookRecord, String) {
         let url = try Self.endpoint(text)
-        if let host = URLComponents(string: url)?.host, !services.configuration.webhooks.allows(host: host) {
-            throw APIError(.unprocessableContent, "webhookHostNotAllowed", "this server sends webhooks only to \((services.configuration.webhooks.allowedHosts ?? []).joined(separator: ", ")) (isle serve --webhook-hosts); \(host) is not one of them", field: "url")
+        // Checked now, so the backend hears at once; and again before every round of sending.
+        // A name that does not resolve yet is taken (it is checked again before each round).
+        if case .failure(let refusal) = await WebhookTarget.check(url: url, settings: services.configuration.webhooks), refusal.code != "webhookHostUnresolvable" {
+            throw APIError(.unprocessableContent, refusal.code, refusal.message, field: "url")
         }
         let existing = try await services.store.webhooks(bundleID: bundleID)
         guard existing.count < Self.maximumWebhooks else {
@@ -79,7 +89,7 @@ struct EventsController {
         let secret = "whsec_" + Self.random(32)
         let stored = services.configuration.masterKey?.seal(secret, bundleID: bundleID) ?? secret
         let hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: bundleID, url: url, secret: stored, createdAt: services.clock.now,
-                                 cursor: try await services.store.lastEventSeq(bundleID: bundleID))
+                                 cursor: try await services.store.lastEventSeq(bundleID: bundleID), keyID: keyID)
         try await services.store.insertWebhook(hook)
         services.events.ring()
         return (hook, secret)
@@ -112,9 +122,11 @@ struct EventsController {
 
     /// An endpoint Isle can POST to: http or https, a host, no fragment.
     static func endpoint(_ text: String) throws -> String {
+        guard text.utf8.count <= 2000 else { throw APIError.invalid("url", "url must be at most 2000 bytes") }
         guard let url = URLComponents(string: text), let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
-              let host = url.host, !host.isEmpty, url.fragment == nil, !text.contains(where: \.isWhitespace) else {
-            throw APIError.invalid("url", "url must be an absolute http:// or https:// URL with a host and no fragment, e.g. https://backend.example.com/isle-events")
+              let host = url.host, !host.isEmpty, url.fragment == nil, url.user == nil, url.password == nil,
+              !text.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7f }) else {
+            throw APIError.invalid("url", "url must be an absolute http:// or https:// URL with a host, no user or password, no fragment and no control characters, e.g. https://backend.example.com/isle-events")
         }
         return text
     }
@@ -125,13 +137,20 @@ struct EventsController {
     }
 
     /// An endpoint as the API shows it: where it stands, and its failures (never its secret).
-    static func view(_ w: WebhookRecord, store: any EventRepository) async throws -> JSONValue {
+    static func view(_ w: WebhookRecord, store: any EventRepository & APIKeyRepository) async throws -> JSONValue {
         let waiting = try await store.events(bundleID: w.bundleID, after: w.cursor, limit: 1001).count
+        var stopped = false
+        if let id = w.keyID {
+            let key = try await store.apiKeys(bundleID: w.bundleID).first { $0.id == id }
+            stopped = key == nil || key?.revokedAt != nil
+        }
         var o: JSONObject = [
             "id": .string(w.id), "url": .string(w.url), "createdAt": .int(Int64(w.createdAt.timeIntervalSince1970)),
-            "status": .string(w.failingSince != nil ? "failing" : "ok"), "cursor": .string(String(w.cursor)), "delivered": .int(w.delivered),
+            "status": .string(stopped ? "stopped" : w.failingSince != nil ? "failing" : "ok"), "cursor": .string(String(w.cursor)), "delivered": .int(w.delivered),
             "waiting": .int(Int64(min(waiting, 1000))), "waitingMore": .bool(waiting > 1000),
         ]
+        if let id = w.keyID { o["keyID"] = .string(id) }
+        if stopped { o["stoppedBecause"] = .string("the API key that made it was revoked; nothing is sent to it — delete it and make a new one with a current key") }
         if let t = w.lastSuccessAt { o["lastSuccessAt"] = .int(Int64(t.timeIntervalSince1970)) }
         if let since = w.failingSince {
             var f: JSONObject = ["since": .int(Int64(since.timeIntervalSince1970)), "attempts": .int(Int64(w.attempts))]

@@ -5,6 +5,7 @@ import IsleStore
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 
@@ -20,10 +21,12 @@ public struct WebhookSettings: Sendable, Hashable {
     public var lease: TimeInterval = 30
     /// How often the list of endpoints, and events committed by other processes, are looked for.
     public var poll: TimeInterval = 1
-    /// The hosts a webhook may point at (`example.com`, or `*.example.com` for its subdomains);
-    /// nil: any. A backend key can make the server POST to its URL, so a server inside a private
-    /// network should name the hosts it may reach (docs/events.md).
+    /// The only hosts a webhook may point at (`example.com`, or `*.example.com` for its
+    /// subdomains), which may then be private addresses too; nil: any host whose addresses are
+    /// all public (docs/security.md, "Webhooks").
     public var allowedHosts: [String]?
+    /// Webhooks may reach loopback, private and link-local addresses (tests and development).
+    public var allowPrivate = false
     /// The longest long poll of `GET /v1/events` (a proxy in front may cut shorter requests).
     public var maximumPollWait: TimeInterval = 30
     public init() {}
@@ -63,18 +66,23 @@ final class WebhookDispatcher: Service {
     }
 
     func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await self.loop()
+        }
+    }
+
+    /// A client for one round of one endpoint: to the address just checked, whatever the name
+    /// resolves to meanwhile (the name stays the TLS server name), never following a redirect.
+    func client(for target: WebhookTarget) -> HTTPClient {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(Int64(max(1, settings.requestTimeout))))
-        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-        await cancelWhenGracefulShutdown {
-            await self.loop(http)
-        }
-        try? await http.shutdown()
+        if !target.hostIsAddress { configuration.dnsOverride = [target.host: target.address] }
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 
     /// One task per endpoint, so a slow or hanging endpoint delays only its own events.
-    func loop(_ http: HTTPClient) async {
+    func loop() async {
         let state = LoopState()
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
@@ -83,7 +91,7 @@ final class WebhookDispatcher: Service {
                 do {
                     for hook in try await store.allWebhooks() where state.busy.withLock({ $0.insert(hook.id).inserted }) {
                         group.addTask {
-                            let due = await self.serve(hook, http: http)
+                            let due = await self.serve(hook)
                             state.busy.withLock { _ = $0.remove(hook.id) }
                             if let due { state.nextTry.withLock { $0 = min($0 ?? due, due) } }
                         }
@@ -100,23 +108,40 @@ final class WebhookDispatcher: Service {
 
     /// Sends what `hook` has waiting, batch after batch, until it is caught up, fails, or another
     /// process holds it. Returns when to look again sooner than the next poll (a retry's time).
-    func serve(_ initial: WebhookRecord, http: HTTPClient) async -> Date? {
+    func serve(_ initial: WebhookRecord) async -> Date? {
         var hook = initial
         if let at = hook.nextAttemptAt, at > clock.now { return at }
+        var http: HTTPClient?
+        defer { if let http { Task { try? await http.shutdown() } } }
         do {
             // Nothing waiting: no write (the hold) for an idle endpoint.
             guard try await !store.events(bundleID: hook.bundleID, after: hook.cursor, limit: 1).isEmpty else { return nil }
+            // A webhook whose key was revoked stops (docs/events.md): nothing is sent, nothing written.
+            if try await keyRevoked(hook) { return nil }
             guard try await store.holdWebhook(id: hook.id, worker: worker, now: clock.now, lease: settings.lease) else { return nil }
             // Read again under the hold: another instance may have moved the cursor meanwhile.
             guard let current = try await store.webhook(id: hook.id) else { return nil }
             hook = current
+            // Checked at every round, under this server's rules now: a webhook made before a rule
+            // (or a stricter --webhook-hosts) obeys it, and a name resolving elsewhere since is seen.
+            let target: WebhookTarget
+            switch await WebhookTarget.check(url: hook.url, settings: settings) {
+            case .success(let t): target = t
+            case .failure(let refusal):
+                hook.failed(status: 0, error: refusal.message, at: clock.now, maximumBackoff: settings.maximumBackoff)
+                logger.warning("webhook refused: it will be checked again", metadata: ["webhook": "\(hook.id)", "app": "\(hook.bundleID)", "reason": "\(refusal.code)"])
+                _ = try await store.saveWebhookProgress(hook)
+                return hook.nextAttemptAt
+            }
+            let client = self.client(for: target)
+            http = client
             let secret = try masterKey.map { try $0.open(hook.secret, bundleID: hook.bundleID) } ?? hook.secret
             let started = clock.now
             while !Task.isCancelled, clock.now.timeIntervalSince(started) < settings.lease / 2 {
                 let events = try await store.events(bundleID: hook.bundleID, after: hook.cursor, limit: settings.batch)
                 guard let last = events.last else { return nil }
                 let body = JSONValue.object(["events": .array(events.map(\.json))]).jsonBytes
-                let failure = await post(body, to: hook, secret: secret, http: http)
+                let failure = await post(body, to: hook, secret: secret, http: client)
                 if Task.isCancelled { return nil }
                 if let failure {
                     hook.failed(status: failure.status, error: failure.error, at: clock.now, maximumBackoff: settings.maximumBackoff)
@@ -168,14 +193,32 @@ final class WebhookDispatcher: Service {
         }
     }
 
+    /// Whether `hook` was made with an API key that is revoked (or gone) now.
+    func keyRevoked(_ hook: WebhookRecord) async throws -> Bool {
+        guard let keyID = hook.keyID else { return false }
+        let key = try await store.apiKeys(bundleID: hook.bundleID).first { $0.id == keyID }
+        return key == nil || key?.revokedAt != nil
+    }
+
+    /// What the backend is told of a failed request: refused, timed out, the TLS handshake failed,
+    /// or the connection failed — never an errno, a TLS library's text, or anything of the
+    /// endpoint's answer but its status (a webhook must not be a way to probe a network).
     static func describe(_ error: any Error) -> String {
         if let e = error as? HTTPClientError {
             switch e {
-            case .deadlineExceeded, .readTimeout: return "no answer within the timeout"
-            case .connectTimeout: return "could not connect within the timeout"
-            default: return "the request failed: \(e)"
+            case .deadlineExceeded, .readTimeout: return "timed out: no answer within the timeout"
+            case .connectTimeout: return "timed out: could not connect within the timeout"
+            case .remoteConnectionClosed: return "the endpoint closed the connection"
+            default: break
             }
         }
-        return "could not reach the endpoint: \(error)"
+        let text = String(reflecting: error)
+        if text.contains("NIOSSL") || text.contains("BoringSSL") || text.contains("handshake") || text.contains("certificate") {
+            return "the TLS handshake failed (check the endpoint's certificate)"
+        }
+        if error is NIOConnectionError || text.contains("connectionRefused") || text.contains("ECONNREFUSED") || text.contains("connect") {
+            return "could not connect to the endpoint"
+        }
+        return "the request failed"
     }
 }

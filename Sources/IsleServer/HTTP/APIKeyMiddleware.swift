@@ -9,8 +9,9 @@ import IsleStore
 /// which scope they need (``IsleRequestContext/caller(_:)``). A key that is sent but unknown or
 /// revoked is a 401 here, and counts against the client address's failure budget (past it: 429
 /// before any look-up). Each key is rate-limited (429 with `Retry-After`); the device key — the
-/// whole fleet's — also per installation and per client address, so one flooding copy of the app
-/// cannot starve the genuine ones.
+/// whole fleet's — first per client address and per installation, and only then against the
+/// fleet's allowance: a request one address's own limit refuses takes nothing from the fleet, so
+/// one flooding copy of the app cannot starve the genuine ones (docs/security.md, "Limits").
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = IsleRequestContext
     let keys: APIKeyDirectory
@@ -32,11 +33,12 @@ struct APIKeyMiddleware: RouterMiddleware {
             if let authFailures, let wait = authFailures.take(address) { throw KeyedRateLimiter.tooMany("this address sent unknown API keys: it", authFailures.limit, wait) }
             throw APIError(.unauthorized, "unauthenticated", "the API key is unknown or revoked")
         }
-        try limiter?.check(keyID: key.id, scope: key.scope)
         if key.scope == .device {
+            // The caller's own buckets first: what they refuse costs the fleet nothing.
             try perAddress?.check(key.id + " " + address)
             if let installation = Self.installation(of: request) { try perInstallation?.check(key.id + " " + installation) }
         }
+        try limiter?.check(keyID: key.id, scope: key.scope)
         var context = context
         context.caller = Caller(bundleID: key.bundleID, scope: key.scope, keyID: key.id)
         return try await next(request, context)
@@ -44,17 +46,20 @@ struct APIKeyMiddleware: RouterMiddleware {
 }
 
 extension APIKeyMiddleware {
-    /// Which installation a device request acts for: the path's (`/v1/installations/{id}…`), else
-    /// the installation secret it presents (activity calls) — a caller without either is limited
-    /// per address only.
+    /// Which installation a device request acts for, as its bucket's name: the path's
+    /// (`/v1/installations/{id}…`) together with the secret the request presents, else the secret
+    /// alone (activity calls); nil without either (limited per address only). The secret is part of
+    /// the name, so requests without the installation's secret — anyone else's — fill a bucket of
+    /// their own and never the installation's: the limit counts only what could pass the secret
+    /// check the controller then makes (its hash is compared there, in constant time).
     static func installation(of request: Request) -> String? {
         let path = request.uri.path
+        let secret = request.headers[InstallationSecret.header].flatMap { $0.isEmpty ? nil : $0 }
+        let presented = secret.map { String(InstallationSecret.hash($0).prefix(32)) } ?? "-"
         if path.hasPrefix("/v1/installations/") {
-            return "i:" + String(path.dropFirst("/v1/installations/".count).prefix { $0 != "/" }.prefix(Limits.id * 3))
+            return "i:" + String(path.dropFirst("/v1/installations/".count).prefix { $0 != "/" }.prefix(Limits.id * 3)) + " " + presented
         }
-        if let secret = request.headers[InstallationSecret.header], !secret.isEmpty {
-            return "s:" + String(InstallationSecret.hash(secret).prefix(32))
-        }
+        if secret != nil { return "s:" + presented }
         return nil
     }
 }
@@ -65,11 +70,20 @@ extension APIKeyMiddleware {
 final class APIKeyDirectory: Sendable {
     let store: any APIKeyRepository
     private let cache = ExpiringCache<APIKeyRecord?>()
+    private let byID = ExpiringCache<APIKeyRecord?>()
     init(store: any APIKeyRepository) { self.store = store }
 
     func current(hash: String) async throws -> APIKeyRecord? {
         let key = try await cache.value(hash) { try await store.apiKey(secretHash: hash) }
         return key?.revokedAt == nil ? key : nil
+    }
+
+    /// Whether the key `id` of `bundleID` is still valid (read at most once a second): a request
+    /// that outlives a revocation — a long poll — checks it again before it answers.
+    func isCurrent(id: String, bundleID: String, fresh: Bool = false) async throws -> Bool {
+        let load = { try await self.store.apiKeys(bundleID: bundleID).first { $0.id == id } }
+        let key = fresh ? try await load() : try await byID.value(bundleID + "\n" + id, load: load)
+        return key != nil && key?.revokedAt == nil
     }
 
     /// The key with this secret, as ``current(hash:)``.

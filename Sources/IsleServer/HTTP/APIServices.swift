@@ -20,6 +20,9 @@ struct APIServices: Sendable {
     var authFailures: KeyedRateLimiter
     /// The API keys, as the API and the console check them.
     var apiKeys: APIKeyDirectory
+    /// What one client address may create in an hour (installations, activities).
+    var newInstallations: CreationQuota
+    var newActivities: CreationQuota
 
     /// Rung when this process writes events (``EventBell``).
     var events: EventBell { engine.events }

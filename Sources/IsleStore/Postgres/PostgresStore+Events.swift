@@ -73,14 +73,16 @@ extension PostgresStore {
         WebhookRecord(id: try r.string("id"), bundleID: try r.string("bundle_id"), url: try r.string("url"), secret: try r.string("secret"), createdAt: try r.date("created_at"),
                       cursor: try r.int("cursor"), delivered: try r.int("delivered"), lastSuccessAt: try r.optionalDate("last_success_at"),
                       lastFailureAt: try r.optionalDate("last_failure_at"), lastStatus: try r.optionalInt("last_status").map(Int.init), lastError: try r.optionalString("last_error"),
-                      failingSince: try r.optionalDate("failing_since"), nextAttemptAt: try r.optionalDate("next_attempt_at"), attempts: Int(try r.int("attempts")))
+                      failingSince: try r.optionalDate("failing_since"), nextAttemptAt: try r.optionalDate("next_attempt_at"), attempts: Int(try r.int("attempts")),
+                      keyID: try r.optionalString("key_id"))
     }
 
     public func insertWebhook(_ w: WebhookRecord) async throws {
         let log = logger
         try await transaction { conn in
-            try await conn.rows("INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                                [.text(w.id), .text(w.bundleID), .text(w.url), .text(w.secret), .date(w.createdAt), .int(w.cursor), .int(w.delivered), .int(w.attempts)], logger: log)
+            try await conn.rows("INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts, key_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                [.text(w.id), .text(w.bundleID), .text(w.url), .text(w.secret), .date(w.createdAt), .int(w.cursor), .int(w.delivered), .int(w.attempts),
+                                 .text(w.keyID)], logger: log)
         }
     }
 

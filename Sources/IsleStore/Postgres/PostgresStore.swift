@@ -879,6 +879,21 @@ public final class PostgresStore: IsleStore {
                     AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))) LIMIT $2)
                 RETURNING id
                 """, [.date(now.addingTimeInterval(-retention.staleInstallations)), .int(limit)], logger: log).count
+            // Registrations that never became useful (docs/security.md, "Retention"): live
+            // activities nothing was pushed to, long past any phone's 12 hours…
+            let unpushed = try await conn.rows("""
+                SELECT id FROM activities WHERE last_timestamp IS NULL AND state IN ('starting', 'active') AND started_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
+                """, [.date(now.addingTimeInterval(-retention.unusedActivities)), .int(limit)], logger: log).map { try $0.string("id") }
+            if !unpushed.isEmpty {
+                try await conn.rows("DELETE FROM activity_topics WHERE activity_id = ANY($1::text[])", [.texts(unpushed)], logger: log)
+                n += try await conn.rows("DELETE FROM activities WHERE id = ANY($1::text[]) RETURNING id", [.texts(unpushed)], logger: log).count
+            }
+            // …and installations with no user and no activity that stopped reporting.
+            n += try await conn.rows("""
+                DELETE FROM installations WHERE (bundle_id, id) IN (SELECT i.bundle_id, i.id FROM installations i WHERE i.updated_at < $1 AND i.user_id IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.bundle_id = i.bundle_id AND a.installation_id = i.id) LIMIT $2)
+                RETURNING id
+                """, [.date(now.addingTimeInterval(-retention.unusedInstallations)), .int(limit)], logger: log).count
             return n
         }
     }
