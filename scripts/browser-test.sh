@@ -11,6 +11,8 @@ if ! .venv-browser/bin/python -c "import selenium" >/dev/null 2>&1; then
   python3 -m venv .venv-browser && .venv-browser/bin/pip install --quiet selenium
 fi
 source scripts/isle-stack.sh
+# The console's webhook in the test points at a closed port on 127.0.0.1, which webhooks reach only when allowed.
+ISLE_SERVE_FLAGS="${ISLE_SERVE_FLAGS:-} --webhook-allow-private"
 isle_stack 18643
 
 rm -rf artifacts/screenshots && mkdir -p artifacts/screenshots

@@ -36,7 +36,8 @@ DEVICE=$($ISLE key create --database "$DB" --bundle-id com.example.pizza --scope
 TICKET_KEY_ID=$($ISLE app ticket-key create --database "$DB" --bundle-id com.example.pizza --out "$D/ticket.pem")
 
 serve() {
-  $ISLE serve --database "$DB" --port $API --apns-url https://127.0.0.1:$APNS --apns-ca-cert "$D/sim/ca.pem" >> "$D/serve.log" 2>&1 &
+  # The receiver listens on 127.0.0.1, which webhooks may reach only when allowed.
+  $ISLE serve --database "$DB" --port $API --apns-url https://127.0.0.1:$APNS --apns-ca-cert "$D/sim/ca.pem" --webhook-allow-private >> "$D/serve.log" 2>&1 &
   SERVE=$!
   wait_for http://127.0.0.1:$API/health
 }

@@ -389,7 +389,7 @@ extension ServeCommand {
             lines.append("Next: add your app: isle app add\(db) --bundle-id <id> --key AuthKey_<KEYID>.p8 --key-id <KEYID> --team-id <TEAMID> --schema <attributes>.schema.json")
         } else if let app = apps.first(where: { a in !keys.contains { $0.bundleID == a.bundleID && $0.scope == .backend } }) {
             lines.append("Next: a key for \(app.bundleID)'s backend: isle key create\(db) --bundle-id \(app.bundleID) --scope backend (device and admin keys alike)")
-        } else if !keys.contains(where: \.scope.isConsole) {
+        } else if !keys.contains(where: \.scope.actsInConsole) {
             lines.append("Next: a key for the console: isle key create\(db) --bundle-id \(apps[0].bundleID) --scope admin")
         }
         return lines.joined(separator: "\n")
@@ -533,10 +533,10 @@ struct KeyCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create an API key; the secret is printed once and only its hash is stored.")
         @OptionGroup var database: DatabaseOption
         @Option(name: .customLong("bundle-id")) var bundleID: String
-        @Option(help: "backend (start, update, end, read), device (register tokens and state), admin (the web console at /console for this app, nothing else) or server-admin (the console for every app, with an app switcher; it opens on this app).") var scope: String
+        @Option(help: "backend (start, update, end, read), device (register tokens and state), admin (the web console at /console for this app, nothing else), viewer (the console for this app, read-only: every page, no action) or server-admin (the console for every app, with an app switcher; it opens on this app).") var scope: String
 
         func run() async throws {
-            guard let s = APIKeyScope(rawValue: scope) else { throw CLIError("--scope: use backend, device, admin or server-admin") }
+            guard let s = APIKeyScope(rawValue: scope) else { throw CLIError("--scope: use backend, device, admin, viewer or server-admin") }
             let (shown, bundleID) = (database.shownPath, bundleID)
             let (id, secret) = try await database.withStore { store in
                 guard try await store.app(bundleID) != nil else { throw CLIError("--bundle-id: no app \(bundleID) in \(shown); add it first with isle app add") }

@@ -233,6 +233,9 @@ public struct SchemaNotice: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         /// A number in a date field that looks like Unix time (shown ~31 years late).
         case unixTimeInDateField
+        /// A number in a date field that looks like Unix time in milliseconds (JavaScript's
+        /// `Date.now()`): shown tens of thousands of years late.
+        case millisecondsInDateField
         /// An ISO-8601 string in a date field (fails to decode).
         case isoStringInDateField
         /// A `null` value (reported to break decoding on devices even for optionals).
@@ -267,6 +270,15 @@ extension ObjectSchema {
 /// (docs/protocol.md, Validation: "> 1.2·10⁹").
 public let unixTimeHeuristicThreshold: Double = 1.2e9
 
+/// Where the Unix-time heuristic stops: 2³² seconds (2106-02-07). A larger number is not a Unix
+/// time anyone sends — calling `1e15` "Unix time" and printing a "corrected" value for it would be
+/// wrong advice — so it is either milliseconds (``unixMillisecondsHeuristicRange``) or left alone.
+public let unixTimeHeuristicUpperBound: Double = 4_294_967_296
+
+/// Unix time in milliseconds (2008 to 2106) written where a `Date` is expected: the same window as
+/// the seconds heuristic, times 1000.
+public let unixMillisecondsHeuristicRange: Range<Double> = (unixTimeHeuristicThreshold * 1000)..<(unixTimeHeuristicUpperBound * 1000)
+
 extension SchemaType {
     func check(_ value: JSONValue, path: String, into result: inout SchemaDecodingResult) {
         func mismatch(_ found: String? = nil) {
@@ -299,8 +311,11 @@ extension SchemaType {
                 }
                 return mismatch()
             }
-            if n.doubleValue > unixTimeHeuristicThreshold {
+            let v = n.doubleValue
+            if v > unixTimeHeuristicThreshold, v < unixTimeHeuristicUpperBound {
                 result.notices.append(SchemaNotice(kind: .unixTimeInDateField, path: path, value: value))
+            } else if unixMillisecondsHeuristicRange.contains(v) {
+                result.notices.append(SchemaNotice(kind: .millisecondsInDateField, path: path, value: value))
             }
         case .dateRange:
             guard let items = value.arrayValue else { return mismatch() }

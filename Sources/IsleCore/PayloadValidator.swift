@@ -403,6 +403,13 @@ public struct PayloadValidator: Sendable {
                     let shown = Date(timeIntervalSinceReferenceDate: v)
                     add(.unixTimeInDateField, notice.path, "\(notice.value.briefDescription) looks like Unix time, but a Swift Date decodes seconds since 2001: the device would show \(Self.iso(shown)), about 31 years late.",
                         fix: "Send \(Self.number(corrected)) (Unix time − 978307200).")
+                case .millisecondsInDateField:
+                    // Not "Unix time": seconds since 2001 of this size are a date ~50,000 years
+                    // ahead, which `iso` cannot print; the fix is the same conversion after ÷ 1000.
+                    let v = notice.value.numberValue!.doubleValue
+                    let corrected = (v / 1000).rounded(.down) - ActivityKitEncoding.referenceDateOffset
+                    add(.dateInMilliseconds, notice.path, "\(notice.value.briefDescription) looks like Unix time in milliseconds, but a Swift Date decodes seconds since 2001: the device would show a date tens of thousands of years from now.",
+                        fix: "Send \(Self.number(corrected)) (Unix milliseconds ÷ 1000 − 978307200).")
                 case .isoStringInDateField:
                     var fix = "Send seconds since 2001-01-01 (Unix time − 978307200)."
                     if let text = notice.value.stringValue, let date = Self.parseISO(text) {

@@ -75,9 +75,15 @@ public enum APIKeyScope: String, Sendable, Hashable, Codable, CaseIterable {
     /// An operator of the whole server: the console for every app, with an app switcher. Created
     /// on one app (the one the console opens on); never the API.
     case serverAdmin = "server-admin"
+    /// An operator who only looks: every console page of its app, and no action (nothing sent,
+    /// ended, cancelled, retried, paused or resumed, no webhook added or deleted) — for people on
+    /// call or in support who must see what happened without being able to change it. Never the API.
+    case viewer
 
     /// A key that signs in to the console.
-    public var isConsole: Bool { self == .admin || self == .serverAdmin }
+    public var isConsole: Bool { self == .admin || self == .serverAdmin || self == .viewer }
+    /// A console key that may act, not only look: every console key but a viewer.
+    public var actsInConsole: Bool { self == .admin || self == .serverAdmin }
 }
 
 /// An API key, stored as a SHA-256 hash of the secret.

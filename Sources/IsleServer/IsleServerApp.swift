@@ -68,7 +68,9 @@ public final class IsleServerApp: Service {
     /// middleware; one controller per resource.
     static func buildRouter(services: APIServices, limiter: RateLimiter?, perInstallation: KeyedRateLimiter? = nil, perAddress: KeyedRateLimiter? = nil) -> Router<IsleRequestContext> {
         let router = Router(context: IsleRequestContext.self)
-        if let tracer = services.configuration.tracer { router.add(middleware: RequestTracingMiddleware(tracer: tracer)) }
+        // HTTPS: browsers keep to HTTPS for a year (docs/security.md).
+        if services.configuration.tls != nil { router.add(middleware: HSTSMiddleware()) }
+        if let tracer = services.configuration.tracer { router.add(middleware: RequestTracingMiddleware(tracer: tracer, keys: services.apiKeys)) }
         router.add(middleware: ClientAddressMiddleware(trusted: services.configuration.trustedProxies))
         router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: services.logger))

@@ -1,6 +1,11 @@
 public import Foundation
 import GRDB
 import IsleCore
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 // Events and webhooks (docs/events.md). One process writes a SQLite file, one transaction at a
 // time, so the order of the inserts is the commit order: an event's place in the stream (`seq`)
@@ -188,23 +193,102 @@ extension SQLiteStore {
     /// copy (`PRAGMA integrity_check`). Returns the copy's size in bytes.
     @discardableResult
     public func backup(to path: String) throws -> Int64 {
+        try writeBackup(to: path, check: true)
+    }
+
+    /// The backup is written to a temporary file beside `path` (0600, a new name), checked, synced
+    /// to disk, and only then given its name: a backup killed or failed mid-copy never leaves a
+    /// partial file under the name an operator would restore from (and a failed one leaves nothing).
+    /// The name is taken without replacing anything: a file that appeared there meanwhile is kept.
+    ///
+    /// `beforeNaming` runs with the temporary file's path once it is complete (tests stop there).
+    func writeBackup(to path: String, check: Bool, beforeNaming: (String) throws -> Void = { _ in }) throws -> Int64 {
         guard !FileManager.default.fileExists(atPath: path) else { throw StoreError(.conflict, "\(path) exists; give a new file (a backup never overwrites)") }
-        guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
-            throw StoreError(.unavailable, "cannot create \(path)")
-        }
+        let temporary = try BackupFile.create(beside: path)
         do {
-            let target = try DatabaseQueue(path: path)
-            try pool.backup(to: target)
-            let check = try target.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") }
-            guard check == ["ok"] else { throw StoreError(.unavailable, "the backup at \(path) fails SQLite's integrity check: \(check.prefix(3).joined(separator: "; "))") }
-            try target.close()
+            let target = try DatabaseQueue(path: temporary)
+            do {
+                try pool.backup(to: target)
+                if check {
+                    let result = try target.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") }
+                    guard result == ["ok"] else { throw StoreError(.unavailable, "the backup to \(path) fails SQLite's integrity check: \(result.prefix(3).joined(separator: "; "))") }
+                }
+                try target.close()
+            } catch {
+                try? target.close()
+                throw error
+            }
+            // Closed, the copy is whole in its one file: a write-ahead log left beside it would be
+            // part of the database that naming the file alone would lose.
+            if let wal = try? FileManager.default.attributesOfItem(atPath: temporary + "-wal"), ((wal[.size] as? NSNumber)?.int64Value ?? 0) > 0 {
+                throw StoreError(.unavailable, "the backup to \(path) was left with a write-ahead log; nothing was written under that name")
+            }
+            try BackupFile.sync(temporary)
+            try beforeNaming(temporary)
+            try BackupFile.name(temporary, as: path)
         } catch let e as StoreError {
-            try? FileManager.default.removeItem(atPath: path)
+            BackupFile.remove(temporary)
             throw e
         } catch {
-            try? FileManager.default.removeItem(atPath: path)
+            BackupFile.remove(temporary)
             throw StoreError(.unavailable, "the backup to \(path) failed: \(error)")
         }
         return ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value) ?? 0
+    }
+}
+
+/// The file system steps of a backup that must not leave a partial file under the final name.
+enum BackupFile {
+    /// `code`: `errno`, read before `what` is built.
+    static func failure(_ code: Int32, _ what: String) -> StoreError {
+        StoreError(.unavailable, "\(what): \(String(cString: strerror(code)))")
+    }
+
+    /// A new, empty file (mode 0600, created with O_EXCL: never one that exists) in the directory of
+    /// `path`, so that naming it is a link within one file system. Hidden, and named after `path`,
+    /// so that one left by a killed process says what it was.
+    static func create(beside path: String) throws -> String {
+        let url = URL(fileURLWithPath: path)
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).partial-\(UUID().uuidString.prefix(8))").path
+        let fd = open(temporary, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure(errno, "cannot create the backup's temporary file \(temporary)") }
+        close(fd)
+        return temporary
+    }
+
+    /// Writes the file's data to disk before it gets its name: after a crash, the name holds the
+    /// whole backup or does not exist.
+    static func sync(_ path: String) throws {
+        let fd = open(path, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { throw failure(errno, "cannot open \(path) to sync it") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw failure(errno, "cannot sync \(path) to disk") }
+    }
+
+    /// Gives `temporary` the name `path` in one step, never replacing a file there: a hard link
+    /// (which fails if the name exists), then the temporary name removed. On a file system
+    /// without hard links, `rename` (which would replace, so the name is checked free first).
+    static func name(_ temporary: String, as path: String) throws {
+        if link(temporary, path) == 0 {
+            unlink(temporary)
+        } else if errno == EEXIST {
+            throw StoreError(.conflict, "\(path) exists; give a new file (a backup never overwrites)")
+        } else {
+            guard !FileManager.default.fileExists(atPath: path) else {
+                throw StoreError(.conflict, "\(path) exists; give a new file (a backup never overwrites)")
+            }
+            guard rename(temporary, path) == 0 else { throw failure(errno, "cannot name the backup \(path)") }
+        }
+        // The new name itself to disk (best effort: some file systems cannot sync a directory).
+        let directory = open(URL(fileURLWithPath: path).deletingLastPathComponent().path, O_RDONLY | O_CLOEXEC)
+        if directory >= 0 {
+            _ = fsync(directory)
+            close(directory)
+        }
+    }
+
+    /// The temporary file and any companion SQLite left beside it.
+    static func remove(_ temporary: String) {
+        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(temporary + suffix) }
     }
 }

@@ -983,14 +983,11 @@ public final class SQLiteStore: IsleStore {
 
     // MARK: Copying (`isle db copy`)
 
-    /// A consistent copy of the whole database in a new file at `path` (created 0600).
+    /// A consistent copy of the whole database in a new file at `path` (0600), written beside it
+    /// and named only once complete (``writeBackup(to:check:beforeNaming:)``): never a partial file
+    /// under that name.
     public func backup(to path: String) async throws {
-        guard !FileManager.default.fileExists(atPath: path) else { throw StoreError(.conflict, "\(path) exists; choose a new file") }
-        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw StoreError(.unavailable, "cannot create \(path): \(String(cString: strerror(errno)))") }
-        close(fd)
-        let destination = try DatabaseQueue(path: path)
-        try pool.backup(to: destination)
+        _ = try writeBackup(to: path, check: false)
     }
 
     /// Every row of `table` (one of ``DataCopy/tables``), as stored.

@@ -28,7 +28,7 @@ struct ConsoleActionsTests {
             #expect(cancelled.status == 303 && cancelled.location?.hasPrefix("/console/activities/\(id)?done=") == true)
             #expect(try await SQLiteStore(path: f.databasePath).job(id: job)?.state == .dropped)
             let again = try await C.send(f, "POST", "/console/jobs/\(job)/cancel", form: [:], cookie: cookie)
-            #expect(again.location?.contains("not%20cancelled") == true)
+            #expect(again.location?.contains("done=jobNotCancelled") == true)
             #expect(!(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie)).text.contains("data-job=\"\(job)\""))
 
             // A 503: the push waits for its retry; "Retry now" sends it at once (the clock does not move).
@@ -43,7 +43,7 @@ struct ConsoleActionsTests {
             #expect(retried.status == 303)
             try await f.waitForDevice("the retried push delivered") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Retried" }
             // A job of another app, or one that does not exist: not found, nothing changes.
-            #expect(try await C.send(f, "POST", "/console/jobs/999999/retry", form: [:], cookie: cookie).location?.contains("not%20retried") == true)
+            #expect(try await C.send(f, "POST", "/console/jobs/999999/retry", form: [:], cookie: cookie).location?.contains("done=jobNotRetried") == true)
             #expect(try await C.send(f, "POST", "/console/jobs/abc/retry", form: [:], cookie: cookie).status == 400)
 
             let audit = try await C.send(f, "GET", "/console/audit", cookie: cookie).text
@@ -104,7 +104,7 @@ struct ConsoleActionsTests {
         try await ServerFixture.with { f in
             let (a, id) = try await f.appStartsActivity(key: "order-pause")
             let cookie = try await C.signIn(f)
-            #expect(try await C.send(f, "POST", "/console/app/pause", form: ["reason": ""], cookie: cookie).location?.contains("Not%20paused") == true)
+            #expect(try await C.send(f, "POST", "/console/app/pause", form: ["reason": ""], cookie: cookie).location?.contains("done=pauseNeedsReason") == true)
             let paused = try await C.send(f, "POST", "/console/app/pause", form: ["reason": "wrong copy in the alerts"], cookie: cookie)
             #expect(paused.status == 303 && paused.location?.contains("Paused") == true)
             let app = try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]
@@ -214,7 +214,7 @@ struct ConsoleActionsTests {
             #expect(switched.status == 303)
             #expect(try await C.send(f, "GET", "/console", cookie: cookie).text.contains("<h1>com.example.tacos</h1>"))
             #expect(try await C.send(f, "GET", "/console/audit", cookie: cookie).text.contains(">app.switch<"))
-            #expect(try await C.send(f, "POST", "/console/switch", form: ["app": "com.example.none"], cookie: cookie).location?.contains("No%20app") == true)
+            #expect(try await C.send(f, "POST", "/console/switch", form: ["app": "com.example.none"], cookie: cookie).location?.contains("done=noSuchApp") == true)
             // Bearer: ?app= picks the app.
             #expect(try await C.send(f, "GET", "/console?app=com.example.tacos", bearer: wide.secret).text.contains("<h1>com.example.tacos</h1>"))
             #expect(try await C.send(f, "GET", "/console?app=com.example.none", bearer: wide.secret).status == 404)

@@ -15,6 +15,8 @@ struct TLSTests {
         let leaf = try ca.issueServerCertificate()
         try leaf.certificatePEM.write(toFile: cert, atomically: true, encoding: .utf8)
         try leaf.privateKeyPEM.write(toFile: key, atomically: true, encoding: .utf8)
+        // A key others can read is refused (docs/security.md).
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key)
     }
 
     /// AsyncHTTPClient retries a refused handshake until the request's deadline: the refusals are

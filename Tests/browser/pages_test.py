@@ -242,7 +242,7 @@ def console_actions(browser, wait, activity_url):
     # The webhook shows its failure (the app's events since it was added went nowhere).
     browser.get(SERVER + "/console/webhooks")
     wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#webhooks td.status").text == "failing" or (b.refresh() and False))
-    assert "no answer" in browser.find_element(By.CSS_SELECTOR, "#webhooks td.failure").text
+    assert "could not connect" in browser.find_element(By.CSS_SELECTOR, "#webhooks td.failure").text
     shot(browser, "console-7-webhooks.png")
     browser.find_element(By.CSS_SELECTOR, "#webhooks button.delete").click()
     wait.until(lambda b: "deleted" in b.find_element(By.ID, "notice").text)

@@ -11,9 +11,11 @@ import Synchronization
 /// that validates an update or end with IsleCore's validator before it is queued.
 ///
 /// Never open: a key of the `admin` scope signs in (`isle key create --scope admin`), backend and
-/// device keys are refused. The session is a random token in an HttpOnly, SameSite=Strict cookie
-/// (the key itself is not stored in the browser); `Authorization: Bearer <admin key>` works too.
-/// Every page is server-rendered and escapes what it prints.
+/// device keys are refused. A `viewer` key signs in too and sees every page of its app, but acts on
+/// nothing: each action answers 403 and its pages show no action. The session is a random token in
+/// an HttpOnly, SameSite=Strict cookie (the key itself is not stored in the browser);
+/// `Authorization: Bearer <admin key>` works too. Every page is server-rendered and escapes what
+/// it prints; the notice an action leaves (`?done=`) is one of a fixed set of texts, never the link's.
 struct ConsoleController: Sendable {
     let services: APIServices
     let sessions = ConsoleSessions()
@@ -21,7 +23,7 @@ struct ConsoleController: Sendable {
     func addRoutes(to router: Router<IsleRequestContext>) {
         router.get("console") { request, context in
             guard let admin = try await admin(request, context) else { return page("Sign in", ConsolePages.login(error: nil), status: .ok) }
-            return page(admin.bundleID, try await dashboard(admin, notice: request.uri.queryParameters["done"].map(String.init)))
+            return page(admin.bundleID, try await dashboard(admin, notice: try await notice(request, admin)))
         }
         router.get("console/console.js") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/javascript; charset=utf-8", .cacheControl: "no-cache"],
@@ -75,11 +77,11 @@ struct ConsoleController: Sendable {
         router.get("console/activities/:activity") { request, context in
             let admin = try await required(request, context)
             let a = try await activity(admin, try context.parameters.require("activity"))
-            return try await activityPage(admin, a, compose: .init(), notice: request.uri.queryParameters["done"].map(String.init))
+            return try await activityPage(admin, a, compose: .init(), notice: try await notice(request, admin))
         }
         router.post("console/activities/:activity/compose") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "send updates and ends")
             let a = try await activity(admin, try context.parameters.require("activity"))
             let form = try await Self.form(request)
             var compose = ConsolePages.Compose(event: form["event"] == "end" ? "end" : "update", body: form["body"] ?? "")
@@ -96,10 +98,11 @@ struct ConsoleController: Sendable {
             let status: HTTPResponse.Status = compose.error != nil || !compose.warnings.isEmpty ? .unprocessableContent : .ok
             return try await activityPage(admin, a, compose: compose, status: status)
         }
-        // Operator actions: each is a form post from the console's pages, written to the audit log.
+        // Operator actions: each is a form post from the console's pages, written to the audit log,
+        // refused to a viewer before it reads anything.
         router.post("console/activities/:activity/end") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "end activities")
             let a = try await activity(admin, try context.parameters.require("activity"))
             var compose = ConsolePages.Compose(event: "end", body: "{}")
             compose.confirmed = true
@@ -112,27 +115,27 @@ struct ConsoleController: Sendable {
         }
         router.post("console/jobs/:job/cancel") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "cancel jobs")
             let id = try Self.jobID(context)
             let back = try await Self.form(request)["back"] ?? "/console"
             guard let job = try await services.store.cancelJob(id: id, bundleID: admin.bundleID, reason: "cancelled by an operator (key \(admin.keyID))") else {
-                return redirect(back, notice: "Job \(id) was not cancelled: it is in flight, finished, or not this app's.")
+                return redirect(back, .jobNotCancelled, job: id)
             }
             services.engine.wake()
             try await audit(admin, "job.cancel", target: "job \(id)", detail: "\(job.kind.rawValue)\(job.activityID.map { " to activity \($0)" } ?? ""), \(job.state.rawValue)")
-            return redirect(back, notice: "Job \(id) cancelled.")
+            return redirect(back, .jobCancelled, job: id)
         }
         router.post("console/jobs/:job/retry") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "retry jobs")
             let id = try Self.jobID(context)
             let back = try await Self.form(request)["back"] ?? "/console"
             guard try await services.store.retryJobNow(id: id, bundleID: admin.bundleID, now: services.clock.now) else {
-                return redirect(back, notice: "Job \(id) was not retried: only a queued job can be sent now.")
+                return redirect(back, .jobNotRetried, job: id)
             }
             services.engine.wake()
             try await audit(admin, "job.retry", target: "job \(id)", detail: nil)
-            return redirect(back, notice: "Job \(id) goes now.")
+            return redirect(back, .jobRetried, job: id)
         }
         router.post("console/switch") { request, context in
             try checkOrigin(request)
@@ -140,27 +143,27 @@ struct ConsoleController: Sendable {
             guard admin.serverWide else { throw APIError(.forbidden, "wrongScope", "switching apps needs a server-admin key (isle key create --scope server-admin)") }
             let app = try await Self.form(request)["app"] ?? ""
             guard !app.unicodeScalars.contains("\u{0}"), app.utf8.count <= 256 else { throw APIError.invalid("app", "app must be a bundle id of this server") }
-            guard try await services.store.app(app) != nil else { return redirect("/console", notice: "No app \(app) on this server.") }
-            guard let token = Self.cookie(request), sessions.switchApp(token, to: app) else { return redirect("/console", notice: "Switching needs a signed-in session.") }
+            guard try await services.store.app(app) != nil else { return redirect("/console", .noSuchApp) }
+            guard let token = Self.cookie(request), sessions.switchApp(token, to: app) else { return redirect("/console", .switchNeedsSession) }
             try await audit(Admin(bundleID: app, keyID: admin.keyID, serverWide: true), "app.switch", target: app, detail: "from \(admin.bundleID)")
-            return redirect("/console", notice: "Now looking at \(app).")
+            return redirect("/console", .appSwitched)
         }
         router.post("console/app/pause") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "pause the app")
             let reason = (try await Self.form(request)["reason"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
             guard !reason.unicodeScalars.contains("\u{0}") else { throw APIError.invalid("reason", "reason holds U+0000; write the reason as text") }
-            guard !reason.isEmpty, reason.count <= 500 else { return redirect("/console", notice: "Not paused: say why (up to 500 characters), for the audit log and the other operators.") }
+            guard !reason.isEmpty, reason.count <= 500 else { return redirect("/console", .pauseNeedsReason) }
             let paused = try await AppControl(services: services).pause(bundleID: admin.bundleID, keyID: admin.keyID, reason: reason)
             try await audit(admin, "app.pause", target: admin.bundleID, detail: reason)
-            return redirect("/console", notice: paused ? "Paused: nothing is sent for the app until it is resumed." : "Was paused already; the reason is updated.")
+            return redirect("/console", paused ? .appPaused : .appPausedAlready)
         }
         router.post("console/app/resume") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "resume the app")
             let lifted = try await AppControl(services: services).resume(bundleID: admin.bundleID, keyID: admin.keyID)
             try await audit(admin, "app.resume", target: admin.bundleID, detail: lifted ? "an operator's pause lifted" : "a probe now")
-            return redirect("/console", notice: lifted ? "Resumed: the app's pushes go again." : "Not paused by an operator; a paused or backing-off app is probed now.")
+            return redirect("/console", lifted ? .appResumed : .appProbed)
         }
         router.get("console/history") { request, context in
             let admin = try await required(request, context)
@@ -185,11 +188,11 @@ struct ConsoleController: Sendable {
         }
         router.get("console/webhooks") { request, context in
             let admin = try await required(request, context)
-            return try await webhooksPage(admin, notice: request.uri.queryParameters["done"].map(String.init))
+            return try await webhooksPage(admin, notice: try await notice(request, admin))
         }
         router.post("console/webhooks") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "add webhooks")
             let form = try await Self.form(request)
             do {
                 let (hook, secret) = try await EventsController(services: services).create(bundleID: admin.bundleID, url: form["url"] ?? "", keyID: nil)
@@ -201,13 +204,14 @@ struct ConsoleController: Sendable {
         }
         router.post("console/webhooks/:webhook/delete") { request, context in
             try checkOrigin(request)
-            let admin = try await required(request, context)
+            let admin = try await acting(request, context, "delete webhooks")
             let id = try context.parameters.require("webhook")
             guard let hook = try await services.store.webhook(id: id), hook.bundleID == admin.bundleID, try await services.store.deleteWebhook(id: id) else {
-                return redirect("/console/webhooks", notice: "No webhook \(id).")
+                return redirect("/console/webhooks", .webhookNotFound)
             }
             try await audit(admin, "webhook.delete", target: id, detail: hook.url)
-            return redirect("/console/webhooks", notice: "Webhook \(id) deleted.")
+            // Named by the audit log, not the notice: once deleted, no id in a link can be checked as the app's.
+            return redirect("/console/webhooks", .webhookDeleted)
         }
     }
 
@@ -219,6 +223,8 @@ struct ConsoleController: Sendable {
         var keyID: String
         /// A server-admin key: may switch to any app.
         var serverWide = false
+        /// A viewer key: sees every page of its app, acts on nothing.
+        var readOnly = false
     }
 
     /// `; Secure` when the console is reached over HTTPS (`--secure-cookies`).
@@ -230,7 +236,7 @@ struct ConsoleController: Sendable {
     func admin(_ request: Request, _ context: IsleRequestContext) async throws -> Admin? {
         if let token = Self.cookie(request), let s = sessions.find(token, now: services.clock.now) {
             if let key = try await services.apiKeys.current(hash: s.keyHash) {
-                if key.scope == .admin, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id) }
+                if key.scope == .admin || key.scope == .viewer, key.bundleID == s.bundleID { return Admin(bundleID: key.bundleID, keyID: key.id, readOnly: key.scope == .viewer) }
                 // A server-wide key looks at the app its session switched to.
                 if key.scope == .serverAdmin { return Admin(bundleID: s.bundleID, keyID: key.id, serverWide: true) }
             }
@@ -257,12 +263,23 @@ struct ConsoleController: Sendable {
             }
             return Admin(bundleID: key.bundleID, keyID: key.id, serverWide: true)
         }
-        return Admin(bundleID: key.bundleID, keyID: key.id)
+        return Admin(bundleID: key.bundleID, keyID: key.id, readOnly: key.scope == .viewer)
     }
 
     func required(_ request: Request, _ context: IsleRequestContext) async throws -> Admin {
         guard let a = try await admin(request, context) else { throw APIError(.unauthorized, "signInRequired", "sign in at /console with an admin key") }
         return a
+    }
+
+    /// The signed-in operator of an action (`what`, as in "an admin key can …"): a viewer key is
+    /// read-only, so the action is a 403 before it reads its form or changes anything — hiding the
+    /// forms from a viewer's pages is for the eye, this is the rule.
+    func acting(_ request: Request, _ context: IsleRequestContext, _ what: String) async throws -> Admin {
+        let admin = try await required(request, context)
+        guard !admin.readOnly else {
+            throw APIError(.forbidden, "readOnly", "this key is read-only (viewer); an admin key can \(what) (isle key create --scope admin)")
+        }
+        return admin
     }
 
     /// A form post must come from the console's own page (the cookie is SameSite=Strict too).
@@ -281,12 +298,23 @@ struct ConsoleController: Sendable {
         return id
     }
 
-    /// Back to a console page, with a notice in its query (`?done=`); only console paths.
-    func redirect(_ back: String, notice: String) -> Response {
+    /// Back to a console page, with a notice's code in its query (`?done=<code>`, and `&job=<id>`
+    /// for a job, which the page names only once it checked the job is the app's); only console paths.
+    func redirect(_ back: String, _ notice: ConsolePages.Notice, job: Int64? = nil) -> Response {
         let path = back.hasPrefix("/console") && !back.contains("//") ? back.split(separator: "?").first.map(String.init) ?? "/console" : "/console"
-        var allowed = CharacterSet.urlQueryAllowed
-        allowed.remove(charactersIn: "&=+#")
-        return Response(status: .seeOther, headers: [.location: "\(path)?done=\(notice.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"])
+        return Response(status: .seeOther, headers: [.location: "\(path)?done=\(notice.rawValue)\(job.map { "&job=\($0)" } ?? "")"])
+    }
+
+    /// The text of the notice in the page's query (`?done=<code>`): one of the fixed texts, or
+    /// nothing for a code that is not one. Whoever made the link chose the query, so it puts no
+    /// words of its own under the app's name: a job's id (`&job=`) is named only when it is a job
+    /// of the app the operator looks at, else the text says "the job".
+    func notice(_ request: Request, _ admin: Admin) async throws -> String? {
+        let query = request.uri.queryParameters
+        guard let code = query["done"], let notice = ConsolePages.Notice(rawValue: String(code)) else { return nil }
+        var job: Int64?
+        if notice.aboutJob, let text = query["job"], let id = Int64(String(text)), id > 0, try await services.store.job(id: id)?.bundleID == admin.bundleID { job = id }
+        return notice.text(job: job, app: admin.bundleID)
     }
 
     func audit(_ admin: Admin, _ action: String, target: String?, detail: String?) async throws {
@@ -299,13 +327,14 @@ struct ConsoleController: Sendable {
         let used = try await services.store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
         let app = try await services.app(admin.bundleID)
         let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
-        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: (used, limit), now: services.clock.now, compose: compose, notice: notice), status: status)
+        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: (used, limit), now: services.clock.now, compose: compose, notice: notice,
+                                                                 canAct: !admin.readOnly), status: status)
     }
 
     func webhooksPage(_ admin: Admin, notice: String?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         var views: [JSONValue] = []
         for hook in try await services.store.webhooks(bundleID: admin.bundleID) { views.append(try await EventsController.view(hook, store: services.store)) }
-        return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error), status: status)
+        return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error, canAct: !admin.readOnly), status: status)
     }
 
     // MARK: Data
@@ -324,15 +353,40 @@ struct ConsoleController: Sendable {
         let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
         let apps = admin.serverWide ? try await services.store.apps().map(\.bundleID) : []
         return ConsolePages.dashboard(app: app, apps: apps, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin),
-                                      queue: queue, now: services.clock.now, notice: notice)
+                                      queue: queue, now: services.clock.now, notice: notice, canAct: !admin.readOnly)
     }
 
+    /// The most open jobs the live figures count; past it they read "at least" (`queueMore`).
+    static let statsQueueLimit = 1000
+
+    /// The live figures of the app the operator looks at, and only its own: the engine's counters
+    /// and `openJobCounts()` are the whole server's (every app's, in `/metrics`), which under one
+    /// app's name would show other apps' traffic to its operators. So: its open jobs by state,
+    /// counted from its own queue (at most ``statsQueueLimit``); its deliveries over the last hour,
+    /// and the send rate over the last five whole minutes, from the history the store keeps per app
+    /// (every instance adds to it every few seconds: the app's figures across instances, a few
+    /// seconds behind).
     func stats(_ admin: Admin) async throws -> JSONValue {
-        let open = try await services.store.openJobCounts()
-        let counts = services.engine.counters.snapshot
-        return ["queued": .int(Int64(open[.queued] ?? 0)), "scheduled": .int(Int64(open[.scheduled] ?? 0)), "inFlight": .int(Int64(open[.claimed] ?? 0)),
-                "sent": .int(Int64(counts["sent"] ?? 0)), "failed": .int(Int64(counts["failed"] ?? 0)), "retried": .int(Int64(counts["retried"] ?? 0)),
-                "at": .double(services.clock.now.timeIntervalSince1970)]
+        let store = services.store
+        let bundleID = admin.bundleID
+        let open = try await store.openJobs(bundleID: bundleID, activityID: nil, limit: Self.statsQueueLimit + 1)
+        var states: [PushJobState: Int] = [:]
+        for job in open.prefix(Self.statsQueueLimit) { states[job.state, default: 0] += 1 }
+        let now = services.clock.now
+        let minute = Date(timeIntervalSince1970: (now.timeIntervalSince1970 / 60).rounded(.down) * 60)
+        // Totals per metric, summed over whatever buckets the span falls in (their size does not matter).
+        func totals(from: Date, to: Date) async throws -> [String: Int64] {
+            var t: [String: Int64] = [:]
+            for p in try await store.history(bundleID: bundleID, from: from, to: to, bucket: 7200) { t[p.metric, default: 0] += p.count }
+            return t
+        }
+        let hour = try await totals(from: minute.addingTimeInterval(-3600), to: minute.addingTimeInterval(60))
+        let recent = try await totals(from: minute.addingTimeInterval(-300), to: minute)
+        return ["queued": .int(Int64(states[.queued] ?? 0)), "scheduled": .int(Int64(states[.scheduled] ?? 0)), "inFlight": .int(Int64(states[.claimed] ?? 0)),
+                "queueMore": .bool(open.count > Self.statsQueueLimit),
+                "sent": .int(hour[HistoryMetric.delivered] ?? 0), "failed": .int(hour[HistoryMetric.failed] ?? 0), "retried": .int(hour[HistoryMetric.retried] ?? 0),
+                "rate": .double(Double(recent[HistoryMetric.delivered] ?? 0) / 300),
+                "at": .double(now.timeIntervalSince1970)]
     }
 
     func search(_ admin: Admin, _ q: ConsolePages.Query) async throws -> [ActivityRecord] {

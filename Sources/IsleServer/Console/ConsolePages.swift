@@ -44,7 +44,7 @@ enum ConsolePages {
     static let refusedKey = "That key cannot sign in here: the console takes an admin key of this server that was not revoked."
 
     static func login(error: String?) -> String {
-        var h = "<h1>Sign in</h1><p>The console takes an <b>admin</b> key: <code>isle key create --bundle-id … --scope admin</code>.</p>"
+        var h = "<h1>Sign in</h1><p>The console takes an <b>admin</b> key: <code>isle key create --bundle-id … --scope admin</code>, or a read-only <b>viewer</b> key (<code>--scope viewer</code>).</p>"
         if let error { h += "<p class=\"error\" role=\"alert\">\(e(error))</p>" }
         h += """
         <form method="post" action="/console/login"><label for="key">Admin key</label>
@@ -54,16 +54,57 @@ enum ConsolePages {
         return h
     }
 
-    static func dashboard(app: AppRecord, apps: [String], status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?) -> String {
+    /// What a viewer's pages say instead of their actions.
+    static let readOnlyNote = "<p class=\"muted\" id=\"read-only\">Read-only: this is a viewer key. Sending, ending, cancelling, pausing and webhooks need an admin key.</p>"
+
+    /// What a console action says after its redirect: `?done=<code>`, with `&job=<id>` for a job.
+    /// Only these texts can appear in the status box under the app's name — a link someone else
+    /// made puts no words of its own there; an unknown code shows nothing.
+    enum Notice: String, CaseIterable, Sendable {
+        case jobCancelled, jobNotCancelled, jobRetried, jobNotRetried
+        case appPaused, appPausedAlready, pauseNeedsReason, appResumed, appProbed
+        case appSwitched, noSuchApp, switchNeedsSession
+        case webhookDeleted, webhookNotFound
+
+        /// A notice about a job, whose id the link may carry.
+        var aboutJob: Bool { self == .jobCancelled || self == .jobNotCancelled || self == .jobRetried || self == .jobNotRetried }
+
+        /// The text. `job`: only a job the caller checked is the app's (else the text names none);
+        /// `app`: the app the console looks at.
+        func text(job: Int64?, app: String) -> String {
+            let named = job.map { "Job \($0)" } ?? "The job"
+            switch self {
+            case .jobCancelled: return "\(named) cancelled."
+            case .jobNotCancelled: return "\(named) was not cancelled: it is in flight, finished, or not this app's."
+            case .jobRetried: return "\(named) goes now."
+            case .jobNotRetried: return "\(named) was not retried: only a queued job can be sent now."
+            case .appPaused: return "Paused: nothing is sent for the app until it is resumed."
+            case .appPausedAlready: return "Was paused already; the reason is updated."
+            case .pauseNeedsReason: return "Not paused: say why (up to 500 characters), for the audit log and the other operators."
+            case .appResumed: return "Resumed: the app's pushes go again."
+            case .appProbed: return "Not paused by an operator; a paused or backing-off app is probed now."
+            case .appSwitched: return "Now looking at \(app)."
+            case .noSuchApp: return "No such app on this server."
+            case .switchNeedsSession: return "Switching needs a signed-in session."
+            case .webhookDeleted: return "Webhook deleted."
+            case .webhookNotFound: return "No such webhook of this app."
+            }
+        }
+    }
+
+    static func dashboard(app: AppRecord, apps: [String], status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?, canAct: Bool) -> String {
         // A server-wide operator switches between the server's apps.
         let switcher = apps.isEmpty ? "" : """
             <form method="post" action="/console/switch" class="switch"><label for="app">App</label><select id="app" name="app">\(apps.map { "<option value=\"\(e($0))\"\($0 == app.bundleID ? " selected" : "")>\(e($0))</option>" }.joined())</select>
             <button type="submit" id="switch-app">Switch</button></form>
             """
-        let control = paused
+        let control = !canAct ? readOnlyNote : paused
             ? "<form method=\"post\" action=\"/console/app/resume\" class=\"inline\"><button type=\"submit\" id=\"resume-app\">Resume the app</button></form>"
             : "<form method=\"post\" action=\"/console/app/pause\" class=\"pause\"><label for=\"reason\">Pause the app: nothing is sent until it is resumed. Why?</label><input id=\"reason\" name=\"reason\" maxlength=\"500\" required><button type=\"submit\" id=\"pause-app\">Pause the app</button></form>"
-        func n(_ k: String) -> String { stats[k].map { $0.briefDescription } ?? "0" }
+        // The app's own figures (ConsoleController.stats); the queue's read "at least" past the count's limit.
+        let more = stats["queueMore"] == .bool(true)
+        func n(_ k: String) -> String { (stats[k].map { $0.briefDescription } ?? "0") + (more && ["queued", "scheduled", "inFlight"].contains(k) ? "+" : "") }
+        let rate = String(format: "%.1f", stats["rate"]?.numberValue?.doubleValue ?? 0)
         func stat(_ id: String, _ label: String, _ value: String) -> String { "<div><dt>\(label)</dt><dd id=\"\(id)\">\(value)</dd></div>" }
         return """
         \(switcher)<h1>\(e(app.bundleID))</h1>\(noticeLine(notice))
@@ -72,8 +113,9 @@ enum ConsolePages {
         <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
         \(control)
         <h2>Queue</h2>
-        <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent", n("sent")))\(stat("rate", "Sent per second", "–"))\(stat("failed", "Failed", n("failed")))\(stat("retried", "Retried", n("retried")))</dl>
-        \(queueTable(queue, now: now, back: "/console", showActivity: true))
+        <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent, last hour", n("sent")))\(stat("rate", "Sent per second, last 5 min", rate))\(stat("failed", "Failed, last hour", n("failed")))\(stat("retried", "Retried, last hour", n("retried")))</dl>
+        <p class="muted" id="stats-scope">\(e(app.bundleID))'s own figures: its open jobs now, and its deliveries as its history records them (written every few seconds).</p>
+        \(queueTable(queue, now: now, back: "/console", showActivity: true, canAct: canAct))
         \(searchForm(Query()))
         <script src="/console/console.js"></script>
         """
@@ -85,10 +127,10 @@ enum ConsolePages {
     }
 
     /// Unfinished jobs with what each waits for and until when; cancel (not in flight) and retry
-    /// now (a queued job waiting for its time).
-    static func queueTable(_ queue: [PushJob], now: Date, back: String, showActivity: Bool) -> String {
+    /// now (a queued job waiting for its time) when the operator may act (not a viewer).
+    static func queueTable(_ queue: [PushJob], now: Date, back: String, showActivity: Bool, canAct: Bool) -> String {
         if queue.isEmpty { return "<p class=\"muted\" id=\"queue-empty\">Nothing waiting: every accepted push was sent or finished.</p>" }
-        var h = "<table class=\"list queue\" id=\"queue\"><thead><tr><th>Job</th><th>Kind</th>\(showActivity ? "<th>Activity</th>" : "")<th>State</th><th>Due</th><th>Attempts</th><th>Why</th><th></th></tr></thead><tbody>"
+        var h = "<table class=\"list queue\" id=\"queue\"><thead><tr><th>Job</th><th>Kind</th>\(showActivity ? "<th>Activity</th>" : "")<th>State</th><th>Due</th><th>Attempts</th><th>Why</th>\(canAct ? "<th></th>" : "")</tr></thead><tbody>"
         for j in queue {
             let state: String = switch j.state {
             case .scheduled: "scheduled"
@@ -97,7 +139,12 @@ enum ConsolePages {
             }
             h += "<tr data-job=\"\(j.id)\"><td>\(j.id)</td><td>\(e(j.kind.rawValue))</td>"
             if showActivity { h += "<td>\(j.activityID.map { "<a href=\"/console/activities/\(e($0))\">\(e($0))</a>" } ?? "—")</td>" }
-            h += "<td class=\"state\">\(e(state))</td><td>\(e(time(j.runAt)))</td><td>\(j.attempts)</td><td>\(e(j.lastError ?? ""))</td><td class=\"actions\">"
+            h += "<td class=\"state\">\(e(state))</td><td>\(e(time(j.runAt)))</td><td>\(j.attempts)</td><td>\(e(j.lastError ?? ""))</td>"
+            guard canAct else {
+                h += "</tr>"
+                continue
+            }
+            h += "<td class=\"actions\">"
             if j.state != .claimed {
                 h += "<form method=\"post\" action=\"/console/jobs/\(j.id)/cancel\"><input type=\"hidden\" name=\"back\" value=\"\(e(back))\"><button type=\"submit\" class=\"cancel\">Cancel</button></form>"
             }
@@ -121,14 +168,14 @@ enum ConsolePages {
         return h
     }
 
-    static func webhooks(_ views: [JSONValue], notice: String?, created: (id: String, secret: String)?, error: APIError?) -> String {
+    static func webhooks(_ views: [JSONValue], notice: String?, created: (id: String, secret: String)?, error: APIError?, canAct: Bool) -> String {
         var h = "<h1>Webhooks</h1>\(noticeLine(notice))<p class=\"muted\">Each receives the app's events, signed (docs/events.md).</p>"
         if let created {
             h += "<p class=\"ok\" role=\"status\" id=\"created\">Webhook \(e(created.id)) added. Its signing secret, shown only now: <code id=\"secret\">\(e(created.secret))</code></p>"
         }
         if let error { h += "<p class=\"error\" role=\"alert\"><b>\(e(error.code))</b>: \(e(error.message))</p>" }
         if views.isEmpty { h += "<p>No webhook yet.</p>" } else {
-            h += "<table class=\"list\" id=\"webhooks\"><thead><tr><th>URL</th><th>Status</th><th>Delivered</th><th>Waiting</th><th>Failure</th><th></th></tr></thead><tbody>"
+            h += "<table class=\"list\" id=\"webhooks\"><thead><tr><th>URL</th><th>Status</th><th>Delivered</th><th>Waiting</th><th>Failure</th>\(canAct ? "<th></th>" : "")</tr></thead><tbody>"
             for v in views {
                 let id = v["id"]?.stringValue ?? ""
                 var failure = ""
@@ -139,10 +186,11 @@ enum ConsolePages {
                 }
                 h += "<tr data-webhook=\"\(e(id))\"><td>\(e(v["url"]?.stringValue ?? ""))</td><td class=\"status\">\(e(v["status"]?.stringValue ?? ""))</td><td>\(v["delivered"]?.briefDescription ?? "0")</td>"
                 h += "<td>\(v["waiting"]?.briefDescription ?? "0")\(v["waitingMore"] == .bool(true) ? "+" : "")</td><td class=\"failure\">\(e(failure))</td>"
-                h += "<td><form method=\"post\" action=\"/console/webhooks/\(e(id))/delete\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>"
+                h += canAct ? "<td><form method=\"post\" action=\"/console/webhooks/\(e(id))/delete\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>" : "</tr>"
             }
             h += "</tbody></table>"
         }
+        guard canAct else { return h + readOnlyNote }
         h += """
         <h2>Add a webhook</h2>
         <form method="post" action="/console/webhooks"><label for="url">URL</label><input id="url" name="url" placeholder="https://backend.example.com/isle-events" required>
@@ -151,22 +199,21 @@ enum ConsolePages {
         return h
     }
 
-    /// Polls `/console/stats` every two seconds; the rate is sent per second between polls. Served
-    /// as `/console/console.js`: the pages' CSP allows scripts from the console's origin only,
-    /// never inline.
+    /// Polls `/console/stats` every two seconds; the server gives the rate (from the app's history,
+    /// which is written every few seconds: differences between polls would jump). Served as
+    /// `/console/console.js`: the pages' CSP allows scripts from the console's origin only, never inline.
     static let liveStats = """
     (() => {
-      let last = null;
+      const queue = ['queued', 'scheduled', 'inFlight'];
       async function poll() {
         try {
           const r = await fetch('/console/stats', { credentials: 'same-origin' });
           if (!r.ok) return;
           const s = await r.json();
           for (const k of ['queued', 'scheduled', 'inFlight', 'sent', 'failed', 'retried']) {
-            const el = document.getElementById(k); if (el) el.textContent = String(s[k]);
+            const el = document.getElementById(k); if (el) el.textContent = String(s[k]) + (s.queueMore && queue.includes(k) ? '+' : '');
           }
-          if (last && s.at > last.at) document.getElementById('rate').textContent = ((s.sent - last.sent) / (s.at - last.at)).toFixed(1);
-          last = s;
+          const rate = document.getElementById('rate'); if (rate) rate.textContent = Number(s.rate).toFixed(1);
         } catch (e) {}
       }
       poll(); setInterval(poll, 2000);
@@ -198,15 +245,15 @@ enum ConsolePages {
         return h + "</tbody></table>"
     }
 
-    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: String?) -> String {
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: String?, canAct: Bool) -> String {
         var h = "<h1>\(e(a.externalKey ?? a.id))</h1>\(noticeLine(notice))<table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
         h += "<tr><th>APNs environment</th><td>\(e(a.environment?.rawValue ?? "the server's default"))</td></tr>"
         h += "<tr><th>Priority 10, last hour</th><td id=\"budget\">\(budget.used) of \(budget.limit)\(budget.used >= budget.limit ? ": spent; further pushes go at priority 5 until the hour rolls on" : "")</td></tr>"
         h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
-        h += "<h2>Queue</h2>" + queueTable(queue, now: now, back: "/console/activities/\(a.id)", showActivity: false)
-        if a.state.acceptsPushes {
+        h += "<h2>Queue</h2>" + queueTable(queue, now: now, back: "/console/activities/\(a.id)", showActivity: false, canAct: canAct)
+        if canAct, a.state.acceptsPushes {
             h += "<form method=\"post\" action=\"/console/activities/\(e(a.id))/end\" class=\"inline\"><button type=\"submit\" id=\"end-activity\">End this activity now</button></form>"
         }
         h += "<h2>Timeline</h2>"
@@ -222,6 +269,7 @@ enum ConsolePages {
             }
             h += "</tbody></table>"
         }
+        guard canAct else { return h + readOnlyNote }
         h += "<h2>Send an update or end</h2>"
         if let error = compose.error {
             h += "<p class=\"error\" role=\"alert\"><b>\(e(error.code))</b>\(error.field.map { " (" + e($0) + ")" } ?? ""): \(e(error.message))</p>"

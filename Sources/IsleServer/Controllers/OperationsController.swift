@@ -7,7 +7,6 @@ import NIOCore
 /// Health, readiness, metrics, the OpenAPI document, and the calling app's delivery status.
 struct OperationsController {
     let services: APIServices
-    let adminKeys = ExpiringCache<APIKeyRecord?>()
     /// `/metrics` counts open work at most once a second however often it is asked.
     let openJobs = ExpiringCache<[PushJobState: Int]?>()
 
@@ -51,8 +50,10 @@ struct OperationsController {
     }
 
     /// Ready to accept work (one round trip to the database): `ready` or `degraded`. Which apps are
-    /// paused or backing off, and why, only for an admin key (`Authorization: Bearer isle_admin_…`):
-    /// the endpoint is open, and bundle ids and APNs reasons are the operator's business.
+    /// paused or backing off, and why, only for a console key (`Authorization: Bearer isle_admin_…`),
+    /// and only what the key may see in the console: an app's admin or viewer key its own app, a
+    /// server-admin key every app. The endpoint is open, and bundle ids and APNs reasons are the
+    /// operator's business — one app's operators are not another's.
     @Sendable func ready(_ request: Request, context: IsleRequestContext) async throws -> Response {
         do { try await services.store.ping() } catch {
             throw APIError(.serviceUnavailable, "notReady", "the database is not reachable", retryAfter: 1)
@@ -60,17 +61,35 @@ struct OperationsController {
         let circuits = services.engine.circuits
         let held = Set(circuits.all.filter { $0.value.mode != .running }.keys).union(circuits.operatorPauses.keys).sorted()
         var o: JSONObject = ["status": held.isEmpty ? "ready" : "degraded"]
-        if !held.isEmpty, try await isAdmin(request, context) { o["apps"] = .array(held.map { Views.app(bundleID: $0, circuits.circuit($0), pause: circuits.operatorPause($0)) }) }
+        if !held.isEmpty, let op = try await operatorKey(request, context) {
+            let shown = op.scope == .serverAdmin ? held : held.filter { $0 == op.bundleID }
+            o["apps"] = .array(shown.map { Views.app(bundleID: $0, circuits.circuit($0), pause: circuits.operatorPause($0)) })
+        }
         return JSONResponse.make(.object(o))
     }
 
-    /// The request carries a live admin key (read through the same one-second cache as the API's).
-    func isAdmin(_ request: Request, _ context: IsleRequestContext) async throws -> Bool {
-        if let caller = context.caller { return caller.scope.isConsole }
-        guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return false }
-        let hash = APIKeys.hash(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))
-        guard let key = try await adminKeys.value(hash, load: { try await services.store.apiKey(secretHash: hash) }) else { return false }
-        return key.scope.isConsole && key.revokedAt == nil
+    /// The live console key the request carries (read through the API's one-second cache), as its
+    /// app and scope; nil without one. A key that is sent but unknown or revoked counts against the
+    /// client address's failure budget, as on the API and the console: past it, 429 before any
+    /// look-up, so `/ready` is no faster way to guess a key. A probe without a key is never held back.
+    func operatorKey(_ request: Request, _ context: IsleRequestContext) async throws -> (bundleID: String, scope: APIKeyScope)? {
+        if let caller = context.caller {
+            guard caller.scope.isConsole else { return nil }
+            return (bundleID: caller.bundleID, scope: caller.scope)
+        }
+        guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
+        let address = context.remoteAddress ?? "unknown"
+        let failures = services.authFailures
+        if failures.isExhausted(address), let wait = failures.take(address) {
+            throw KeyedRateLimiter.tooMany("this address sent unknown API keys: it", failures.limit, wait)
+        }
+        guard let key = try await services.apiKeys.current(secret: String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)) else {
+            // Only a wrong key takes a token; a valid one, of any scope, takes none.
+            _ = failures.take(address)
+            return nil
+        }
+        guard key.scope.isConsole else { return nil }
+        return (bundleID: key.bundleID, scope: key.scope)
     }
 
     /// Open work only, along partial indexes; everything else is counted as it happens

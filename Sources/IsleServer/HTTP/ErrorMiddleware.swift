@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import HTTPTypes
 import IsleHTTPAPI
@@ -14,7 +15,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let e as APIError {
-            throw e
+            // A 404 names what was not found, often an id taken from the path: never echo more
+            // than a bounded piece of what the client sent.
+            guard e.status == .notFound || e.status == .methodNotAllowed else { throw e }
+            var bounded = e
+            bounded.message = PathEcho.clipping(request.uri.path, in: e.message)
+            throw bounded
         } catch let e as StoreError where e.code == .unavailable || e.code == .refused {
             logger.error("the database is unavailable", metadata: ["http.path": "\(request.uri.path)", "error": "\(e.message)"])
             throw APIError(.serviceUnavailable, "databaseUnavailable", "the database is unavailable right now; nothing was changed — retry shortly", retryAfter: 1)
@@ -22,13 +28,43 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             // No route: a documented path asked with a method it does not take is a 405 naming
             // the ones it does.
             if e.status == .notFound, let allowed = OpenAPIDocument.methods(forPath: request.uri.path), !allowed.isEmpty {
-                throw APIError(.methodNotAllowed, "methodNotAllowed", "\(request.uri.path) takes \(allowed.joined(separator: ", ")), not \(request.method.rawValue)", allow: allowed.joined(separator: ", "))
+                throw APIError(.methodNotAllowed, "methodNotAllowed", "\(PathEcho.clipped(request.uri.path)) takes \(allowed.joined(separator: ", ")), not \(request.method.rawValue)", allow: allowed.joined(separator: ", "))
             }
-            throw APIError(e.status, e.status == .notFound ? "notFound" : "badRequest", e.body ?? "\(e.status.reasonPhrase)")
+            let message = e.body ?? "\(e.status.reasonPhrase)"
+            throw APIError(e.status, e.status == .notFound ? "notFound" : "badRequest", e.status == .notFound ? PathEcho.clipping(request.uri.path, in: message) : message)
         } catch {
             logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])
             throw APIError(.internalServerError, "internal", "the server could not complete the request")
         }
+    }
+}
+
+/// What error bodies repeat of the request's path: a bounded piece of it. A 5,000-character path
+/// is not sent back whole (a reflection and amplification aid).
+enum PathEcho {
+    /// The most characters of the path, or of one of its segments, an error body repeats.
+    static let limit = 100
+
+    /// `text` cut to ``limit`` characters, with "…" when it was cut.
+    static func clipped(_ text: String) -> String {
+        text.count <= limit ? text : String(text.prefix(limit)) + "…"
+    }
+
+    /// `message` with every long piece of `path` it repeats — the whole path, a segment as sent or
+    /// percent-decoded (as handlers read ids) — cut to ``limit`` characters.
+    static func clipping(_ path: String, in message: String) -> String {
+        guard message.count > limit else { return message }
+        var pieces: Set<String> = [path]
+        for segment in path.split(separator: "/").map(String.init) {
+            pieces.insert(segment)
+            if let decoded = segment.removingPercentEncoding { pieces.insert(decoded) }
+        }
+        var out = message
+        // Longest first: the whole path before the segments it contains.
+        for piece in pieces.filter({ $0.count > limit }).sorted(by: { $0.count > $1.count }) {
+            out = out.replacingOccurrences(of: piece, with: clipped(piece))
+        }
+        return out
     }
 }
 

@@ -23,6 +23,9 @@ struct IsleRequestContext: RequestContext {
     }
 
     /// The caller, who must hold a key of `scope`: 401 without a key, 403 with a key of another scope.
+    /// Exactly `scope`, never a scope that seems to include it: no key stands in for another, so a
+    /// console key (admin, server-admin or the read-only viewer) passes no API check, and a viewer
+    /// never an admin one.
     func caller(_ scope: APIKeyScope) throws -> Caller {
         guard let caller else { throw APIError(.unauthorized, "unauthenticated", "send the API key as Authorization: Bearer isle_…") }
         guard caller.scope == scope else {

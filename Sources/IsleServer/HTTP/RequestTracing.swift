@@ -9,12 +9,18 @@ public import Tracing
 /// While the request is served, the span is the current context (so the logs carry its trace id)
 /// and ``TraceParent/current`` holds its `traceparent`, which every job the request queues keeps:
 /// the delivery's spans join this trace.
+///
+/// "A backend key" is a key the directory knows as a current backend key (a cached look-up, the
+/// one the API then makes): the prefix alone is anyone's to send, and a caller answered 401 must
+/// not steer the server's traces or their sampling.
 struct RequestTracingMiddleware<Context: RequestContext>: RouterMiddleware {
     let tracer: any Tracer
+    let keys: APIKeyDirectory
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var parent = ServiceContext.current ?? .topLevel
-        if request.headers[.authorization]?.hasPrefix("Bearer isle_backend_") == true {
+        if let header = request.headers[.authorization], header.hasPrefix("Bearer isle_backend_"),
+           (try? await keys.current(hash: APIKeys.hash(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))))??.scope == .backend {
             // Only the two trace-context headers: the tracer may log what it could not parse, and
             // the other headers hold secrets.
             var carrier: [String: String] = [:]

@@ -1,5 +1,6 @@
 public import Foundation
 import HummingbirdCore
+import IsleStore
 import Logging
 import NIOCore
 import NIOSSL
@@ -36,17 +37,39 @@ public final class TLSCredentials: Sendable {
         }.joined(separator: ",")
     }
 
+    /// The TLS 1.2 suites offered: ECDHE only (forward secrecy: a key stolen later does not open
+    /// recorded traffic) and AEAD only (no CBC with SHA-1 MACs), for ECDSA and RSA certificates
+    /// alike. TLS 1.3's suites are all of that already and are not configurable.
+    static let tls12CipherSuites: [NIOTLSCipher] = [
+        .TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, .TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        .TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, .TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        .TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, .TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ]
+
+    /// The server's TLS settings for a certificate chain and its key: TLS 1.2 at least, with
+    /// ``tls12CipherSuites`` only.
+    static func serverConfiguration(chain: [NIOSSLCertificate], key: NIOSSLPrivateKey) -> TLSConfiguration {
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.cipherSuiteValues = tls12CipherSuites
+        return configuration
+    }
+
     static func load(_ cert: String, _ key: String) throws -> Loaded {
         let stamp = stamp([cert, key])
+        // The key is the server's identity: a copy another user of the machine can read lets them
+        // impersonate it. Refused like a readable master key (checked through symlinks: a mounted
+        // secret's mode is the file's).
+        if let mode = FilePermissions.mode(of: URL(fileURLWithPath: key).resolvingSymlinksInPath().path), mode & 0o077 != 0 {
+            throw TLSSetupError(reason: "--tls-key: \(key) can be read by other users of this machine (mode \(String(mode & 0o777, radix: 8))), and it is the server's private key; run: chmod 600 \(key)")
+        }
         let chain: [NIOSSLCertificate]
         do { chain = try NIOSSLCertificate.fromPEMFile(cert) } catch { throw TLSSetupError(reason: "--tls-cert: \(cert) is not a PEM certificate chain (\(error))") }
         guard !chain.isEmpty else { throw TLSSetupError(reason: "--tls-cert: \(cert) holds no certificate") }
         let privateKey: NIOSSLPrivateKey
         do { privateKey = try NIOSSLPrivateKey(file: key, format: .pem) } catch { throw TLSSetupError(reason: "--tls-key: \(key) is not a PEM private key (\(error))") }
-        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
-        configuration.minimumTLSVersion = .tlsv12
         do {
-            return Loaded(context: try NIOSSLContext(configuration: configuration), stamp: stamp)
+            return Loaded(context: try NIOSSLContext(configuration: serverConfiguration(chain: chain, key: privateKey)), stamp: stamp)
         } catch {
             throw TLSSetupError(reason: "--tls-cert/--tls-key: the certificate and the key do not make a TLS context (do they belong together?): \(error)")
         }

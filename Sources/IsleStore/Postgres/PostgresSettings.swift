@@ -19,19 +19,24 @@ public struct PostgresSettings: Sendable, Hashable {
     /// Every statement is cancelled after this many seconds.
     public var statementTimeout: Int
 
-    /// True when `text` names a PostgreSQL database rather than a SQLite file.
+    /// True when `text` names a PostgreSQL database rather than a SQLite file: its scheme is
+    /// `postgres` or `postgresql`, in any case (schemes are case-insensitive, RFC 3986), with or
+    /// without the `//`. Anything else is taken as a file path and may be printed as it is, so a
+    /// URL with a password must never fall through to that side (`POSTGRES://user:pw@…` did).
     public static func isPostgresURL(_ text: String) -> Bool {
-        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+        guard let colon = text.firstIndex(of: ":") else { return false }
+        return isPostgresScheme(String(text[..<colon]))
     }
 
     public init(url text: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        guard Self.isPostgresURL(text), let components = URLComponents(string: text) else {
+        // The text itself is never in an error: it may hold the password.
+        guard Self.isPostgresURL(text), let components = URLComponents(string: text), components.scheme.map(Self.isPostgresScheme) == true else {
             throw StoreError(.unavailable, "not a PostgreSQL URL: expected postgres://user[:password]@host[:port]/database")
         }
         guard let host = components.host, !host.isEmpty else { throw StoreError(.unavailable, "the PostgreSQL URL names no host: postgres://user@host:5432/database") }
         guard let user = components.user, !user.isEmpty else { throw StoreError(.unavailable, "the PostgreSQL URL names no user: postgres://user@\(host)/database") }
         let database = String(components.path.drop(while: { $0 == "/" }))
-        guard !database.isEmpty else { throw StoreError(.unavailable, "the PostgreSQL URL names no database: postgres://\(user)@\(host)/database") }
+        guard !database.isEmpty else { throw StoreError(.unavailable, "the PostgreSQL URL names no database: postgres://user@\(host)/database") }
         self.host = host
         port = components.port ?? 5432
         username = user.removingPercentEncoding ?? user
@@ -64,6 +69,12 @@ public struct PostgresSettings: Sendable, Hashable {
         } else {
             password = nil
         }
+    }
+
+    /// `postgres` or `postgresql`, in any case.
+    static func isPostgresScheme(_ scheme: String) -> Bool {
+        let lower = scheme.lowercased()
+        return lower == "postgres" || lower == "postgresql"
     }
 
     /// The URL without the password: safe to log.
