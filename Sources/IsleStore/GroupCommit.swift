@@ -8,9 +8,16 @@ import Synchronization
 /// committed (durable with `synchronous=FULL`), so "accepted" still means "on disk" — one fsync
 /// serves many requests.
 ///
+/// A write may be asynchronous (``transaction(_:)``: the queue's procedure reads, decides and
+/// writes in steps): the batch's transaction is opened by hand and stays open across its writes'
+/// suspensions. Only the batch's leader uses the writer connection meanwhile — every write of the
+/// store comes through here — which is why the pool allows a transaction to stay open between
+/// two accesses (`allowsUnsafeTransactions`).
+///
 /// The batching itself is ``Batcher``'s.
 final class GroupCommit: Sendable {
-    private let batcher: Batcher<@Sendable (Database) throws -> Void, Void>
+    typealias Work = @Sendable (SQLiteWriter) async throws -> Void
+    private let batcher: Batcher<Work, Void>
     private let pool: DatabasePool
 
     init(pool: DatabasePool, maximumBatch: Int = 512) {
@@ -20,44 +27,57 @@ final class GroupCommit: Sendable {
 
     /// Runs `body` inside a committed write transaction shared with other writers.
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await transaction { writer in try writer.run(body) }
+    }
+
+    /// Runs `body`, which may suspend between its statements, inside a committed write transaction
+    /// shared with other writers.
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (SQLiteWriter) async throws -> T) async throws -> T {
         let box = Mutex<T?>(nil)
         let pool = self.pool
-        try await batcher.submit({ db in
-            let value = try body(db)
+        try await batcher.submit({ writer in
+            let value = try await body(writer)
             box.withLock { $0 = value }
         }, run: { batch in
+            let writer = SQLiteWriter(pool: pool)
             do {
                 // Optimistic first: the batch's writes one after the other in one transaction, no
                 // savepoints (two statements fewer per write). Writes almost never fail on their
                 // own; when one does, the transaction is rolled back and the batch written again,
                 // each write in its own savepoint, so only that one fails.
                 do {
-                    return try await pool.write { db in
-                        for (n, work) in batch.enumerated() {
-                            do { try work(db) } catch { throw OneWriteFailed(index: n, error: error) }
+                    try writer.begin()
+                    for (n, work) in batch.enumerated() {
+                        do { try await work(writer) } catch {
+                            writer.rollback()
+                            throw OneWriteFailed(index: n, error: error)
                         }
-                        return batch.map { _ in .success(()) }
                     }
+                    try writer.commit()
+                    return batch.map { _ in .success(()) }
                 } catch let failed as OneWriteFailed where batch.count == 1 {
                     return [.failure(failed.error)]
                 } catch is OneWriteFailed {
-                    return try await pool.write { db in
-                        batch.map { work -> Result<Void, any Error> in
-                            do {
-                                try db.inSavepoint {
-                                    try work(db)
-                                    return .commit
-                                }
-                                return .success(())
-                            } catch {
-                                return .failure(error)
-                            }
+                    try writer.begin()
+                    var results: [Result<Void, any Error>] = []
+                    for work in batch {
+                        try writer.run { db in try db.execute(sql: "SAVEPOINT isle_write") }
+                        do {
+                            try await work(writer)
+                            try writer.run { db in try db.execute(sql: "RELEASE SAVEPOINT isle_write") }
+                            results.append(.success(()))
+                        } catch {
+                            try writer.run { db in try db.execute(sql: "ROLLBACK TO SAVEPOINT isle_write; RELEASE SAVEPOINT isle_write") }
+                            results.append(.failure(error))
                         }
                     }
+                    try writer.commit()
+                    return results
                 }
             } catch {
                 // The commit itself failed (disk full, locked past the busy timeout, I/O error): every
                 // write of the batch failed with it. Said without the SQL.
+                writer.rollback()
                 throw StoreError(.unavailable, "the database could not commit: \(GroupCommit.describe(error))")
             }
         })
@@ -73,5 +93,28 @@ final class GroupCommit: Sendable {
     static func describe(_ error: any Error) -> String {
         if let e = error as? DatabaseError { return "SQLite error \(e.resultCode.rawValue)\(e.message.map { ": \($0)" } ?? "")" }
         return "\(type(of: error))"
+    }
+}
+
+/// The writer connection, used by one batch's leader inside the transaction it opened: each call
+/// runs on the calling thread (GRDB's synchronous access), never across a suspension.
+struct SQLiteWriter: Sendable {
+    let pool: DatabasePool
+
+    func run<T>(_ body: (Database) throws -> T) throws -> T {
+        try pool.writeWithoutTransaction(body)
+    }
+
+    func begin() throws {
+        try run { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+    }
+
+    func commit() throws {
+        try run { db in try db.execute(sql: "COMMIT") }
+    }
+
+    /// Rolls back what is open (nothing when the transaction already ended).
+    func rollback() {
+        try? run { db in if db.isInsideTransaction { try db.execute(sql: "ROLLBACK") } }
     }
 }

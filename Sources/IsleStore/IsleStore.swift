@@ -2,9 +2,9 @@ public import Foundation
 public import IsleCore
 
 /// Everything the server keeps: the registry (apps, keys, installations, activities, channels) and
-/// the delivery queue. Implementations: ``SQLiteStore`` (one file, the default), ``PostgresStore``
-/// (several servers on one database) and ``MemoryStore`` (unit tests), behind the same protocols and
-/// the same contract tests. Consumers take the narrow repository they need (``APIKeyRepository``,
+/// the delivery queue. Implementations: ``SQLiteStore`` (one file, the default; a temporary file in
+/// unit tests) and ``PostgresStore`` (several servers on one database), behind the same protocols
+/// and the same contract tests; their queue is ``QueueProcedure`` on each one's ``QueueDriver``. Consumers take the narrow repository they need (``APIKeyRepository``,
 /// ``AppRepository``, …), not the whole store.
 public typealias IsleStore = IsleRegistry & IsleQueue
 

@@ -13,10 +13,9 @@ import Darwin
 extension SQLiteStore {
     static func insertEvents(_ db: Database, _ events: [NewEvent]) throws {
         guard !events.isEmpty else { return }
-        let insert = try db.cachedStatement(sql: "INSERT INTO events (bundle_id, type, activity_id, data, at) VALUES (?, ?, ?, ?, ?)")
-        for e in events {
-            try insert.execute(arguments: [e.bundleID, e.type.rawValue, e.activityID, JSONValue.object(e.data).jsonString, e.at.timeIntervalSince1970])
-        }
+        try MultiRow.insert(db, into: "events (bundle_id, type, activity_id, data, at)", events.map {
+            [$0.bundleID, $0.type.rawValue, $0.activityID, JSONValue.object($0.data).jsonString, $0.at.timeIntervalSince1970]
+        })
         try db.cachedStatement(sql: "UPDATE events SET seq = id WHERE seq IS NULL").execute()
     }
 

@@ -17,6 +17,7 @@ public final class SQLiteStore: IsleStore {
     let pool: DatabasePool
     let writer: GroupCommit
     public let path: String
+    public let batches = QueueBatches()
 
     /// Opens (creating if needed) the database file. Call ``migrate()`` before use.
     ///
@@ -32,6 +33,9 @@ public final class SQLiteStore: IsleStore {
         }
         var config = Configuration()
         config.busyMode = .timeout(10)
+        // ``GroupCommit`` keeps a batch's transaction open across its writes' suspensions (only the
+        // batch's leader uses the writer meanwhile).
+        config.allowsUnsafeTransactions = true
         // Reads are synchronous (``readNow(_:)``): at least as many readers as threads that may read at once.
         config.maximumReaderCount = max(5, ProcessInfo.processInfo.activeProcessorCount * 2)
         config.prepareDatabase { db in
@@ -593,86 +597,6 @@ public final class SQLiteStore: IsleStore {
 
     // MARK: Queue
 
-    public func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
-        try await writer.write { db in
-            for a in activities { try Self.insertActivity(db, a) }
-            var ids: [Int64] = []
-            ids.reserveCapacity(jobs.count)
-            var seq = try Self.nextSeq(db)
-            let created = now.timeIntervalSince1970
-            let insert = try db.cachedStatement(sql: """
-                INSERT INTO jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
-                    lane, seq, is_head, supersedable, carries_content, trace_parent)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """)
-            for j in jobs {
-                let p = try LanePlanner.place(j, now: now) { try Self.openHead(db, $0) }
-                try insert.execute(arguments: [
-                    j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.apsText, j.hasAlert, j.requestedPriority?.rawValue,
-                    j.runAt.timeIntervalSince1970, p.scheduled ? "scheduled" : "queued", created,
-                    p.lane, p.scheduled ? nil : seq, p.isHead, p.supersedable, p.carriesContent, j.traceParent,
-                ])
-                if !p.scheduled { seq += 1 }
-                ids.append(db.lastInsertedRowID)
-                // A head waiting for a retry that this job makes pointless goes now, not later.
-                if p.coalescesLane, let lane = p.lane { try Self.coalesce(db, lane: lane, now: now) }
-            }
-            if var r = idempotency {
-                // A live record with this key means another request committed first: this one queues nothing.
-                r.body = r.body(withJobs: ids)
-                try Self.insertIdempotency(db, r)
-            }
-            return ids
-        }
-    }
-
-    static func nextSeq(_ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs")) ?? 1
-    }
-
-    /// The first unfinished job of a lane.
-    static func openHead(_ db: Database, _ lane: String) throws -> LanePlanner.Head? {
-        try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT id, is_head, state, supersedable FROM jobs INDEXED BY jobs_lane_open WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 1
-            """), arguments: [lane]).map { r in
-            LanePlanner.Head(id: r["id"], isHead: r["is_head"], claimed: (r["state"] as String) == "claimed", supersedable: r["supersedable"])
-        }
-    }
-
-    /// Ends a job whose row does not decode as failed, with the reason, and gives its lane a head.
-    static func failBadRow(_ db: Database, _ bad: BadRow, id: Int64, lane: String?) throws {
-        try db.cachedStatement(sql: "UPDATE jobs SET state = 'failed', last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 WHERE id = ?")
-            .execute(arguments: [bad.description, id])
-        try fixHead(db, lane)
-    }
-
-    /// Makes the first unfinished job of the lane its head.
-    static func fixHead(_ db: Database, _ lane: String?) throws {
-        guard let lane, let head = try openHead(db, lane), !head.isHead else { return }
-        try db.cachedStatement(sql: "UPDATE jobs SET is_head = 1 WHERE id = ?").execute(arguments: [head.id])
-    }
-
-    /// Lets ``LanePlanner`` decide over the lane's unfinished jobs; marks what it supersedes and
-    /// returns the job it would hand out now.
-    @discardableResult
-    static func coalesce(_ db: Database, lane: String, now: Date) throws -> Int64? {
-        let rows = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT id, state, supersedable, carries_content, run_at FROM jobs INDEXED BY jobs_lane_open WHERE lane = ? AND state IN ('queued', 'claimed') ORDER BY seq LIMIT 256
-            """), arguments: [lane])
-        let entries = rows.map { r in
-            LanePlanner.Entry(id: r["id"], supersedable: r["supersedable"], carriesContent: r["carries_content"], due: (r["run_at"] as Double) <= now.timeIntervalSince1970,
-                              claimed: (r["state"] as String) == "claimed")
-        }
-        let decision = LanePlanner.decide(entries)
-        guard !decision.superseded.isEmpty else { return decision.claim }
-        let supersede = try db.cachedStatement(sql: """
-            UPDATE jobs SET state = 'superseded', is_head = 0, last_error = 'superseded by newer content before it was sent' WHERE id = ? AND state = 'queued'
-            """)
-        for id in decision.superseded { try supersede.execute(arguments: [id]) }
-        try fixHead(db, lane)
-        return decision.claim
-    }
-
     static func job(_ r: Row) throws -> PushJob {
         let id: Int64 = r["id"]
         let row = String(id)
@@ -687,156 +611,6 @@ public final class SQLiteStore: IsleStore {
         job.encodedAPS = Array(aps.utf8)
         job.traceParent = r["trace_parent"]
         return job
-    }
-
-    /// One transaction: scheduled jobs that came due take their place in their lanes; then due
-    /// lane heads are claimed oldest first (a head whose plain update is superseded hands over to
-    /// the newer job), each with its timestamp (strictly increasing per lane) and apns-id fixed at
-    /// its first claim.
-    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob] {
-        guard limit > 0 else { return [] }
-        return try await writer.write { db in
-            let t = now.timeIntervalSince1970
-            try Self.promoteScheduled(db, now: now)
-            // INDEXED BY: without statistics SQLite may pick another index and scan every queued row;
-            // the partial index holds only lane heads, already in claim order.
-            var sql = "SELECT * FROM jobs INDEXED BY jobs_ready WHERE is_head = 1 AND state = 'queued' AND run_at <= ?"
-            var arguments: StatementArguments = [t]
-            if !excludingApps.isEmpty {
-                sql += " AND bundle_id NOT IN (\(Array(repeating: "?", count: excludingApps.count).joined(separator: ", ")))"
-                arguments += StatementArguments(excludingApps.sorted())
-            }
-            sql += " ORDER BY run_at, seq LIMIT ?"
-            arguments += [limit]
-            var heads: [(job: PushJob, stamp: Stamp)] = []
-            for r in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments) {
-                do { heads.append((try Self.job(r), Stamp(r))) } catch let bad as BadRow {
-                    // A row no version of Isle wrote: failed, saying why, and its lane moves on —
-                    // never sent with a guessed kind or payload, never blocking the others.
-                    try Self.failBadRow(db, bad, id: r["id"], lane: r["lane"])
-                }
-            }
-            var claimed: [ClaimedJob] = []
-            for (head, stamp) in heads {
-                var (j, s) = (head, stamp)
-                if let lane = head.lane, LanePlanner.isSupersedable(kind: head.kind, hasAlert: head.hasAlert, aps: head.aps) {
-                    guard let id = try Self.coalesce(db, lane: lane, now: now) else { continue }
-                    if id != head.id {
-                        guard let r = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]) else { continue }
-                        (j, s) = (try Self.job(r), Stamp(r))
-                    }
-                }
-                claimed.append(try Self.claimOne(db, j, stamp: s, now: now, lease: lease, worker: worker))
-            }
-            return claimed
-        }
-    }
-
-    static func promoteScheduled(_ db: Database, now: Date) throws {
-        let due = try Row.fetchAll(db.cachedStatement(sql: "SELECT id, lane, carries_content FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at, id LIMIT \(LanePlanner.promotionBatch)"),
-                                   arguments: [now.timeIntervalSince1970])
-        guard !due.isEmpty else { return }
-        var seq = try nextSeq(db)
-        for r in due {
-            let lane: String? = r["lane"]
-            let joined = try LanePlanner.join(lane: lane, carriesContent: r["carries_content"]) { try openHead(db, $0) }
-            try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', seq = ?, is_head = ? WHERE id = ?").execute(arguments: [seq, joined.isHead, r["id"] as Int64])
-            seq += 1
-            if joined.coalescesLane, let lane { try coalesce(db, lane: lane, now: now) }
-        }
-    }
-
-    /// What a job's first claim fixed: its timestamp and apns-id (nil before it).
-    struct Stamp {
-        var timestamp: Int64?
-        var apnsID: String?
-        init(_ r: Row) {
-            timestamp = r["push_timestamp"]
-            apnsID = r["apns_id"]
-        }
-    }
-
-    static func claimOne(_ db: Database, _ job: PushJob, stamp: Stamp, now: Date, lease: TimeInterval, worker: String) throws -> ClaimedJob {
-        var j = job
-        var timestamp = stamp.timestamp
-        var apnsID = stamp.apnsID
-        var activity: ActivityRecord?
-        if let a = j.activityID {
-            activity = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM activities WHERE id = ?"), arguments: [a]).map { try Self.activity($0, topics: [], payloads: false) }
-        }
-        if timestamp == nil {
-            var channelLast: Int64?
-            if j.kind == .broadcast, let channel = j.channelID {
-                channelLast = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT last_timestamp FROM channels WHERE id = ?"), arguments: [channel]) ?? nil
-            }
-            let ts = ClaimedJob.firstTimestamp(now: now, afterActivity: activity?.lastTimestamp, afterChannel: channelLast)
-            if j.kind == .broadcast, let channel = j.channelID {
-                try db.cachedStatement(sql: "UPDATE channels SET last_timestamp = ? WHERE id = ?").execute(arguments: [ts, channel])
-            }
-            timestamp = ts
-            if var act = activity {
-                act.lastTimestamp = ts
-                try db.cachedStatement(sql: "UPDATE activities SET last_timestamp = ? WHERE id = ?").execute(arguments: [ts, act.id])
-                activity = act
-            }
-        }
-        if apnsID == nil { apnsID = ClaimedJob.newAPNsID(now: now) }
-        try db.cachedStatement(sql: """
-            UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = ?, apns_id = ? WHERE id = ?
-            """).execute(arguments: [worker, now.timeIntervalSince1970 + lease, timestamp, apnsID, j.id])
-        j.markClaimed(by: worker, until: now.addingTimeInterval(lease))
-        let reads = ClaimReads(j, activity: activity, now: now)
-        var installation: InstallationRecord?
-        if let key = reads.installation {
-            installation = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [key.bundleID, key.id]).map(Self.installation)
-        }
-        var sends = 0
-        if let a = reads.highPriorityActivity {
-            sends = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM high_priority_sends WHERE activity_id = ? AND at >= ?"), arguments: [a, reads.since.timeIntervalSince1970]) ?? 0
-        }
-        return ClaimedJob(job: j, timestamp: timestamp!, apnsID: apnsID!, worker: worker, activity: activity, installation: installation, highPrioritySends: sends)
-    }
-
-    public func complete(_ c: JobCompletion) async throws -> Bool {
-        try await writer.write { db in try Self.complete(db, c) }
-    }
-
-    static func complete(_ db: Database, _ c: JobCompletion) throws -> Bool {
-        let job = c.claim.job
-        // The claim must still be this worker's, this attempt's.
-        let guardClause = "WHERE id = ? AND state = 'claimed' AND claimed_by = ? AND attempts = ?"
-        let guardArguments: StatementArguments = [job.id, c.claim.worker, job.attempts]
-        var current: String?
-        if case .deadToken = c.result {
-            current = try String?.fetchOne(db.cachedStatement(sql: "SELECT update_token FROM activities WHERE id = ?"), arguments: [job.activityID]) ?? nil
-        }
-        let w = c.writes(currentToken: current)
-        switch w.job {
-        case .finish(let state, let reason):
-            try db.cachedStatement(sql: "UPDATE jobs SET state = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL, is_head = 0 " + guardClause)
-                .execute(arguments: [state.rawValue, reason] + guardArguments)
-            guard db.changesCount > 0 else { return false }
-            try fixHead(db, job.lane)
-        case .requeue(let at, let reason):
-            try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', run_at = ?, last_error = ?, claimed_by = NULL, claimed_until = NULL " + guardClause)
-                .execute(arguments: [at.timeIntervalSince1970, reason] + guardArguments)
-            guard db.changesCount > 0 else { return false }
-        }
-        if let d = w.delivery { try insert(db, d, bundleID: job.bundleID) }
-        if let p = w.activity {
-            if let id = job.activityID {
-                try apply(db, p, column: "id", id)
-            } else if job.kind == .broadcast, let channel = job.channelID {
-                // A broadcast changes every activity subscribed to its channel.
-                try apply(db, p, column: "channel_id", channel)
-            }
-        }
-        if let p = w.installation { try apply(db, p) }
-        if let at = w.highPriorityAt, let id = job.activityID {
-            try db.cachedStatement(sql: "INSERT INTO high_priority_sends (activity_id, at) VALUES (?, ?)").execute(arguments: [id, at.timeIntervalSince1970])
-        }
-        try insertEvents(db, Events.of(c, w))
-        return true
     }
 
     /// Writes only what the push changed; never reverts what the device reported since.
@@ -862,87 +636,11 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    static func apply(_ db: Database, _ p: InstallationPatch) throws {
-        guard var i = try Row.fetchOne(db, sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?", arguments: [p.bundleID, p.installationID]).map(installation) else { return }
-        if p.apply(to: &i) { try writeInstallation(db, i) }
-    }
-
-    static func insert(_ db: Database, _ d: DeliveryRecord, bundleID: String) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970, bundleID])
-    }
-
-    public func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int {
-        try await writer.write { db in
-            let expired = try Int64.fetchAll(db, sql: "SELECT id FROM jobs INDEXED BY jobs_claimed WHERE state = 'claimed' AND claimed_until < ?", arguments: [now.timeIntervalSince1970])
-            var n = 0
-            for id in expired where !keeping.contains(id) {
-                try db.cachedStatement(sql: "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_until = NULL WHERE id = ? AND state = 'claimed'").execute(arguments: [id])
-                n += db.changesCount
-            }
-            return n
-        }
-    }
-
-    /// One process serves the file: every claim left belongs to a process that is gone.
-    public func requeueClaimsAtStart(now: Date) async throws -> Int {
-        try await requeueExpiredClaims(now: .distantFuture, keeping: [])
-    }
-
-    public func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date? {
-        try readNow { db in
-            var apps = ""
-            var arguments = StatementArguments()
-            if !excludingApps.isEmpty {
-                apps = " AND bundle_id NOT IN (\(Array(repeating: "?", count: excludingApps.count).joined(separator: ", ")))"
-                arguments = StatementArguments(excludingApps.sorted())
-            }
-            let earliest = try Double.fetchOne(db, sql: """
-                SELECT MIN(t) FROM (SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_ready WHERE is_head = 1 AND state = 'queued'\(apps)
-                    UNION ALL SELECT MIN(run_at) FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled'\(apps))
-                """, arguments: arguments + arguments)
-            return earliest.map { Date(timeIntervalSince1970: $0) }
-        }
-    }
-
-    public func wakeLane(activityID: String, now: Date) async throws {
-        try await writer.write { db in
-            try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE lane = ? AND is_head = 1 AND state = 'queued' AND run_at > ?",
-                           arguments: [now.timeIntervalSince1970, "a:" + activityID, now.timeIntervalSince1970])
-        }
-    }
-
-    public func wakeApp(bundleID: String, now: Date) async throws {
-        try await writer.write { db in
-            try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE bundle_id = ? AND is_head = 1 AND state = 'queued' AND run_at > ?",
-                           arguments: [now.timeIntervalSince1970, bundleID, now.timeIntervalSince1970])
-        }
-    }
-
     public func openJobs(bundleID: String, activityID: String?, limit: Int) async throws -> [PushJob] {
         try readNow { db in
             try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT * FROM jobs WHERE bundle_id = ? AND (? IS NULL OR activity_id = ?) AND state IN ('scheduled', 'queued', 'claimed') ORDER BY run_at, id LIMIT ?
                 """), arguments: [bundleID, activityID, activityID, max(0, limit)]).map(Self.job)
-        }
-    }
-
-    public func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob? {
-        try await writer.write { db in
-            guard let job = try Row.fetchOne(db, sql: "SELECT * FROM jobs WHERE id = ? AND bundle_id = ? AND state IN ('scheduled', 'queued')", arguments: [id, bundleID]).map(Self.job) else { return nil }
-            try db.execute(sql: "UPDATE jobs SET state = 'dropped', last_error = ?, is_head = 0 WHERE id = ?", arguments: [reason, id])
-            try Self.fixHead(db, job.lane)
-            return job
-        }
-    }
-
-    public func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool {
-        try await writer.write { db in
-            try db.execute(sql: "UPDATE jobs SET run_at = ? WHERE id = ? AND bundle_id = ? AND state = 'queued' AND run_at > ?",
-                           arguments: [now.timeIntervalSince1970, id, bundleID, now.timeIntervalSince1970])
-            if db.changesCount > 0 { return true }
-            return try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs WHERE id = ? AND bundle_id = ? AND state = 'queued'", arguments: [id, bundleID]) == 1
         }
     }
 

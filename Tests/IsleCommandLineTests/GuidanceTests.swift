@@ -16,7 +16,8 @@ struct GuidanceTests {
 
     @Test("isle serve's banner: the API, the console, the database, each environment's APNs hosts, and the next step until an app, a backend key and a console key exist")
     func banner() async throws {
-        let store = MemoryStore()
+        let store = try SQLiteStore(path: FileManager.default.temporaryDirectory.appendingPathComponent("isle-banner-\(UUID().uuidString).sqlite").path)
+        try await store.migrate()
         var c = ServerConfiguration()
         c.host = "127.0.0.1"
         var text = try await ServeCommand.banner(c, port: 8080, store: store, shown: "/tmp/isle.sqlite")

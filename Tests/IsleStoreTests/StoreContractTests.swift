@@ -9,15 +9,12 @@ import Testing
 /// `.ci/run`); without it the PostgreSQL cases are left out and the reason is printed.
 enum StoreKind: String, CaseIterable, Sendable {
     case sqlite
-    case memory
     case postgres
 
-    static var allCases: [StoreKind] { PostgresTestDatabase.url == nil ? [.sqlite, .memory] : [.sqlite, .memory, .postgres] }
+    static var allCases: [StoreKind] { PostgresTestDatabase.url == nil ? [.sqlite] : [.sqlite, .postgres] }
 
     func make() async throws -> any IsleStore {
         switch self {
-        case .memory:
-            return MemoryStore()
         case .sqlite:
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-store-\(UUID().uuidString).sqlite").path
             let store = try SQLiteStore(path: path)

@@ -25,12 +25,10 @@ public final class PostgresStore: IsleStore {
     let logger: Logger
     /// The deadline of every call in flight (``bounded(_:)``).
     let deadlines = CallDeadlines()
-    /// Delivery results group-committed (see ``complete(_:)``).
-    let completions = Batcher<JobCompletion, Bool>(maximumBatch: 256)
+    /// API requests' jobs and delivery results, group-committed (``QueueBackedStore``).
+    public let batches = QueueBatches()
     /// Accepting requests' activity reads, batched (see ``activityForPush(id:)``).
     let pushReads = Batcher<String, ActivityRecord?>(maximumBatch: 256)
-    /// API requests' jobs group-committed (see ``enqueue(_:creating:idempotency:now:)``).
-    let enqueues = Batcher<EnqueueRequest, [Int64]>(maximumBatch: 256)
     static let notifyChannel = "isle_jobs"
     /// An advisory lock key for migrations ("isle" in ASCII).
     static let migrationLock: Int64 = 0x6973_6C65
@@ -213,10 +211,6 @@ public final class PostgresStore: IsleStore {
         let keys = Array(Set(lanes.map(laneLock))).sorted()
         guard !keys.isEmpty else { return }
         try await conn.rows("SELECT pg_advisory_xact_lock(1, k::int) FROM unnest($1::bigint[]) AS k ORDER BY k", [.ints(keys)], logger: logger)
-    }
-
-    static func tryLockLane(_ conn: PostgresConnection, _ lane: String, logger: Logger) async throws -> Bool {
-        try await conn.row("SELECT pg_try_advisory_xact_lock(1, $1::int) AS ok", [.int(laneLock(lane))], logger: logger)?.bool("ok") ?? false
     }
 
     // MARK: Serving
