@@ -33,6 +33,7 @@ public final class ServerMetrics: Sendable {
     private let queueTime: Timer
     private let counters = Mutex<[String: CoreMetrics.Counter]>([:])
     private let timers = Mutex<[String: Timer]>([:])
+    private let statementsSeen = Mutex<Int>(0)
 
     private func counter(_ label: String, _ dimensions: [(String, String)]) -> CoreMetrics.Counter {
         let key = label + dimensions.map { "|\($0.0)=\($0.1)" }.joined()
@@ -79,6 +80,15 @@ public final class ServerMetrics: Sendable {
         for state in [PushJobState.scheduled, .queued, .claimed] {
             Gauge(label: "isle_jobs", dimensions: [("state", state.rawValue)], factory: factory).record(counts[state] ?? 0)
         }
+    }
+
+    /// SQL statements sent to the database so far (``StoreStatements``), counted when scraped.
+    func storeStatements(_ total: Int) {
+        let delta = statementsSeen.withLock { seen -> Int in
+            defer { seen = max(seen, total) }
+            return max(0, total - seen)
+        }
+        if delta > 0 { counter("isle_store_statements_total", []).increment(by: delta) }
     }
 
     /// The Prometheus text exposition.

@@ -45,6 +45,7 @@ public final class SQLiteStore: IsleStore {
             // pread per page missing from the default 2 MiB (docs/performance.md, "Split processes").
             try db.execute(sql: "PRAGMA cache_size = -16384")
             try db.execute(sql: "PRAGMA mmap_size = 268435456")
+            db.trace(options: .statement) { _ in StoreStatements.add() }
         }
         self.path = path
         pool = try DatabasePool(path: path, configuration: config)

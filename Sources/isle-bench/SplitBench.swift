@@ -164,6 +164,7 @@ struct SplitBench: AsyncParsableCommand {
         var bareSeconds = 0.0, updateSeconds = 0.0, simSeconds = 0.0, postgresSeconds = 0.0, loadSeconds = 0.0
         var acceptedIn = Duration.zero, deliveredIn = Duration.zero
         var roundRatios: [Double] = []
+        var updateStatements = 0
         for round in 0..<rounds {
             let bareCount = bare / rounds + (round < bare % rounds ? 1 : 0)
             let updateCount = updates / rounds + (round < updates % rounds ? 1 : 0)
@@ -173,6 +174,7 @@ struct SplitBench: AsyncParsableCommand {
             guard Self.succeeded(bareRun) >= bareCount else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
 
             let sentBefore = try await Self.sent(http, base)
+            let statementsBefore = try await Self.statements(http, base)
             let updateCPU = try Self.cpu(of: server.pid)
             let simCPU = try Self.cpu(of: sim.pid)
             let postgresCPU = Self.postgresCPU()
@@ -185,6 +187,7 @@ struct SplitBench: AsyncParsableCommand {
             try await waitSent(http, base, sentBefore + updateCount)
             deliveredIn += ContinuousClock.now - started
             let updateUsed = try Self.cpu(of: server.pid) - updateCPU
+            updateStatements += try await Self.statements(http, base) - statementsBefore
             simSeconds += try Self.cpu(of: sim.pid) - simCPU
             postgresSeconds += Self.postgresCPU() - postgresCPU
             loadSeconds += Self.waitedChildrenCPU() - loadCPU
@@ -240,6 +243,7 @@ struct SplitBench: AsyncParsableCommand {
         // 3. Fan-out: one request, `fanOut` deliveries, `fanOutRounds` times.
         var fanUS = 0.0
         var fanSeconds = 0.0
+        var fanStatements = 0
         var fanProfile: [(library: String, share: Double)] = []
         // Stopped however this run ends: perf -a records the whole machine.
         let fanOutPerf = Mutex<pid_t?>(nil)
@@ -255,6 +259,7 @@ struct SplitBench: AsyncParsableCommand {
                 try await Task.sleep(for: .milliseconds(500))  // perf attaches before the first fan-out
             }
             let before = try Self.cpu(of: server.pid)
+            let statementsBefore = try await Self.statements(http, base)
             let start = ContinuousClock.now
             for round in 0..<fanOutRounds {
                 let sent = try await Self.sent(http, base)
@@ -264,6 +269,7 @@ struct SplitBench: AsyncParsableCommand {
             }
             fanSeconds = Self.seconds(ContinuousClock.now - start)
             fanUS = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(fanOut * fanOutRounds)
+            fanStatements = try await Self.statements(http, base) - statementsBefore
             if let perfPID, let file = profileFanOut {
                 Self.stopPerf(perfPID)
                 fanOutPerf.withLock { $0 = nil }
@@ -335,6 +341,8 @@ struct SplitBench: AsyncParsableCommand {
         print(String(format: "%@ · updates: %d accepted in %.2f s (%.0f/s), all delivered in %.2f s (%.0f/s); server CPU %.0f µs per accepted-and-delivered update = %.1f× a bare request (rounds %.1f–%.1f×; simulator %.0f µs)",
                      name, updates, Self.seconds(acceptedIn), Double(updates) / Self.seconds(acceptedIn), Self.seconds(deliveredIn), deliveredPerSecond, updateUS, updateUS / bareUS,
                      roundRatios.min() ?? 0, roundRatios.max() ?? 0, simUS))
+        // Each /metrics read between them is one more statement or so (the open-job counts).
+        print(String(format: "%@ · SQL statements: %.2f per accepted-and-delivered update (%d for %d)", name, Double(updateStatements) / Double(updates), updateStatements, updates))
         print(String(format: "%@ · every process of the run, CPU per accepted-and-delivered update: isle serve %.0f + isle sim %.0f + PostgreSQL's processes %.0f + h2load %.0f = %.0f µs; %.2f of %d cores busy",
                      name, updateUS, simUS, postgresUS, loadUS, everyProcessUS, busyCores, ProcessInfo.processInfo.activeProcessorCount))
         print(String(format: "%@ · simulator: %.0f µs of its CPU per push received and applied, beside %.0f µs per bare control-API GET /health = %.1f×",
@@ -344,6 +352,8 @@ struct SplitBench: AsyncParsableCommand {
         if fanOut > 0, fanOutRounds > 0 {
             print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
+            print(String(format: "%@ · SQL statements: %.3f per fan-out delivery (%d for %d, the topic's look-up and the /metrics reads included)", name,
+                         Double(fanStatements) / Double(fanOut * fanOutRounds), fanStatements, fanOut * fanOutRounds))
             for (library, share) in fanProfile.prefix(8) {
                 print(String(format: "%@ · fan-out profile: %@ %.1f %% of the server's samples (its own code) = %.1f µs per fan-out delivery = %.2f× a bare request",
                              name, library, 100 * share, share * fanUS, share * fanUS / bareUS))
@@ -397,10 +407,20 @@ struct SplitBench: AsyncParsableCommand {
 
     /// Deliveries the server counted as sent (its Prometheus counters).
     static func sent(_ http: HTTPClient, _ base: String) async throws -> Int {
+        try await counted(http, base) { $0.hasPrefix("isle_deliveries_total{") && $0.contains("outcome=\"sent\"") }
+    }
+
+    /// SQL statements the server sent to its database (`isle_store_statements_total`).
+    static func statements(_ http: HTTPClient, _ base: String) async throws -> Int {
+        try await counted(http, base) { $0.hasPrefix("isle_store_statements_total ") }
+    }
+
+    /// The sum of the `/metrics` lines `matching`.
+    static func counted(_ http: HTTPClient, _ base: String, matching: (Substring) -> Bool) async throws -> Int {
         let response = try await http.execute(HTTPClientRequest(url: base + "/metrics"), timeout: .seconds(30))
         let text = String(buffer: try await response.body.collect(upTo: 16 << 20))
         var total = 0
-        for line in text.split(separator: "\n") where line.hasPrefix("isle_deliveries_total{") && line.contains("outcome=\"sent\"") {
+        for line in text.split(separator: "\n") where matching(line) {
             if let v = Double(line.split(separator: " ").last ?? "0"), v.isFinite, v >= 0, v < 1e15 { total += Int(v) }
         }
         return total

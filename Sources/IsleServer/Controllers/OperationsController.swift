@@ -98,6 +98,7 @@ struct OperationsController {
         let counts = try await openJobs.value("open", load: { try await services.store.openJobCounts() }) ?? [:]
         let metrics = services.engine.counters.metrics
         metrics.openJobs(counts)
+        metrics.storeStatements(StoreStatements.total)
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.text())))
     }
 }

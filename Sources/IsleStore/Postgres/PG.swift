@@ -98,6 +98,7 @@ extension PostgresConnection {
     func rows(_ sql: String, _ args: [PGArg] = [], logger: Logger) async throws -> [PGRow] {
         var binds = PostgresBindings(capacity: args.count)
         for a in args { a.bind(into: &binds) }
+        StoreStatements.add()
         do {
             return try await query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect().map(PGRow.init)
         } catch let error as PSQLError {
