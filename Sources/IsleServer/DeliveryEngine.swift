@@ -14,7 +14,10 @@ import Tracing
 /// ``AppCircuits`` pauses an app whose configuration is wrong and backs off when APNs is down; the
 /// completion is a guarded patch committed with the job's new state. A `Service`.
 public final class DeliveryEngine: Service {
-    let store: any IsleStore
+    /// What the engine reads and writes: the queue's delivery side, the app and channel of a push,
+    /// operators' pauses, retention, and the per-minute history.
+    public typealias Store = JobDelivery & AppLookup & ChannelLookup & OperatorPauseReading & Pruning & HistoryRepository
+    let store: any Store
     let configuration: ServerConfiguration
     public let clients: APNsClients
     public let circuits: AppCircuits
@@ -32,10 +35,14 @@ public final class DeliveryEngine: Service {
     /// Per-minute counters for the console's history.
     public let history: HistoryRecorder
     let inFlight = InFlight()
+    /// Results waiting to be written together.
+    let completions: CompletionBatches
+    /// The engine's task was cancelled: results still unwritten are given up.
+    let cancelled = Mutex(false)
     let random: Mutex<SeededRandom>
     let apps = AppCache()
 
-    public init(store: any IsleStore, configuration: ServerConfiguration, clients: APNsClients, clock: any WallClock = SystemWallClock(), logger: Logger, worker: String = "worker-\(UUID().uuidString.prefix(8))") {
+    public init(store: any Store, configuration: ServerConfiguration, clients: APNsClients, clock: any WallClock = SystemWallClock(), logger: Logger, worker: String = "worker-\(UUID().uuidString.prefix(8))") {
         self.store = store
         self.configuration = configuration
         self.clients = clients
@@ -49,6 +56,7 @@ public final class DeliveryEngine: Service {
         resolver = OutcomeResolver(retryBase: configuration.retryBase, retryMaximumDelay: configuration.retryMaximumDelay)
         random = Mutex(SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max)))
         (wakeups, wakeupContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        completions = CompletionBatches(maximum: max(1, min(256, configuration.concurrency)))
     }
 
     /// Tell the engine new work is queued (the API calls this after committing).
@@ -140,6 +148,7 @@ public final class DeliveryEngine: Service {
                     self.wakeupContinuation.finish()
                 }
             } onCancel: {
+                self.cancelled.withLock { $0 = true }
                 self.wakeupContinuation.finish()
             }
             group.cancelAll()
@@ -177,9 +186,9 @@ public final class DeliveryEngine: Service {
                 let room = configuration.concurrency - busy
                 var claimed: [ClaimedJob] = []
                 let batch = min(room, 256)
-                // Claim in batches: once a few slots are free (or nothing is in flight), not on
-                // every completion — each claim is a transaction.
-                let worthIt = busy == 0 || room >= max(1, min(16, configuration.concurrency / 8))
+                // Claim in batches: once half the slots are free (or nothing is in flight), not on
+                // every completion — each claim is a transaction of a fixed number of statements.
+                let worthIt = busy == 0 || room >= max(1, configuration.concurrency / 2)
                 if batch > 0, worthIt {
                     await refreshOperatorPauses()
                     let now = clock.now
@@ -296,21 +305,31 @@ public final class DeliveryEngine: Service {
     }
 
     /// Bookkeeping is retried in process until it is written: a failed write never leaves a job
-    /// claimed (the sweep would send it again), and never loses what APNs answered.
+    /// claimed (the sweep would send it again), and never loses what APNs answered. Results are
+    /// written in batches (``CompletionBatches``): one transaction for many.
     func commit(_ completion: JobCompletion) async {
+        let written = await completions.commit(completion, inFlight: { [inFlight] in inFlight.count }) { batch in await self.write(batch) }
+        guard let written else { return }
+        if !written {
+            logger.warning("a claim was lost before its result was written (lease ran out)", metadata: ["job.id": "\(completion.claim.job.id)"])
+        } else {
+            history.record(completion, now: clock.now)
+        }
+    }
+
+    /// Writes a batch of results, retrying until it lands (nil: the engine stopped first).
+    func write(_ batch: [JobCompletion]) async -> [Bool]? {
         var delay: Duration = .milliseconds(20)
         while true {
             do {
-                if try await !store.complete(completion) {
-                    logger.warning("a claim was lost before its result was written (lease ran out)", metadata: ["job.id": "\(completion.claim.job.id)"])
-                } else {
-                    events.ring()
-                    history.record(completion, now: clock.now)
-                }
-                return
+                let written = try await store.complete(batch)
+                if written.contains(true) { events.ring() }
+                return written
             } catch {
-                if Task.isCancelled { return }
-                logger.error("writing a delivery result failed; retrying", metadata: ["job.id": "\(completion.claim.job.id)", "error": "\(error)"])
+                // Cancelled (not a graceful stop, which lets the work in flight finish): the
+                // results are lost to this process; the sweep of a running one sends those jobs again.
+                if Task.isCancelled || cancelled.withLock({ $0 }) { return nil }
+                logger.error("writing delivery results failed; retrying", metadata: ["jobs": "\(batch.map(\.claim.job.id))", "error": "\(error)"])
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(5))
             }
@@ -551,7 +570,7 @@ final class ExpiringCache<Value: Sendable>: Sendable {
 
 final class AppCache: Sendable {
     private let cache = ExpiringCache<AppRecord?>()
-    func app(_ bundleID: String, store: any AppRepository) async throws -> AppRecord? {
+    func app(_ bundleID: String, store: any AppLookup) async throws -> AppRecord? {
         try await cache.value(bundleID) { try await store.app(bundleID) }
     }
 }

@@ -13,7 +13,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 ///
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
-public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
+public protocol IsleRegistry: Pruning, AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
     IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository, HistoryRepository {
     func migrate() async throws
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
@@ -22,6 +22,10 @@ public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepos
     /// one-line reason. Release the hold when serving stops.
     func holdForServing() throws -> any ServingHold
 
+}
+
+/// Retention: what the store no longer keeps goes.
+public protocol Pruning: Sendable {
     /// Deletes what retention no longer keeps — finished jobs, deliveries, priority-10 sends,
     /// idempotency records past their lifetime, activities that ended long ago (with their topics)
     /// and installations silent for long with no live activity — at most `limit` rows of each.
@@ -30,10 +34,24 @@ public protocol IsleRegistry: AppRepository, APIKeyRepository, InstallationRepos
     func prune(now: Date, retention: Retention, limit: Int) async throws -> Int
 }
 
-/// Apps: their provider keys (sealed), schemas and ticket keys.
-public protocol AppRepository: Sendable {
-    func upsertApp(_ app: AppRecord) async throws
+/// An app by its bundle id (what a delivery reads of its app).
+public protocol AppLookup: Sendable {
     func app(_ bundleID: String) async throws -> AppRecord?
+}
+
+/// A channel by its id (what a broadcast's delivery reads).
+public protocol ChannelLookup: Sendable {
+    func channel(id: String) async throws -> ChannelRecord?
+}
+
+/// The apps operators paused (what the engine holds back).
+public protocol OperatorPauseReading: Sendable {
+    func operatorPauses() async throws -> [OperatorPause]
+}
+
+/// Apps: their provider keys (sealed), schemas and ticket keys.
+public protocol AppRepository: AppLookup {
+    func upsertApp(_ app: AppRecord) async throws
     func apps() async throws -> [AppRecord]
     /// How many rows of each table belong to the app (``Schema/appRows``); changes nothing.
     func appRowCounts(_ bundleID: String) async throws -> [String: Int]
@@ -110,10 +128,9 @@ public protocol ActivityRepository: Sendable {
 }
 
 /// Broadcast channels.
-public protocol ChannelRepository: Sendable {
+public protocol ChannelRepository: ChannelLookup {
     func insertChannel(_ channel: ChannelRecord, idempotency: IdempotencyRecord?) async throws
     func channels(bundleID: String) async throws -> [ChannelRecord]
-    func channel(id: String) async throws -> ChannelRecord?
     func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws
 
 }
@@ -156,12 +173,11 @@ public protocol EventRepository: Sendable {
 
 /// Apps an operator paused by hand; each change writes its event (`app.paused`, `app.resumed`) in
 /// the same transaction.
-public protocol OperatorPauseRepository: Sendable {
+public protocol OperatorPauseRepository: OperatorPauseReading {
     /// Pauses the app (again: the newer reason); false when it was paused already.
     func pauseApp(_ pause: OperatorPause, event: NewEvent) async throws -> Bool
     /// Resumes the app; the pause it had, or nil when it was not paused (no event then).
     func resumeApp(bundleID: String, event: NewEvent) async throws -> OperatorPause?
-    func operatorPauses() async throws -> [OperatorPause]
 }
 
 /// Per-minute delivery counters (``HistoryPoint``).
@@ -187,22 +203,37 @@ public protocol IdempotencyRepository: Sendable {
 }
 
 
-/// The durable delivery queue: a narrow driver. Ordering and coalescing are ``LanePlanner``'s
-/// decisions; the driver stores jobs, keeps each lane's head, and applies completions.
-public protocol IsleQueue: Sendable {
+/// The durable delivery queue, as its four kinds of consumer see it: the API queues work
+/// (``JobIntake``), the engine delivers it (``JobDelivery``), operators act on it
+/// (``JobOperations``), monitoring counts it (``JobCounts``). Every store offers all four through
+/// ``QueueBackedStore``: ``QueueProcedure`` on the store's ``QueueDriver``.
+public typealias IsleQueue = JobIntake & JobDelivery & JobOperations & JobCounts
+
+/// What accepting requests do to the queue.
+public protocol JobIntake: Sendable {
     /// Commits the jobs, the activities they start (push-to-start), and the idempotent answer in
     /// one transaction. A job due after `now` waits as `scheduled` and takes its place in its lane
     /// when it comes due.
     @discardableResult
     func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64]
+    /// The lane's waiting head may go now (e.g. the update token it waited for arrived).
+    func wakeLane(activityID: String, now: Date) async throws
+    /// Every waiting head of the app may go now (an operator resumed the app after a fix).
+    func wakeApp(bundleID: String, now: Date) async throws
+}
+
+/// What the delivery engine does with the queue.
+public protocol JobDelivery: Sendable {
     /// Claims due lane heads (at most one job per lane in flight, oldest first, skipping the apps
     /// in `excludingApps`) for `lease` seconds; coalesces superseded plain updates on the way. Each
     /// job's push timestamp (strictly increasing per lane) and apns-id are fixed at its first claim
     /// and reused on retries.
     func claim(limit: Int, now: Date, lease: TimeInterval, worker: String, excludingApps: Set<String>) async throws -> [ClaimedJob]
-    /// Applies a worker's verdict on a claimed job, atomically. False when the claim was lost
-    /// (its lease ran out and it was claimed again).
+    /// Applies a worker's verdict on a claimed job, atomically (verdicts that arrive together share
+    /// a transaction). False when the claim was lost (its lease ran out and it was claimed again).
     func complete(_ completion: JobCompletion) async throws -> Bool
+    /// Applies a batch of verdicts in one transaction; one answer per verdict, in order.
+    func complete(_ batch: [JobCompletion]) async throws -> [Bool]
     /// Claims whose lease ended before `now` become queued again, except the jobs in `keeping`
     /// (still being worked on in this process). Returns how many.
     func requeueExpiredClaims(now: Date, keeping: Set<Int64>) async throws -> Int
@@ -217,10 +248,10 @@ public protocol IsleQueue: Sendable {
     /// app not in `excludingApps` comes due — at or before `now` when one is due already but was
     /// not claimed (its lane busy in another process); nil when nothing waits.
     func nextDue(after now: Date, excludingApps: Set<String>) async throws -> Date?
-    /// The lane's waiting head may go now (e.g. the update token it waited for arrived).
-    func wakeLane(activityID: String, now: Date) async throws
-    /// Every waiting head of the app may go now (an operator resumed the app after a fix).
-    func wakeApp(bundleID: String, now: Date) async throws
+}
+
+/// What an operator does with an app's queue (the console, `/v1/jobs`).
+public protocol JobOperations: Sendable {
     func job(id: Int64) async throws -> PushJob?
     /// The app's unfinished jobs (scheduled, queued — due, or waiting for a retry — and in flight),
     /// of one activity when given, soonest first, at most `limit`: the operator's view of the queue.
@@ -231,6 +262,10 @@ public protocol IsleQueue: Sendable {
     func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob?
     /// An operator sends a queued job now instead of at its retry time. False when it is not queued.
     func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool
+}
+
+/// What monitoring reads of the queue.
+public protocol JobCounts: Sendable {
     /// Every job by state (a scan of the table: for tests and tools, not for monitoring).
     func jobCounts() async throws -> [PushJobState: Int]
     /// Scheduled, queued and claimed jobs only, counted along the partial indexes of open work:
@@ -274,14 +309,17 @@ extension ChannelRepository {
     public func deleteChannel(id: String) async throws { try await deleteChannel(id: id, idempotency: nil) }
 }
 
-extension IsleQueue {
+extension JobDelivery {
     public func listenForWork(_ wake: @escaping @Sendable () -> Void) async {}
+    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob] {
+        try await claim(limit: limit, now: now, lease: lease, worker: worker, excludingApps: [])
+    }
+}
+
+extension JobIntake {
     @discardableResult
     public func enqueue(_ jobs: [NewPushJob], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
         try await enqueue(jobs, creating: [], idempotency: idempotency, now: now)
-    }
-    public func claim(limit: Int, now: Date, lease: TimeInterval, worker: String) async throws -> [ClaimedJob] {
-        try await claim(limit: limit, now: now, lease: lease, worker: worker, excludingApps: [])
     }
 }
 

@@ -135,7 +135,8 @@ struct SplitBench: AsyncParsableCommand {
         let server = try Child.start(isle, ["serve", "--port", "\(ports[4])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-broadcast-url", "https://127.0.0.1:\(ports[1])",
                                             "--apns-management-url", "https://127.0.0.1:\(ports[2])", "--apns-ca-cert", dir + "/sim/ca.pem", "--concurrency", "\(concurrency)",
                                             "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
-                                            "--max-live-activities-per-installation", "100000", "--log-level", "error"],
+                                            "--max-live-activities-per-installation", "100000", "--max-new-installations-per-address", "0", "--max-new-activities-per-address", "0",
+                                            "--log-level", "error"],
                                      environment: env, log: dir + "/serve.log")
         children.append(server)
         let base = "http://127.0.0.1:\(ports[4])"

@@ -50,6 +50,10 @@ final class FaultyStore: IsleStore {
         try check("complete")
         return try await base.complete(completion)
     }
+    func complete(_ batch: [JobCompletion]) async throws -> [Bool] {
+        try check("complete")
+        return try await base.complete(batch)
+    }
 
     // Everything else as the real store does it
     func migrate() async throws { try await base.migrate() }

@@ -9,7 +9,7 @@ import IsleStore
 /// and reads them with their delivery history (backend key).
 struct ActivityController {
     let services: APIServices
-    var store: any ActivityRepository & InstallationRepository & ChannelRepository & DeliveryHistory & IsleQueue { services.store }
+    var store: any ActivityRepository & InstallationRepository & ChannelRepository & DeliveryHistory & JobIntake { services.store }
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         // Device

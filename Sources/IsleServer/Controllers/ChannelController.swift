@@ -8,7 +8,7 @@ import IsleStore
 /// (one at a time per channel, in order).
 struct ChannelController {
     let services: APIServices
-    var store: any ChannelRepository & IsleQueue { services.store }
+    var store: any ChannelRepository & JobIntake { services.store }
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.post("channels", use: create)

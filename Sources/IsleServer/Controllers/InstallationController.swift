@@ -8,7 +8,7 @@ import IsleStore
 /// starts activities by push (one installation or all of a user's) and reloads widgets.
 struct InstallationController {
     let services: APIServices
-    var store: any InstallationRepository & ActivityRepository & IsleQueue { services.store }
+    var store: any InstallationRepository & ActivityRepository & JobIntake { services.store }
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.put("installations/:installation", use: register)

@@ -49,7 +49,7 @@ struct JobController {
     }
 
     /// 404 for another app's or a missing job; 409 naming the state that refused it.
-    static func refusal(_ id: Int64, caller: Caller, store: any IsleQueue, what: String) async throws -> APIError {
+    static func refusal(_ id: Int64, caller: Caller, store: any JobOperations, what: String) async throws -> APIError {
         guard let job = try await store.job(id: id), job.bundleID == caller.bundleID else { return APIError.notFound("job \(id)") }
         let state = job.state == .claimed ? "in flight" : job.state.rawValue
         return APIError(.conflict, "jobNotWaiting", "job \(id) is \(state); only a \(what == "cancelled" ? "scheduled or queued" : "queued") job can be \(what)")

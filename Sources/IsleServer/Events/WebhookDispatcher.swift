@@ -48,7 +48,7 @@ public struct WebhookSettings: Sendable, Hashable {
 /// sent again, with the same event ids). A failing endpoint is retried with a doubling backoff and
 /// its failures are kept on its record, for `GET /v1/webhooks` and the console.
 final class WebhookDispatcher: Service {
-    let store: any IsleStore
+    let store: any EventRepository & APIKeyRepository
     let bell: EventBell
     let clock: any WallClock
     let settings: WebhookSettings
@@ -56,7 +56,7 @@ final class WebhookDispatcher: Service {
     let logger: Logger
     let worker = "webhooks-" + UUID().uuidString.prefix(8).lowercased()
 
-    init(store: any IsleStore, bell: EventBell, clock: any WallClock, settings: WebhookSettings, masterKey: MasterKey?, logger: Logger) {
+    init(store: any EventRepository & APIKeyRepository, bell: EventBell, clock: any WallClock, settings: WebhookSettings, masterKey: MasterKey?, logger: Logger) {
         self.store = store
         self.bell = bell
         self.clock = clock
