@@ -192,13 +192,17 @@ struct ServeCommand: AsyncParsableCommand {
             }
             return v
         }
-        func count(_ flag: Int?, _ envName: String, _ key: String, _ name: String) -> Int? {
+        /// A whole number from the flag, the environment or the file, within `range`.
+        func whole(_ flag: Int?, _ envName: String, _ key: String, _ name: String, _ range: ClosedRange<Int>, _ described: String) -> Int? {
             guard let text = pick(flag.map(String.init), envName, key) else { return nil }
-            guard let v = Int(text), (1...100_000).contains(v) else {
-                problems.append("\(name): \(text) must be a whole number from 1 to 100000")
+            guard let v = Int(text), range.contains(v) else {
+                problems.append("\(name): \(text) must be a whole number from \(described)")
                 return nil
             }
             return v
+        }
+        func count(_ flag: Int?, _ envName: String, _ key: String, _ name: String) -> Int? {
+            whole(flag, envName, key, name, 1...100_000, "1 to 100000")
         }
         var c = ServerConfiguration()
         c.host = pick(host, "ISLE_HOST", "host") ?? c.host
@@ -262,12 +266,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if let n = count(maxInstallationsPerUser, "ISLE_MAX_INSTALLATIONS_PER_USER", "maxInstallationsPerUser", "max-installations-per-user") { c.quotas.installationsPerUser = n }
         func allowance(_ flag: Int?, _ envName: String, _ key: String, _ name: String) -> Int? {
-            guard let text = pick(flag.map(String.init), envName, key) else { return nil }
-            guard let v = Int(text), (0...1_000_000).contains(v) else {
-                problems.append("\(name): \(text) must be a whole number from 0 (no limit) to 1000000")
-                return nil
-            }
-            return v
+            whole(flag, envName, key, name, 0...1_000_000, "0 (no limit) to 1000000")
         }
         if let n = allowance(maxNewInstallations, "ISLE_MAX_NEW_INSTALLATIONS_PER_ADDRESS", "maxNewInstallationsPerAddress", "max-new-installations-per-address") {
             c.quotas.newInstallationsPerAddressPerHour = n

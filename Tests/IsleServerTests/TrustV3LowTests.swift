@@ -54,17 +54,24 @@ struct TrustV3LowTests {
 
     // MARK: 1. TLS
 
-    @Test("TLS 1.2 is offered only with ECDHE and AEAD suites: a client limited to CBC-SHA1, or to TLS 1.1, is refused; ECDHE-GCM and ChaCha20 and TLS 1.3 are served")
-    func tlsSuites() async throws {
-        let dir = try Self.temporaryDirectory("tls")
-        let (cert, key, ca) = try Self.tlsFiles(in: dir)
+    /// A server on HTTPS with a certificate from a fresh CA: the body gets the CA's PEM and the
+    /// certificate and key files.
+    static func withHTTPSServer(_ name: String, _ body: (ServerFixture, String, (cert: String, key: String)) async throws -> Void) async throws {
+        let dir = try temporaryDirectory(name)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let (cert, key, ca) = try tlsFiles(in: dir)
         let credentials = try TLSCredentials(certificatePath: cert, keyPath: key)
+        let caPEM = try ca.certificatePEM
         try await ServerFixture.with(server: { c in
             c.tls = credentials
             c.tlsReloadInterval = .seconds(3600)
-        }) { f in
+        }) { f in try await body(f, caPEM, (cert, key)) }
+    }
+
+    @Test("TLS 1.2 is offered only with ECDHE and AEAD suites: a client limited to CBC-SHA1, or to TLS 1.1, is refused; ECDHE-GCM and ChaCha20 and TLS 1.3 are served")
+    func tlsSuites() async throws {
+        try await Self.withHTTPSServer("tls") { f, caPEM, files in
             let url = "https://127.0.0.1:\(await f.server.port)/health"
-            let caPEM = try ca.certificatePEM
             func tls12(_ suites: [NIOTLSCipher]) -> (inout TLSConfiguration) -> Void {
                 { $0.maximumTLSVersion = .tlsv12; $0.cipherSuiteValues = suites }
             }
@@ -81,12 +88,11 @@ struct TrustV3LowTests {
             await #expect(throws: (any Error).self) {
                 _ = try await Self.get(url, trusting: caPEM, timeout: 1) { $0.minimumTLSVersion = .tlsv1; $0.maximumTLSVersion = .tlsv11 }
             }
+            // The configuration itself: TLS 1.2 at least, ECDHE + AEAD only.
+            let configuration = TLSCredentials.serverConfiguration(chain: try NIOSSLCertificate.fromPEMFile(files.cert), key: try NIOSSLPrivateKey(file: files.key, format: .pem))
+            #expect(configuration.minimumTLSVersion == .tlsv12)
+            #expect(Set(configuration.cipherSuiteValues.filter { $0.rawValue < 0x1301 || $0.rawValue > 0x1303 }) == Set(TLSCredentials.tls12CipherSuites))
         }
-        // The configuration itself: TLS 1.2 at least, ECDHE + AEAD only.
-        let configuration = TLSCredentials.serverConfiguration(chain: try NIOSSLCertificate.fromPEMFile(cert), key: try NIOSSLPrivateKey(file: key, format: .pem))
-        #expect(configuration.minimumTLSVersion == .tlsv12)
-        #expect(Set(configuration.cipherSuiteValues.filter { $0.rawValue < 0x1301 || $0.rawValue > 0x1303 }) == Set(TLSCredentials.tls12CipherSuites))
-        try? FileManager.default.removeItem(at: dir)
     }
 
     @Test("a TLS key that group or others can read is refused at load, naming the file and chmod 600; 0600 and 0400 load")
@@ -123,15 +129,8 @@ struct TrustV3LowTests {
 
     @Test("over HTTPS every answer carries Strict-Transport-Security: max-age=31536000 (errors too, no includeSubDomains); plain HTTP does not")
     func hsts() async throws {
-        let dir = try Self.temporaryDirectory("hsts")
-        let (cert, key, ca) = try Self.tlsFiles(in: dir)
-        let credentials = try TLSCredentials(certificatePath: cert, keyPath: key)
-        try await ServerFixture.with(server: { c in
-            c.tls = credentials
-            c.tlsReloadInterval = .seconds(3600)
-        }) { f in
+        try await Self.withHTTPSServer("hsts") { f, caPEM, _ in
             let base = "https://127.0.0.1:\(await f.server.port)"
-            let caPEM = try ca.certificatePEM
             for (path, status) in [("/health", 200), ("/no-such-page", 404), ("/v1/app", 401)] {
                 let answer = try await Self.get(base + path, trusting: caPEM)
                 #expect(answer.status == status, "\(path)")
@@ -143,7 +142,6 @@ struct TrustV3LowTests {
             _ = try await response.body.collect(upTo: 1 << 20)
             #expect(response.headers.first(name: "strict-transport-security") == nil, "HSTS over plain HTTP is ignored by browsers and wrong behind a proxy")
         }
-        try? FileManager.default.removeItem(at: dir)
     }
 
     // MARK: 2. Backups
@@ -201,12 +199,16 @@ struct TrustV3LowTests {
     /// Watches a path from its own thread while a backup runs.
     final class Watch: Sendable {
         let path: String
-        let started = Mutex(false)
         let stop = Mutex(false)
-        let finished = Mutex(false)
         /// The size of the file when it was first seen under its name.
         let firstSize = Mutex<Int64?>(nil)
-        init(path: String) { self.path = path }
+        /// "started", then "finished", from the watching thread.
+        let signals: AsyncStream<String>
+        let signal: AsyncStream<String>.Continuation
+        init(path: String) {
+            self.path = path
+            (signals, signal) = AsyncStream.makeStream(of: String.self)
+        }
     }
 
     @Test("while a backup runs, its name never shows a partial file: the first time the name exists, the file is whole")
@@ -216,20 +218,20 @@ struct TrustV3LowTests {
         let target = dir.appendingPathComponent("copy.sqlite").path
         let watch = Watch(path: target)
         let thread = Thread {
-            watch.started.withLock { $0 = true }
+            watch.signal.yield("started")
             while !watch.stop.withLock({ $0 }) {
                 if let size = ((try? FileManager.default.attributesOfItem(atPath: watch.path))?[.size] as? NSNumber)?.int64Value {
                     watch.firstSize.withLock { $0 = size }
                     break
                 }
             }
-            watch.finished.withLock { $0 = true }
+            watch.signal.yield("finished")
         }
         thread.start()
-        while !watch.started.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(try await nextValue(of: watch.signals, "the watcher's start") == "started")
         let bytes: Int64 = try store.backup(to: target)
         watch.stop.withLock { $0 = true }
-        while !watch.finished.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(try await nextValue(of: watch.signals, "the watcher's end") == "finished")
         let first = watch.firstSize.withLock { $0 }
         #expect(first == nil || first == bytes, "the backup's name showed \(first ?? -1) bytes of \(bytes)")
         try? FileManager.default.removeItem(at: dir)

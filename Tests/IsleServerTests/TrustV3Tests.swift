@@ -175,16 +175,12 @@ struct TrustV3Tests {
             try await f.server.app.store.insertWebhook(hook)
             let (_, event) = try await f.appStartsActivity(key: "event")
             #expect(try await f.call("POST", "/v1/activities/\(event)/update", key: f.backendKey, body: ["contentState": Pizza.state("e")]).status == 202)
-            try await withDeadline(.seconds(20), "the old webhook refused") {
-                while true {
-                    let view = try await f.call("GET", "/v1/webhooks/wh_old", key: f.backendKey).json
-                    if let error = view["failure"]?["error"]?.stringValue {
-                        #expect(error.hasPrefix("refused:") && !error.contains("errno"), "\(error)")
-                        return
-                    }
-                    try await Task.sleep(for: .milliseconds(20))
-                }
+            // The webhook's state has no change feed: its view is read until it shows the refusal.
+            try await eventually(within: .seconds(20), "the old webhook refused") {
+                try await f.call("GET", "/v1/webhooks/wh_old", key: f.backendKey).json["failure"]?["error"]?.stringValue != nil
             }
+            let error = try await f.call("GET", "/v1/webhooks/wh_old", key: f.backendKey).json["failure"]?["error"]?.stringValue ?? ""
+            #expect(error.hasPrefix("refused:") && !error.contains("errno"), "\(error)")
             #expect(receiver.received.withLock { $0.isEmpty })
         }
     }
@@ -216,12 +212,9 @@ struct TrustV3Tests {
             #expect(try await f.call("POST", "/v1/activities/\(event)/update", key: f.backendKey, body: ["contentState": Pizza.state("e")]).status == 202)
             let answer = try await poll.value
             #expect(answer.status == 401, "\(answer.json.jsonString)")
-            try await withDeadline(.seconds(20), "the kept webhook's delivery, and the closed port's failure") {
-                while true {
-                    let failing = try await f.call("GET", "/v1/webhooks/\(closedID)", key: f.backendKey).json["failure"] != nil
-                    if failing, !kept.received.withLock({ $0.isEmpty }) { return }
-                    try await Task.sleep(for: .milliseconds(20))
-                }
+            try await eventually(within: .seconds(20), "the kept webhook's delivery, and the closed port's failure") {
+                let failing = try await f.call("GET", "/v1/webhooks/\(closedID)", key: f.backendKey).json["failure"] != nil
+                return failing && !kept.received.withLock({ $0.isEmpty })
             }
             #expect(stopped.received.withLock { $0.isEmpty })
             let view = try await f.call("GET", "/v1/webhooks/\(doomedID)", key: f.backendKey).json
@@ -257,9 +250,7 @@ struct TrustV3Tests {
             #expect(sockets.count == 400)
             // The server admits 50 of them and closes the rest: wait until it counted them.
             let limiter = f.server.app.connections
-            try await withDeadline(.seconds(20), "the flood's connections counted") {
-                while limiter.count("127.0.0.2") < 50 { try await Task.sleep(for: .milliseconds(10)) }
-            }
+            try await eventually(within: .seconds(20), "the flood's connections counted") { limiter.count("127.0.0.2") >= 50 }
             #expect(limiter.count("127.0.0.2") == 50)
             for _ in 0..<12 { #expect(try await f.call("GET", "/health").status == 200) }
         }

@@ -31,21 +31,27 @@ enum PGArg: Sendable {
         return Date(timeIntervalSince1970: t.isNaN ? 0 : min(max(t, -200_000_000_000), 6_000_000_000_000))
     }
 
-    func bind(into b: inout PostgresBindings) {
+    /// `typedNulls`: a NULL is bound with its value's type instead of none (which PostgreSQL infers
+    /// from the SQL). A prepared statement keeps the types of its first call: with untyped NULLs a
+    /// first call's NULL could fix a type a later value does not have.
+    func bind(into b: inout PostgresBindings, typedNulls: Bool = false) {
+        func bindNull(_ type: PostgresDataType) {
+            if typedNulls { b.append(PostgresData(type: type)) } else { b.appendNull() }
+        }
         switch self {
-        case .text(let v): if let v { b.append(v) } else { b.appendNull() }
-        case .int(let v): if let v { b.append(v) } else { b.appendNull() }
-        case .double(let v): if let v { b.append(v) } else { b.appendNull() }
-        case .bool(let v): if let v { b.append(v) } else { b.appendNull() }
+        case .text(let v): if let v { b.append(v) } else { bindNull(String.psqlType) }
+        case .int(let v): if let v { b.append(v) } else { bindNull(Int64.psqlType) }
+        case .double(let v): if let v { b.append(v) } else { bindNull(Double.psqlType) }
+        case .bool(let v): if let v { b.append(v) } else { bindNull(Bool.psqlType) }
         case .texts(let v): b.append(v)
         case .ints(let v): b.append(v)
         case .bools(let v): b.append(v)
         case .doubles(let v): b.append(v)
-        case .date(let v): if let v { b.append(Self.storable(v)) } else { b.appendNull() }
+        case .date(let v): if let v { b.append(Self.storable(v)) } else { bindNull(Date.psqlType) }
         case .dates(let v): b.append(v.map(Self.storable))
-        case .json(let v): if let v { b.append(JSONText(v)) } else { b.appendNull() }
+        case .json(let v): if let v { b.append(JSONText(v)) } else { bindNull(JSONText.psqlType) }
         case .jsons(let v): b.append(v.map(JSONText.init))
-        case .orderedJSON(let v): if let v { b.append(OrderedJSONText(v)) } else { b.appendNull() }
+        case .orderedJSON(let v): if let v { b.append(OrderedJSONText(v)) } else { bindNull(OrderedJSONText.psqlType) }
         }
     }
 }
@@ -108,6 +114,28 @@ extension PostgresConnection {
 
     func row(_ sql: String, _ args: [PGArg] = [], logger: Logger) async throws -> PGRow? {
         try await rows(sql, args, logger: logger).first
+    }
+
+    /// Runs a prepared statement (PreparedStatements.swift): prepared on this connection at its
+    /// first use, then only bound and executed.
+    @discardableResult
+    func rows<S: PreparedSQL>(_ statement: S.Type, _ args: [PGArg] = [], logger: Logger) async throws -> [PGRow] {
+        var binds = PostgresBindings(capacity: args.count)
+        for a in args { a.bind(into: &binds, typedNulls: true) }
+        StoreStatements.add()
+        do {
+            let sequence = try await execute(Prepared<S>(bindings: binds), logger: logger)
+            var out: [PGRow] = []
+            for try await r in sequence { out.append(PGRow(r)) }
+            return out
+        } catch let error as PSQLError {
+            if PreparedNames.mayHaveFailedPreparation(error) { PreparedNames.retire(S.self) }
+            throw PG.storeError(error)
+        }
+    }
+
+    func row<S: PreparedSQL>(_ statement: S.Type, _ args: [PGArg] = [], logger: Logger) async throws -> PGRow? {
+        try await rows(statement, args, logger: logger).first
     }
 }
 

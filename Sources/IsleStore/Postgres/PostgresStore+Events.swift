@@ -15,11 +15,8 @@ extension PostgresStore {
     static func insertEvents(_ conn: PostgresConnection, _ events: [NewEvent], logger: Logger) async throws {
         guard !events.isEmpty else { return }
         let none = "\u{1}"
-        try await conn.rows("""
-            INSERT INTO events (bundle_id, type, activity_id, data, at)
-            SELECT b, t, NULLIF(a, E'\\x01'), d, at FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS e(b, t, a, d, at, n) ORDER BY n
-            """, [.texts(events.map(\.bundleID)), .texts(events.map(\.type.rawValue)), .texts(events.map { $0.activityID ?? none }),
-                  .jsons(events.map { JSONValue.object($0.data).jsonString }), .dates(events.map(\.at))], logger: logger)
+        try await conn.rows(PG.InsertEvents.self, [.texts(events.map(\.bundleID)), .texts(events.map(\.type.rawValue)), .texts(events.map { $0.activityID ?? none }),
+                                                   .jsons(events.map { JSONValue.object($0.data).jsonString }), .dates(events.map(\.at))], logger: logger)
     }
 
     /// Gives committed events without a place theirs (namespace 2, key 0: the events lock).
@@ -227,5 +224,16 @@ extension PostgresStore {
                 WHERE a.bundle_id = $1 AND h.at >= $2 GROUP BY h.activity_id ORDER BY n DESC, h.activity_id LIMIT $3
                 """, [.text(bundleID), .date(since), .int(max(0, limit))], logger: log).map { (activityID: try $0.string("id"), count: Int(try $0.int("n"))) }
         }
+    }
+}
+
+// MARK: Prepared statements (PreparedStatements.swift)
+
+extension PG {
+    enum InsertEvents: PreparedSQL {
+        static let sql = """
+            INSERT INTO events (bundle_id, type, activity_id, data, at)
+            SELECT b, t, NULLIF(a, E'\\x01'), d, at FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS e(b, t, a, d, at, n) ORDER BY n
+            """
     }
 }

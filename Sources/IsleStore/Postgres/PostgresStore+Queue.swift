@@ -29,15 +29,9 @@ extension PostgresStore {
     static func applyContent(_ conn: PostgresConnection, _ patches: [String: ActivityPatch], logger: Logger) async throws {
         let ids = Array(patches.keys)
         let ps = ids.map { patches[$0]! }
-        try await conn.rows("""
-            UPDATE activities AS a SET content = COALESCE(NULLIF(t.content, E'\\x01')::jsonb, a.content),
-                relevance_score = CASE WHEN t.has_relevance THEN t.relevance ELSE a.relevance_score END,
-                stale_date = CASE WHEN NOT t.sets_stale THEN a.stale_date WHEN t.has_stale THEN t.stale ELSE NULL END
-            FROM unnest($1::text[], $2::text[], $3::bool[], $4::float8[], $5::bool[], $6::bool[], $7::timestamptz[])
-                AS t(id, content, has_relevance, relevance, sets_stale, has_stale, stale)
-            WHERE a.id = t.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))
-            """, [.texts(ids), .texts(ps.map { $0.content?.jsonString ?? "\u{1}" }), .bools(ps.map { $0.relevanceScore != nil }), .doubles(ps.map { $0.relevanceScore ?? 0 }),
-                  .bools(ps.map(\.setsStaleDate)), .bools(ps.map { $0.staleDate != nil }), .dates(ps.map { $0.staleDate ?? Date(timeIntervalSince1970: 0) })], logger: logger)
+        try await conn.rows(PG.ApplyContent.self, [
+            .texts(ids), .texts(ps.map { $0.content?.jsonString ?? "\u{1}" }), .bools(ps.map { $0.relevanceScore != nil }), .doubles(ps.map { $0.relevanceScore ?? 0 }),
+            .bools(ps.map(\.setsStaleDate)), .bools(ps.map { $0.staleDate != nil }), .dates(ps.map { $0.staleDate ?? Date(timeIntervalSince1970: 0) })], logger: logger)
     }
 
     /// Writes only what the push changed; never reverts what the device reported since.
@@ -66,15 +60,10 @@ extension PostgresStore {
     static func insert(_ conn: PostgresConnection, _ records: [(record: DeliveryRecord, bundleID: String)], logger: Logger) async throws {
         let none = "\u{1}"
         let ds = records.map(\.record)
-        try await conn.rows("""
-            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id)
-            SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t, b
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[], $11::text[])
-                WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, b, n)
-            ORDER BY n
-            """, [.ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
-                  .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
-                  .bools(ds.map(\.downgraded)), .dates(ds.map(\.at)), .texts(records.map(\.bundleID))], logger: logger)
+        try await conn.rows(PG.InsertDeliveries.self, [
+            .ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
+            .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
+            .bools(ds.map(\.downgraded)), .dates(ds.map(\.at)), .texts(records.map(\.bundleID))], logger: logger)
     }
 
     /// Other processes may be sending right now: at start only claims whose lease ran out come back.
@@ -117,5 +106,30 @@ extension PostgresStore {
             }
             return out
         }
+    }
+}
+
+// MARK: Prepared statements (PreparedStatements.swift)
+
+extension PG {
+    enum ApplyContent: PreparedSQL {
+        static let sql = """
+            UPDATE activities AS a SET content = COALESCE(NULLIF(t.content, E'\\x01')::jsonb, a.content),
+                relevance_score = CASE WHEN t.has_relevance THEN t.relevance ELSE a.relevance_score END,
+                stale_date = CASE WHEN NOT t.sets_stale THEN a.stale_date WHEN t.has_stale THEN t.stale ELSE NULL END
+            FROM unnest($1::text[], $2::text[], $3::bool[], $4::float8[], $5::bool[], $6::bool[], $7::timestamptz[])
+                AS t(id, content, has_relevance, relevance, sets_stale, has_stale, stale)
+            WHERE a.id = t.id AND a.state IN (\(ActivityLifecycle.pushChangesSQL))
+            """
+    }
+
+    enum InsertDeliveries: PreparedSQL {
+        static let sql = """
+            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id)
+            SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t, b
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[], $11::text[])
+                WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, b, n)
+            ORDER BY n
+            """
     }
 }

@@ -703,7 +703,7 @@ public final class PostgresStore: IsleStore {
         let log = logger
         let found = try await read { conn in
             var byID: [String: Result<ActivityRecord, any Error>] = [:]
-            for r in try await conn.rows("SELECT * FROM activities WHERE id = ANY($1::text[])", [.texts(Array(Set(ids)))], logger: log) {
+            for r in try await conn.rows(PG.ActivitiesByID.self, [.texts(Array(Set(ids)))], logger: log) {
                 let id = try r.string("id")
                 // A row that does not decode fails its own request only.
                 byID[id] = Result { try Self.activity(r, topics: [], payloads: false) }
