@@ -40,7 +40,11 @@ public final class PostgresStore: IsleStore {
                                              tls: Self.tls(settings.tls))
         c.options.maximumConnections = settings.poolSize
         c.options.connectTimeout = .seconds(5)
-        c.options.additionalStartupParameters = [("statement_timeout", "\(settings.statementTimeout * 1000)"), ("application_name", "isle")]
+        // Prepared statements (PreparedStatements.swift) skip the parse; each execution is still
+        // planned for its own arrays: a generic plan guesses ten elements per `unnest`/`ANY`, and
+        // cost more PostgreSQL CPU per update than planning each time (docs/performance.md).
+        c.options.additionalStartupParameters = [("statement_timeout", "\(settings.statementTimeout * 1000)"), ("application_name", "isle"),
+                                                 ("plan_cache_mode", "force_custom_plan")]
         client = PostgresClient(configuration: c, backgroundLogger: logger)
     }
 
