@@ -164,7 +164,7 @@ let package = Package(
         .target(
             name: "IsleDemo",
             dependencies: [
-                "IsleCore", "IsleServer", "IsleStore", "IsleSimulator", "IsleClient", "IsleClientSimulator",
+                "IsleCore", "IsleDelivery", "IsleServer", "IsleStore", "IsleSimulator", "IsleClient", "IsleClientSimulator",
                 server("AsyncHTTPClient", "async-http-client"),
                 server("Hummingbird", "hummingbird"),
                 server("ServiceLifecycle", "swift-service-lifecycle"),
@@ -189,7 +189,7 @@ let package = Package(
         .target(
             name: "IsleCommandLine",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
                 server("ServiceLifecycle", "swift-service-lifecycle"),
                 server("OTel", "swift-otel"),
                 server("Tracing", "swift-distributed-tracing"),
@@ -203,7 +203,7 @@ let package = Package(
         .executableTarget(
             name: "isle-bench",
             dependencies: [
-                "IsleCore", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator",
                 server("AsyncHTTPClient", "async-http-client"),
                 server("Hummingbird", "hummingbird"),
                 server("ArgumentParser", "swift-argument-parser"),
@@ -234,13 +234,13 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleStoreTests",
-            dependencies: ["IsleStore", "IsleCore", "IsleTesting", server("GRDB", "GRDB.swift"), server("Logging", "swift-log")],
+            dependencies: ["IsleStore", "IsleDelivery", "IsleCore", "IsleTesting", server("GRDB", "GRDB.swift"), server("Logging", "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IsleServerTests",
             dependencies: [
-                "IsleServer", "IsleStore", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleClient", "IsleClientSimulator",
+                "IsleServer", "IsleStore", "IsleDelivery", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleClient", "IsleClientSimulator",
                 server("AsyncHTTPClient", "async-http-client"),
                 server("OTel", "swift-otel"),
                 server("Tracing", "swift-distributed-tracing"),
@@ -255,7 +255,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsleCommandLineTests",
-            dependencies: ["IsleCommandLine", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", "IsleServer", server("Logging", "swift-log")],
+            dependencies: ["IsleCommandLine", "IsleCore", "IsleDelivery", "IsleTesting", "IsleHTTP2Server", "IsleSimulator", "IsleDemo", "IsleStore", "IsleServer", server("Logging", "swift-log")],
             swiftSettings: swiftSettings
         ),
     ],

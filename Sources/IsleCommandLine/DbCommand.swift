@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import IsleStore
+import IsleDelivery
 import Logging
 
 /// `isle db copy`: move an installation's data from its SQLite file to PostgreSQL.

@@ -1,6 +1,7 @@
 public import ArgumentParser
 public import Foundation
 import IsleStore
+import IsleDelivery
 
 /// Where the commands write, and what environment they read: real stdout/stderr and the process
 /// environment by default, captured in tests.

@@ -4,6 +4,7 @@ import IsleAPNs
 import IsleCore
 import IsleServer
 import IsleStore
+import IsleDelivery
 import Logging
 import OTel
 import ServiceLifecycle

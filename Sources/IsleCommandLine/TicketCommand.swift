@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import IsleServer
 import IsleStore
+import IsleDelivery
 
 /// `isle app ticket-key create|import|list|remove`: the keys that verify an app's registration
 /// tickets (docs/security.md). Isle stores only public keys; `create` hands the private key to

@@ -6,6 +6,7 @@ import IsleCore
 import IsleServer
 public import IsleSimulator
 import IsleStore
+import IsleDelivery
 import Logging
 import NIOCore
 import ServiceLifecycle

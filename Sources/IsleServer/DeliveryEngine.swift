@@ -2,6 +2,7 @@ public import Foundation
 public import IsleAPNs
 public import IsleCore
 public import IsleStore
+public import IsleDelivery
 public import Logging
 public import ServiceLifecycle
 import Synchronization
@@ -543,131 +544,6 @@ public final class DeliveryEngine: Service {
     }
 
     static func ms(_ d: Duration) -> Double { Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15 }
-}
-
-/// Values read from the store, kept for a short time: API keys and apps are read on every request
-/// and every delivery, and an app's row is parsed (schemas) each time. A change (`isle app add`,
-/// `isle key revoke`) is seen within `ttl`.
-final class ExpiringCache<Value: Sendable>: Sendable {
-    private let entries = Mutex<[String: (value: Value, at: ContinuousClock.Instant)]>([:])
-    let ttl: Duration
-    let capacity: Int
-    init(ttl: Duration = .seconds(1), capacity: Int = 10_000) {
-        self.ttl = ttl
-        self.capacity = capacity
-    }
-    func value(_ key: String, load: () async throws -> Value) async throws -> Value {
-        let now = ContinuousClock.now
-        if let e = entries.withLock({ $0[key] }), now - e.at < ttl { return e.value }
-        let value = try await load()
-        entries.withLock { e in
-            if e.count >= capacity { e.removeAll(keepingCapacity: true) }
-            e[key] = (value, now)
-        }
-        return value
-    }
-}
-
-final class AppCache: Sendable {
-    private let cache = ExpiringCache<AppRecord?>()
-    func app(_ bundleID: String, store: any AppLookup) async throws -> AppRecord? {
-        try await cache.value(bundleID) { try await store.app(bundleID) }
-    }
-}
-
-/// One APNs client per app and environment, made on first use and shared by every worker (one JWT
-/// per key): an app's sandbox and production tokens go to their own hosts, side by side.
-public final class APNsClients: Sendable {
-    /// Where each environment's pushes go.
-    let targets: [PushEnvironment: APNsEnvironment]
-    /// The environment of records that do not name one.
-    public let defaultEnvironment: PushEnvironment
-    let requestTimeout: Duration
-    let transport: APNsTransportKind
-    let masterKey: MasterKey?
-    let clock: any WallClock
-    let logger: Logger
-    private let clients = Mutex<[String: (keyID: String, client: APNsClient)]>([:])
-    /// Clients replaced after a key change, closed at shutdown.
-    private let retired = Mutex<[APNsClient]>([])
-
-    /// Every environment to `environment`'s hosts (one fake APNs for all, or one Apple environment).
-    public convenience init(environment: APNsEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default, masterKey: MasterKey? = nil,
-                            clock: any WallClock = SystemWallClock(), logger: Logger) {
-        let name: PushEnvironment = environment == .production ? .production : .sandbox
-        self.init(targets: [.sandbox: environment, .production: environment], defaultEnvironment: name, requestTimeout: requestTimeout, transport: transport,
-                  masterKey: masterKey, clock: clock, logger: logger)
-    }
-
-    public init(targets: [PushEnvironment: APNsEnvironment], defaultEnvironment: PushEnvironment, requestTimeout: Duration = .seconds(30), transport: APNsTransportKind = .default,
-                masterKey: MasterKey? = nil, clock: any WallClock = SystemWallClock(), logger: Logger) {
-        self.targets = targets
-        self.defaultEnvironment = defaultEnvironment
-        self.requestTimeout = requestTimeout
-        self.transport = transport
-        self.masterKey = masterKey
-        self.clock = clock
-        self.logger = logger
-    }
-
-    /// Where `environment`'s pushes go.
-    public func target(_ environment: PushEnvironment) -> APNsEnvironment {
-        targets[environment] ?? (environment == .production ? .production : .sandbox)
-    }
-
-    /// The client for the app's pushes to `environment` (nil: the default environment).
-    public func client(for app: AppRecord, environment: PushEnvironment? = nil) throws -> APNsClient {
-        let environment = environment ?? defaultEnvironment
-        let key = app.bundleID + "|" + environment.rawValue
-        var replaced: APNsClient?
-        let client = try clients.withLock { c throws -> APNsClient in
-            if let existing = c[key], existing.keyID == app.keyID { return existing.client }
-            // Made under the lock: two workers must not each make one and drop the other unclosed.
-            let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: try MasterKey.openKey(of: app, with: masterKey))
-            // Payloads were validated once, when the API accepted them (PayloadCheck); the engine's
-            // stamping (timestamp, dates) keeps them valid, so the client does not validate again.
-            let client = try APNsClient(configuration: .init(environment: target(environment), credentials: credentials, requestTimeout: requestTimeout, validatesPayloads: false, transport: transport),
-                                        clock: clock, logger: logger)
-            replaced = c[key]?.client
-            c[key] = (app.keyID, client)
-            return client
-        }
-        if let replaced { retired.withLock { $0.append(replaced) } }
-        return client
-    }
-
-    public func shutdown() async {
-        let all = clients.withLock { c in defer { c.removeAll() }; return c.values.map(\.client) } + retired.withLock { r in defer { r.removeAll() }; return r }
-        for c in all { try? await c.shutdown() }
-    }
-}
-
-/// Delivery counters for /metrics.
-public final class EngineCounters: Sendable {
-    private let values = Mutex<[String: Int]>([:])
-    /// Where every count also goes, for `/metrics`.
-    public let metrics = ServerMetrics()
-    func bump(_ k: String) {
-        values.withLock { $0[k, default: 0] += 1 }
-        metrics.delivery(k)
-    }
-    func sent(downgraded: Bool) {
-        bump("sent")
-        if downgraded { bump("downgraded") }
-    }
-    func failed() { bump("failed") }
-    func retried() { bump("retried") }
-    func dropped() { bump("dropped") }
-    public var snapshot: [String: Int] { values.withLock { $0 } }
-}
-
-/// The jobs this process is working on (never taken back by its own sweep).
-final class InFlight: Sendable {
-    private let jobs = Mutex<Set<Int64>>([])
-    func add(_ id: Int64) { _ = jobs.withLock { $0.insert(id) } }
-    func remove(_ id: Int64) { _ = jobs.withLock { $0.remove(id) } }
-    var count: Int { jobs.withLock { $0.count } }
-    var ids: Set<Int64> { jobs.withLock { $0 } }
 }
 
 extension Optional {

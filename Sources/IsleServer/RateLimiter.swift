@@ -2,6 +2,7 @@ import Foundation
 import IsleHTTPAPI
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Synchronization
 
 /// A rate: `perSecond` sustained, `burst` at once. `perSecond` 0 turns the limit off.

@@ -3,6 +3,7 @@ public import Foundation
 import IsleCore
 import IsleHTTPAPI
 public import IsleStore
+public import IsleDelivery
 
 /// A registration ticket (docs/security.md, "Binding comes from the backend"): a short-lived JWT
 /// the app's backend signs (ES256) to say "this external key and/or this user belong to the app

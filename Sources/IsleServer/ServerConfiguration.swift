@@ -2,6 +2,7 @@ public import Foundation
 public import IsleAPNs
 public import IsleCore
 public import IsleStore
+public import IsleDelivery
 public import Tracing
 
 /// How `isle serve` runs. Built in one place from flags > environment > file > defaults.

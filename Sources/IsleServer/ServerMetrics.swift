@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 import CoreMetrics
 import Metrics
 public import Prometheus

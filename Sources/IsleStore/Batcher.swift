@@ -1,3 +1,4 @@
+import IsleDelivery
 import Synchronization
 
 /// Calls that arrive while a batch is being written wait, then all go in the next batch together:

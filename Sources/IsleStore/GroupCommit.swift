@@ -1,4 +1,5 @@
 import Foundation
+public import IsleDelivery
 import GRDB
 import Synchronization
 

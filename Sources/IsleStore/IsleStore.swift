@@ -1,5 +1,6 @@
 public import Foundation
 public import IsleCore
+public import IsleDelivery
 
 /// Everything the server keeps: the registry (apps, keys, installations, activities, channels) and
 /// the delivery queue. Implementations: ``SQLiteStore`` (one file, the default; a temporary file in

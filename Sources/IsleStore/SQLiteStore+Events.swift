@@ -1,6 +1,7 @@
 public import Foundation
 import GRDB
 import IsleCore
+public import IsleDelivery
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)

@@ -1,6 +1,7 @@
 public import Foundation
 import GRDB
 import IsleCore
+public import IsleDelivery
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -2,6 +2,7 @@ import Foundation
 @testable import IsleCommandLine
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Testing
 
 /// `isle db backup`: a consistent copy of a SQLite database while it is being written.

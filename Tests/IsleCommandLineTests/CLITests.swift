@@ -3,6 +3,7 @@ import IsleCommandLine
 import IsleCore
 import IsleHTTP2Server
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Testing
 

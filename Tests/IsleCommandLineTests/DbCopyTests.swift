@@ -2,6 +2,7 @@ import Foundation
 import IsleCommandLine
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Logging
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 @testable import IsleCommandLine
 import IsleServer
 import IsleStore
+import IsleDelivery
 import Testing
 
 /// What the command line tells a new operator (issue 27): the version, the keys, and what

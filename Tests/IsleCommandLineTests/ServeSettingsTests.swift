@@ -2,6 +2,7 @@ import Foundation
 @testable import IsleCommandLine
 import IsleServer
 import IsleStore
+import IsleDelivery
 import Logging
 import Testing
 

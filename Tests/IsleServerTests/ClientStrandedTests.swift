@@ -5,6 +5,7 @@ import IsleCore
 import IsleServer
 import IsleSimulator
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Synchronization
 import Testing

@@ -6,6 +6,7 @@ import IsleCore
 import IsleServer
 import IsleSimulator
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import IsleCore
 import IsleServer
 import IsleStore
+import IsleDelivery
 import Testing
 
 /// The delivery policy as pure values: no sockets, no database, a fixed clock and a seeded random

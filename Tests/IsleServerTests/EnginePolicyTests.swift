@@ -2,6 +2,7 @@ import Foundation
 import IsleCore
 import IsleSimulator
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Testing
 

@@ -3,6 +3,7 @@ import IsleCore
 import IsleServer
 import IsleSimulator
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Testing
 

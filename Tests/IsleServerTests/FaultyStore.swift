@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Synchronization
 
 /// A real store with scriptable write failures, for the paths that only show when the database

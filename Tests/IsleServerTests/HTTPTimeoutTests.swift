@@ -2,6 +2,7 @@ import Foundation
 import IsleCore
 import IsleServer
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import NIOCore
 import NIOPosix

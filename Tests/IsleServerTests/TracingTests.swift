@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleServer
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Logging
 import OTel

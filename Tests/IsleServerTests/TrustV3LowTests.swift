@@ -4,6 +4,7 @@ import IsleCore
 import IsleHTTP2Server
 @testable import IsleServer
 @testable import IsleStore
+import IsleDelivery
 import IsleTesting
 import NIOCore
 import NIOSSL

@@ -3,6 +3,7 @@ import Foundation
 import IsleCore
 @testable import IsleServer
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import NIOCore
 import Synchronization

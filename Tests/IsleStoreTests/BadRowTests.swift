@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Testing
 
 /// A stored row that does not decode is an error naming its table, row and column — never a

@@ -1,5 +1,6 @@
 import Foundation
 @testable import IsleStore
+import IsleDelivery
 import IsleTesting
 import Logging
 import Synchronization

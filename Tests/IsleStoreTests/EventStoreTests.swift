@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Testing
 
 /// Events and webhooks, on every store (docs/events.md): written in the transaction of the fact they

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 @testable import IsleStore
+import IsleDelivery
 import Testing
 
 @Suite("MasterKey: .p8 keys sealed at rest (AES-256-GCM)")

@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 @testable import IsleStore
+import IsleDelivery
 import Logging
 import IsleTesting
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import IsleStore
+import IsleDelivery
 import Logging
 import Testing
 

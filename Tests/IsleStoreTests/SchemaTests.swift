@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import IsleCore
 @testable import IsleStore
+import IsleDelivery
 import Testing
 
 /// One schema definition (`Schema`) for both stores: a database created from it and one an earlier

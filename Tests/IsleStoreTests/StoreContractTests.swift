@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 import IsleTesting
 import Testing
 

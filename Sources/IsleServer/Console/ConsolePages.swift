@@ -2,6 +2,7 @@ import Foundation
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// The console's HTML, server-rendered. Everything printed goes through `HTML.escape`.
 enum ConsolePages {

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// Activities: the app registers them and reports tokens, dismissals and ends (device key); the
 /// backend updates and ends them — by id, by its own key, or every activity following a topic —

@@ -3,6 +3,7 @@ import IsleAPNs
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// Broadcast channels (iOS 18): created and deleted at APNs, updated and ended through the queue
 /// (one at a time per channel, in order).

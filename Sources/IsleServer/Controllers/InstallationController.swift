@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// Installations: the device registers itself (tokens, enablement), the backend binds its user,
 /// starts activities by push (one installation or all of a user's) and reloads widgets.

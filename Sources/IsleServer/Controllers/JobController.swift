@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// The app's queue for its backend: unfinished pushes (`GET /v1/jobs`), cancel one that is not in
 /// flight (`DELETE /v1/jobs/{id}`), send one waiting for its retry now (`POST /v1/jobs/{id}/retry`).

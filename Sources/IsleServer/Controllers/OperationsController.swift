@@ -2,6 +2,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 import NIOCore
 
 /// Health, readiness, metrics, the OpenAPI document, and the calling app's delivery status.

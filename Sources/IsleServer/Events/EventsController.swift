@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// An app's events for its backend (docs/events.md): `GET /v1/events` (paged, long poll) and the
 /// webhooks that receive them (`/v1/webhooks`). Backend key.

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 public import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 import Logging
 import NIOCore
 import NIOHTTP1

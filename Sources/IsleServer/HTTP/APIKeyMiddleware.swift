@@ -4,6 +4,7 @@ import HTTPTypes
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// Authenticates `Authorization: Bearer isle_…` and puts the caller in the context; routes say
 /// which scope they need (``IsleRequestContext/caller(_:)``). A key that is sent but unknown or

@@ -4,6 +4,7 @@ import HTTPTypes
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 import Logging
 
 /// What the controllers share: the store, the engine (to wake it and reach APNs), the clock.

@@ -3,6 +3,7 @@ import Hummingbird
 import HTTPTypes
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 import Logging
 
 /// Turns any error that is not an API error into the error envelope: the database going away is a

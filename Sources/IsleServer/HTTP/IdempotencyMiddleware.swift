@@ -5,6 +5,7 @@ import HTTPTypes
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 import NIOCore
 
 /// Runs a write at most once per `Idempotency-Key` (docs/server.md, "Idempotency"):

@@ -3,6 +3,7 @@ import HTTPTypes
 import IsleHTTPAPI
 import IsleCore
 import IsleStore
+import IsleDelivery
 
 /// The request context of Isle's API: Hummingbird's core storage plus who is calling (filled by
 /// ``APIKeyMiddleware``) and, for a write sent with an `Idempotency-Key`, the record to commit with

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 // The API's request bodies as typed values, each decoded once, with errors that name the field and
 // say what was expected. Sizes are bounded here (docs/security.md): nothing unbounded is stored.

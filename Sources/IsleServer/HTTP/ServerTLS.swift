@@ -1,6 +1,7 @@
 public import Foundation
 import HummingbirdCore
 import IsleStore
+import IsleDelivery
 import Logging
 import NIOCore
 import NIOSSL

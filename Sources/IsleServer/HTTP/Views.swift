@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 
 /// The API's JSON views of stored records (the shapes `openapi.json` documents).
 enum Views {

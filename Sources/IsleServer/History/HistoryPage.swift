@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 
 /// The console's history (`/console/history?range=1h|24h|7d`): deliveries by outcome, APNs
 /// latency and time in queue quantiles over time, drawn as SVG by the server (no script, no CDN),

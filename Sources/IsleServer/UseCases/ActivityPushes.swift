@@ -2,6 +2,7 @@ import Foundation
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleDelivery
 
 /// Queueing an update or end for activities: the one path the API (`POST /v1/activities/…/update`,
 /// by key, by topic) and the console's compose form share, so their rules cannot drift apart.

@@ -1,6 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
+import IsleDelivery
 
 /// Pausing and resuming an app by hand (the console's buttons), and probing a paused app (`POST
 /// /v1/app/resume`, which never lifts an operator's pause). A pause

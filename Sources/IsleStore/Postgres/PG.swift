@@ -1,4 +1,5 @@
 import Foundation
+public import IsleDelivery
 import Logging
 import NIOCore
 import PostgresNIO

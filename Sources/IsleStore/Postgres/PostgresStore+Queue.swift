@@ -1,5 +1,6 @@
 public import Foundation
 public import IsleCore
+public import IsleDelivery
 import Logging
 import PostgresNIO
 

@@ -1,5 +1,6 @@
 public import Foundation
 public import IsleCore
+public import IsleDelivery
 public import Logging
 import NIOSSL
 import PostgresNIO
