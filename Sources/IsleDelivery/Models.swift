@@ -43,65 +43,6 @@ public struct TicketKey: Sendable, Hashable {
         self.publicKeyPEM = publicKeyPEM
         self.createdAt = createdAt
     }
-
-    /// The keys as stored: a JSON array of `{"id", "publicKey", "createdAt"}`.
-    public static func encode(_ keys: [TicketKey]) -> String {
-        JSONValue.array(keys.map { ["id": .string($0.id), "publicKey": .string($0.publicKeyPEM), "createdAt": .double($0.createdAt.timeIntervalSince1970)] }).jsonString
-    }
-
-    /// The `ticket_keys` column of app `bundleID`; a value no version of Isle writes is a
-    /// ``BadRow``, never an empty list (which would refuse every ticket without saying why).
-    public static func decode(_ text: String?, bundleID: String) throws -> [TicketKey] {
-        guard let text else { return [] }
-        guard case .array(let a) = try BadRow.json(text, table: "apps", id: bundleID, column: "ticket_keys") else {
-            throw BadRow(table: "apps", id: bundleID, column: "ticket_keys", found: "JSON that is not an array")
-        }
-        return try a.map { v in
-            guard let id = v["id"]?.stringValue, let pem = v["publicKey"]?.stringValue, let created = v["createdAt"]?.numberValue?.doubleValue else {
-                throw BadRow(table: "apps", id: bundleID, column: "ticket_keys", found: "a key without id, publicKey or createdAt")
-            }
-            return TicketKey(id: id, publicKeyPEM: pem, createdAt: Date(timeIntervalSince1970: created))
-        }
-    }
-}
-
-public enum APIKeyScope: String, Sendable, Hashable, Codable, CaseIterable {
-    /// The app's backend: start, update, end, fan out, read.
-    case backend
-    /// The app on a device: register tokens and report state.
-    case device
-    /// An operator: the web console (`/console`) only, never the API.
-    case admin
-    /// An operator of the whole server: the console for every app, with an app switcher. Created
-    /// on one app (the one the console opens on); never the API.
-    case serverAdmin = "server-admin"
-    /// An operator who only looks: every console page of its app, and no action (nothing sent,
-    /// ended, cancelled, retried, paused or resumed, no webhook added or deleted) — for people on
-    /// call or in support who must see what happened without being able to change it. Never the API.
-    case viewer
-
-    /// A key that signs in to the console.
-    public var isConsole: Bool { self == .admin || self == .serverAdmin || self == .viewer }
-    /// A console key that may act, not only look: every console key but a viewer.
-    public var actsInConsole: Bool { self == .admin || self == .serverAdmin }
-}
-
-/// An API key, stored as a SHA-256 hash of the secret.
-public struct APIKeyRecord: Sendable, Hashable {
-    public var id: String
-    public var bundleID: String
-    public var scope: APIKeyScope
-    public var secretHash: String
-    public var createdAt: Date
-    public var revokedAt: Date?
-    public init(id: String, bundleID: String, scope: APIKeyScope, secretHash: String, createdAt: Date, revokedAt: Date? = nil) {
-        self.id = id
-        self.bundleID = bundleID
-        self.scope = scope
-        self.secretHash = secretHash
-        self.createdAt = createdAt
-        self.revokedAt = revokedAt
-    }
 }
 
 /// An app on one device.
@@ -307,8 +248,8 @@ public struct NewPushJob: Sendable, Hashable {
     public var requestedPriority: PushPriority?
     public var runAt: Date
     public var channelID: String?
-    /// The W3C `traceparent` of the request being served (``TraceParent/current``), when the
-    /// server traces: the job's attempts become spans of that trace.
+    /// The W3C `traceparent` of the API request that queued it, when the server traces (set by
+    /// the server as it queues the job): the job's attempts become spans of that trace.
     public var traceParent: String?
 
     public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: PushPriority? = nil, runAt: Date) {
@@ -323,7 +264,6 @@ public struct NewPushJob: Sendable, Hashable {
         self.hasAlert = hasAlert
         self.requestedPriority = requestedPriority
         self.runAt = runAt
-        traceParent = TraceParent.current
     }
 
     /// The same push to another activity (payload and its encoding shared, not made again).
@@ -401,86 +341,4 @@ public struct IdempotencyRecord: Sendable, Hashable {
     }
 
     public func isExpired(now: Date) -> Bool { createdAt < now.addingTimeInterval(-Self.lifetime) }
-}
-
-/// An idempotent write's record, whose answer is made from what the write produced (the stored
-/// record), inside the write's transaction: the work and its answer commit together or not at all.
-public struct IdempotentAnswer<Record>: Sendable {
-    public var pending: IdempotencyRecord
-    public var answer: @Sendable (Record) -> (status: Int, body: String)
-    public init(_ pending: IdempotencyRecord, answer: @escaping @Sendable (Record) -> (status: Int, body: String)) {
-        self.pending = pending
-        self.answer = answer
-    }
-    /// The record to store for `record`.
-    public func record(for record: Record) -> IdempotencyRecord {
-        var r = pending
-        (r.status, r.body) = answer(record)
-        return r
-    }
-}
-
-/// How long finished work is kept before the engine's sweep prunes it.
-public struct Retention: Sendable, Hashable {
-    /// Sent, failed, superseded and dropped jobs.
-    public var finishedJobs: TimeInterval = 7 * 86_400
-    /// The delivery history (every APNs answer).
-    public var deliveries: TimeInterval = 30 * 86_400
-    /// Priority-10 sends older than this no longer count against any budget.
-    public var highPrioritySends: TimeInterval = 2 * 3600
-    /// Ended, dismissed and unreachable activities (with their topics), after they ended.
-    public var endedActivities: TimeInterval = 30 * 86_400
-    /// Installations that reported nothing for this long and hold no live activity.
-    public var staleInstallations: TimeInterval = 180 * 86_400
-    /// Live activities nothing was ever pushed to, this long after they started. A Live Activity
-    /// lives at most 12 hours on the phone (8 active, 4 more on the Lock Screen), so one past that
-    /// which never received a push and was never reported ended was never useful: it is deleted,
-    /// not kept as ended (docs/security.md, "Retention").
-    public var unusedActivities: TimeInterval = 86_400
-    /// Installations with no user bound and no activity, that reported nothing for this long (the
-    /// app reports at every launch and daily): registrations that never became useful.
-    public var unusedInstallations: TimeInterval = 7 * 86_400
-    /// Events (docs/events.md): a webhook that stays down longer misses the oldest. The newest
-    /// event is kept whatever its age, so the stream's numbers never start again.
-    public var events: TimeInterval = 7 * 86_400
-    /// The console's per-minute history (its longest chart is 7 days).
-    public var history: TimeInterval = 8 * 86_400
-    public init() {}
-}
-
-public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
-    public enum Code: String, Sendable {
-        case conflict, notFound, unavailable
-        /// The database refused this server's credentials or has no such database: retrying will
-        /// not help (a wrong password, an unknown user or database).
-        case refused
-        /// Another request with the same `Idempotency-Key` committed first: this one changed nothing.
-        case idempotencyKeyTaken
-    }
-    public var code: Code
-    public var message: String
-    public init(_ code: Code, _ message: String) {
-        self.code = code
-        self.message = message
-    }
-    public var description: String { message }
-}
-
-extension AppRecord {
-    /// The `schemas` column of app `bundleID`, or a ``BadRow`` naming what does not decode.
-    public static func storedSchemas(_ text: String, bundleID: String) throws -> [ActivitySchema] {
-        guard case .array(let a) = try BadRow.json(text, table: "apps", id: bundleID, column: "schemas") else {
-            throw BadRow(table: "apps", id: bundleID, column: "schemas", found: "JSON that is not an array")
-        }
-        return try a.map { v in
-            do { return try ActivitySchema(json: v) } catch { throw BadRow(table: "apps", id: bundleID, column: "schemas", found: "a schema that does not decode (\(error))") }
-        }
-    }
-}
-
-/// The W3C `traceparent` (https://www.w3.org/TR/trace-context/) of the API request being served,
-/// set by the server's tracing middleware when tracing is on, nil otherwise: a job queued while
-/// serving it carries it (``NewPushJob/traceParent``), so its delivery joins the request's trace.
-public enum TraceParent {
-    @TaskLocal public static var current: String?
 }

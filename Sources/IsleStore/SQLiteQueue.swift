@@ -87,7 +87,7 @@ public struct SQLiteQueueTransaction: QueueTransaction {
     }
 
     static func stored(_ r: Row) -> StoredJob {
-        let job: Result<PushJob, BadRow>
+        let job: Result<PushJob, any Error>
         do { job = .success(try SQLiteStore.job(r)) } catch let bad as BadRow { job = .failure(bad) } catch {
             job = .failure(BadRow(table: "jobs", id: "\(r["id"] as Int64)", column: "?", found: "\(error)"))
         }

@@ -968,13 +968,13 @@ struct AppRemovalTests {
     }
 }
 
-/// A job keeps the traceparent of the request that queued it (docs/server.md, "Tracing"), on
-/// every store; none when the server does not trace.
+/// A job keeps the traceparent of the request that queued it (docs/server.md, "Tracing"; the
+/// server sets it as it queues), on every store; none when the server does not trace.
 @Suite("Store contract: trace context")
 struct TraceContextStoreTests {
     let t0 = Date(timeIntervalSince1970: 1_767_225_600)
 
-    @Test("a job queued while serving a traced request carries its traceparent to the claim; an untraced one none", arguments: StoreKind.allCases)
+    @Test("a job queued with a traceparent carries it to the claim; one without, none", arguments: StoreKind.allCases)
     func traceParentRoundTrip(_ kind: StoreKind) async throws {
         let s = try await kind.make()
         try await s.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
@@ -985,7 +985,8 @@ struct TraceContextStoreTests {
             NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": 1]], hasAlert: true, runAt: t0)
         }
         let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-        let traced = TraceParent.$current.withValue(parent) { update("traced") }
+        var traced = update("traced")
+        traced.traceParent = parent
         try await s.enqueue([traced, update("plain")], idempotency: nil, now: t0)
         let claimed = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         #expect(claimed.count == 2)

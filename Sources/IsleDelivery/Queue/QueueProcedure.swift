@@ -129,7 +129,7 @@ public enum QueueProcedure {
         for h in heads {
             byID[h.id] = h
             if case .failure(let bad) = h.job {
-                w.ended.append(.init(id: h.id, state: .failed, reason: bad.description))
+                w.ended.append(.init(id: h.id, state: .failed, reason: "\(bad)"))
                 if let lane = h.lane { board.remove(.stored(h.id), lane: lane) }
                 continue
             }
@@ -147,7 +147,7 @@ public enum QueueProcedure {
             switch s.job {
             case .success(let job): jobs.append((job, s))
             case .failure(let bad):
-                w.ended.append(.init(id: id, state: .failed, reason: bad.description))
+                w.ended.append(.init(id: id, state: .failed, reason: "\(bad)"))
                 if let lane = s.lane { board.remove(.stored(id), lane: lane) }
             }
         }

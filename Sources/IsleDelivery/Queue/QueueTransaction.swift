@@ -73,17 +73,18 @@ public struct LaneJob: Sendable, Hashable {
 }
 
 /// A job row as a claim reads it: the job, or why its row does not decode (a row no version of Isle
-/// wrote), with what its first claim fixed and the flags stored when it was placed.
+/// wrote: the store's error names its table, row and column), with what its first claim fixed and
+/// the flags stored when it was placed.
 public struct StoredJob: Sendable {
     public var id: Int64
     public var lane: String?
-    public var job: Result<PushJob, BadRow>
+    public var job: Result<PushJob, any Error>
     /// Fixed at the job's first claim (nil before it): the push's timestamp and apns-id.
     public var timestamp: Int64?
     public var apnsID: String?
     /// Stored when the job was placed (``LanePlanner/isSupersedable(kind:hasAlert:aps:)``).
     public var supersedable: Bool
-    public init(id: Int64, lane: String?, job: Result<PushJob, BadRow>, timestamp: Int64?, apnsID: String?, supersedable: Bool) {
+    public init(id: Int64, lane: String?, job: Result<PushJob, any Error>, timestamp: Int64?, apnsID: String?, supersedable: Bool) {
         self.id = id
         self.lane = lane
         self.job = job

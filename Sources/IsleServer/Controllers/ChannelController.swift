@@ -80,7 +80,7 @@ struct ChannelController {
         let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, aps: .object(push.aps), hasAlert: push.hasAlert, requestedPriority: push.priority,
                              runAt: max(push.sendAt ?? now, now))
         let value: JSONValue = ["accepted": 1]
-        let ids = try await store.enqueue([job], idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
+        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
         services.engine.wake(at: job.runAt)
         return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
     }

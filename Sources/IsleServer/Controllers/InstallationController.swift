@@ -189,7 +189,7 @@ struct InstallationController {
         var value: JSONObject = ["accepted": .int(jobs.count), "activities": .array(started)]
         if !warnings.isEmpty { value["warnings"] = .array(warnings) }
         // The activities, their start jobs and the idempotent answer: one transaction.
-        try await store.enqueue(jobs, creating: activities, idempotency: context.idempotencyRecord(.accepted, .object(value)), now: now)
+        try await store.enqueue(TraceParent.stamped(jobs), creating: activities, idempotency: context.idempotencyRecord(.accepted, .object(value)), now: now)
         services.engine.wake()
         return JSONResponse.make(.object(value), status: .accepted)
     }
@@ -205,7 +205,7 @@ struct InstallationController {
         let now = services.clock.now
         let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: .high, runAt: now)
         let value: JSONValue = ["accepted": 1]
-        let ids = try await store.enqueue([job], idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
+        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
         services.engine.wake()
         return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
     }

@@ -70,3 +70,21 @@ struct DictionaryInjector: Injector {
 struct DictionaryExtractor: Extractor {
     func extract(key: String, from carrier: [String: String]) -> String? { carrier[key] }
 }
+
+/// The W3C `traceparent` (https://www.w3.org/TR/trace-context/) of the API request being served,
+/// set by the tracing middleware when tracing is on, nil otherwise: a job queued while serving it
+/// carries it (``NewPushJob/traceParent``, set by ``stamped(_:)``), so its delivery joins the
+/// request's trace.
+public enum TraceParent {
+    @TaskLocal public static var current: String?
+
+    /// The jobs, each carrying the request's `traceparent` (unchanged when there is none).
+    static func stamped(_ jobs: [NewPushJob]) -> [NewPushJob] {
+        guard let parent = current else { return jobs }
+        return jobs.map { job in
+            var j = job
+            j.traceParent = parent
+            return j
+        }
+    }
+}

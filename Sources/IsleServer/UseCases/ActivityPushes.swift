@@ -44,7 +44,7 @@ struct ActivityPushes {
     /// Commits the jobs (with the idempotent answer, in one transaction) and wakes the engine when
     /// they come due.
     func commit(_ prepared: Prepared, idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
-        let ids = try await services.store.enqueue(prepared.jobs, idempotency: idempotency, now: now)
+        let ids = try await services.store.enqueue(TraceParent.stamped(prepared.jobs), idempotency: idempotency, now: now)
         services.engine.wake(at: prepared.runAt)
         return ids
     }

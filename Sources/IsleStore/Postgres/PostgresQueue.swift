@@ -65,7 +65,7 @@ public struct PostgresQueueTransaction: QueueTransaction {
 
     /// A job row; one no version of Isle wrote is kept as the reason it does not decode.
     static func stored(_ r: PGRow) throws -> StoredJob {
-        let job: Result<PushJob, BadRow>
+        let job: Result<PushJob, any Error>
         do { job = .success(try PostgresStore.job(r)) } catch let bad as BadRow { job = .failure(bad) }
         return StoredJob(id: try r.int("id"), lane: try r.optionalString("lane"), job: job, timestamp: try r.optionalInt("push_timestamp"),
                          apnsID: try r.optionalString("apns_id"), supersedable: try r.bool("supersedable"))
