@@ -119,6 +119,9 @@ public protocol ActivityRepository: Sendable {
     func liveActivityCount(bundleID: String, installationID: String) async throws -> Int
     /// Live activities following a topic.
     func activities(bundleID: String, topic: String) async throws -> [ActivityRecord]
+    /// Live activities following a topic, as a fan-out needs them: without attributes, content and
+    /// topics (a million followers are not parsed for an update that uses none of it).
+    func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord]
     /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
     func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
     /// The operator's search: the app's newest activities whose external key starts with
@@ -291,6 +294,7 @@ extension InstallationRepository {
 extension ActivityRepository {
     /// Stores that keep records in memory have nothing to save: the whole record.
     public func activityForPush(id: String) async throws -> ActivityRecord? { try await activity(id: id) }
+    public func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord] { try await activities(bundleID: bundleID, topic: topic) }
     // The same writes without an idempotency record.
     public func insertActivity(_ activity: ActivityRecord) async throws { try await insertActivity(activity, idempotency: nil) }
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void) async throws -> ActivityRecord? {

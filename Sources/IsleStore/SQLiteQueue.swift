@@ -171,13 +171,12 @@ public struct SQLiteQueueTransaction: QueueTransaction {
     public func insertJobs(_ rows: [NewJobRow]) async throws -> [Int64] {
         try writer.run { db in
             var seq = try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs")) ?? 1
-            var values: [[(any DatabaseValueConvertible)?]] = []
-            values.reserveCapacity(rows.count)
+            // Each chunk's arguments are made as it is written: a million-job fan-out never holds
+            // them all at once.
+            var seqs: [Int64?] = []
+            seqs.reserveCapacity(rows.count)
             for r in rows {
-                let j = r.job
-                values.append([j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.apsText, j.hasAlert, j.requestedPriority?.rawValue,
-                               j.runAt.timeIntervalSince1970, r.state.rawValue, r.createdAt.timeIntervalSince1970, r.lane, r.state == .scheduled ? nil : seq,
-                               r.isHead, r.supersedable, r.carriesContent, j.traceParent, r.lastError])
+                seqs.append(r.state == .scheduled ? nil : seq)
                 if r.state != .scheduled { seq += 1 }
             }
             var ids: [Int64] = []
@@ -185,7 +184,12 @@ public struct SQLiteQueueTransaction: QueueTransaction {
             try MultiRow.insert(db, into: """
                 jobs (bundle_id, kind, activity_id, installation_id, channel_id, aps, has_alert, requested_priority, run_at, state, created_at,
                     lane, seq, is_head, supersedable, carries_content, trace_parent, last_error)
-                """, values, returning: "id") { ids.append($0["id"]) }
+                """, count: rows.count, width: 18, returning: "id", row: { n in
+                let r = rows[n], j = r.job
+                return [j.bundleID, j.kind.rawValue, j.activityID, j.installationID, j.channelID, j.apsText, j.hasAlert, j.requestedPriority?.rawValue,
+                        j.runAt.timeIntervalSince1970, r.state.rawValue, r.createdAt.timeIntervalSince1970, r.lane, seqs[n],
+                        r.isHead, r.supersedable, r.carriesContent, j.traceParent, r.lastError]
+            }) { ids.append($0["id"]) }
             // Ids are drawn in row order: sorted, they are the rows' ids.
             return ids.sorted()
         }
@@ -296,15 +300,25 @@ public struct SQLiteQueueTransaction: QueueTransaction {
 enum MultiRow {
     static func insert(_ db: Database, into target: String, _ rows: [[(any DatabaseValueConvertible)?]], returning: String? = nil, each: (Row) throws -> Void = { _ in }) throws {
         guard let width = rows.first?.count, width > 0 else { return }
+        try insert(db, into: target, count: rows.count, width: width, returning: returning, row: { rows[$0] }, each: each)
+    }
+
+    /// `count` rows of `width` values, the `n`th made by `row(n)` when its chunk is written.
+    static func insert(_ db: Database, into target: String, count: Int, width: Int, returning: String? = nil, row: (Int) -> [(any DatabaseValueConvertible)?],
+                       each: (Row) throws -> Void = { _ in }) throws {
+        guard count > 0, width > 0 else { return }
         let chunk = max(1, 30_000 / width)
         let tuple = "(" + Array(repeating: "?", count: width).joined(separator: ", ") + ")"
-        for start in stride(from: 0, to: rows.count, by: chunk) {
-            let part = rows[start..<min(rows.count, start + chunk)]
-            var sql = "INSERT INTO \(target) VALUES " + Array(repeating: tuple, count: part.count).joined(separator: ", ")
+        for start in stride(from: 0, to: count, by: chunk) {
+            let end = min(count, start + chunk)
+            var sql = "INSERT INTO \(target) VALUES " + Array(repeating: tuple, count: end - start).joined(separator: ", ")
             if let returning { sql += " RETURNING \(returning)" }
             // A full chunk's text repeats (cached); a remainder's is made once.
-            let statement = part.count == chunk || part.count <= 8 ? try db.cachedStatement(sql: sql) : try db.makeStatement(sql: sql)
-            let arguments = StatementArguments(part.flatMap { $0 })
+            let statement = end - start == chunk || end - start <= 8 ? try db.cachedStatement(sql: sql) : try db.makeStatement(sql: sql)
+            var values: [(any DatabaseValueConvertible)?] = []
+            values.reserveCapacity((end - start) * width)
+            for n in start..<end { values += row(n) }
+            let arguments = StatementArguments(values)
             if returning != nil {
                 for r in try Row.fetchAll(statement, arguments: arguments) { try each(r) }
             } else {

@@ -597,6 +597,18 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    public func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord] {
+        try readNow { db in
+            var out: [ActivityRecord] = []
+            let cursor = try Row.fetchCursor(db.cachedStatement(sql: """
+                SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
+                WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY a.started_at, a.id
+                """), arguments: [bundleID, topic])
+            while let r = try cursor.next() { out.append(try Self.activity(r, topics: [], payloads: false)) }
+            return out
+        }
+    }
+
     static func insertActivity(_ db: Database, _ a: ActivityRecord) throws {
         try db.execute(sql: "INSERT INTO activities (\(activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: activityArguments(a))
         try writeTopics(db, a)

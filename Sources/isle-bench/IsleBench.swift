@@ -15,7 +15,7 @@ struct IsleBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "isle-bench",
         abstract: "Isle's benchmarks. Build with -c release.",
-        subcommands: [ClientBench.self, ServerBench.self, SplitBench.self, Sink.self]
+        subcommands: [ClientBench.self, ServerBench.self, SplitBench.self, MillionBench.self, Sink.self]
     )
 }
 
@@ -29,7 +29,46 @@ func cpuSeconds() -> Double {
 /// A recording-free APNs sink over HTTP/2 + TLS, in its own process so the client's CPU can be
 /// measured alone. Prints its URL and CA path, then serves until standard input closes.
 struct Sink: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Run an HTTP/2 + TLS sink on 127.0.0.1 (used by 'client').")
+    static let configuration = CommandConfiguration(abstract: "Run an HTTP/2 + TLS sink on 127.0.0.1 (used by 'client' and 'million').")
+
+    /// This executable's `sink` as a child process, once it printed where it listens.
+    struct Running {
+        let process: Process
+        let input: Pipe
+        let url: String
+        let caPath: String
+        func stop() {
+            try? input.fileHandleForWriting.close()
+            process.waitUntilExit()
+        }
+    }
+
+    static func startChild() throws -> Running {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        child.arguments = ["sink"]
+        let toChild = Pipe()
+        let fromChild = Pipe()
+        child.standardInput = toChild
+        child.standardOutput = fromChild
+        try child.run()
+        var url = ""
+        var caPath = ""
+        var buffer = Data()
+        while url.isEmpty || caPath.isEmpty {
+            let chunk = fromChild.fileHandleForReading.availableData
+            if chunk.isEmpty {
+                try? toChild.fileHandleForWriting.close()
+                throw ValidationError("the sink process exited before it was ready")
+            }
+            buffer += chunk
+            for line in String(decoding: buffer, as: UTF8.self).split(separator: "\n") {
+                if line.hasPrefix("URL ") { url = String(line.dropFirst(4)) }
+                if line.hasPrefix("CA ") { caPath = String(line.dropFirst(3)) }
+            }
+        }
+        return Running(process: child, input: toChild, url: url, caPath: caPath)
+    }
 
     func run() async throws {
         let sink = try await RecordingAPNsServer.bind(recordsRequests: false)
@@ -77,27 +116,9 @@ struct ClientBench: AsyncParsableCommand {
         }
 
         // Start the sink as a child process.
-        let child = Process()
-        child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-        child.arguments = ["sink"]
-        let toChild = Pipe()
-        let fromChild = Pipe()
-        child.standardInput = toChild
-        child.standardOutput = fromChild
-        try child.run()
-        defer { try? toChild.fileHandleForWriting.close(); child.waitUntilExit() }
-        var url = ""
-        var caPath = ""
-        var buffer = Data()
-        while url.isEmpty || caPath.isEmpty {
-            let chunk = fromChild.fileHandleForReading.availableData
-            if chunk.isEmpty { throw ValidationError("the sink process exited before it was ready") }
-            buffer += chunk
-            for line in String(decoding: buffer, as: UTF8.self).split(separator: "\n") {
-                if line.hasPrefix("URL ") { url = String(line.dropFirst(4)) }
-                if line.hasPrefix("CA ") { caPath = String(line.dropFirst(3)) }
-            }
-        }
+        let sink = try Sink.startChild()
+        defer { sink.stop() }
+        let (url, caPath) = (sink.url, sink.caPath)
 
         let key = TestProviderKey()
         let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)

@@ -41,7 +41,7 @@ struct ActivityController {
                 let caller = try context.caller(.backend)
                 let topic = try context.parameters.decoded("topic")
                 return try await enqueue(request, context, caller, event: event, fanOut: true) {
-                    try await store.activities(bundleID: caller.bundleID, topic: topic)
+                    try await store.pushTargets(bundleID: caller.bundleID, topic: topic)
                 }
             }
         }

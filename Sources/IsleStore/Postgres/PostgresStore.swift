@@ -784,6 +784,16 @@ public final class PostgresStore: IsleStore {
         }
     }
 
+    public func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("""
+                SELECT * FROM activities WHERE id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2)
+                    AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id
+                """, [.text(bundleID), .text(topic)], logger: log).map { try Self.activity($0, topics: [], payloads: false) }
+        }
+    }
+
     // MARK: Channels
 
     public func insertChannel(_ c: ChannelRecord, idempotency: IdempotencyRecord?) async throws {
