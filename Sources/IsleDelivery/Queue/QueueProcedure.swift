@@ -32,20 +32,25 @@ public enum QueueProcedure {
     /// (its head if the lane is empty; a plain update waiting there that it makes pointless is
     /// superseded now); a job due later waits as `scheduled`. Answers each request's job ids.
     public static func enqueue(_ tx: some QueueTransaction, _ requests: [EnqueueRequest]) async throws -> [[Int64]] {
-        let all = requests.flatMap { r in r.jobs.map { (job: $0, now: r.now) } }
-        try await tx.lockLanes(unique(all.compactMap { lane(of: $0.job) }))
-        let dueLanes = unique(all.filter { $0.job.runAt <= $0.now }.compactMap { lane(of: $0.job) })
+        // The requests' jobs in order, without copying them (a fan-out may hold a million).
+        let count = requests.reduce(0) { $0 + $1.jobs.count }
+        try await tx.lockLanes(unique(requests.flatMap { r in r.jobs.lazy.compactMap { lane(of: $0) } }))
+        let dueLanes = unique(requests.flatMap { r in r.jobs.lazy.filter { $0.runAt <= r.now }.compactMap { lane(of: $0) } })
         var board = LaneBoard(windows: try await windows(tx, dueLanes, limit: window))
         var rows: [NewJobRow] = []
-        rows.reserveCapacity(all.count)
-        for (n, (job, now)) in all.enumerated() {
-            let lane = lane(of: job)
-            let scheduled = job.runAt > now
-            let supersedable = LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps)
-            let carries = LanePlanner.carriesContent(kind: job.kind, aps: job.aps)
-            rows.append(NewJobRow(job: job, lane: lane, state: scheduled ? .scheduled : .queued, isHead: false, supersedable: supersedable, carriesContent: carries,
-                                  lastError: nil, createdAt: now))
-            if !scheduled { board.join(.added(n), lane: lane, supersedable: supersedable, carriesContent: carries, runAt: job.runAt, now: now) }
+        rows.reserveCapacity(count)
+        for r in requests {
+            let now = r.now
+            for job in r.jobs {
+                let n = rows.count
+                let lane = lane(of: job)
+                let scheduled = job.runAt > now
+                let supersedable = LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps)
+                let carries = LanePlanner.carriesContent(kind: job.kind, aps: job.aps)
+                rows.append(NewJobRow(job: job, lane: lane, state: scheduled ? .scheduled : .queued, isHead: false, supersedable: supersedable, carriesContent: carries,
+                                      lastError: nil, createdAt: now))
+                if !scheduled { board.join(.added(n), lane: lane, supersedable: supersedable, carriesContent: carries, runAt: job.runAt, now: now) }
+            }
         }
         for n in board.headsAdded { rows[n].isHead = true }
         for n in board.supersededAdded {
@@ -71,7 +76,7 @@ public enum QueueProcedure {
             }
             out.append(mine)
         }
-        after.notify = !all.isEmpty
+        after.notify = count > 0
         if !after.isEmpty { _ = try await tx.apply(after) }
         return out
     }

@@ -227,8 +227,8 @@ struct ActivityController {
         let live = prepared.live
         var value: JSONObject = ["accepted": .int(prepared.jobs.count)]
         if !prepared.warnings.isEmpty { value["warnings"] = .array(prepared.warnings) }
-        if !fanOut, live.count == 1 { value["activityID"] = .string(live[0].id) }
-        if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0.id) }) }
+        if !fanOut, live.count == 1 { value["activityID"] = .string(live[0]) }
+        if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0) }) }
         let ids = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
         if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
         return JSONResponse.make(.object(value), status: .accepted)

@@ -11,8 +11,8 @@ struct ActivityPushes {
 
     struct Prepared {
         var jobs: [NewPushJob]
-        /// The targets that still take pushes.
-        var live: [ActivityRecord]
+        /// The ids of the targets that still take pushes (a fan-out's jobs name them already: empty).
+        var live: [String]
         /// The validator's warnings, as the API reports them.
         var warnings: [JSONValue]
         var runAt: Date
@@ -32,13 +32,12 @@ struct ActivityPushes {
         if single, let a = activities.first, !a.state.acceptsPushes {
             throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
         }
-        let live = activities.filter { $0.state.acceptsPushes }
         let runAt = max(push.sendAt ?? now, now)
         // One payload, ordered and encoded once, for every target.
         let template = NewPushJob(bundleID: bundleID, kind: push.event == .end ? .end : .update, aps: .object(push.aps), hasAlert: push.hasAlert,
                                   requestedPriority: push.priority, runAt: runAt)
-        let jobs = live.map { template.forActivity($0.id) }
-        return Prepared(jobs: jobs, live: live, warnings: warnings, runAt: runAt)
+        let jobs = activities.lazy.filter(\.state.acceptsPushes).map { template.forActivity($0.id) }
+        return Prepared(jobs: Array(jobs), live: single ? jobs.compactMap(\.activityID) : [], warnings: warnings, runAt: runAt)
     }
 
     /// Commits the jobs (with the idempotent answer, in one transaction) and wakes the engine when
