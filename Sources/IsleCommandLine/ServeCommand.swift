@@ -92,7 +92,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("apns-broadcast-url"), help: "With --apns-url: where broadcasts go, if not there (env ISLE_APNS_BROADCAST_URL; isle sim prints it).") var apnsBroadcastURL: String?
     @Option(name: .customLong("apns-management-url"), help: "With --apns-url: where channel management goes, if not there (env ISLE_APNS_MANAGEMENT_URL).") var apnsManagementURL: String?
     @Option(name: .customLong("apns-ca-cert"), help: "PEM file of the CA certificate(s) to trust for --apns-url, --apns-sandbox-url and --apns-production-url (env ISLE_APNS_CA_CERT; concatenate several).") var apnsCACert: String?
-    @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 64).") var concurrency: Int?
+    @Option(help: "Deliveries in flight (env ISLE_CONCURRENCY; default 256; a claim and a batch of results hold up to this many).") var concurrency: Int?
     @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
     @Option(help: ArgumentHelp("Seconds a claimed push belongs to this server before another may take it over (env ISLE_LEASE; default 120; at least 2). Shorter brings a crashed instance's work back sooner; it must stay longer than a send can take.", valueName: "seconds")) var lease: Int?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env ISLE_LOG_LEVEL; default info).") var logLevel: String?

@@ -30,7 +30,7 @@ public struct ServerConfiguration: Sendable {
         apnsTargets[environment] ?? (environment == .production ? .production : .sandbox)
     }
     /// Concurrent deliveries in flight.
-    public var concurrency = 64
+    public var concurrency = 256
     /// How long a claimed job belongs to a worker before the sweep may hand it to another. Longer
     /// than the worst-case send: connect + JWT minting + the request timeout, with room to spare.
     public var lease: TimeInterval = 120

@@ -28,7 +28,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "Seconds of the latency run.") var rateSeconds = 10
     @Option(help: "Also run everything on this PostgreSQL server (postgres://user@host:port/db; a new database per run) and compare.") var postgres: String?
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 300
-    @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 64).") var concurrency = 64
+    @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 256).") var concurrency = 256
     @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
     @Option(help: "Pushes this process sends to isle sim through IsleAPNs' client, the same as the server's deliveries, for the push floor (0: skip it).") var pushFloor = 10_000
     @Flag(help: "Measure SQLite a second time with isle serve tracing every request, attempt and APNs request (OTLP/HTTP to a receiver in this process), and compare.") var tracing = false
