@@ -61,6 +61,20 @@ extension SQLiteStore: QueueBackedStore {
 public struct SQLiteQueueTransaction: QueueTransaction {
     let writer: SQLiteWriter
 
+    /// Each row of the statement, read from its cursor: a cursor's row finds a column by name in
+    /// the statement's own index, where a copied row (`Row.fetchAll`) compares lowercased names
+    /// for every column it reads.
+    static func each(_ statement: Statement, arguments: StatementArguments, _ body: (Row) throws -> Void) throws {
+        let cursor = try Row.fetchCursor(statement, arguments: arguments)
+        while let row = try cursor.next() { try body(row) }
+    }
+
+    static func map<T>(_ statement: Statement, arguments: StatementArguments, _ transform: (Row) throws -> T) throws -> [T] {
+        var out: [T] = []
+        try each(statement, arguments: arguments) { out.append(try transform($0)) }
+        return out
+    }
+
     /// A JSON array argument for `json_each`.
     static func list(_ values: [JSONValue]) -> String { JSONValue.array(values).jsonString }
 
@@ -74,11 +88,11 @@ public struct SQLiteQueueTransaction: QueueTransaction {
     public func laneWindows(_ lanes: [String], limit: Int) async throws -> [String: [LaneJob]] {
         try writer.run { db in
             var out: [String: [LaneJob]] = [:]
-            for r in try Row.fetchAll(db.cachedStatement(sql: """
+            try Self.each(db.cachedStatement(sql: """
                 SELECT l.value AS lane, j.id, j.is_head, j.state, j.supersedable, j.carries_content, j.run_at FROM json_each(?) AS l, jobs AS j
                 WHERE j.id IN (SELECT id FROM jobs INDEXED BY jobs_lane_open WHERE lane = l.value AND state IN ('queued', 'claimed') ORDER BY seq LIMIT ?)
                 ORDER BY l.key, j.seq
-                """), arguments: [Self.list(lanes.map { .string($0) }), limit]) {
+                """), arguments: [Self.list(lanes.map { .string($0) }), limit]) { r in
                 out[r["lane"], default: []].append(LaneJob(id: r["id"], isHead: r["is_head"], claimed: (r["state"] as String) == "claimed", supersedable: r["supersedable"],
                                                           carriesContent: r["carries_content"], runAt: Date(timeIntervalSince1970: r["run_at"])))
             }
@@ -98,10 +112,10 @@ public struct SQLiteQueueTransaction: QueueTransaction {
         try writer.run { db in
             // INDEXED BY: without statistics SQLite may pick another index and scan every queued row;
             // the partial index holds only lane heads, already in claim order.
-            try Row.fetchAll(db.cachedStatement(sql: """
+            try Self.map(db.cachedStatement(sql: """
                 SELECT * FROM jobs INDEXED BY jobs_ready WHERE is_head = 1 AND state = 'queued' AND run_at <= ? AND bundle_id NOT IN (SELECT value FROM json_each(?))
                 ORDER BY run_at, seq LIMIT ?
-                """), arguments: [now.timeIntervalSince1970, Self.list(excludingApps.sorted().map { .string($0) }), limit]).map(Self.stored)
+                """), arguments: [now.timeIntervalSince1970, Self.list(excludingApps.sorted().map { .string($0) }), limit], Self.stored)
         }
     }
 
@@ -117,14 +131,14 @@ public struct SQLiteQueueTransaction: QueueTransaction {
 
     public func jobs(ids: [Int64]) async throws -> [StoredJob] {
         try writer.run { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(?))"), arguments: [Self.list(ids.map { .int($0) })]).map(Self.stored)
+            try Self.map(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(?))"), arguments: [Self.list(ids.map { .int($0) })], Self.stored)
         }
     }
 
     public func activities(ids: [String]) async throws -> [String: ActivityRecord] {
         try writer.run { db in
             var out: [String: ActivityRecord] = [:]
-            for r in try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM activities WHERE id IN (SELECT value FROM json_each(?))"), arguments: [Self.list(ids.map { .string($0) })]) {
+            try Self.each(db.cachedStatement(sql: "SELECT * FROM activities WHERE id IN (SELECT value FROM json_each(?))"), arguments: [Self.list(ids.map { .string($0) })]) { r in
                 let a = try SQLiteStore.activity(r, topics: [], payloads: false)
                 out[a.id] = a
             }
@@ -135,8 +149,8 @@ public struct SQLiteQueueTransaction: QueueTransaction {
     public func channelTimestamps(ids: [String]) async throws -> [String: Int64] {
         try writer.run { db in
             var out: [String: Int64] = [:]
-            for r in try Row.fetchAll(db.cachedStatement(sql: "SELECT id, last_timestamp FROM channels WHERE id IN (SELECT value FROM json_each(?)) AND last_timestamp IS NOT NULL"),
-                                      arguments: [Self.list(ids.map { .string($0) })]) {
+            try Self.each(db.cachedStatement(sql: "SELECT id, last_timestamp FROM channels WHERE id IN (SELECT value FROM json_each(?)) AND last_timestamp IS NOT NULL"),
+                                      arguments: [Self.list(ids.map { .string($0) })]) { r in
                 out[r["id"]] = r["last_timestamp"]
             }
             return out
@@ -146,9 +160,9 @@ public struct SQLiteQueueTransaction: QueueTransaction {
     public func installations(_ keys: [InstallationKey]) async throws -> [InstallationKey: InstallationRecord] {
         try writer.run { db in
             var out: [InstallationKey: InstallationRecord] = [:]
-            for r in try Row.fetchAll(db.cachedStatement(sql: """
+            try Self.each(db.cachedStatement(sql: """
                 SELECT * FROM installations WHERE (bundle_id, id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))
-                """), arguments: [Self.list(keys.map { .array([.string($0.bundleID), .string($0.id)]) })]) {
+                """), arguments: [Self.list(keys.map { .array([.string($0.bundleID), .string($0.id)]) })]) { r in
                 let i = try SQLiteStore.installation(r)
                 out[InstallationKey(bundleID: i.bundleID, id: i.id)] = i
             }
@@ -159,9 +173,9 @@ public struct SQLiteQueueTransaction: QueueTransaction {
     public func highPrioritySends(activityIDs: [String], since: Date) async throws -> [String: Int] {
         try writer.run { db in
             var out: [String: Int] = [:]
-            for r in try Row.fetchAll(db.cachedStatement(sql: """
+            try Self.each(db.cachedStatement(sql: """
                 SELECT activity_id, COUNT(*) AS n FROM high_priority_sends WHERE activity_id IN (SELECT value FROM json_each(?)) AND at >= ? GROUP BY activity_id
-                """), arguments: [Self.list(activityIDs.map { .string($0) }), since.timeIntervalSince1970]) {
+                """), arguments: [Self.list(activityIDs.map { .string($0) }), since.timeIntervalSince1970]) { r in
                 out[r["activity_id"]] = r["n"]
             }
             return out
@@ -206,10 +220,10 @@ public struct SQLiteQueueTransaction: QueueTransaction {
                     """).execute(arguments: [seq, Self.list(w.promoted.map { .array([.int($0.id), .string($0.state.rawValue), .bool($0.isHead), Self.text($0.lastError)]) })])
             }
             if !w.ended.isEmpty {
-                for r in try Row.fetchAll(db.cachedStatement(sql: """
+                try Self.each(db.cachedStatement(sql: """
                     UPDATE jobs SET state = v.value ->> 1, last_error = v.value ->> 2, is_head = 0, claimed_by = NULL, claimed_until = NULL FROM json_each(?) AS v
                     WHERE jobs.id = v.value ->> 0 AND jobs.state IN ('scheduled', 'queued') RETURNING jobs.id
-                    """), arguments: [Self.list(w.ended.map { .array([.int($0.id), .string($0.state.rawValue), .string($0.reason)]) })]) { written.insert(r["id"]) }
+                    """), arguments: [Self.list(w.ended.map { .array([.int($0.id), .string($0.state.rawValue), .string($0.reason)]) })]) { r in written.insert(r["id"]) }
             }
             if !w.heads.isEmpty {
                 try db.cachedStatement(sql: "UPDATE jobs SET is_head = 1 WHERE id IN (SELECT value FROM json_each(?))").execute(arguments: [Self.list(w.heads.map { .int($0) })])
@@ -230,18 +244,18 @@ public struct SQLiteQueueTransaction: QueueTransaction {
                                              Self.list(w.claims.map { .array([.int($0.id), .int($0.timestamp), .string($0.apnsID)]) })])
             }
             if !w.finished.isEmpty {
-                for r in try Row.fetchAll(db.cachedStatement(sql: """
+                try Self.each(db.cachedStatement(sql: """
                     UPDATE jobs SET state = v.value ->> 3, last_error = v.value ->> 4, claimed_by = NULL, claimed_until = NULL, is_head = 0 FROM json_each(?) AS v
                     WHERE jobs.id = v.value ->> 0 AND jobs.state = 'claimed' AND jobs.claimed_by = v.value ->> 1 AND jobs.attempts = v.value ->> 2 RETURNING jobs.id
-                    """), arguments: [Self.list(w.finished.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .string($0.state.rawValue), Self.text($0.reason)]) })]) {
+                    """), arguments: [Self.list(w.finished.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .string($0.state.rawValue), Self.text($0.reason)]) })]) { r in
                     written.insert(r["id"])
                 }
             }
             if !w.requeued.isEmpty {
-                for r in try Row.fetchAll(db.cachedStatement(sql: """
+                try Self.each(db.cachedStatement(sql: """
                     UPDATE jobs SET state = 'queued', run_at = v.value ->> 3, last_error = v.value ->> 4, claimed_by = NULL, claimed_until = NULL FROM json_each(?) AS v
                     WHERE jobs.id = v.value ->> 0 AND jobs.state = 'claimed' AND jobs.claimed_by = v.value ->> 1 AND jobs.attempts = v.value ->> 2 RETURNING jobs.id
-                    """), arguments: [Self.list(w.requeued.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .double($0.at.timeIntervalSince1970), .string($0.reason)]) })]) {
+                    """), arguments: [Self.list(w.requeued.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .double($0.at.timeIntervalSince1970), .string($0.reason)]) })]) { r in
                     written.insert(r["id"])
                 }
             }
@@ -320,7 +334,7 @@ enum MultiRow {
             for n in start..<end { values += row(n) }
             let arguments = StatementArguments(values)
             if returning != nil {
-                for r in try Row.fetchAll(statement, arguments: arguments) { try each(r) }
+                try SQLiteQueueTransaction.each(statement, arguments: arguments, each)
             } else {
                 try statement.execute(arguments: arguments)
             }
