@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleAPNs
+import IsleAPNs
 public import IsleCore
 public import IsleStore
 public import IsleDelivery
@@ -37,7 +37,7 @@ public final class DeliveryEngine: Service {
     public let history: HistoryRecorder
     let inFlight = InFlight()
     /// Results waiting to be written together.
-    let completions: CompletionBatches
+    let completions: Batcher<JobCompletion, Bool?>
     /// The engine's task was cancelled: results still unwritten are given up.
     let cancelled = Mutex(false)
     let random: Mutex<SeededRandom>
@@ -57,7 +57,10 @@ public final class DeliveryEngine: Service {
         resolver = OutcomeResolver(retryBase: configuration.retryBase, retryMaximumDelay: configuration.retryMaximumDelay)
         random = Mutex(SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max)))
         (wakeups, wakeupContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        completions = CompletionBatches(maximum: max(1, min(256, configuration.concurrency)))
+        // A result waits up to 2 ms for others while more sends are in flight; at once when every
+        // job in flight has its result waiting.
+        let inFlight = self.inFlight
+        completions = Batcher(maximumBatch: max(1, min(256, configuration.concurrency)), linger: .milliseconds(2), ready: { waiting in waiting >= inFlight.count })
     }
 
     /// Tell the engine new work is queued (the API calls this after committing).
@@ -307,9 +310,12 @@ public final class DeliveryEngine: Service {
 
     /// Bookkeeping is retried in process until it is written: a failed write never leaves a job
     /// claimed (the sweep would send it again), and never loses what APNs answered. Results are
-    /// written in batches (``CompletionBatches``): one transaction for many.
+    /// written in batches (``completions``): one transaction for many.
     func commit(_ completion: JobCompletion) async {
-        let written = await completions.commit(completion, inFlight: { [inFlight] in inFlight.count }) { batch in await self.write(batch) }
+        let written = try? await completions.submit(completion) { batch in
+            let results = await self.write(batch)
+            return batch.indices.map { .success(results?[$0]) }
+        }
         guard let written else { return }
         if !written {
             logger.warning("a claim was lost before its result was written (lease ran out)", metadata: ["job.id": "\(completion.claim.job.id)"])

@@ -5,7 +5,7 @@ import IsleAPNs
 public import IsleCore
 import IsleHTTPAPI
 public import IsleStore
-public import IsleDelivery
+import IsleDelivery
 public import Logging
 import NIOCore
 public import ServiceLifecycle

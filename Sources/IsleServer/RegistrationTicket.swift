@@ -2,7 +2,7 @@ public import Crypto
 public import Foundation
 import IsleCore
 import IsleHTTPAPI
-public import IsleStore
+import IsleStore
 public import IsleDelivery
 
 /// A registration ticket (docs/security.md, "Binding comes from the backend"): a short-lived JWT

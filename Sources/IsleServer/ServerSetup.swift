@@ -1,6 +1,6 @@
 public import Foundation
 public import IsleStore
-public import IsleDelivery
+import IsleDelivery
 
 /// First-setup helpers shared by the CLI and tests.
 public enum ServerSetup {

@@ -1,5 +1,5 @@
 public import IsleCore
-public import IsleDelivery
+import IsleDelivery
 
 /// A stored row that does not decode (a state, kind or JSON column no version of Isle writes):
 /// an error naming the table, the row and the column — never a default that would send, keep or

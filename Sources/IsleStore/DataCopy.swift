@@ -1,5 +1,5 @@
-public import Foundation
-public import IsleDelivery
+import Foundation
+import IsleDelivery
 
 /// Moving an installation's data between stores (`isle db copy`): every table, row by row, with
 /// each value as the source stores it. The tables are copied in this order (references first).

@@ -1,5 +1,5 @@
 import Foundation
-public import IsleDelivery
+import IsleDelivery
 import GRDB
 import Synchronization
 

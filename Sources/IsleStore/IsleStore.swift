@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 public import IsleDelivery
 
 /// Everything the server keeps: the registry (apps, keys, installations, activities, channels) and

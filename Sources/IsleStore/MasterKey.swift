@@ -1,5 +1,5 @@
-public import Crypto
-public import Foundation
+import Crypto
+import Foundation
 public import IsleDelivery
 
 /// The operator's key that seals every app's `.p8` signing key at rest (AES-256-GCM).

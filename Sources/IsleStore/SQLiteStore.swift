@@ -588,23 +588,23 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
-        try readNow { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
-                WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY a.started_at, a.id
-                """), arguments: [bundleID, topic])
-            return try rows.map { try Self.activity($0, topics: [topic]) }
-        }
+        try followers(bundleID: bundleID, topic: topic, payloads: true)
     }
 
     public func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord] {
+        try followers(bundleID: bundleID, topic: topic, payloads: false)
+    }
+
+    /// The topic's live followers, oldest first; with `payloads: false`, without attributes,
+    /// content and topics (a fan-out uses none of them).
+    func followers(bundleID: String, topic: String, payloads: Bool) throws -> [ActivityRecord] {
         try readNow { db in
             var out: [ActivityRecord] = []
             let cursor = try Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT a.* FROM activities a JOIN activity_topics t ON t.activity_id = a.id
                 WHERE t.bundle_id = ? AND t.topic = ? AND a.state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY a.started_at, a.id
                 """), arguments: [bundleID, topic])
-            while let r = try cursor.next() { out.append(try Self.activity(r, topics: [], payloads: false)) }
+            while let r = try cursor.next() { out.append(try Self.activity(r, topics: payloads ? [topic] : [], payloads: payloads)) }
             return out
         }
     }

@@ -1,7 +1,7 @@
 import HTTPTypes
-public import Hummingbird
+import Hummingbird
 import IsleDelivery
-public import Tracing
+import Tracing
 
 /// A server span per API request (docs/server.md, "Tracing"). A request with a backend key that
 /// carries a W3C `traceparent` continues the backend's trace; any other starts one of its own (the

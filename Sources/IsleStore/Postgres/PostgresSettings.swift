@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleDelivery
+import IsleDelivery
 
 /// Where and how to reach PostgreSQL, from a URL:
 /// `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require&pool=20&statement_timeout=30]`.

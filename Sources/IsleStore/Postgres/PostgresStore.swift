@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 public import IsleDelivery
 public import Logging
 import NIOSSL
@@ -775,22 +775,19 @@ public final class PostgresStore: IsleStore {
         }
     }
 
+    /// A topic's live followers, oldest first.
+    static let followers = "id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2) AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id"
+
     public func activities(bundleID: String, topic: String) async throws -> [ActivityRecord] {
         let log = logger
-        return try await read { conn in
-            try await Self.activities(conn, where: """
-                id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2) AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id
-                """, [.text(bundleID), .text(topic)], logger: log)
-        }
+        return try await read { conn in try await Self.activities(conn, where: Self.followers, [.text(bundleID), .text(topic)], logger: log) }
     }
 
+    /// Without attributes, content and topics: a fan-out uses none of them.
     public func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in
-            try await conn.rows("""
-                SELECT * FROM activities WHERE id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $2)
-                    AND state IN (\(ActivityLifecycle.pushChangesSQL)) ORDER BY started_at, id
-                """, [.text(bundleID), .text(topic)], logger: log).map { try Self.activity($0, topics: [], payloads: false) }
+            try await conn.rows("SELECT * FROM activities WHERE " + Self.followers, [.text(bundleID), .text(topic)], logger: log).map { try Self.activity($0, topics: [], payloads: false) }
         }
     }
 
