@@ -209,6 +209,13 @@ public struct LiveActivityPayload: Sendable, Hashable {
         return out
     }
 
+    /// The size of ``wireBytes(encodedAPS:timestamp:)`` for a stored `aps` of `encodedAPSCount`
+    /// bytes, without building it.
+    public static func wireSize(encodedAPSCount: Int, timestamp: Int64) -> Int {
+        let inner = max(0, encodedAPSCount - 2)
+        return #"{"aps":{"timestamp":"#.utf8.count + String(timestamp).utf8.count + (inner > 0 ? 1 + inner : 0) + 2
+    }
+
     /// The payload as JSON, `aps` keys in a fixed order: timestamp, event, content-state,
     /// attributes-type, attributes, alert, stale-date, dismissal-date, relevance-score,
     /// input-push-token, input-push-channel.
@@ -240,4 +247,114 @@ public struct WidgetPayload: Sendable, Hashable {
     public init() {}
     public var jsonValue: JSONValue { ["aps": ["content-changed": true]] }
     public var encoded: [UInt8] { jsonValue.jsonBytes }
+}
+
+/// A stored or received `aps` dictionary that is not a Live Activity payload Isle can read: which
+/// key, and what was expected.
+public struct PayloadDecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The `aps` key at fault (`alert.title`, …), or nil for the whole dictionary.
+    public let field: String?
+    public let reason: String
+    public init(field: String?, reason: String) {
+        self.field = field
+        self.reason = reason
+    }
+    public var description: String { field.map { "aps.\($0): \(reason)" } ?? reason }
+}
+
+extension AlertText {
+    /// A title or body as it appears in `alert`: a string, or `{"loc-key": …, "loc-args": […]}`.
+    public init(json: JSONValue, field: String) throws(PayloadDecodingError) {
+        switch json {
+        case .string(let text):
+            self = .plain(text)
+        case .object(let o):
+            guard let key = o["loc-key"]?.stringValue else { throw PayloadDecodingError(field: field, reason: "expected a string or an object with loc-key") }
+            var arguments: [String] = []
+            if let args = o["loc-args"] {
+                guard let array = args.arrayValue else { throw PayloadDecodingError(field: field + ".loc-args", reason: "expected an array of strings") }
+                for a in array {
+                    guard let s = a.stringValue else { throw PayloadDecodingError(field: field + ".loc-args", reason: "expected an array of strings") }
+                    arguments.append(s)
+                }
+            }
+            self = .localized(key: key, arguments: arguments)
+        default:
+            throw PayloadDecodingError(field: field, reason: "expected a string or an object with loc-key")
+        }
+    }
+}
+
+extension LiveActivityAlert {
+    /// An `alert` dictionary: `title` and `body` (plain or localized), optional `sound`.
+    public init(json: JSONValue) throws(PayloadDecodingError) {
+        guard let o = json.objectValue else { throw PayloadDecodingError(field: "alert", reason: "expected an object with title and body") }
+        guard let t = o["title"] else { throw PayloadDecodingError(field: "alert.title", reason: "required") }
+        guard let b = o["body"] else { throw PayloadDecodingError(field: "alert.body", reason: "required") }
+        let title = try AlertText(json: t, field: "alert.title")
+        let body = try AlertText(json: b, field: "alert.body")
+        var sound: AlertSound?
+        switch o["sound"] {
+        case nil: sound = nil
+        case .string("default")?: sound = .default
+        case .string(let name)?: sound = .named(name)
+        default: throw PayloadDecodingError(field: "alert.sound", reason: "expected a string")
+        }
+        self.init(title: title, body: body, sound: sound)
+    }
+}
+
+extension LiveActivityPayload {
+    /// The payload an `aps` dictionary describes. `timestamp` is used when `aps` has none (a
+    /// queued job's `aps` gets its timestamp when it is sent). Keys other than the ones
+    /// ``apsKeyOrder`` names are refused: Isle would drop them when it encodes the payload again.
+    public init(aps: JSONObject, timestamp fallback: Date) throws(PayloadDecodingError) {
+        func seconds(_ key: String) throws(PayloadDecodingError) -> Date? {
+            guard let v = aps[key] else { return nil }
+            guard let n = v.numberValue?.doubleValue else { throw PayloadDecodingError(field: key, reason: "expected Unix seconds") }
+            return Date(timeIntervalSince1970: n)
+        }
+        guard let e = aps[APSKey.event] else { throw PayloadDecodingError(field: APSKey.event, reason: "required: start, update or end") }
+        guard let name = e.stringValue, let event = LiveActivityEvent(rawValue: name) else {
+            throw PayloadDecodingError(field: APSKey.event, reason: "expected start, update or end")
+        }
+        if let unknown = aps.keys.first(where: { !Self.apsKeyOrder.contains($0) }) {
+            throw PayloadDecodingError(field: unknown, reason: "not a key of a Live Activity's aps")
+        }
+        var attributesType: String?
+        if let t = aps[APSKey.attributesType] {
+            guard let s = t.stringValue else { throw PayloadDecodingError(field: APSKey.attributesType, reason: "expected a string") }
+            attributesType = s
+        }
+        var relevance: Double?
+        if let r = aps[APSKey.relevanceScore] {
+            guard let d = r.numberValue?.doubleValue else { throw PayloadDecodingError(field: APSKey.relevanceScore, reason: "expected a number") }
+            relevance = d
+        }
+        var inputPushToken = false
+        switch aps[APSKey.inputPushToken] {
+        case nil: break
+        case .bool(let b)?: inputPushToken = b
+        case let v?:
+            guard let n = v.numberValue?.doubleValue else { throw PayloadDecodingError(field: APSKey.inputPushToken, reason: "expected 1") }
+            inputPushToken = n != 0
+        }
+        var channel: String?
+        if let c = aps[APSKey.inputPushChannel] {
+            guard let s = c.stringValue else { throw PayloadDecodingError(field: APSKey.inputPushChannel, reason: "expected a string") }
+            channel = s
+        }
+        self.init(event: event, timestamp: try seconds(APSKey.timestamp) ?? fallback, contentState: aps[APSKey.contentState],
+                  staleDate: try seconds(APSKey.staleDate), relevanceScore: relevance, alert: try aps[APSKey.alert].map { (j) throws(PayloadDecodingError) in try LiveActivityAlert(json: j) },
+                  dismissalDate: try seconds(APSKey.dismissalDate), attributesType: attributesType, attributes: aps[APSKey.attributes],
+                  inputPushToken: inputPushToken, inputPushChannel: channel)
+    }
+
+    /// `aps` without its `timestamp`, keys in ``apsKeyOrder``: what a server stores for a push it
+    /// will send later, adding the timestamp at the send (``wireBytes(encodedAPS:timestamp:)``).
+    public var apsWithoutTimestamp: JSONObject {
+        var aps = jsonValue["aps"]?.objectValue ?? [:]
+        aps[APSKey.timestamp] = nil
+        return aps
+    }
 }

@@ -98,8 +98,7 @@ public struct DeliveryPlanner: Sendable {
             let end = a.startedAt.addingTimeInterval(Self.activityLifetime)
             if end < d.at { d = Deadline(at: end, why: "the activity's 8-hour life") }
         }
-        if LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps), let stale = job.aps.apsStaleDate {
-            let at = Date(timeIntervalSince1970: stale)
+        if LanePlanner.isSupersedable(kind: job.kind, payload: job.payload), let at = job.payload.liveActivity?.staleDate {
             if at < d.at { d = Deadline(at: at, why: "the update's stale date") }
         }
         return d
@@ -120,9 +119,9 @@ public struct DeliveryPlanner: Sendable {
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
             let priority: PushPriority = Self.wantsHighPriority(job) ? .high : .low
-            let kind: PushJobKind = job.aps.apsEvent == "end" ? .end : .update
+            let kind: PushJobKind = job.payload.event == .end ? .end : .update
             return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job, timestamp: c.job.timestamp),
-                              priority: priority, downgraded: false, patch: Self.patch(job.aps, kind: kind, now: c.now), environment: channel.environment), d)
+                              priority: priority, downgraded: false, patch: Self.patch(job.payload, kind: kind, now: c.now), environment: channel.environment), d)
         }
     }
 
@@ -149,12 +148,12 @@ public struct DeliveryPlanner: Sendable {
             if c.highPriorityUsed >= budget { downgraded = true } else { priority = .high }
         }
         return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
-                          attributesType: a.attributesType, patch: Self.patch(job.aps, kind: job.kind, now: c.now), environment: a.environment), d)
+                          attributesType: a.attributesType, patch: Self.patch(job.payload, kind: job.kind, now: c.now), environment: a.environment), d)
     }
 
     func planStart(_ c: Context) -> Plan {
         let job = c.job.job
-        guard let i = c.installation, let type = job.aps.apsAttributesType else { return .drop("the installation no longer exists", nil) }
+        guard let i = c.installation, let type = job.payload.liveActivity?.attributesType else { return .drop("the installation no longer exists", nil) }
         if let a = c.activity, a.state != .starting { return .drop("the activity is \(a.state.rawValue)", nil) }
         guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
         let d = deadline(job, activity: c.activity)
@@ -163,18 +162,19 @@ public struct DeliveryPlanner: Sendable {
     }
 
     /// What a delivered update or end changes in the server's record of the activity.
-    public static func patch(_ aps: JSONValue, kind: PushJobKind, now: Date) -> ActivityPatch {
+    public static func patch(_ payload: JobPayload, kind: PushJobKind, now: Date) -> ActivityPatch {
         var p = ActivityPatch()
-        p.content = aps.apsContentState
-        p.relevanceScore = aps.apsRelevanceScore
+        guard let push = payload.liveActivity else { return p }
+        p.content = push.contentState
+        p.relevanceScore = push.relevanceScore
         // An update without a stale date clears it on the device too (docs/protocol.md, ActivityKit).
-        if kind == .update || aps.apsContentState != nil {
+        if kind == .update || push.contentState != nil {
             p.setsStaleDate = true
-            p.staleDate = aps.apsStaleDate.map { Date(timeIntervalSince1970: $0) }
+            p.staleDate = push.staleDate
         }
         if kind == .end {
             // The system caps a custom dismissal at 4 hours after the end (docs/protocol.md §5.4).
-            let dismiss = aps.apsDismissalDate.map { Date(timeIntervalSince1970: min($0, now.timeIntervalSince1970 + 4 * 3600)) }
+            let dismiss = push.dismissalDate.map { min($0, now.addingTimeInterval(4 * 3600)) }
             p.end = .init(at: now, dismissAt: dismiss)
         }
         return p
@@ -183,8 +183,8 @@ public struct DeliveryPlanner: Sendable {
     /// `{"aps": {…}}` with the push's timestamp, keys in Isle's wire order: the one place a
     /// stored job becomes bytes.
     public static func payload(_ job: PushJob, timestamp: Int64) -> [UInt8] {
-        if let encoded = job.encodedAPS, let bytes = LiveActivityPayload.wireBytes(encodedAPS: encoded, timestamp: timestamp) { return bytes }
-        return LiveActivityPayload.wireBytes(aps: job.aps.objectValue ?? [:], timestamp: timestamp)
+        if let bytes = LiveActivityPayload.wireBytes(encodedAPS: job.encodedAPS, timestamp: timestamp) { return bytes }
+        return LiveActivityPayload.wireBytes(aps: job.payload.liveActivity?.apsWithoutTimestamp ?? [:], timestamp: timestamp)
     }
 
     static func hours(_ t: TimeInterval) -> String {

@@ -23,20 +23,20 @@ public enum LanePlanner {
     public static let promotionBatch = 5_000
 
     /// An update without an alert: a later job with content makes it pointless.
-    public static func isSupersedable(kind: PushJobKind, hasAlert: Bool, aps: JSONValue) -> Bool {
-        guard !hasAlert else { return false }
+    public static func isSupersedable(kind: PushJobKind, payload: JobPayload) -> Bool {
+        guard case .liveActivity(let p) = payload, p.alert == nil else { return false }
         switch kind {
         case .update: return true
-        case .broadcast: return aps.apsEvent == "update"
+        case .broadcast: return p.event == .update
         case .start, .end, .widgets: return false
         }
     }
 
     /// The job sets the activity's content when it arrives: an update, or an end with `content-state`.
-    public static func carriesContent(kind: PushJobKind, aps: JSONValue) -> Bool {
+    public static func carriesContent(kind: PushJobKind, payload: JobPayload) -> Bool {
         switch kind {
         case .update: return true
-        case .end, .broadcast: return aps.apsContentState != nil
+        case .end, .broadcast: return payload.liveActivity?.contentState != nil
         case .start, .widgets: return false
         }
     }
@@ -73,14 +73,14 @@ public enum LanePlanner {
 
     /// Places a job due at `runAt`, at `now`, behind `head` (its lane's first unfinished job,
     /// which the store reads only when the job is due and has a lane; nil for an empty lane).
-    public static func place(kind: PushJobKind, activityID: String?, channelID: String?, hasAlert: Bool, aps: JSONValue, runAt: Date, now: Date,
+    public static func place(kind: PushJobKind, activityID: String?, channelID: String?, payload: JobPayload, runAt: Date, now: Date,
                              head: (String) throws -> Head?) rethrows -> Placement {
         let lane = lane(kind: kind, activityID: activityID, channelID: channelID)
         let scheduled = runAt > now
-        let carries = carriesContent(kind: kind, aps: aps)
+        let carries = carriesContent(kind: kind, payload: payload)
         var joined = Joining(isHead: false, coalescesLane: false)
         if !scheduled { joined = try join(lane: lane, carriesContent: carries, head: head) }
-        return Placement(lane: lane, scheduled: scheduled, isHead: joined.isHead, supersedable: isSupersedable(kind: kind, hasAlert: hasAlert, aps: aps),
+        return Placement(lane: lane, scheduled: scheduled, isHead: joined.isHead, supersedable: isSupersedable(kind: kind, payload: payload),
                          carriesContent: carries, coalescesLane: joined.coalescesLane)
     }
 
@@ -98,9 +98,9 @@ public enum LanePlanner {
         return Joining(isHead: false, coalescesLane: carriesContent && !current.claimed && current.supersedable)
     }
 
-    /// ``place(kind:activityID:channelID:hasAlert:aps:runAt:now:head:)`` for a new job.
+    /// ``place(kind:activityID:channelID:payload:runAt:now:head:)`` for a new job.
     public static func place(_ job: NewPushJob, now: Date, head: (String) throws -> Head?) rethrows -> Placement {
-        try place(kind: job.kind, activityID: job.activityID, channelID: job.channelID, hasAlert: job.hasAlert, aps: job.aps, runAt: job.runAt, now: now, head: head)
+        try place(kind: job.kind, activityID: job.activityID, channelID: job.channelID, payload: job.payload, runAt: job.runAt, now: now, head: head)
     }
 
     /// One unfinished job of a lane, as the planner needs to see it.

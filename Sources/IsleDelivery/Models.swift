@@ -179,6 +179,62 @@ public enum PushJobState: String, Sendable, Hashable, Codable, CaseIterable {
     public var isFinished: Bool { self == .sent || self == .failed || self == .superseded || self == .dropped }
 }
 
+/// What a job sends, typed: built from the request and validated when Isle accepts the push,
+/// encoded once then (``encoded``), and read back from the store as this type, never as a tree
+/// of strings. Live Activity pushes — start, update and end, to a token or a broadcast channel —
+/// are IsleCore's ``LiveActivityPayload``; a widget reload is ``WidgetPayload``.
+public enum JobPayload: Sendable, Hashable {
+    case liveActivity(LiveActivityPayload)
+    case widgets(WidgetPayload)
+
+    /// The Live Activity payload; nil for a widget reload.
+    public var liveActivity: LiveActivityPayload? {
+        if case .liveActivity(let p) = self { p } else { nil }
+    }
+    /// `start`, `update` or `end`; nil for a widget reload.
+    public var event: LiveActivityEvent? { liveActivity?.event }
+    public var hasAlert: Bool { liveActivity?.alert != nil }
+
+    /// `aps` as the store holds it: compact JSON in ``LiveActivityPayload/apsKeyOrder``, without
+    /// `timestamp` (each send splices its own in, ``LiveActivityPayload/wireBytes(encodedAPS:timestamp:)``).
+    public var encoded: String {
+        switch self {
+        case .liveActivity(let p): JSONValue.object(p.apsWithoutTimestamp).jsonString
+        case .widgets(let w): w.jsonValue["aps"]?.jsonString ?? #"{"content-changed":true}"#
+        }
+    }
+
+    /// A stored job's payload, from its `aps` text. `acceptedAt` stands in for the timestamp the
+    /// stored text leaves out (it gets its own when it is sent). Throws for text Isle did not
+    /// write for a job of `kind`.
+    public init(kind: PushJobKind, encoded: some Collection<UInt8>, acceptedAt: Date) throws(PayloadDecodingError) {
+        let value: JSONValue
+        do { value = try JSONParser.parse(Array(encoded)) } catch { throw PayloadDecodingError(field: nil, reason: "not JSON: \(error)") }
+        guard let aps = value.objectValue else { throw PayloadDecodingError(field: nil, reason: "expected an object") }
+        try self.init(kind: kind, aps: aps, acceptedAt: acceptedAt)
+    }
+
+    public init(kind: PushJobKind, aps: JSONObject, acceptedAt: Date) throws(PayloadDecodingError) {
+        if kind == .widgets {
+            guard aps["content-changed"] == .bool(true), aps.keys.count == 1 else {
+                throw PayloadDecodingError(field: nil, reason: #"a widgets push is {"content-changed": true}"#)
+            }
+            self = .widgets(WidgetPayload())
+            return
+        }
+        let p = try LiveActivityPayload(aps: aps, timestamp: acceptedAt)
+        let fits = switch kind {
+        case .start: p.event == .start
+        case .update: p.event == .update
+        case .end: p.event == .end
+        case .broadcast: p.event != .start
+        case .widgets: false
+        }
+        guard fits else { throw PayloadDecodingError(field: APSKey.event, reason: "\(p.event.rawValue) is not the event of a \(kind.rawValue) job") }
+        self = .liveActivity(p)
+    }
+}
+
 /// One push Isle has accepted: durable from the moment the API answers 202.
 public struct PushJob: Sendable, Hashable {
     public var id: Int64
@@ -187,9 +243,12 @@ public struct PushJob: Sendable, Hashable {
     public var activityID: String?
     public var installationID: String?
     public var channelID: String?
-    /// The `aps` content without `timestamp` (added at send time so it always increases).
-    public var aps: JSONValue
-    public var hasAlert: Bool
+    /// What it sends, typed (its `timestamp` is the one it was accepted with; the wire gets the
+    /// timestamp fixed at its first claim).
+    public var payload: JobPayload
+    /// ``payload`` as the store holds it (``JobPayload/encoded``): what a send splices its
+    /// timestamp into, so a payload is encoded once, when it is accepted.
+    public var encodedAPS: [UInt8]
     /// The priority the caller asked for (nil = Isle decides).
     public var requestedPriority: PushPriority?
     public var runAt: Date
@@ -203,15 +262,14 @@ public struct PushJob: Sendable, Hashable {
     public var lane: String?
     /// Its place in its lane (nil while scheduled).
     public var seq: Int64?
-    /// `aps` as the store holds it (compact JSON, wire order): what a send splices its timestamp
-    /// into (``LiveActivityPayload/wireBytes(encodedAPS:timestamp:)``) instead of encoding `aps`
-    /// again. Nil: encoded from `aps` at the send.
-    public var encodedAPS: [UInt8]?
     /// The W3C `traceparent` of the request that queued it, when the server traces
     /// (docs/server.md, "Tracing"): its attempts' spans join that trace.
     public var traceParent: String?
 
-    public init(id: Int64, bundleID: String, kind: PushJobKind, activityID: String?, installationID: String?, channelID: String?, aps: JSONValue, hasAlert: Bool,
+    public var hasAlert: Bool { payload.hasAlert }
+
+    /// `encodedAPS` nil: encoded from `payload`.
+    public init(id: Int64, bundleID: String, kind: PushJobKind, activityID: String?, installationID: String?, channelID: String?, payload: JobPayload, encodedAPS: [UInt8]? = nil,
                 requestedPriority: PushPriority?, runAt: Date, state: PushJobState, attempts: Int, claimedBy: String?, claimedUntil: Date?, lastError: String?, createdAt: Date,
                 lane: String?, seq: Int64?) {
         self.id = id
@@ -220,8 +278,8 @@ public struct PushJob: Sendable, Hashable {
         self.activityID = activityID
         self.installationID = installationID
         self.channelID = channelID
-        self.aps = aps
-        self.hasAlert = hasAlert
+        self.payload = payload
+        self.encodedAPS = encodedAPS ?? Array(payload.encoded.utf8)
         self.requestedPriority = requestedPriority
         self.runAt = runAt
         self.state = state
@@ -241,10 +299,10 @@ public struct NewPushJob: Sendable, Hashable {
     public var kind: PushJobKind
     public var activityID: String?
     public var installationID: String?
-    public private(set) var aps: JSONValue
-    /// `aps` as stored, encoded once: the jobs of a fan-out share one encoding (``forActivity(_:)``).
+    public let payload: JobPayload
+    /// ``payload`` as stored, encoded once: the jobs of a fan-out share one encoding (``forActivity(_:)``).
     public let apsText: String
-    public var hasAlert: Bool
+    public var hasAlert: Bool { payload.hasAlert }
     public var requestedPriority: PushPriority?
     public var runAt: Date
     public var channelID: String?
@@ -252,16 +310,15 @@ public struct NewPushJob: Sendable, Hashable {
     /// the server as it queues the job): the job's attempts become spans of that trace.
     public var traceParent: String?
 
-    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, aps: JSONValue, hasAlert: Bool, requestedPriority: PushPriority? = nil, runAt: Date) {
+    public init(bundleID: String, kind: PushJobKind, activityID: String? = nil, installationID: String? = nil, channelID: String? = nil, payload: JobPayload,
+                requestedPriority: PushPriority? = nil, runAt: Date) {
         self.bundleID = bundleID
         self.kind = kind
         self.activityID = activityID
         self.installationID = installationID
         self.channelID = channelID
-        // Stored in wire order, so each send splices its timestamp into the stored text.
-        self.aps = aps.objectValue.map { .object(LiveActivityPayload.wireOrdered($0)) } ?? aps
-        apsText = self.aps.jsonString
-        self.hasAlert = hasAlert
+        self.payload = payload
+        apsText = payload.encoded
         self.requestedPriority = requestedPriority
         self.runAt = runAt
     }
@@ -341,4 +398,22 @@ public struct IdempotencyRecord: Sendable, Hashable {
     }
 
     public func isExpired(now: Date) -> Bool { createdAt < now.addingTimeInterval(-Self.lifetime) }
+}
+
+extension JobPayload {
+    /// An update of `contentState`, accepted at `at`.
+    public static func update(_ contentState: JSONValue, alert: LiveActivityAlert? = nil, staleDate: Date? = nil, relevanceScore: Double? = nil, at: Date) -> JobPayload {
+        .liveActivity(LiveActivityPayload(event: .update, timestamp: at, contentState: contentState, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert))
+    }
+
+    /// An end, with or without a final `contentState`, accepted at `at`.
+    public static func end(_ contentState: JSONValue? = nil, alert: LiveActivityAlert? = nil, dismissalDate: Date? = nil, at: Date) -> JobPayload {
+        .liveActivity(LiveActivityPayload(event: .end, timestamp: at, contentState: contentState, alert: alert, dismissalDate: dismissalDate))
+    }
+
+    /// A push-to-start of `attributesType` (the device drops one without an alert), accepted at `at`.
+    public static func start(attributesType: String, attributes: JSONValue, contentState: JSONValue, alert: LiveActivityAlert, at: Date) -> JobPayload {
+        .liveActivity(LiveActivityPayload(event: .start, timestamp: at, contentState: contentState, alert: alert, attributesType: attributesType,
+                                          attributes: attributes, inputPushToken: true))
+    }
 }

@@ -442,7 +442,7 @@ public final class DeliveryEngine: Service {
             counters.failed()
             switch (job.kind, push.target) {
             case (.start, .liveActivity(let token)):
-                let type = job.aps.apsAttributesType ?? ""
+                let type = job.payload.liveActivity?.attributesType ?? ""
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery, activity: ActivityPatch(unreachable: .init(reason: why, ifToken: nil)),
                                      installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadPushToStartToken: (type, token)) })
             case (.widgets, .widgets(let token)):

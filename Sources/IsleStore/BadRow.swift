@@ -1,5 +1,6 @@
 public import IsleCore
-import IsleDelivery
+public import IsleDelivery
+public import Foundation
 
 /// A stored row that does not decode (a state, kind or JSON column no version of Isle writes):
 /// an error naming the table, the row and the column — never a default that would send, keep or
@@ -55,5 +56,12 @@ public struct BadRow: Error, CustomStringConvertible, Sendable {
     /// `text` parsed as JSON, or this error.
     public static func json(_ text: String, table: String, id: String, column: String) throws -> JSONValue {
         do { return try JSONParser.parse(text) } catch { throw BadRow(table: table, id: id, column: column, found: "text that is not JSON") }
+    }
+
+    /// A job's stored `aps` as its typed payload, or this error (naming what did not decode).
+    public static func payload(_ text: String, kind: PushJobKind, acceptedAt: Date, id: String) throws -> JobPayload {
+        do { return try JobPayload(kind: kind, encoded: text.utf8, acceptedAt: acceptedAt) } catch {
+            throw BadRow(table: "jobs", id: id, column: "aps", found: "a payload that does not decode (\(error))")
+        }
     }
 }

@@ -620,14 +620,15 @@ public final class SQLiteStore: IsleStore {
         let id: Int64 = r["id"]
         let row = String(id)
         let aps: String = r["aps"]
-        var job = PushJob(id: id, bundleID: r["bundle_id"], kind: try BadRow.decode(r["kind"], as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
+        let kind = try BadRow.decode(r["kind"], as: PushJobKind.self, table: "jobs", id: row, column: "kind")
+        let createdAt = Date(timeIntervalSince1970: r["created_at"])
+        var job = PushJob(id: id, bundleID: r["bundle_id"], kind: kind,
                        activityID: r["activity_id"], installationID: r["installation_id"], channelID: r["channel_id"],
-                       aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"), hasAlert: r["has_alert"], requestedPriority: try BadRow.decode(r["requested_priority"] as Int?, as: PushPriority.self, table: "jobs", id: row, column: "requested_priority"),
+                       payload: try BadRow.payload(aps, kind: kind, acceptedAt: createdAt, id: row), encodedAPS: Array(aps.utf8), requestedPriority: try BadRow.decode(r["requested_priority"] as Int?, as: PushPriority.self, table: "jobs", id: row, column: "requested_priority"),
                        runAt: Date(timeIntervalSince1970: r["run_at"]), state: try BadRow.decode(r["state"], as: PushJobState.self, table: "jobs", id: row, column: "state"),
                        attempts: r["attempts"],
                        claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
-                       createdAt: Date(timeIntervalSince1970: r["created_at"]), lane: r["lane"], seq: r["seq"])
-        job.encodedAPS = Array(aps.utf8)
+                       createdAt: createdAt, lane: r["lane"], seq: r["seq"])
         job.traceParent = r["trace_parent"]
         return job
     }

@@ -20,7 +20,7 @@ struct BackupTests {
         let t0 = Date(timeIntervalSince1970: 1_767_225_600)
         try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "T", keyID: "K", keyPEM: "-", createdAt: t0))
         try await store.insertActivity(ActivityRecord(id: "a0", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok", startedAt: t0))
-        func job() -> NewPushJob { NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", aps: ["event": "update", "content-state": [:]], hasAlert: true, runAt: t0) }
+        func job() -> NewPushJob { NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", payload: .update([:], alert: LiveActivityAlert(title: "T", body: "B"), at: t0), runAt: t0) }
         for _ in 0..<200 { try await store.enqueue([job()], idempotency: nil, now: t0) }
         let before = try await store.jobCounts().values.reduce(0, +)
         // Writers keep going while the backup runs.

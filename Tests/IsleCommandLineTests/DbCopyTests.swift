@@ -60,7 +60,7 @@ struct DbCopyTests {
                 #expect(try await target.installation(bundleID: bundleID, id: id) == source.installation(bundleID: bundleID, id: id), "installation \(id)")
             }
             // Queued work continues after the copied rows: new jobs get new ids.
-            let next = try await target.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .widgets, installationID: "x", aps: ["content-changed": true], hasAlert: false, runAt: Date())],
+            let next = try await target.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .widgets, installationID: "x", payload: .widgets(WidgetPayload()), runAt: Date())],
                                                 idempotency: nil, now: Date())
             let maxCopied = try await source.exportTable("jobs").rows.count
             #expect(next.first.map { $0 > Int64(maxCopied) } == true)

@@ -58,7 +58,7 @@ struct DeliveryCoreRegressionTests {
             // A worker that died (or whose bookkeeping failed) holds the job: claimed, lease 10 s.
             let other = try SQLiteStore(path: f.databasePath)
             let due = f.clock.now.addingTimeInterval(100)
-            try await other.enqueue([NewPushJob(bundleID: Pizza.bundleID, kind: .update, activityID: id, aps: ["event": "update", "content-state": Pizza.state("Swept")], hasAlert: false, runAt: due)],
+            try await other.enqueue([NewPushJob(bundleID: Pizza.bundleID, kind: .update, activityID: id, payload: .update(Pizza.state("Swept"), at: f.clock.now), runAt: due)],
                                     idempotency: nil, now: f.clock.now)
             let lost = try await other.claim(limit: 1, now: due, lease: 10, worker: "dead-worker")
             #expect(lost.count == 1)

@@ -12,9 +12,13 @@ struct DeliveryPolicyTests {
     static let t0 = Date(timeIntervalSince1970: 1_767_225_600)
     static let app = AppRecord(bundleID: "com.example.pizza", teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", frequentUpdatesDeclared: true, createdAt: t0)
 
-    static func claimed(_ kind: PushJobKind = .update, aps: JSONValue = ["event": "update", "content-state": ["x": 1]], alert: Bool = false, priority: PushPriority? = nil,
+    /// A claimed job of `aps` (read as a stored job's is, ``JobPayload/init(kind:aps:acceptedAt:)``),
+    /// with an alert when `alert`.
+    static func claimed(_ kind: PushJobKind = .update, aps: JSONObject = ["event": "update", "content-state": ["x": 1]], alert: Bool = false, priority: PushPriority? = nil,
                         activity: ActivityRecord? = activity(), created: Date = t0) -> ClaimedJob {
-        let job = PushJob(id: 1, bundleID: app.bundleID, kind: kind, activityID: activity?.id, installationID: "i1", channelID: nil, aps: aps, hasAlert: alert,
+        var aps = aps
+        if alert { aps["alert"] = ["title": "Ping", "body": "An alert"] }
+        let job = PushJob(id: 1, bundleID: app.bundleID, kind: kind, activityID: activity?.id, installationID: "i1", channelID: nil, payload: try! JobPayload(kind: kind, aps: aps, acceptedAt: created),
                           requestedPriority: priority, runAt: created, state: .claimed, attempts: 1, claimedBy: "w", claimedUntil: nil, lastError: nil, createdAt: created,
                           lane: activity.map { "a:" + $0.id }, seq: 1)
         return ClaimedJob(job: job, timestamp: 1_767_225_601, apnsID: "id", worker: "w", activity: activity)

@@ -154,7 +154,7 @@ struct TrustV3LowTests {
         try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "T", keyID: "K", keyPEM: "-", createdAt: t0))
         try await store.insertActivity(ActivityRecord(id: "a0", bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok", startedAt: t0))
         let pad = JSONValue.string(String(repeating: "x", count: 1_000))
-        let job = NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", aps: ["event": "update", "content-state": ["pad": pad]], hasAlert: true, runAt: t0)
+        let job = NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", payload: .update(["pad": pad], alert: LiveActivityAlert(title: "T", body: "B"), at: t0), runAt: t0)
         _ = try await store.enqueue(Array(repeating: job, count: jobs), idempotency: nil, now: t0)
         return store
     }

@@ -20,7 +20,7 @@ struct BadRowTests {
             try await store.insertActivity(ActivityRecord(id: id, bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok-\(id)", startedAt: t0))
         }
         func update(_ activity: String, _ text: String) -> NewPushJob {
-            NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": .string(text)]], hasAlert: true, runAt: t0)
+            NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, payload: .update(["x": .string(text)], alert: LiveActivityAlert(title: "T", body: "B"), at: t0), runAt: t0)
         }
         let ids = try await store.enqueue([update("a", "1"), update("a", "2"), update("b", "1")], idempotency: nil, now: t0)
         // Corrupt the first job of lane a (kind) and the job of lane b (aps), as a foreign writer might.

@@ -45,7 +45,8 @@ struct CallDeadlineTests {
             #expect(e.code == .unavailable && e.message.contains("did not answer"), "\(e.message)")
         }
         let took = ContinuousClock.now - start
-        #expect(took >= .seconds(6) && took < .seconds(10), "\(took)")
+        // Not before the deadline; the upper bound only says "bounded" (a loaded machine stretches it).
+        #expect(took >= .seconds(6) && took < .seconds(30), "\(took)")
         try await eventually(within: .seconds(5), "the stuck work was cancelled") { cancelled.withLock { $0 } }
     }
 }

@@ -22,7 +22,7 @@ struct EventStoreTests {
     }
 
     func update(_ activity: String) -> NewPushJob {
-        NewPushJob(bundleID: app, kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": "1"]], hasAlert: true, runAt: t0)
+        NewPushJob(bundleID: app, kind: .update, activityID: activity, payload: .update(["x": "1"], alert: LiveActivityAlert(title: "T", body: "B"), at: t0), runAt: t0)
     }
 
     func delivery(_ c: ClaimedJob, status: Int, reason: String? = nil) -> DeliveryRecord {

@@ -126,8 +126,8 @@ struct PostgresStoreTests {
         // wake-up; one that came before the subscription is lost, so queue again, up to 50 times.
         var woke = false
         for n in 0..<50 where !woke {
-            _ = try await a.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0", aps: ["event": "update", "content-state": ["n": .int(Int64(n))]],
-                                                hasAlert: true, runAt: Date())], idempotency: nil, now: Date())
+            _ = try await a.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "a0",
+                                                payload: .update(["n": .int(Int64(n))], alert: LiveActivityAlert(title: "T", body: "B"), at: Date()), runAt: Date())], idempotency: nil, now: Date())
             woke = (try? await eventually(within: .milliseconds(300), "a wake-up") { wakes.withLock { $0 } > 0 }) != nil
         }
         #expect(woke, "the other instance was never woken")

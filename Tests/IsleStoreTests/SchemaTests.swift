@@ -130,6 +130,7 @@ struct SchemaTests {
         #expect(a.staleDate == Date(timeIntervalSince1970: 1_790_003_600) && a.startedAt == Date(timeIntervalSince1970: 1_790_000_002.125))
         // The queued job is claimed after the change, its payload byte for byte.
         let claimed = try await store.claim(limit: 10, now: Date(timeIntervalSince1970: 1_790_000_010), lease: 30, worker: "w", excludingApps: [])
-        #expect(claimed.count == 1 && claimed.first?.job.aps.jsonString == #"{"event":"update","content-state":{"status":"out"}}"#)
+        #expect(claimed.count == 1 && claimed.first.map { String(decoding: $0.job.encodedAPS, as: UTF8.self) } == #"{"event":"update","content-state":{"status":"out"}}"#
+                && claimed.first?.job.payload.liveActivity?.contentState == ["status": "out"])
     }
 }

@@ -32,6 +32,8 @@ enum StoreKind: String, CaseIterable, Sendable {
 @Suite("Store contract")
 struct StoreContractTests {
     let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+    let ping = LiveActivityAlert(title: "Ping", body: "An alert")
+    var startPayload: JobPayload { .start(attributesType: "T", attributes: [:], contentState: [:], alert: ping, at: t0) }
 
     func seeded(_ kind: StoreKind, activities: Int = 2) async throws -> any IsleStore {
         let s = try await kind.make()
@@ -43,13 +45,11 @@ struct StoreContractTests {
     }
 
     func update(_ activity: String, _ text: String, alert: Bool = false, at: Date? = nil) -> NewPushJob {
-        NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": .string(text)]], hasAlert: alert, runAt: at ?? t0)
+        NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, payload: .update(["x": .string(text)], alert: alert ? ping : nil, at: t0), runAt: at ?? t0)
     }
 
     func end(_ activity: String, content: String? = nil) -> NewPushJob {
-        var aps: JSONObject = ["event": "end"]
-        if let content { aps["content-state"] = ["x": .string(content)] }
-        return NewPushJob(bundleID: "com.example.pizza", kind: .end, activityID: activity, aps: .object(aps), hasAlert: false, runAt: t0)
+        NewPushJob(bundleID: "com.example.pizza", kind: .end, activityID: activity, payload: .end(content.map { ["x": .string($0)] }, at: t0), runAt: t0)
     }
 
     @discardableResult
@@ -61,7 +61,8 @@ struct StoreContractTests {
         try await s.complete(JobCompletion(claim: c, result: .retry(at: at, reason: "503"), delivery: delivery))
     }
 
-    func text(_ c: ClaimedJob) -> String? { c.job.aps["content-state"]?["x"]?.stringValue }
+    func text(_ c: ClaimedJob) -> String? { content(c)?["x"]?.stringValue }
+    func content(_ c: ClaimedJob) -> JSONValue? { c.job.payload.liveActivity?.contentState }
 
     @Test("retention: finished jobs, deliveries, budget records and idempotency records go after their time; open work never does", arguments: StoreKind.allCases)
     func retention(_ kind: StoreKind) async throws {
@@ -216,7 +217,7 @@ struct StoreContractTests {
         _ = try await s.modifyActivity(id: "d") { $0.environment = .sandbox }
         #expect(try await s.activity(bundleID: "com.example.pizza", updateToken: "bb")?.environment == .sandbox)
         // Push-to-start: the starting record keeps its installation's environment when linked.
-        try await s.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: "s", installationID: "dev", aps: ["event": "start"], hasAlert: true, runAt: t0)],
+        try await s.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: "s", installationID: "dev", payload: startPayload, runAt: t0)],
                             creating: [ActivityRecord(id: "s", bundleID: "com.example.pizza", externalKey: "order", installationID: "dev", attributesType: "T", state: .starting,
                                                       startedAt: t0, environment: .production)], idempotency: nil, now: t0)
         let linked = try await s.linkStartedActivity(bundleID: "com.example.pizza", externalKey: "order", attributesType: "T", installationID: "dev", token: "cc", topics: [])
@@ -239,12 +240,12 @@ struct StoreContractTests {
         try await s.enqueue([update("a0", "1", alert: true), update("a0", "2", alert: true), update("a1", "x", alert: true)], idempotency: nil, now: t0)
         let first = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         #expect(first.map(\.job.activityID) == ["a0", "a1"])
-        #expect(first[0].job.aps["content-state"]?["x"] == "1")
+        #expect(text(first[0]) == "1")
         // a0's second job waits for the first.
         #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").isEmpty)
         #expect(try await finish(s, first[0]))
         let next = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
-        #expect(next.first?.job.aps["content-state"]?["x"] == "2")
+        #expect(next.first.flatMap(text) == "2")
         // Timestamps strictly increase per activity, even within one second.
         #expect(next[0].timestamp > first[0].timestamp)
     }
@@ -255,7 +256,7 @@ struct StoreContractTests {
         try await s.enqueue([update("a0", "1"), update("a0", "2"), update("a0", "alert", alert: true), update("a0", "3"), update("a0", "4")], idempotency: nil, now: t0)
         var sent: [String] = []
         while let c = try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first {
-            sent.append(c.job.aps["content-state"]?["x"]?.stringValue ?? "")
+            sent.append(text(c) ?? "")
             try await finish(s, c)
         }
         #expect(sent == ["alert", "4"])
@@ -267,18 +268,19 @@ struct StoreContractTests {
     func broadcastOrdering(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
         for c in ["ch1", "ch2"] { try await s.insertChannel(ChannelRecord(id: c, bundleID: "com.example.pizza", storagePolicy: 0, createdAt: t0)) }
-        func broadcast(_ channel: String, _ text: String, event: String = "update", alert: Bool = false) -> NewPushJob {
-            NewPushJob(bundleID: "com.example.pizza", kind: .broadcast, channelID: channel, aps: ["event": .string(event), "content-state": ["x": .string(text)]], hasAlert: alert, runAt: t0)
+        func broadcast(_ channel: String, _ text: String, event: LiveActivityEvent = .update, alert: Bool = false) -> NewPushJob {
+            let payload = LiveActivityPayload(event: event, timestamp: t0, contentState: ["x": .string(text)], alert: alert ? ping : nil)
+            return NewPushJob(bundleID: "com.example.pizza", kind: .broadcast, channelID: channel, payload: .liveActivity(payload), runAt: t0)
         }
         try await s.enqueue([broadcast("ch1", "1", alert: true), broadcast("ch1", "2"), broadcast("ch1", "3"), broadcast("ch2", "x")], idempotency: nil, now: t0)
         let first = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
-        #expect(first.map { $0.job.aps["content-state"]?["x"] } == ["1", "x"])
+        #expect(first.map(text) == ["1", "x"])
         // ch1's next job waits for the first: devices drop a push older than the last applied.
         #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").isEmpty)
         #expect(try await finish(s, first[0]))
         let next = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w")
         // "2" was superseded by "3" before it was sent.
-        #expect(next.map { $0.job.aps["content-state"]?["x"] } == ["3"])
+        #expect(next.map(text) == ["3"])
         #expect(next[0].timestamp > first[0].timestamp)
         #expect(try await s.jobCounts()[.superseded] == 1)
     }
@@ -287,7 +289,7 @@ struct StoreContractTests {
     func scheduling(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
         try await s.enqueue([update("a0", "later", alert: true, at: t0.addingTimeInterval(600)), update("a0", "now", alert: true)], idempotency: nil, now: t0)
-        #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").map { $0.job.aps["content-state"]?["x"] } == ["now"])
+        #expect(try await s.claim(limit: 10, now: t0, lease: 60, worker: "w").map(text) == ["now"])
     }
 
     @Test("a crashed worker's claims come back after the lease; its late finish is refused; the retry reuses timestamp and apns-id", arguments: StoreKind.allCases)
@@ -469,7 +471,7 @@ struct StoreContractTests {
         }
         let now = t0.addingTimeInterval(3_700)
         try await s.enqueue([update("a1", "plain"),
-                             NewPushJob(bundleID: "com.example.pizza", kind: .start, installationID: "phone", aps: ["event": "start", "attributes-type": "T"], hasAlert: true, runAt: now)],
+                             NewPushJob(bundleID: "com.example.pizza", kind: .start, installationID: "phone", payload: startPayload, runAt: now)],
                             idempotency: nil, now: now)
         let claimed = try await s.claim(limit: 10, now: now, lease: 60, worker: "w")
         let high = try #require(claimed.first { $0.job.activityID == "a0" })
@@ -583,7 +585,7 @@ struct StoreContractTests {
         _ = try await s.modifyActivity(id: "a0") { $0.state = .dismissed; $0.dismissedAt = later }
         _ = try await s.modifyActivity(id: "a1") { $0.state = .dismissed; $0.dismissedAt = later }
         for c in claimed {
-            let patch = ActivityPatch(content: c.job.aps["content-state"], end: c.job.kind == .end ? .init(at: t0) : nil)
+            let patch = ActivityPatch(content: content(c), end: c.job.kind == .end ? .init(at: t0) : nil)
             #expect(try await finish(s, c, activity: patch))
         }
         for id in ["a0", "a1"] {
@@ -611,7 +613,7 @@ struct StoreContractTests {
         let s = try await seeded(kind)
         try await s.upsertApp(AppRecord(bundleID: "com.example.other", teamID: "TEAM000001", keyID: "KEY0000002", keyPEM: "-", createdAt: t0))
         try await s.insertActivity(ActivityRecord(id: "o0", bundleID: "com.example.other", attributesType: "T", updateToken: "otok", startedAt: t0))
-        try await s.enqueue([update("a0", "x"), NewPushJob(bundleID: "com.example.other", kind: .update, activityID: "o0", aps: ["event": "update", "content-state": [:]], hasAlert: false, runAt: t0)],
+        try await s.enqueue([update("a0", "x"), NewPushJob(bundleID: "com.example.other", kind: .update, activityID: "o0", payload: .update([:], at: t0), runAt: t0)],
                             idempotency: nil, now: t0)
         #expect(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w", excludingApps: ["com.example.pizza"]).map(\.job.activityID) == ["o0"])
         #expect(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w").map(\.job.activityID) == ["a0"])
@@ -621,7 +623,7 @@ struct StoreContractTests {
     func pushToStartLinks(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 0)
         let started = (0..<3).map { ActivityRecord(id: "s\($0)", bundleID: "com.example.pizza", externalKey: "order-9", installationID: "i\($0)", attributesType: "T", state: .starting, startedAt: t0) }
-        let jobs = started.map { NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: $0.id, installationID: $0.installationID, aps: ["event": "start", "attributes-type": "T"], hasAlert: true, runAt: t0) }
+        let jobs = started.map { NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: $0.id, installationID: $0.installationID, payload: startPayload, runAt: t0) }
         try await s.enqueue(jobs, creating: started, idempotency: nil, now: t0)
         #expect(try await s.liveActivities(bundleID: "com.example.pizza", externalKey: "order-9").count == 3)
         let linked = try await s.linkStartedActivity(bundleID: "com.example.pizza", externalKey: "order-9", attributesType: "T", installationID: "i2", token: "t2", topics: ["x"])
@@ -774,6 +776,9 @@ struct StoreContractTests {
 
 @Suite("Lane planner")
 struct LanePlannerTests {
+    let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+    let ping = LiveActivityAlert(title: "Ping", body: "An alert")
+    var startPayload: JobPayload { .start(attributesType: "T", attributes: [:], contentState: [:], alert: ping, at: t0) }
     typealias E = LanePlanner.Entry
     static func plain(_ id: Int64, due: Bool = true) -> E { E(id: id, supersedable: true, carriesContent: true, due: due) }
     static func alert(_ id: Int64, due: Bool = true) -> E { E(id: id, supersedable: false, carriesContent: true, due: due) }
@@ -797,12 +802,14 @@ struct LanePlannerTests {
 
     @Test("what carries content and what may be superseded")
     func flags() {
-        #expect(LanePlanner.isSupersedable(kind: .update, hasAlert: false, aps: [:]))
-        #expect(!LanePlanner.isSupersedable(kind: .update, hasAlert: true, aps: [:]))
-        #expect(!LanePlanner.isSupersedable(kind: .end, hasAlert: false, aps: ["content-state": [:]]))
-        #expect(LanePlanner.isSupersedable(kind: .broadcast, hasAlert: false, aps: ["event": "update"]))
-        #expect(!LanePlanner.carriesContent(kind: .end, aps: ["event": "end"]))
-        #expect(LanePlanner.carriesContent(kind: .end, aps: ["event": "end", "content-state": [:]]))
+        #expect(LanePlanner.isSupersedable(kind: .update, payload: .update([:], at: t0)))
+        #expect(!LanePlanner.isSupersedable(kind: .update, payload: .update([:], alert: ping, at: t0)))
+        #expect(!LanePlanner.isSupersedable(kind: .end, payload: .end([:], at: t0)))
+        #expect(LanePlanner.isSupersedable(kind: .broadcast, payload: .update([:], at: t0)))
+        #expect(!LanePlanner.isSupersedable(kind: .broadcast, payload: .end([:], at: t0)))
+        #expect(!LanePlanner.isSupersedable(kind: .widgets, payload: .widgets(WidgetPayload())))
+        #expect(!LanePlanner.carriesContent(kind: .end, payload: .end(at: t0)))
+        #expect(LanePlanner.carriesContent(kind: .end, payload: .end([:], at: t0)))
         #expect(LanePlanner.lane(kind: .widgets, activityID: nil, channelID: nil) == nil)
     }
 
@@ -826,7 +833,7 @@ struct LanePlannerTests {
     @Test("completion writes: a dead token retires the activity only if it still holds it; a rotated one sends again at once; installation tokens go only if still held")
     func completionWrites() {
         let t = Date(timeIntervalSince1970: 1_767_225_600)
-        let job = PushJob(id: 7, bundleID: "b", kind: .update, activityID: "a", installationID: nil, channelID: nil, aps: ["event": "update"], hasAlert: false, requestedPriority: nil, runAt: t, state: .claimed,
+        let job = PushJob(id: 7, bundleID: "b", kind: .update, activityID: "a", installationID: nil, channelID: nil, payload: .update([:], at: t), requestedPriority: nil, runAt: t, state: .claimed,
                           attempts: 1, claimedBy: "w", claimedUntil: t, lastError: nil, createdAt: t, lane: "a:a", seq: 1)
         let claim = ClaimedJob(job: job, timestamp: 1, apnsID: "x", worker: "w", activity: nil)
         let dead = JobCompletion(claim: claim, result: .deadToken(token: "old", reason: "410 Unregistered", graceUntil: t.addingTimeInterval(30)))
@@ -849,23 +856,23 @@ struct LanePlannerTests {
         let now = Date(timeIntervalSince1970: 1_767_225_600)
         typealias H = LanePlanner.Head
         let plainHead = H(id: 1, isHead: true, claimed: false, supersedable: true)
-        func place(_ kind: PushJobKind, activity: String? = "a", alert: Bool = false, aps: JSONValue = ["event": "update", "content-state": [:]], at: Date? = nil, head: H?) -> LanePlanner.Placement {
-            LanePlanner.place(kind: kind, activityID: activity, channelID: nil, hasAlert: alert, aps: aps, runAt: at ?? now, now: now) { _ in head }
+        func place(_ kind: PushJobKind, activity: String? = "a", alert: Bool = false, payload: JobPayload? = nil, at: Date? = nil, head: H?) -> LanePlanner.Placement {
+            LanePlanner.place(kind: kind, activityID: activity, channelID: nil, payload: payload ?? .update([:], alert: alert ? ping : nil, at: now), runAt: at ?? now, now: now) { _ in head }
         }
         // No lane (a start, a widgets push): its own head, whatever else is queued.
-        let start = place(.start, activity: nil, aps: ["event": "start"], head: plainHead)
+        let start = place(.start, activity: nil, payload: startPayload, head: plainHead)
         #expect(start.lane == nil && start.isHead && !start.scheduled && !start.coalescesLane)
         // An empty lane: the head.
         #expect(place(.update, head: nil).isHead)
         // Behind an unsent plain update, content makes the lane coalesce now; an end without content does not.
         let behind = place(.update, alert: true, head: plainHead)
         #expect(!behind.isHead && behind.coalescesLane && !behind.supersedable)
-        #expect(!place(.end, aps: ["event": "end"], head: plainHead).coalescesLane)
+        #expect(!place(.end, payload: .end(at: now), head: plainHead).coalescesLane)
         // Behind a head in flight, or one with an alert: it waits, nothing is coalesced.
         #expect(!place(.update, head: H(id: 1, isHead: true, claimed: true, supersedable: true)).coalescesLane)
         #expect(!place(.update, head: H(id: 1, isHead: true, claimed: false, supersedable: false)).coalescesLane)
         // Scheduled: outside its lane until it comes due (the head is not even read).
-        let later = LanePlanner.place(kind: .update, activityID: "a", channelID: nil, hasAlert: false, aps: ["event": "update"], runAt: now.addingTimeInterval(60), now: now) { _ -> H? in
+        let later = LanePlanner.place(kind: .update, activityID: "a", channelID: nil, payload: .update([:], at: now), runAt: now.addingTimeInterval(60), now: now) { _ -> H? in
             Issue.record("a scheduled job's lane head was read")
             return nil
         }
@@ -897,6 +904,7 @@ struct ServingHoldTests {
 @Suite("Store contract: removing an app")
 struct AppRemovalTests {
     let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+    let ping = LiveActivityAlert(title: "Ping", body: "An alert")
 
     /// One of everything a store keeps, for `app`: a row in each table of ``Schema/appRows``.
     func populate(_ s: any IsleStore, _ app: String) async throws {
@@ -908,10 +916,10 @@ struct AppRemovalTests {
         try await s.insertActivity(ActivityRecord(id: "b-\(app)", bundleID: app, externalKey: "k2", attributesType: "T", state: .active, updateToken: "tok2-\(app)", startedAt: t0))
         try await s.insertChannel(ChannelRecord(id: "ch-\(app)", bundleID: app, storagePolicy: 0, createdAt: t0), idempotency: nil)
         let update = { (activity: String) in
-            NewPushJob(bundleID: app, kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": 1]], hasAlert: true, runAt: self.t0)
+            NewPushJob(bundleID: app, kind: .update, activityID: activity, payload: .update(["x": 1], alert: self.ping, at: self.t0), runAt: self.t0)
         }
         // An update and a widget push (its delivery has no activity), both sent.
-        let widgets = NewPushJob(bundleID: app, kind: .widgets, installationID: "phone", aps: ["content-changed": true], hasAlert: false, runAt: t0)
+        let widgets = NewPushJob(bundleID: app, kind: .widgets, installationID: "phone", payload: .widgets(WidgetPayload()), runAt: t0)
         try await s.enqueue([update("a-\(app)"), widgets], idempotency: IdempotencyRecord(key: "backend:k", bundleID: app, requestHash: "h", status: 202, body: "{}", createdAt: t0), now: t0)
         let others = Set(["com.example.gone", "com.example.kept"]).subtracting([app])
         let claimed = try await s.claim(limit: 10, now: t0, lease: 60, worker: "w", excludingApps: others)
@@ -973,6 +981,7 @@ struct AppRemovalTests {
 @Suite("Store contract: trace context")
 struct TraceContextStoreTests {
     let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+    let ping = LiveActivityAlert(title: "Ping", body: "An alert")
 
     @Test("a job queued with a traceparent carries it to the claim; one without, none", arguments: StoreKind.allCases)
     func traceParentRoundTrip(_ kind: StoreKind) async throws {
@@ -982,7 +991,7 @@ struct TraceContextStoreTests {
             try await s.insertActivity(ActivityRecord(id: id, bundleID: "com.example.pizza", attributesType: "T", state: .active, updateToken: "tok-\(id)", startedAt: t0))
         }
         func update(_ activity: String) -> NewPushJob {
-            NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, aps: ["event": "update", "content-state": ["x": 1]], hasAlert: true, runAt: t0)
+            NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: activity, payload: .update(["x": 1], alert: ping, at: t0), runAt: t0)
         }
         let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
         var traced = update("traced")

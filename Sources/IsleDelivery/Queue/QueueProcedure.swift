@@ -45,8 +45,8 @@ public enum QueueProcedure {
                 let n = rows.count
                 let lane = lane(of: job)
                 let scheduled = job.runAt > now
-                let supersedable = LanePlanner.isSupersedable(kind: job.kind, hasAlert: job.hasAlert, aps: job.aps)
-                let carries = LanePlanner.carriesContent(kind: job.kind, aps: job.aps)
+                let supersedable = LanePlanner.isSupersedable(kind: job.kind, payload: job.payload)
+                let carries = LanePlanner.carriesContent(kind: job.kind, payload: job.payload)
                 rows.append(NewJobRow(job: job, lane: lane, state: scheduled ? .scheduled : .queued, isHead: false, supersedable: supersedable, carriesContent: carries,
                                       lastError: nil, createdAt: now))
                 if !scheduled { board.join(.added(n), lane: lane, supersedable: supersedable, carriesContent: carries, runAt: job.runAt, now: now) }

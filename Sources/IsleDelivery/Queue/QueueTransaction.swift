@@ -82,7 +82,7 @@ public struct StoredJob: Sendable {
     /// Fixed at the job's first claim (nil before it): the push's timestamp and apns-id.
     public var timestamp: Int64?
     public var apnsID: String?
-    /// Stored when the job was placed (``LanePlanner/isSupersedable(kind:hasAlert:aps:)``).
+    /// Stored when the job was placed (``LanePlanner/isSupersedable(kind:payload:)``).
     public var supersedable: Bool
     public init(id: Int64, lane: String?, job: Result<PushJob, any Error>, timestamp: Int64?, apnsID: String?, supersedable: Bool) {
         self.id = id

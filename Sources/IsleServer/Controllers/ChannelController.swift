@@ -76,9 +76,9 @@ struct ChannelController {
         let push = try ActivityPush(try await Body.read(request), event: event)
         guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
         let now = services.clock.now
-        _ = try PayloadCheck(now: now).validate(push.aps, priority: push.priority, broadcast: true)
-        let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, aps: .object(push.aps), hasAlert: push.hasAlert, requestedPriority: push.priority,
+        let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, payload: push.payload(acceptedAt: now), requestedPriority: push.priority,
                              runAt: max(push.sendAt ?? now, now))
+        _ = try PayloadCheck(now: now).validate(job, broadcast: true)
         let value: JSONValue = ["accepted": 1]
         let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
         services.engine.wake(at: job.runAt)

@@ -164,7 +164,9 @@ struct InstallationController {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(start.attributesType) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
         }
         let now = services.clock.now
-        let warnings = try PayloadCheck(now: now).validate(start.aps, schema: schema, priority: .high)
+        // One payload, typed and encoded once, for every installation.
+        let template = NewPushJob(bundleID: caller.bundleID, kind: .start, payload: start.payload(acceptedAt: now), requestedPriority: .high, runAt: now)
+        let warnings = try PayloadCheck(now: now).validate(template, schema: schema)
         let installations = try await targets()
         var jobs: [NewPushJob] = []
         var activities: [ActivityRecord] = []
@@ -182,7 +184,9 @@ struct InstallationController {
                                    attributesType: start.attributesType, attributes: start.attributes, content: start.contentState, state: .starting,
                                    relevanceScore: start.relevanceScore, startedAt: now, topics: start.topics, environment: i.environment)
             activities.append(a)
-            jobs.append(NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, installationID: i.id, aps: .object(start.aps), hasAlert: true, requestedPriority: .high, runAt: now))
+            var job = template.forActivity(a.id)
+            job.installationID = i.id
+            jobs.append(job)
             started.append(["activityID": .string(a.id), "installationID": .string(i.id)])
         }
         guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(start.attributesType) activity") }
@@ -203,7 +207,7 @@ struct InstallationController {
         let i = try await services.ownInstallation(caller, id)
         guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
         let now = services.clock.now
-        let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, aps: ["content-changed": true], hasAlert: false, requestedPriority: .high, runAt: now)
+        let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, payload: .widgets(WidgetPayload()), requestedPriority: .high, runAt: now)
         let value: JSONValue = ["accepted": 1]
         let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
         services.engine.wake()

@@ -1,5 +1,6 @@
 import Foundation
 import IsleCore
+import IsleDelivery
 import IsleHTTPAPI
 
 /// Validates the payload Isle will send (IsleCore's validator, the registered schema, the size
@@ -8,12 +9,15 @@ import IsleHTTPAPI
 struct PayloadCheck {
     var now: Date
 
-    func validate(_ aps: JSONObject, schema: ActivitySchema? = nil, priority: PushPriority?, broadcast: Bool = false) throws -> [JSONValue] {
-        var withTimestamp = aps
-        withTimestamp[APSKey.timestamp] = .int(Int64(now.timeIntervalSince1970))
-        let payload = JSONValue.object(["aps": .object(withTimestamp)])
-        let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: priority, schema: schema, now: now))
-            .validate(value: payload, size: payload.encodedSize)
+    /// Checks `job`'s payload as it will go out: its tree, and its size from the encoding the
+    /// job already holds (the payload is encoded once, when it is accepted).
+    func validate(_ job: NewPushJob, schema: ActivitySchema? = nil, broadcast: Bool = false) throws -> [JSONValue] {
+        guard case .liveActivity(var push) = job.payload else { return [] }
+        push.timestamp = now
+        let timestamp = ActivityKitEncoding.unixSeconds(now)
+        let size = LiveActivityPayload.wireSize(encodedAPSCount: job.apsText.utf8.count, timestamp: timestamp)
+        let report = PayloadValidator(options: .init(pushType: .liveactivity, broadcast: broadcast, priority: job.requestedPriority, schema: schema, now: now))
+            .validate(value: push.jsonValue, size: size)
         if let e = report.errors.first {
             throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path))
         }

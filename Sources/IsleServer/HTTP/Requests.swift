@@ -154,6 +154,12 @@ struct Body {
         return a
     }
 
+    /// `alert`, checked by ``alert()``, as the typed alert Isle sends.
+    func typedAlert() throws -> LiveActivityAlert? {
+        guard let a = try alert() else { return nil }
+        do { return try LiveActivityAlert(json: a) } catch { throw APIError.invalid(error.field ?? "alert", error.reason) }
+    }
+
     /// `ticket`: a registration ticket (a JWT, at most 4,096 bytes; verified by the controller).
     func ticket() throws -> String? {
         switch object["ticket"] {
@@ -333,34 +339,46 @@ struct UserBinding {
 struct ActivityPush {
     enum Event: String, CaseIterable { case update, end }
     var event: Event
-    var aps: JSONObject
+    /// The push as Isle will send it, typed; its timestamp is the acceptance's (``payload(acceptedAt:)``)
+    /// until the send fixes its own.
+    private var push: LiveActivityPayload
     var priority: PushPriority?
     var sendAt: Date?
-    var hasAlert: Bool { aps.apsHasAlert }
-
+    var hasAlert: Bool { push.alert != nil }
 
     init(_ b: Body, event: Event) throws {
         self.event = event
-        var aps = JSONObject([(APSKey.event, .string(event.rawValue))])
-        if let s = try b.object("contentState", required: event == .update) { aps[APSKey.contentState] = s }
-        if let alert = try b.alert() { aps[APSKey.alert] = alert }
-        if let d = try b.date("staleDate") { aps[APSKey.staleDate] = .int(Int64(d.timeIntervalSince1970)) }
-        if let r = try b.number("relevanceScore") { aps[APSKey.relevanceScore] = .double(r) }
-        if event == .end, let d = try b.date("dismissalDate") { aps[APSKey.dismissalDate] = .int(Int64(d.timeIntervalSince1970)) }
+        push = LiveActivityPayload(event: event == .end ? .end : .update, timestamp: Date(timeIntervalSince1970: 0))
+        push.contentState = try b.object("contentState", required: event == .update)
+        push.alert = try b.typedAlert()
+        push.staleDate = try b.date("staleDate").map(Self.wholeSeconds)
+        push.relevanceScore = try b.number("relevanceScore")
+        if event == .end { push.dismissalDate = try b.date("dismissalDate").map(Self.wholeSeconds) }
         if event == .update, b.object["dismissalDate"] != nil { throw APIError.invalid("dismissalDate", "dismissalDate applies to end only") }
         priority = try b.priority()
         sendAt = try b.date("sendAt")
         for k in b.object.keys where !WireContract.end.contains(k) {
             throw APIError.invalid(k, "unknown field \(k); expected contentState, alert, staleDate, relevanceScore, dismissalDate (end), priority, sendAt")
         }
-        self.aps = aps
     }
+
+    /// The job's payload, accepted at `now`.
+    func payload(acceptedAt now: Date) -> JobPayload {
+        var p = push
+        p.timestamp = now
+        return .liveActivity(p)
+    }
+
+    /// APNs takes whole Unix seconds for `stale-date` and `dismissal-date`; the server's record
+    /// keeps what the device will see.
+    static func wholeSeconds(_ d: Date) -> Date { Date(timeIntervalSince1970: d.timeIntervalSince1970.rounded(.towardZero)) }
 }
 
 /// `POST /v1/installations/{id}/start`, `POST /v1/users/{user}/start`: push-to-start.
 struct StartRequest {
     var attributesType: String
-    var aps: JSONObject
+    /// The push-to-start as Isle will send it (its timestamp set when accepted, ``payload(acceptedAt:)``).
+    private var push: LiveActivityPayload
     var attributes: JSONValue
     var contentState: JSONValue
     var relevanceScore: Double?
@@ -372,15 +390,20 @@ struct StartRequest {
         attributesType = try b.bounded("attributesType", Limits.attributesType, required: true)!
         attributes = try b.object("attributes", required: true)!
         contentState = try b.object("contentState", required: true)!
-        guard let alert = try b.alert() else { throw APIError.invalid("alert", "a start needs an alert: the device drops a push-to-start without one") }
-        var aps = JSONObject([(APSKey.event, "start"), (APSKey.contentState, contentState), (APSKey.attributesType, .string(attributesType)), (APSKey.attributes, attributes),
-                              (APSKey.alert, alert), (APSKey.inputPushToken, 1)])
-        if let d = try b.date("staleDate") { aps[APSKey.staleDate] = .int(Int64(d.timeIntervalSince1970)) }
+        guard let alert = try b.typedAlert() else { throw APIError.invalid("alert", "a start needs an alert: the device drops a push-to-start without one") }
+        push = LiveActivityPayload(event: .start, timestamp: Date(timeIntervalSince1970: 0), contentState: contentState, alert: alert, attributesType: attributesType,
+                                   attributes: attributes, inputPushToken: true)
+        push.staleDate = try b.date("staleDate").map(ActivityPush.wholeSeconds)
         relevanceScore = try b.number("relevanceScore")
-        if let relevanceScore { aps[APSKey.relevanceScore] = .double(relevanceScore) }
+        push.relevanceScore = relevanceScore
         externalKey = try b.bounded("externalKey", Limits.externalKey)
         topics = try b.topics()
-        self.aps = aps
+    }
+
+    func payload(acceptedAt now: Date) -> JobPayload {
+        var p = push
+        p.timestamp = now
+        return .liveActivity(p)
     }
 }
 

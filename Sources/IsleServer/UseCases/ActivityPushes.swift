@@ -23,19 +23,19 @@ struct ActivityPushes {
     /// target. Nothing is written.
     func prepare(bundleID: String, push: ActivityPush, to activities: [ActivityRecord], single: Bool, now: Date) async throws -> Prepared {
         let app = try await services.app(bundleID)
+        let runAt = max(push.sendAt ?? now, now)
+        // One payload, typed, ordered and encoded once, for every target.
+        let template = NewPushJob(bundleID: bundleID, kind: push.event == .end ? .end : .update, payload: push.payload(acceptedAt: now),
+                                  requestedPriority: push.priority, runAt: runAt)
         var warnings: [JSONValue] = []
         var checked: Set<String> = []
         for a in activities where !checked.contains(a.attributesType) {
             checked.insert(a.attributesType)
-            warnings += try PayloadCheck(now: now).validate(push.aps, schema: app.schema(a.attributesType), priority: push.priority)
+            warnings += try PayloadCheck(now: now).validate(template, schema: app.schema(a.attributesType))
         }
         if single, let a = activities.first, !a.state.acceptsPushes {
             throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
         }
-        let runAt = max(push.sendAt ?? now, now)
-        // One payload, ordered and encoded once, for every target.
-        let template = NewPushJob(bundleID: bundleID, kind: push.event == .end ? .end : .update, aps: .object(push.aps), hasAlert: push.hasAlert,
-                                  requestedPriority: push.priority, runAt: runAt)
         let jobs = activities.lazy.filter(\.state.acceptsPushes).map { template.forActivity($0.id) }
         return Prepared(jobs: Array(jobs), live: single ? jobs.compactMap(\.activityID) : [], warnings: warnings, runAt: runAt)
     }

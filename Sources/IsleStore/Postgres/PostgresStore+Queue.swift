@@ -12,15 +12,16 @@ extension PostgresStore {
         let id = try r.int("id")
         let row = String(id)
         let aps = try r.string("aps")
-        var job = PushJob(id: id, bundleID: try r.string("bundle_id"), kind: try BadRow.decode(try r.string("kind"), as: PushJobKind.self, table: "jobs", id: row, column: "kind"),
+        let kind = try BadRow.decode(try r.string("kind"), as: PushJobKind.self, table: "jobs", id: row, column: "kind")
+        let createdAt = try r.date("created_at")
+        var job = PushJob(id: id, bundleID: try r.string("bundle_id"), kind: kind,
                 activityID: try r.optionalString("activity_id"),
                 installationID: try r.optionalString("installation_id"), channelID: try r.optionalString("channel_id"),
-                aps: try BadRow.json(aps, table: "jobs", id: row, column: "aps"),
-                hasAlert: try r.bool("has_alert"), requestedPriority: try BadRow.decode(try r.optionalInt("requested_priority").map(Int.init), as: PushPriority.self, table: "jobs", id: row, column: "requested_priority"), runAt: try r.date("run_at"),
+                payload: try BadRow.payload(aps, kind: kind, acceptedAt: createdAt, id: row), encodedAPS: Array(aps.utf8),
+                requestedPriority: try BadRow.decode(try r.optionalInt("requested_priority").map(Int.init), as: PushPriority.self, table: "jobs", id: row, column: "requested_priority"), runAt: try r.date("run_at"),
                 state: try BadRow.decode(try r.string("state"), as: PushJobState.self, table: "jobs", id: row, column: "state"), attempts: Int(try r.int("attempts")), claimedBy: try r.optionalString("claimed_by"),
-                claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: try r.date("created_at"),
+                claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: createdAt,
                 lane: try r.optionalString("lane"), seq: try r.optionalInt("seq"))
-        job.encodedAPS = Array(aps.utf8)
         job.traceParent = try r.optionalString("trace_parent")
         return job
     }
