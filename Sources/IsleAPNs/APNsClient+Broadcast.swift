@@ -29,15 +29,15 @@ public struct BroadcastPush: Sendable {
     public var expiration: APNsExpiration
     /// The channel's policy, when known, so Isle can check the expiration rule before sending.
     public var storagePolicy: MessageStoragePolicy?
-    public var requestID: UUID?
+    public var requestID: APNsID?
     public var schema: ActivitySchema?
 
-    public init(bundleID: String, channelID: String, payload: LiveActivityPayload, priority: PushPriority = .low, expiration: APNsExpiration? = nil, storagePolicy: MessageStoragePolicy? = nil, requestID: UUID? = nil, schema: ActivitySchema? = nil) {
+    public init(bundleID: String, channelID: String, payload: LiveActivityPayload, priority: PushPriority = .low, expiration: APNsExpiration? = nil, storagePolicy: MessageStoragePolicy? = nil, requestID: APNsID? = nil, schema: ActivitySchema? = nil) {
         self.init(bundleID: bundleID, channelID: channelID, payload: payload.encoded, priority: priority, expiration: expiration, storagePolicy: storagePolicy, requestID: requestID, schema: schema)
     }
 
     /// `expiration` defaults to `.immediately` (valid for both policies).
-    public init(bundleID: String, channelID: String, payload: [UInt8], priority: PushPriority = .low, expiration: APNsExpiration? = nil, storagePolicy: MessageStoragePolicy? = nil, requestID: UUID? = nil, schema: ActivitySchema? = nil) {
+    public init(bundleID: String, channelID: String, payload: [UInt8], priority: PushPriority = .low, expiration: APNsExpiration? = nil, storagePolicy: MessageStoragePolicy? = nil, requestID: APNsID? = nil, schema: ActivitySchema? = nil) {
         self.bundleID = bundleID
         self.channelID = channelID
         self.payload = payload
@@ -90,7 +90,7 @@ extension APNsClient {
             ("apns-priority", String(push.priority.rawValue)),
             ("apns-expiration", push.expiration.headerValue),
         ]
-        if let requestID = push.requestID { headers.append(("apns-request-id", requestID.uuidString.lowercased())) }
+        if let requestID = push.requestID { headers.append(("apns-request-id", requestID.text)) }
         headers.append(("content-type", "application/json"))
         return APNsTransportRequest(method: "POST", url: "\(configuration.endpoints.broadcast)/4/broadcasts/apps/\(push.bundleID)", headers: headers, body: push.payload)
     }
@@ -100,18 +100,18 @@ extension APNsClient {
     public func broadcast(_ push: BroadcastPush) async throws(APNsError) -> APNsResponse {
         try check(push)
         var push = push
-        if push.requestID == nil { push.requestID = UUID() }
+        if push.requestID == nil { push.requestID = .random() }
         let p = push
         return try await perform(kind: "broadcast") { authorization in self.makeRequest(p, authorization: authorization) }
     }
 
     /// Creates a channel; APNs answers 201 with its id in `apns-channel-id`.
-    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy, requestID: UUID = UUID()) async throws(APNsError) -> BroadcastChannel {
+    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy, requestID: APNsID = .random()) async throws(APNsError) -> BroadcastChannel {
         try Self.checkBundleID(bundleID)
         let body: JSONValue = ["message-storage-policy": .int(storagePolicy.rawValue), "push-type": "LiveActivity"]
         let response = try await perform(kind: "channel creation") { authorization in
             APNsTransportRequest(method: "POST", url: self.managementURL(bundleID, "channels"), headers: [
-                ("authorization", authorization), ("apns-request-id", requestID.uuidString.lowercased()), ("content-type", "application/json"),
+                ("authorization", authorization), ("apns-request-id", requestID.text), ("content-type", "application/json"),
             ], body: body.jsonBytes)
         }
         guard let id = response.channelID, !id.isEmpty else {
@@ -121,12 +121,12 @@ extension APNsClient {
     }
 
     /// Reads a channel's configuration.
-    public func readChannel(bundleID: String, channelID: String, requestID: UUID = UUID()) async throws(APNsError) -> BroadcastChannel {
+    public func readChannel(bundleID: String, channelID: String, requestID: APNsID = .random()) async throws(APNsError) -> BroadcastChannel {
         try Self.checkBundleID(bundleID)
         try Self.checkChannelID(channelID)
         let (response, body) = try await performReturningBody(kind: "channel read") { authorization in
             APNsTransportRequest(method: "GET", url: self.managementURL(bundleID, "channels"), headers: [
-                ("authorization", authorization), ("apns-channel-id", channelID), ("apns-request-id", requestID.uuidString.lowercased()),
+                ("authorization", authorization), ("apns-channel-id", channelID), ("apns-request-id", requestID.text),
             ], body: [])
         }
         guard let raw = body?["message-storage-policy"]?.numberValue?.int64Value, let policy = MessageStoragePolicy(rawValue: Int(raw)) else {
@@ -136,22 +136,22 @@ extension APNsClient {
     }
 
     /// Deletes a channel (irreversible; stored messages may still be delivered).
-    public func deleteChannel(bundleID: String, channelID: String, requestID: UUID = UUID()) async throws(APNsError) {
+    public func deleteChannel(bundleID: String, channelID: String, requestID: APNsID = .random()) async throws(APNsError) {
         try Self.checkBundleID(bundleID)
         try Self.checkChannelID(channelID)
         _ = try await perform(kind: "channel deletion") { authorization in
             APNsTransportRequest(method: "DELETE", url: self.managementURL(bundleID, "channels"), headers: [
-                ("authorization", authorization), ("apns-channel-id", channelID), ("apns-request-id", requestID.uuidString.lowercased()),
+                ("authorization", authorization), ("apns-channel-id", channelID), ("apns-request-id", requestID.text),
             ], body: [])
         }
     }
 
     /// Lists the ids of all channels of an app in this environment.
-    public func listChannels(bundleID: String, requestID: UUID = UUID()) async throws(APNsError) -> [String] {
+    public func listChannels(bundleID: String, requestID: APNsID = .random()) async throws(APNsError) -> [String] {
         try Self.checkBundleID(bundleID)
         let (response, body) = try await performReturningBody(kind: "channel list") { authorization in
             APNsTransportRequest(method: "GET", url: self.managementURL(bundleID, "all-channels"), headers: [
-                ("authorization", authorization), ("apns-request-id", requestID.uuidString.lowercased()),
+                ("authorization", authorization), ("apns-request-id", requestID.text),
             ], body: [])
         }
         // Apple's page also says the body may be empty: treat that as no channels.

@@ -29,11 +29,11 @@ public struct APNsPush: Sendable {
     public var expiration: APNsExpiration?
     public var collapseID: String?
     /// Sent as `apns-id`; a random one is generated when nil.
-    public var apnsID: UUID?
+    public var apnsID: APNsID?
     /// The registered schema for a Live Activity's attributes type, to validate against.
     public var schema: ActivitySchema?
 
-    public init(deviceToken: DeviceToken, bundleID: String, pushType: PushType, payload: [UInt8], priority: PushPriority, expiration: APNsExpiration? = nil, collapseID: String? = nil, apnsID: UUID? = nil, schema: ActivitySchema? = nil) {
+    public init(deviceToken: DeviceToken, bundleID: String, pushType: PushType, payload: [UInt8], priority: PushPriority, expiration: APNsExpiration? = nil, collapseID: String? = nil, apnsID: APNsID? = nil, schema: ActivitySchema? = nil) {
         self.deviceToken = deviceToken
         self.bundleID = bundleID
         self.pushType = pushType
@@ -46,12 +46,12 @@ public struct APNsPush: Sendable {
     }
 
     /// A `liveactivity` push. Priority defaults to 5, which does not spend the activity's budget.
-    public static func liveActivity(_ payload: LiveActivityPayload, token: DeviceToken, bundleID: String, priority: PushPriority = .low, expiration: APNsExpiration? = nil, apnsID: UUID? = nil, schema: ActivitySchema? = nil) -> APNsPush {
+    public static func liveActivity(_ payload: LiveActivityPayload, token: DeviceToken, bundleID: String, priority: PushPriority = .low, expiration: APNsExpiration? = nil, apnsID: APNsID? = nil, schema: ActivitySchema? = nil) -> APNsPush {
         APNsPush(deviceToken: token, bundleID: bundleID, pushType: .liveactivity, payload: payload.encoded, priority: priority, expiration: expiration, apnsID: apnsID, schema: schema)
     }
 
     /// A `widgets` push that makes WidgetKit reload the app's timelines.
-    public static func widgetsReload(token: DeviceToken, bundleID: String, priority: PushPriority = .high, expiration: APNsExpiration? = nil, apnsID: UUID? = nil) -> APNsPush {
+    public static func widgetsReload(token: DeviceToken, bundleID: String, priority: PushPriority = .high, expiration: APNsExpiration? = nil, apnsID: APNsID? = nil) -> APNsPush {
         APNsPush(deviceToken: token, bundleID: bundleID, pushType: .widgets, payload: WidgetPayload().encoded, priority: priority, expiration: expiration, apnsID: apnsID)
     }
 
@@ -62,11 +62,11 @@ public struct APNsPush: Sendable {
 public struct APNsResponse: Sendable, Hashable {
     public var status: Int
     /// `apns-id` (device pushes).
-    public var apnsID: UUID?
+    public var apnsID: APNsID?
     /// `apns-unique-id`: sandbox device pushes and broadcasts.
     public var apnsUniqueID: String?
     /// `apns-request-id` (broadcast and channel requests).
-    public var requestID: String?
+    public var requestID: APNsID?
     /// `apns-channel-id` (channel creation).
     public var channelID: String?
     public var reason: APNsReason?
@@ -213,7 +213,7 @@ public final class APNsClient: Sendable {
         ]
         if let expiration = push.expiration { headers.append(("apns-expiration", expiration.headerValue)) }
         if let collapseID = push.collapseID { headers.append(("apns-collapse-id", collapseID)) }
-        headers.append(("apns-id", (push.apnsID ?? UUID()).uuidString.lowercased()))
+        headers.append(("apns-id", (push.apnsID ?? .random()).text))
         headers.append(("content-type", "application/json"))
         return APNsTransportRequest(method: "POST", url: "\(configuration.endpoints.device)/3/device/\(push.deviceToken.hex)", headers: headers, body: push.payload)
     }
@@ -257,7 +257,7 @@ public final class APNsClient: Sendable {
     public func send(_ push: APNsPush) async throws(APNsError) -> APNsResponse {
         try check(push)
         var push = push
-        if push.apnsID == nil { push.apnsID = UUID() }
+        if push.apnsID == nil { push.apnsID = .random() }
         let pushToSend = push
         return try await perform(kind: "device push") { authorization in self.makeRequest(pushToSend, authorization: authorization) }
     }
@@ -291,7 +291,7 @@ public final class APNsClient: Sendable {
         }
         let response = Self.parse(raw, latency: ContinuousClock.now - start)
         logger.debug("APNs answered", metadata: [
-            "apns.kind": "\(kind)", "apns.status": "\(response.status)", "apns.id": "\(response.apnsID?.uuidString.lowercased() ?? "-")",
+            "apns.kind": "\(kind)", "apns.status": "\(response.status)", "apns.id": "\(response.apnsID?.text ?? "-")",
             "apns.reason": "\(response.reason?.rawValue ?? "-")",
         ])
         return response
@@ -301,9 +301,9 @@ public final class APNsClient: Sendable {
     public static func parse(_ raw: APNsTransportResponse, latency: Duration = .zero) -> APNsResponse {
         var response = APNsResponse(
             status: raw.status,
-            apnsID: raw.value("apns-id").flatMap(UUID.init(uuidString:)),
+            apnsID: raw.value("apns-id").flatMap { APNsID($0) },
             apnsUniqueID: raw.value("apns-unique-id"),
-            requestID: raw.value("apns-request-id"),
+            requestID: raw.value("apns-request-id").flatMap { APNsID($0) },
             channelID: raw.value("apns-channel-id"),
             reason: nil, invalidSince: nil, latency: latency, body: raw.body
         )

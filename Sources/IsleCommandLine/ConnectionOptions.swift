@@ -132,7 +132,7 @@ struct ConnectionOptions: ParsableArguments {
 enum Report {
     static func response(_ r: APNsResponse) {
         var parts = ["\(r.status) OK"]
-        if let id = r.apnsID { parts.append("apns-id \(id.uuidString.lowercased())") }
+        if let id = r.apnsID { parts.append("apns-id \(id.text)") }
         if let u = r.apnsUniqueID { parts.append("apns-unique-id \(u)") }
         if let q = r.requestID { parts.append("apns-request-id \(q)") }
         parts.append(String(format: "%.0f ms", Double(r.latency.components.attoseconds) / 1e15 + Double(r.latency.components.seconds) * 1000))
@@ -146,7 +146,7 @@ enum Report {
         case .rejected:
             let r = error.response!
             var line = r.summary
-            if let id = r.apnsID { line += " (apns-id \(id.uuidString.lowercased()))" }
+            if let id = r.apnsID { line += " (apns-id \(id.text))" }
             if let since = r.invalidSince { line += " Token invalid since \(ISO8601DateFormatter().string(from: since))." }
             let status: Int32 = switch error.remedy {
             case .fixConfiguration: ExitStatus.configuration

@@ -175,9 +175,9 @@ struct PushCommand: AsyncParsableCommand {
         let now = CLIContext.current.now()
         var expiration: APNsExpiration?
         if let e = a.expiration { expiration = e == "0" ? .immediately : .at(try Inputs.date(e, flag: "--expiration", now: now)) }
-        var apnsID: UUID?
+        var apnsID: APNsID?
         if let id = a.apnsID {
-            guard let u = UUID(uuidString: id) else { throw CLIError("--apns-id: \"\(id)\" is not a UUID") }
+            guard let u = APNsID(id) else { throw CLIError("--apns-id: \"\(id)\" is not a UUID (8-4-4-4-12 hex digits)") }
             apnsID = u
         }
         let push = APNsPush.liveActivity(payload, token: token, bundleID: try connection.resolvedBundleID(), priority: priority, expiration: expiration, apnsID: apnsID, schema: schema)

@@ -41,9 +41,16 @@ public struct APNsReason: Sendable, Hashable, Codable, RawRepresentable, CustomS
         public let remedy: APNsRemedy
         /// Where the reason is documented: device pushes, broadcast/channel requests, or both.
         public let scope: Scope
+        /// The reason is about the sender's set-up — its key, team, topic, certificate or
+        /// capability — not about this push or its token: every push of the app would get it.
+        public let concernsEveryPush: Bool
     }
 
     public enum Scope: String, Sendable, Hashable { case device, broadcast, both }
+
+    /// Every push of the app would get this answer (``Info/concernsEveryPush``): a sender stops
+    /// sending for the app until its set-up is fixed, rather than failing push after push.
+    public var concernsEveryPush: Bool { info?.concernsEveryPush ?? false }
 
     /// What to do about this reason with this status. Unknown reasons are judged by status:
     /// 5xx and 429 retry later, 410 drops the token, 403 needs a new provider token, other 4xx need a fix.
@@ -132,8 +139,12 @@ public struct APNsReason: Sendable, Hashable, Codable, RawRepresentable, CustomS
     /// Every documented reason with its status, meaning and remedy.
     public static let table: [String: Info] = {
         var t: [String: Info] = [:]
+        // Besides the reasons whose remedy is fixing the configuration, these concern every push
+        // of an app: its topic (Isle derives it from the bundle id) and its provider token.
+        let everyPush: Set<APNsReason> = [.badTopic, .topicDisallowed, .missingProviderToken, .unrelatedKeyIdInToken]
         func add(_ reason: APNsReason, _ status: Int, _ remedy: APNsRemedy, _ scope: Scope, _ meaning: String) {
-            t[reason.rawValue] = Info(status: status, meaning: meaning, remedy: remedy, scope: scope)
+            t[reason.rawValue] = Info(status: status, meaning: meaning, remedy: remedy, scope: scope,
+                                      concernsEveryPush: remedy == .fixConfiguration || everyPush.contains(reason))
         }
         add(.badCollapseId, 400, .fixRequest, .device, "The apns-collapse-id header is longer than 64 bytes")
         add(.badDeviceToken, 400, .dropToken, .device, "The device token is invalid, or belongs to the other environment (sandbox vs production)")

@@ -63,6 +63,12 @@ public struct DeviceToken: Sendable, Hashable, Codable, CustomStringConvertible 
         hex = trimmed.lowercased()
     }
 
+    /// A token already parsed once, as ``hex`` gave it (a server's stored form): not checked again.
+    /// Parse text from outside with ``init(hex:)``.
+    public init(parsedHex: String) {
+        hex = parsedHex
+    }
+
     public init(bytes: some Sequence<UInt8>) throws(DeviceTokenError) {
         try self.init(hex: bytes.map { b in
             let s = String(b, radix: 16)

@@ -24,9 +24,10 @@ public struct DeliveryPlanner: Sendable {
     public static let activityLifetime: TimeInterval = 8 * 3600
 
     public enum Target: Sendable, Hashable {
-        /// A `liveactivity` push to an activity's update token or a push-to-start token.
-        case liveActivity(token: String)
-        case widgets(token: String)
+        /// A `liveactivity` push to an activity's update token or a push-to-start token. Tokens
+        /// are parsed once, when the app hands them over; the records hold ``DeviceToken/hex``.
+        case liveActivity(token: DeviceToken)
+        case widgets(token: DeviceToken)
         case broadcast(channelID: String, storagePolicy: Int)
     }
 
@@ -113,7 +114,7 @@ public struct DeliveryPlanner: Sendable {
             guard let i = c.installation, let token = i.widgetToken else { return .fail("the installation has no widget push token") }
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
-            return .send(Push(target: .widgets(token: token), payload: [], priority: .high, downgraded: false, environment: i.environment), d)
+            return .send(Push(target: .widgets(token: DeviceToken(parsedHex: token)), payload: [], priority: .high, downgraded: false, environment: i.environment), d)
         case .broadcast:
             guard let channel = c.channel, channel.bundleID == job.bundleID else { return .drop("the channel no longer exists", nil) }
             let d = deadline(job, activity: nil)
@@ -147,7 +148,7 @@ public struct DeliveryPlanner: Sendable {
             let budget = frequent ? frequentHourlyHighPriorityBudget : hourlyHighPriorityBudget
             if c.highPriorityUsed >= budget { downgraded = true } else { priority = .high }
         }
-        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
+        return .send(Push(target: .liveActivity(token: DeviceToken(parsedHex: token)), payload: Self.payload(job, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
                           attributesType: a.attributesType, patch: Self.patch(job.payload, kind: job.kind, now: c.now), environment: a.environment), d)
     }
 
@@ -158,7 +159,7 @@ public struct DeliveryPlanner: Sendable {
         guard let token = i.pushToStartTokens[type] else { return .fail("the installation has no push-to-start token for \(type)") }
         let d = deadline(job, activity: c.activity)
         guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
-        return .send(Push(target: .liveActivity(token: token), payload: Self.payload(job, timestamp: c.job.timestamp), priority: .high, downgraded: false, attributesType: type, environment: i.environment), d)
+        return .send(Push(target: .liveActivity(token: DeviceToken(parsedHex: token)), payload: Self.payload(job, timestamp: c.job.timestamp), priority: .high, downgraded: false, attributesType: type, environment: i.environment), d)
     }
 
     /// What a delivered update or end changes in the server's record of the activity.

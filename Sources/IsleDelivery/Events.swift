@@ -85,7 +85,7 @@ public enum Events {
             case .sent:
                 var d = base
                 if let delivery = w.delivery {
-                    if let id = delivery.apnsID { d["apnsId"] = .string(id) }
+                    if let id = delivery.apnsID { d["apnsId"] = .string(id.text) }
                     if let u = delivery.apnsUniqueID { d["apnsUniqueId"] = .string(u) }
                     d["priority"] = .int(Int64(delivery.priority.rawValue))
                     if delivery.downgraded { d["downgraded"] = .bool(true) }

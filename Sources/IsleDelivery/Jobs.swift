@@ -6,7 +6,7 @@ public import IsleCore
 public struct ClaimedJob: Sendable, Hashable {
     public var job: PushJob
     public var timestamp: Int64
-    public var apnsID: String
+    public var apnsID: APNsID
     public var worker: String
     /// The activity as it was when claimed (nil for installation and channel jobs). Only for
     /// planning: completions patch what the push changed, never write this back.
@@ -16,7 +16,7 @@ public struct ClaimedJob: Sendable, Hashable {
     /// Priority-10 pushes sent to the activity in the hour before the claim, when planning needs
     /// them (see ``ClaimReads``); 0 otherwise.
     public var highPrioritySends: Int
-    public init(job: PushJob, timestamp: Int64, apnsID: String, worker: String, activity: ActivityRecord?,
+    public init(job: PushJob, timestamp: Int64, apnsID: APNsID, worker: String, activity: ActivityRecord?,
                 installation: InstallationRecord? = nil, highPrioritySends: Int = 0) {
         self.job = job
         self.timestamp = timestamp
@@ -51,29 +51,12 @@ public struct ClaimReads: Sendable {
 }
 
 extension ClaimedJob {
-    /// A new apns-id for a job's first claim: a version 7 UUID (RFC 9562: 48 bits of Unix
-    /// milliseconds, then random bits from the system generator). Time-ordered, so the
-    /// deliveries index on it grows at its end instead of touching a random page per push, and
-    /// made without opening `/dev/urandom` as `UUID()` does here. APNs takes any canonical UUID
+    /// A new apns-id for a job's first claim: a version 7 UUID (``APNsID/version7(now:using:)``),
+    /// time-ordered so the deliveries index on it grows at its end. APNs takes any canonical UUID
     /// ("Sending notification requests to APNs", `apns-id`).
-    public static func newAPNsID(now: Date) -> String {
+    public static func newAPNsID(now: Date) -> APNsID {
         var random = SystemRandomNumberGenerator()
-        let ms = UInt64(max(0, (now.timeIntervalSince1970 * 1000).rounded(.down)))
-        let a: UInt64 = random.next(), b: UInt64 = random.next()
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * UInt64(5 - i))) }
-        for i in 6..<16 { bytes[i] = UInt8(truncatingIfNeeded: (i < 11 ? a >> (8 * UInt64(i - 6)) : b >> (8 * UInt64(i - 11)))) }
-        bytes[6] = 0x70 | (bytes[6] & 0x0F)
-        bytes[8] = 0x80 | (bytes[8] & 0x3F)
-        let hex = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(36)
-        for (i, byte) in bytes.enumerated() {
-            if i == 4 || i == 6 || i == 8 || i == 10 { text.append(UInt8(ascii: "-")) }
-            text.append(hex[Int(byte >> 4)])
-            text.append(hex[Int(byte & 0x0F)])
-        }
-        return String(decoding: text, as: UTF8.self)
+        return APNsID.version7(now: now, using: &random)
     }
 
     /// A push's timestamp at its first claim: now in whole seconds, strictly after the last one

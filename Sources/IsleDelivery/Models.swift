@@ -335,7 +335,7 @@ public struct NewPushJob: Sendable, Hashable {
 public struct DeliveryRecord: Sendable, Hashable, Codable {
     public var jobID: Int64
     public var activityID: String?
-    public var apnsID: String?
+    public var apnsID: APNsID?
     public var apnsUniqueID: String?
     /// HTTP status, or 0 when APNs could not be reached.
     public var status: Int
@@ -348,7 +348,7 @@ public struct DeliveryRecord: Sendable, Hashable, Codable {
     /// The store's id for the record (set when read; a cursor for paging).
     public var id: Int64?
 
-    public init(jobID: Int64, activityID: String?, apnsID: String?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: PushPriority, downgraded: Bool, at: Date) {
+    public init(jobID: Int64, activityID: String?, apnsID: APNsID?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: PushPriority, downgraded: Bool, at: Date) {
         self.jobID = jobID
         self.activityID = activityID
         self.apnsID = apnsID

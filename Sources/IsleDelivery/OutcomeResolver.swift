@@ -1,5 +1,5 @@
 public import Foundation
-import IsleCore
+public import IsleCore
 
 /// Maps what APNs (or the network) answered to what happens to the job: sent; retried at a time
 /// (backoff with jitter, capped, honouring `retry-after`, until the job can no longer matter); the
@@ -16,8 +16,8 @@ public struct OutcomeResolver: Sendable {
 
     public enum Outcome: Sendable, Hashable {
         case accepted
-        /// An HTTP answer other than 2xx.
-        case rejected(status: Int, reason: String?, retryAfter: TimeInterval?)
+        /// An HTTP answer other than 2xx, with APNs' reason (IsleCore's table, docs/protocol.md §3.4, §7.4).
+        case rejected(status: Int, reason: APNsReason?, retryAfter: TimeInterval?)
         /// No answer: connect, TLS, timeout, connection lost. `configuration` when it cannot
         /// work until someone fixes something (a TLS trust failure).
         case unreachable(String, configuration: Bool)
@@ -37,14 +37,6 @@ public struct OutcomeResolver: Sendable {
         case suspectToken(why: String, retryAt: Date)
         case fail(why: String)
     }
-
-    /// Reasons that say the app's set-up is wrong, not the push or the token.
-    public static let configurationReasons: Set<String> = [
-        "InvalidProviderToken", "BadEnvironmentKeyIdInToken", "TopicDisallowed", "BadCertificate", "BadCertificateEnvironment",
-        "MissingProviderToken", "UnrelatedKeyIdInToken", "Forbidden", "BadTopic", "FeatureNotEnabled",
-    ]
-    /// Reasons that say the token is dead for good.
-    public static let deadTokenReasons: Set<String> = ["Unregistered", "ExpiredToken", "DeviceTokenNotForTopic"]
 
     /// The delay before attempt `attempt + 1`: `retryBase · 2^(attempt−1)`, capped, times a jitter
     /// in [0.5, 1).
@@ -72,20 +64,21 @@ public struct OutcomeResolver: Sendable {
         case .unreachable(let why, let configuration):
             return configuration ? .pauseApp(why: why) : retry(why)
         case .rejected(let status, let reason, let retryAfter):
-            let r = reason ?? ""
+            // What each reason means and what to do is IsleCore's table (APNsReason); unknown
+            // reasons are judged by status there too.
             let why = reason.map { "\(status) \($0)" } ?? "\(status)"
-            if Self.configurationReasons.contains(r) { return .pauseApp(why: why) }
-            if Self.deadTokenReasons.contains(r) || status == 410 { return .deadToken(why: why) }
-            if r == "BadDeviceToken" {
-                if environmentConfirmed { return .deadToken(why: why) }
+            if reason?.concernsEveryPush == true { return .pauseApp(why: why) }
+            if reason == .badDeviceToken, !environmentConfirmed {
+                // The token may be fine and the environment wrong: the app's circuit counts these.
                 let at = now.addingTimeInterval(backoff(attempt: attempt, random: &random))
                 guard at < deadline.at else { return .fail(why: "gave up: \(deadline.why) comes before the next try; last answer: \(why)") }
                 return .suspectToken(why: why, retryAt: at)
             }
-            if status == 429 || status >= 500 || r == "ExpiredProviderToken" || r == "IdleTimeout" || r == "Shutdown" {
-                return retry(why, after: retryAfter)
+            switch reason?.remedy(status: status) ?? APNsReason.remedy(forStatus: status) {
+            case .dropToken: return .deadToken(why: why)
+            case .retryLater, .newProviderToken, .openNewConnection: return retry(why, after: retryAfter)
+            case .fixRequest, .fixConfiguration: return .fail(why: why)
             }
-            return .fail(why: why)
         }
     }
 }

@@ -395,12 +395,12 @@ public final class DeliveryEngine: Service {
         case .sent: .accepted(push.environment ?? clients.defaultEnvironment)
         case .pauseApp(let why): .configuration(why)
         case .suspectToken:
-            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
-            else if case .widgets(let t) = push.target { .badDeviceToken(token: t, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
+            if case .liveActivity(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
+            else if case .widgets(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
         case .retry:
             switch outcome {
             case .unreachable(let why, _): .unavailable(why)
-            case .rejected(let status, let reason, _) where status >= 500: .unavailable("\(status) \(reason ?? "")")
+            case .rejected(let status, let reason, _) where status >= 500: .unavailable("\(status) \(reason?.rawValue ?? "")")
             default: nil
             }
         case .deadToken, .fail: nil
@@ -444,12 +444,12 @@ public final class DeliveryEngine: Service {
             case (.start, .liveActivity(let token)):
                 let type = job.payload.liveActivity?.attributesType ?? ""
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery, activity: ActivityPatch(unreachable: .init(reason: why, ifToken: nil)),
-                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadPushToStartToken: (type, token)) })
+                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadPushToStartToken: (type, token.hex)) })
             case (.widgets, .widgets(let token)):
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
-                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadWidgetToken: token) })
+                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadWidgetToken: token.hex) })
             case (_, .liveActivity(let token)):
-                return JobCompletion(claim: c, result: .deadToken(token: token, reason: why, graceUntil: now.addingTimeInterval(planner.tokenWait)), delivery: delivery)
+                return JobCompletion(claim: c, result: .deadToken(token: token.hex, reason: why, graceUntil: now.addingTimeInterval(planner.tokenWait)), delivery: delivery)
             default:
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery)
             }
@@ -471,7 +471,7 @@ public final class DeliveryEngine: Service {
     static func reason(_ o: OutcomeResolver.Outcome) -> String? {
         switch o {
         case .accepted: nil
-        case .rejected(_, let r, _): r
+        case .rejected(_, let r, _): r?.rawValue
         case .unreachable(let why, _): "transport: \(why)"
         case .refused: "invalid"
         }
@@ -490,7 +490,7 @@ public final class DeliveryEngine: Service {
             result = await tracer.withSpan(name, ofKind: .client) { span in
                 let r = await sendUntraced(push, c: c, app: app)
                 span.updateAttributes { a in
-                    a["apns.id"] = c.apnsID
+                    a["apns.id"] = c.apnsID.text
                     a["apns.push_type"] = pushType
                     a["apns.priority"] = push.priority.rawValue
                     a["apns.environment"] = (push.environment ?? clients.defaultEnvironment).rawValue
@@ -521,17 +521,15 @@ public final class DeliveryEngine: Service {
         do {
             let response: APNsResponse
             switch push.target {
-            case .liveActivity(let hex):
-                guard let token = try? DeviceToken(hex: hex) else { return (.refused("the stored token is not hex"), nil, 0) }
+            case .liveActivity(let token):
                 response = try await client.send(APNsPush(deviceToken: token, bundleID: app.bundleID, pushType: .liveactivity, payload: push.payload,
-                                                          priority: push.priority, apnsID: UUID(uuidString: c.apnsID),
+                                                          priority: push.priority, apnsID: c.apnsID,
                                                           schema: push.attributesType.flatMap(app.schema)))
-            case .widgets(let hex):
-                guard let token = try? DeviceToken(hex: hex) else { return (.refused("the stored token is not hex"), nil, 0) }
-                response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: UUID(uuidString: c.apnsID)))
+            case .widgets(let token):
+                response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: c.apnsID))
             case .broadcast(let channelID, let storagePolicy):
                 response = try await client.broadcast(BroadcastPush(bundleID: app.bundleID, channelID: channelID, payload: push.payload, priority: push.priority,
-                                                                    expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: UUID(uuidString: c.apnsID)))
+                                                                    expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: c.apnsID))
             }
             return (.accepted, response, Self.ms(ContinuousClock.now - start))
         } catch {
@@ -540,7 +538,7 @@ public final class DeliveryEngine: Service {
             switch error.code {
             case .rejected:
                 let r = error.response
-                return (.rejected(status: r?.status ?? 0, reason: r?.reason?.rawValue, retryAfter: r?.retryAfter), r, ms)
+                return (.rejected(status: r?.status ?? 0, reason: r?.reason, retryAfter: r?.retryAfter), r, ms)
             case .invalidRequest:
                 return (.refused(error.message), nil, ms)
             case .transport:

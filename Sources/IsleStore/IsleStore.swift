@@ -1,5 +1,5 @@
 public import Foundation
-import IsleCore
+public import IsleCore
 public import IsleDelivery
 
 /// Everything the server keeps: the registry (apps, keys, installations, activities, channels) and
@@ -145,7 +145,7 @@ public protocol DeliveryHistory: Sendable {
     /// The newest `limit` deliveries of an activity older than delivery `before` (all when nil),
     /// oldest first, with their ids.
     func deliveries(activityID: String, before: Int64?, limit: Int) async throws -> [DeliveryRecord]
-    func delivery(apnsID: String) async throws -> DeliveryRecord?
+    func delivery(apnsID: APNsID) async throws -> DeliveryRecord?
     /// Priority-10 sends to an activity since a time (the hourly budget).
     func highPrioritySends(activityID: String, since: Date) async throws -> Int
     /// The app's activities with priority-10 sends since a time, most first, at most `limit`.

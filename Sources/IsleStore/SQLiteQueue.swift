@@ -105,7 +105,7 @@ public struct SQLiteQueueTransaction: QueueTransaction {
         do { job = .success(try SQLiteStore.job(r)) } catch let bad as BadRow { job = .failure(bad) } catch {
             job = .failure(BadRow(table: "jobs", id: "\(r["id"] as Int64)", column: "?", found: "\(error)"))
         }
-        return StoredJob(id: r["id"], lane: r["lane"], job: job, timestamp: r["push_timestamp"], apnsID: r["apns_id"], supersedable: r["supersedable"])
+        return StoredJob(id: r["id"], lane: r["lane"], job: job, timestamp: r["push_timestamp"], apnsID: (r["apns_id"] as String?).flatMap { APNsID($0) }, supersedable: r["supersedable"])
     }
 
     public func dueHeads(now: Date, limit: Int, excludingApps: Set<String>) async throws -> [StoredJob] {
@@ -241,7 +241,7 @@ public struct SQLiteQueueTransaction: QueueTransaction {
                     UPDATE jobs SET state = 'claimed', claimed_by = ?, claimed_until = ?, attempts = attempts + 1, push_timestamp = v.value ->> 1, apns_id = v.value ->> 2
                     FROM json_each(?) AS v WHERE jobs.id = v.value ->> 0
                     """).execute(arguments: [w.claimWorker, w.claimUntil.timeIntervalSince1970,
-                                             Self.list(w.claims.map { .array([.int($0.id), .int($0.timestamp), .string($0.apnsID)]) })])
+                                             Self.list(w.claims.map { .array([.int($0.id), .int($0.timestamp), .string($0.apnsID.text)]) })])
             }
             if !w.finished.isEmpty {
                 try Self.each(db.cachedStatement(sql: """
@@ -262,7 +262,7 @@ public struct SQLiteQueueTransaction: QueueTransaction {
             if !w.deliveries.isEmpty {
                 try MultiRow.insert(db, into: "deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id)", w.deliveries.map { n in
                     let d = n.record
-                    return [d.jobID, d.activityID, d.apnsID, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970, n.bundleID]
+                    return [d.jobID, d.activityID, d.apnsID?.text, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970, n.bundleID]
                 })
             }
             try Self.patchActivities(db, w.activityPatches)

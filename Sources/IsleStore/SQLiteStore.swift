@@ -1,6 +1,6 @@
 public import Foundation
 import GRDB
-import IsleCore
+public import IsleCore
 public import IsleDelivery
 import Synchronization
 #if canImport(Glibc)
@@ -772,7 +772,7 @@ public final class SQLiteStore: IsleStore {
     // MARK: Reads
 
     static func delivery(_ r: Row) throws -> DeliveryRecord {
-        var d = DeliveryRecord(jobID: r["job_id"], activityID: r["activity_id"], apnsID: r["apns_id"], apnsUniqueID: r["apns_unique_id"], status: r["status"], reason: r["reason"],
+        var d = DeliveryRecord(jobID: r["job_id"], activityID: r["activity_id"], apnsID: (r["apns_id"] as String?).flatMap { APNsID($0) }, apnsUniqueID: r["apns_unique_id"], status: r["status"], reason: r["reason"],
                        latencyMS: r["latency_ms"], priority: try BadRow.decode(r["priority"] as Int, as: PushPriority.self, table: "deliveries", id: "\(r["id"] as Int64)", column: "priority"), downgraded: r["downgraded"], at: Date(timeIntervalSince1970: r["at"]))
         d.id = r["id"]
         return d
@@ -789,8 +789,8 @@ public final class SQLiteStore: IsleStore {
         try readNow { db in try Row.fetchAll(db, sql: "SELECT * FROM deliveries WHERE activity_id = ? ORDER BY id", arguments: [activityID]).map(Self.delivery) }
     }
 
-    public func delivery(apnsID: String) async throws -> DeliveryRecord? {
-        try readNow { db in try Row.fetchOne(db, sql: "SELECT * FROM deliveries WHERE apns_id = ? ORDER BY id DESC LIMIT 1", arguments: [apnsID]).map(Self.delivery) }
+    public func delivery(apnsID: APNsID) async throws -> DeliveryRecord? {
+        try readNow { db in try Row.fetchOne(db, sql: "SELECT * FROM deliveries WHERE apns_id = ? ORDER BY id DESC LIMIT 1", arguments: [apnsID.text]).map(Self.delivery) }
     }
 
     public func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? {

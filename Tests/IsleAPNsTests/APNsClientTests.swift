@@ -12,7 +12,7 @@ struct APNsClientTests {
         let clock = ManualWallClock(Samples.now)
         let key = TestProviderKey()
         try await withSinkAndClient(clock: clock, key: key) { sink, client in
-            let id = UUID()
+            let id = APNsID.random()
             let payload = Samples.update()
             let response = try await client.send(.liveActivity(payload, token: Samples.token, bundleID: Samples.bundleID, priority: .low,
                                                                expiration: .at(Samples.now.addingTimeInterval(3600)), apnsID: id))
@@ -25,7 +25,7 @@ struct APNsClientTests {
             #expect(r.values("apns-topic") == ["com.example.pizza.push-type.liveactivity"])
             #expect(r.values("apns-priority") == ["5"])
             #expect(r.values("apns-expiration") == ["1767229200"])
-            #expect(r.values("apns-id") == [id.uuidString.lowercased()])
+            #expect(r.values("apns-id") == [id.text])
             #expect(r.values("apns-collapse-id").isEmpty)
             #expect(r.body == payload.encoded)
             // No header is sent twice.
@@ -235,11 +235,11 @@ struct APNsClientTests {
     @Test("many requests in flight on pooled HTTP/2 connections")
     func concurrency() async throws {
         try await withSinkAndClient { sink, client in
-            let ids = try await withThrowingTaskGroup(of: UUID?.self) { group in
+            let ids = try await withThrowingTaskGroup(of: APNsID?.self) { group in
                 for _ in 0..<300 {
                     group.addTask { try await client.send(.liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID)).apnsID }
                 }
-                return try await group.reduce(into: Set<UUID>()) { if let id = $1 { $0.insert(id) } }
+                return try await group.reduce(into: Set<APNsID>()) { if let id = $1 { $0.insert(id) } }
             }
             #expect(ids.count == 300)
             #expect(sink.requestCount == 300)

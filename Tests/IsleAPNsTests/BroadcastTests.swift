@@ -12,10 +12,10 @@ struct BroadcastTests {
     @Test("broadcast: path, required headers, exact body")
     func broadcast() async throws {
         try await withSinkAndClient { sink, client in
-            let requestID = UUID()
+            let requestID = APNsID.random()
             let payload = Samples.update(alert: true)
             let r0 = try await client.broadcast(BroadcastPush(bundleID: Samples.bundleID, channelID: channel, payload: payload, priority: .high, storagePolicy: .noMessageStored, requestID: requestID))
-            #expect(r0.requestID == requestID.uuidString.lowercased())
+            #expect(r0.requestID == requestID)
             let r = try #require(sink.requests.first)
             #expect(r.method == "POST")
             #expect(r.path == "/4/broadcasts/apps/com.example.pizza")
@@ -23,7 +23,7 @@ struct BroadcastTests {
             #expect(r.value("apns-push-type") == "liveactivity")
             #expect(r.value("apns-priority") == "10")
             #expect(r.value("apns-expiration") == "0")
-            #expect(r.value("apns-request-id") == requestID.uuidString.lowercased())
+            #expect(r.value("apns-request-id") == requestID.text)
             #expect(r.value("apns-topic") == nil)
             #expect(r.body == payload.encoded)
         }

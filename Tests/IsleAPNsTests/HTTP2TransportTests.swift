@@ -18,7 +18,7 @@ struct HTTP2TransportTests {
     static let key = TestProviderKey()
 
     /// A device push with a unique `apns-id`, built by the client so every header is real.
-    static func request(_ sink: RecordingAPNsServer, id: UUID = UUID(), slow: Bool = false) throws -> APNsTransportRequest {
+    static func request(_ sink: RecordingAPNsServer, id: APNsID = .random(), slow: Bool = false) throws -> APNsTransportRequest {
         let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
         let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: sink.caCertificatePEM), credentials: credentials),
                                     transport: UnusedTransport(), logger: Logger(label: "isle.test"))
@@ -286,7 +286,7 @@ struct HTTP2TransportTests {
             let credentials = try APNsCredentials(keyID: Self.key.keyID, teamID: Self.key.teamID, pem: Self.key.privateKeyPEM)
             let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: sink.caCertificatePEM), credentials: credentials, transport: kind),
                                         logger: Logger(label: "isle.test"))
-            let id = UUID()
+            let id = APNsID.random()
             do throws(APNsError) {
                 try await client.send(.liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID, apnsID: id))
                 Issue.record("expected 410")

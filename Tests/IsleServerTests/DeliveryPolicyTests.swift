@@ -21,7 +21,7 @@ struct DeliveryPolicyTests {
         let job = PushJob(id: 1, bundleID: app.bundleID, kind: kind, activityID: activity?.id, installationID: "i1", channelID: nil, payload: try! JobPayload(kind: kind, aps: aps, acceptedAt: created),
                           requestedPriority: priority, runAt: created, state: .claimed, attempts: 1, claimedBy: "w", claimedUntil: nil, lastError: nil, createdAt: created,
                           lane: activity.map { "a:" + $0.id }, seq: 1)
-        return ClaimedJob(job: job, timestamp: 1_767_225_601, apnsID: "id", worker: "w", activity: activity)
+        return ClaimedJob(job: job, timestamp: 1_767_225_601, apnsID: APNsID("0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")!, worker: "w", activity: activity)
     }
 
     static func activity(state: ActivityRecordState = .active, token: String? = "aabb", started: Date = t0) -> ActivityRecord {
@@ -80,26 +80,43 @@ struct DeliveryPolicyTests {
             r.resolve(o, attempt: attempt, deadline: d, now: Self.t0, environmentConfirmed: confirmed, random: &random)
         }
         #expect(resolve(.accepted) == .sent)
-        guard case .retry(let at, _) = resolve(.rejected(status: 503, reason: "ServiceUnavailable", retryAfter: nil)) else { Issue.record("no retry"); return }
+        guard case .retry(let at, _) = resolve(.rejected(status: 503, reason: .serviceUnavailable, retryAfter: nil)) else { Issue.record("no retry"); return }
         #expect(at > Self.t0 && at <= Self.t0.addingTimeInterval(1))
         // The cap: never more than 15 minutes between tries, however many there were.
         guard case .retry(let capped, _) = resolve(.unreachable("timedOut", configuration: false), attempt: 30) else { Issue.record("no retry"); return }
         #expect(capped <= Self.t0.addingTimeInterval(900) && capped >= Self.t0.addingTimeInterval(450))
         // Retry-After is honoured.
-        guard case .retry(let after, _) = resolve(.rejected(status: 429, reason: "TooManyRequests", retryAfter: 120)) else { Issue.record("no retry"); return }
+        guard case .retry(let after, _) = resolve(.rejected(status: 429, reason: .tooManyRequests, retryAfter: 120)) else { Issue.record("no retry"); return }
         #expect(after >= Self.t0.addingTimeInterval(120))
         // Past the deadline, the next try cannot matter: failed with the reason.
         let tight = DeliveryPlanner.Deadline(at: Self.t0.addingTimeInterval(0.1), why: "the update's stale date")
-        guard case .fail(let why) = r.resolve(.rejected(status: 500, reason: "InternalServerError", retryAfter: nil), attempt: 3, deadline: tight, now: Self.t0,
+        guard case .fail(let why) = r.resolve(.rejected(status: 500, reason: .internalServerError, retryAfter: nil), attempt: 3, deadline: tight, now: Self.t0,
                                                environmentConfirmed: true, random: &random) else { Issue.record("not failed"); return }
         #expect(why.contains("stale date") && why.contains("InternalServerError"))
-        #expect(resolve(.rejected(status: 410, reason: "Unregistered", retryAfter: nil)) == .deadToken(why: "410 Unregistered"))
-        #expect(resolve(.rejected(status: 403, reason: "InvalidProviderToken", retryAfter: nil)) == .pauseApp(why: "403 InvalidProviderToken"))
-        #expect(resolve(.rejected(status: 400, reason: "TopicDisallowed", retryAfter: nil)) == .pauseApp(why: "400 TopicDisallowed"))
-        #expect(resolve(.rejected(status: 400, reason: "BadDeviceToken", retryAfter: nil)) == .deadToken(why: "400 BadDeviceToken"))
-        guard case .suspectToken = resolve(.rejected(status: 400, reason: "BadDeviceToken", retryAfter: nil), confirmed: false) else { Issue.record("not suspect"); return }
-        #expect(resolve(.rejected(status: 413, reason: "PayloadTooLarge", retryAfter: nil)) == .fail(why: "413 PayloadTooLarge"))
+        #expect(resolve(.rejected(status: 410, reason: .unregistered, retryAfter: nil)) == .deadToken(why: "410 Unregistered"))
+        #expect(resolve(.rejected(status: 403, reason: .invalidProviderToken, retryAfter: nil)) == .pauseApp(why: "403 InvalidProviderToken"))
+        #expect(resolve(.rejected(status: 400, reason: .topicDisallowed, retryAfter: nil)) == .pauseApp(why: "400 TopicDisallowed"))
+        #expect(resolve(.rejected(status: 400, reason: .badDeviceToken, retryAfter: nil)) == .deadToken(why: "400 BadDeviceToken"))
+        guard case .suspectToken = resolve(.rejected(status: 400, reason: .badDeviceToken, retryAfter: nil), confirmed: false) else { Issue.record("not suspect"); return }
+        #expect(resolve(.rejected(status: 413, reason: .payloadTooLarge, retryAfter: nil)) == .fail(why: "413 PayloadTooLarge"))
         #expect(resolve(.unreachable("tlsFailed: unknown CA", configuration: true)) == .pauseApp(why: "tlsFailed: unknown CA"))
+        // One vocabulary: every reason takes its fate from IsleCore's table, unknown ones by status.
+        for reason in APNsReason.allKnown {
+            let status = reason.info!.status
+            let fate = resolve(.rejected(status: status, reason: reason, retryAfter: nil))
+            switch fate {
+            case .pauseApp: #expect(reason.concernsEveryPush, "\(reason)")
+            case .deadToken: #expect(reason.remedy(status: status) == .dropToken, "\(reason)")
+            case .retry: #expect([.retryLater, .newProviderToken, .openNewConnection].contains(reason.remedy(status: status)), "\(reason)")
+            case .fail: #expect([.fixRequest].contains(reason.remedy(status: status)) && !reason.concernsEveryPush, "\(reason)")
+            case .sent, .suspectToken: Issue.record("\(reason): \(fate)")
+            }
+        }
+        #expect(APNsReason.allKnown.filter { $0.info!.remedy == .fixConfiguration }.allSatisfy(\.concernsEveryPush))
+        #expect(resolve(.rejected(status: 410, reason: APNsReason("SomethingNew"), retryAfter: nil)) == .deadToken(why: "410 SomethingNew"))
+        #expect(resolve(.rejected(status: 400, reason: APNsReason("SomethingNew"), retryAfter: nil)) == .fail(why: "400 SomethingNew"))
+        guard case .retry = resolve(.rejected(status: 502, reason: nil, retryAfter: nil)) else { Issue.record("a 502 without a reason is not retried"); return }
+        guard case .retry = resolve(.rejected(status: 403, reason: .expiredProviderToken, retryAfter: nil)) else { Issue.record("ExpiredProviderToken is not retried"); return }
     }
 
     @Test("the jitter is reproducible from the seed and stays in [½, 1) of the step")

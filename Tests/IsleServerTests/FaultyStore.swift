@@ -121,7 +121,7 @@ final class FaultyStore: IsleStore {
     func channel(id: String) async throws -> ChannelRecord? { try await base.channel(id: id) }
     func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws { try await base.deleteChannel(id: id, idempotency: idempotency) }
     func deliveries(activityID: String) async throws -> [DeliveryRecord] { try await base.deliveries(activityID: activityID) }
-    func delivery(apnsID: String) async throws -> DeliveryRecord? { try await base.delivery(apnsID: apnsID) }
+    func delivery(apnsID: APNsID) async throws -> DeliveryRecord? { try await base.delivery(apnsID: apnsID) }
     func idempotencyRecord(bundleID: String, key: String) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(bundleID: bundleID, key: key) }
     func openJobCounts() async throws -> [PushJobState: Int] { try await base.openJobCounts() }
     func ping() async throws { try await base.ping() }

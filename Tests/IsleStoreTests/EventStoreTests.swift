@@ -57,7 +57,7 @@ struct EventStoreTests {
         let events = try await s.events(bundleID: app, after: 0, limit: 100)
         #expect(events.map(\.event.type) == [.pushDelivered, .pushFailed, .tokenRetired, .activityDismissed, .activityTokenRotated])
         #expect(events.map(\.event.activityID) == ["a0", "a1", "a2", "a3", "a0"])
-        #expect(events[0].event.data["apnsId"]?.stringValue == by["a0"]!.apnsID)
+        #expect(events[0].event.data["apnsId"]?.stringValue == by["a0"]!.apnsID.text)
         #expect(events[1].event.data["reason"]?.stringValue == "PayloadTooLarge" && events[1].event.data["status"] == .int(413))
         #expect(events[2].event.data["apnsReason"]?.stringValue == "Unregistered")
         #expect(events[3].event.at == t0.addingTimeInterval(5) && events[3].event.data["source"]?.stringValue == "device")

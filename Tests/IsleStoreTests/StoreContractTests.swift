@@ -816,7 +816,7 @@ struct LanePlannerTests {
     @Test("apns-ids: version 7 UUIDs, ordered by time, never repeated")
     func apnsIDs() throws {
         let t = Date(timeIntervalSince1970: 1_767_225_600.123)
-        let ids = (0..<2_000).map { ClaimedJob.newAPNsID(now: t.addingTimeInterval(Double($0 / 100) * 0.01)) }
+        let ids = (0..<2_000).map { ClaimedJob.newAPNsID(now: t.addingTimeInterval(Double($0 / 100) * 0.01)).text }
         #expect(Set(ids).count == ids.count)
         for id in ids.prefix(50) {
             let uuid = try #require(UUID(uuidString: id), "\(id) is a canonical UUID")
@@ -828,6 +828,13 @@ struct LanePlannerTests {
         #expect(ids.first!.hasPrefix("019b76da-a87b"))
         let prefixes = ids.map { String($0.prefix(13)) }
         #expect(prefixes == prefixes.sorted())
+        // Read back in any case, always written lowercase; anything but 8-4-4-4-12 hex is refused.
+        #expect(APNsID("0199A1B2-C3D4-7E5F-8A9B-0C1D2E3F4A5B")?.text == "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+        for bad in ["", "0199a1b2c3d47e5f8a9b0c1d2e3f4a5b", "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5", "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5g", "0199a1b2-c3d4-7e5f-8a9b_0c1d2e3f4a5b"] {
+            #expect(APNsID(bad) == nil, "\(bad)")
+        }
+        let u = UUID()
+        #expect(APNsID(u).text == u.uuidString.lowercased() && APNsID(u).uuid == u)
     }
 
     @Test("completion writes: a dead token retires the activity only if it still holds it; a rotated one sends again at once; installation tokens go only if still held")
@@ -835,7 +842,7 @@ struct LanePlannerTests {
         let t = Date(timeIntervalSince1970: 1_767_225_600)
         let job = PushJob(id: 7, bundleID: "b", kind: .update, activityID: "a", installationID: nil, channelID: nil, payload: .update([:], at: t), requestedPriority: nil, runAt: t, state: .claimed,
                           attempts: 1, claimedBy: "w", claimedUntil: t, lastError: nil, createdAt: t, lane: "a:a", seq: 1)
-        let claim = ClaimedJob(job: job, timestamp: 1, apnsID: "x", worker: "w", activity: nil)
+        let claim = ClaimedJob(job: job, timestamp: 1, apnsID: .random(), worker: "w", activity: nil)
         let dead = JobCompletion(claim: claim, result: .deadToken(token: "old", reason: "410 Unregistered", graceUntil: t.addingTimeInterval(30)))
         let same = dead.writes(currentToken: "old")
         #expect(same.job == JobCompletion.Writes.JobWrite.requeue(at: t.addingTimeInterval(30), reason: "410 Unregistered; waiting briefly for a rotated token before giving up"))

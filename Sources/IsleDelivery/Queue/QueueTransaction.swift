@@ -81,10 +81,10 @@ public struct StoredJob: Sendable {
     public var job: Result<PushJob, any Error>
     /// Fixed at the job's first claim (nil before it): the push's timestamp and apns-id.
     public var timestamp: Int64?
-    public var apnsID: String?
+    public var apnsID: APNsID?
     /// Stored when the job was placed (``LanePlanner/isSupersedable(kind:payload:)``).
     public var supersedable: Bool
-    public init(id: Int64, lane: String?, job: Result<PushJob, any Error>, timestamp: Int64?, apnsID: String?, supersedable: Bool) {
+    public init(id: Int64, lane: String?, job: Result<PushJob, any Error>, timestamp: Int64?, apnsID: APNsID?, supersedable: Bool) {
         self.id = id
         self.lane = lane
         self.job = job
@@ -181,7 +181,7 @@ public struct QueueWrites: Sendable {
     public struct ClaimStamp: Sendable, Hashable {
         public var id: Int64
         public var timestamp: Int64
-        public var apnsID: String
+        public var apnsID: APNsID
     }
     public struct Guard: Sendable, Hashable {
         public var id: Int64

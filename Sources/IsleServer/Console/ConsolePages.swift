@@ -266,7 +266,7 @@ enum ConsolePages {
                 attempts[d.jobID, default: 0] += 1
                 let priority = "\(d.priority.rawValue)\(d.downgraded ? " (downgraded from 10)" : "")"
                 h += "<tr class=\"s\(d.status)\"><td>\(e(time(d.at)))</td><td>\(d.jobID)</td><td>\(attempts[d.jobID]!)</td><td>\(e(priority))</td>"
-                h += "<td class=\"status\">\(d.status == 0 ? "no answer" : String(d.status))</td><td>\(e(d.reason ?? ""))</td><td>\(String(format: "%.1f", d.latencyMS)) ms</td><td><code>\(e(d.apnsID ?? ""))</code></td></tr>"
+                h += "<td class=\"status\">\(d.status == 0 ? "no answer" : String(d.status))</td><td>\(e(d.reason ?? ""))</td><td>\(String(format: "%.1f", d.latencyMS)) ms</td><td><code>\(e(d.apnsID?.text ?? ""))</code></td></tr>"
             }
             h += "</tbody></table>"
         }

@@ -12,8 +12,9 @@ struct DeliveryController {
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.get("deliveries/:apnsID") { _, context in
             let caller = try context.caller(.backend)
-            let id = try context.parameters.decoded("apnsID").lowercased()
-            guard let d = try await services.store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(id)") }
+            let text = try context.parameters.decoded("apnsID")
+            // Not a UUID: no delivery can have it.
+            guard let id = APNsID(text), let d = try await services.store.delivery(apnsID: id) else { throw APIError.notFound("delivery \(text.prefix(40))") }
             if let aid = d.activityID {
                 _ = try await services.ownActivity(caller, aid)
             } else {

@@ -36,7 +36,7 @@ enum Views {
     }
 
     static func delivery(_ d: DeliveryRecord) -> JSONValue {
-        ["id": d.id.map { .int($0) } ?? .null, "jobID": .int(d.jobID), "activityID": d.activityID.map(JSONValue.string) ?? .null, "apnsID": d.apnsID.map(JSONValue.string) ?? .null,
+        ["id": d.id.map { .int($0) } ?? .null, "jobID": .int(d.jobID), "activityID": d.activityID.map(JSONValue.string) ?? .null, "apnsID": d.apnsID.map { .string($0.text) } ?? .null,
          "apnsUniqueID": d.apnsUniqueID.map(JSONValue.string) ?? .null, "status": .int(d.status), "reason": d.reason.map(JSONValue.string) ?? .null,
          "latencyMS": .double(d.latencyMS), "priority": .int(Int64(d.priority.rawValue)), "downgraded": .bool(d.downgraded), "at": date(d.at)]
     }

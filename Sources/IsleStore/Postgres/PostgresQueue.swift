@@ -1,3 +1,4 @@
+import IsleCore
 public import Foundation
 public import IsleDelivery
 import Logging
@@ -68,7 +69,7 @@ public struct PostgresQueueTransaction: QueueTransaction {
         let job: Result<PushJob, any Error>
         do { job = .success(try PostgresStore.job(r)) } catch let bad as BadRow { job = .failure(bad) }
         return StoredJob(id: try r.int("id"), lane: try r.optionalString("lane"), job: job, timestamp: try r.optionalInt("push_timestamp"),
-                         apnsID: try r.optionalString("apns_id"), supersedable: try r.bool("supersedable"))
+                         apnsID: try r.optionalString("apns_id").flatMap { APNsID($0) }, supersedable: try r.bool("supersedable"))
     }
 
     public func activities(ids: [String]) async throws -> [String: ActivityRecord] {
@@ -156,7 +157,7 @@ public struct PostgresQueueTransaction: QueueTransaction {
         }
         if !w.claims.isEmpty {
             try await conn.rows(PG.ClaimJobs.self, [.text(w.claimWorker), .date(w.claimUntil), .ints(w.claims.map(\.id)), .ints(w.claims.map(\.timestamp)),
-                                                    .texts(w.claims.map(\.apnsID))], logger: logger)
+                                                    .texts(w.claims.map(\.apnsID.text))], logger: logger)
         }
         // Completions: each written only while its claim is still the worker's (same worker, same attempt).
         func guardArgs(_ gs: [QueueWrites.Guard]) -> [PGArg] { [.ints(gs.map(\.id)), .texts(gs.map(\.worker)), .ints(gs.map { Int64($0.attempts) })] }

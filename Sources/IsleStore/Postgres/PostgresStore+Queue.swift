@@ -63,7 +63,7 @@ extension PostgresStore {
         let none = "\u{1}"
         let ds = records.map(\.record)
         try await conn.rows(PG.InsertDeliveries.self, [
-            .ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
+            .ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID?.text ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
             .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
             .bools(ds.map(\.downgraded)), .dates(ds.map(\.at)), .texts(records.map(\.bundleID))], logger: logger)
     }

@@ -1,5 +1,5 @@
 public import Foundation
-import IsleCore
+public import IsleCore
 public import IsleDelivery
 public import Logging
 import NIOSSL
@@ -828,7 +828,7 @@ public final class PostgresStore: IsleStore {
     // MARK: Reads
 
     static func delivery(_ r: PGRow) throws -> DeliveryRecord {
-        var d = DeliveryRecord(jobID: try r.int("job_id"), activityID: try r.optionalString("activity_id"), apnsID: try r.optionalString("apns_id"),
+        var d = DeliveryRecord(jobID: try r.int("job_id"), activityID: try r.optionalString("activity_id"), apnsID: try r.optionalString("apns_id").flatMap { APNsID($0) },
                                apnsUniqueID: try r.optionalString("apns_unique_id"), status: Int(try r.int("status")), reason: try r.optionalString("reason"),
                                latencyMS: try r.double("latency_ms"), priority: try BadRow.decode(Int(try r.int("priority")), as: PushPriority.self, table: "deliveries", id: String(try r.int("id")), column: "priority"), downgraded: try r.bool("downgraded"), at: try r.date("at"))
         d.id = try r.int("id")
@@ -848,9 +848,9 @@ public final class PostgresStore: IsleStore {
         }
     }
 
-    public func delivery(apnsID: String) async throws -> DeliveryRecord? {
+    public func delivery(apnsID: APNsID) async throws -> DeliveryRecord? {
         let log = logger
-        return try await read { conn in try await conn.row("SELECT * FROM deliveries WHERE apns_id = $1 ORDER BY id DESC LIMIT 1", [.text(apnsID)], logger: log).map(Self.delivery) }
+        return try await read { conn in try await conn.row("SELECT * FROM deliveries WHERE apns_id = $1 ORDER BY id DESC LIMIT 1", [.text(apnsID.text)], logger: log).map(Self.delivery) }
     }
 
     public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
