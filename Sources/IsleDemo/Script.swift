@@ -482,7 +482,8 @@ struct WireRecord: Sendable {
         reason = json["reason"]?.stringValue
         outcome = json["outcome"]?["code"]?.stringValue
         sentence = json["outcome"]?["sentence"]?.stringValue
-        event = json["body"]?.stringValue.flatMap { try? JSONParser.parse(Array($0.utf8)) }?.aps?.apsEvent
+        event = json["body"]?.stringValue.flatMap { try? JSONParser.parse(Array($0.utf8)) }?["aps"]?.objectValue
+            .flatMap { try? LiveActivityPayload(aps: $0, timestamp: Date(timeIntervalSince1970: 0)) }?.event.rawValue
     }
 }
 

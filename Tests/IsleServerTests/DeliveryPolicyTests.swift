@@ -112,7 +112,7 @@ struct DeliveryPolicyTests {
             case .sent, .suspectToken: Issue.record("\(reason): \(fate)")
             }
         }
-        #expect(APNsReason.allKnown.filter { $0.info!.remedy == .fixConfiguration }.allSatisfy(\.concernsEveryPush))
+        #expect(APNsReason.allKnown.filter { $0.info!.remedy == .fixConfiguration }.allSatisfy { $0.concernsEveryPush })
         #expect(resolve(.rejected(status: 410, reason: APNsReason("SomethingNew"), retryAfter: nil)) == .deadToken(why: "410 SomethingNew"))
         #expect(resolve(.rejected(status: 400, reason: APNsReason("SomethingNew"), retryAfter: nil)) == .fail(why: "400 SomethingNew"))
         guard case .retry = resolve(.rejected(status: 502, reason: nil, retryAfter: nil)) else { Issue.record("a 502 without a reason is not retried"); return }

@@ -1010,3 +1010,32 @@ struct TraceContextStoreTests {
         #expect(claimed.first { $0.job.activityID == "plain" }.map { $0.job.traceParent == nil } == true)
     }
 }
+
+/// A job's payload as the store holds it reads back typed, and only for the job's kind.
+@Suite("Job payloads")
+struct JobPayloadTests {
+    let t0 = Date(timeIntervalSince1970: 1_767_225_600)
+
+    @Test("a stored aps decodes to the typed payload of its kind; another kind's is refused, naming the event")
+    func kinds() throws {
+        let alert = LiveActivityAlert(title: .localized(key: "ARRIVING", arguments: ["Anna"]), body: .plain("Soon"), sound: .default)
+        let cases: [(PushJobKind, JobPayload)] = [
+            (.update, .update(["n": 1], alert: alert, staleDate: t0.addingTimeInterval(600), relevanceScore: 50, at: t0)),
+            (.end, .end(["n": 2], dismissalDate: t0.addingTimeInterval(60), at: t0)),
+            (.end, .end(at: t0)),
+            (.start, .start(attributesType: "T", attributes: ["o": 1], contentState: ["n": 0], alert: alert, at: t0)),
+            (.broadcast, .update(["n": 3], at: t0)),
+            (.broadcast, .end(at: t0)),
+            (.widgets, .widgets(WidgetPayload())),
+        ]
+        for (kind, payload) in cases {
+            let job = NewPushJob(bundleID: "b", kind: kind, payload: payload, runAt: t0)
+            #expect(try JobPayload(kind: kind, encoded: job.apsText.utf8, acceptedAt: t0) == payload, "\(kind)")
+        }
+        #expect(throws: PayloadDecodingError.self) { try JobPayload(kind: .update, encoded: #"{"event":"end"}"#.utf8, acceptedAt: t0) }
+        #expect(throws: PayloadDecodingError.self) { try JobPayload(kind: .broadcast, encoded: #"{"event":"start"}"#.utf8, acceptedAt: t0) }
+        #expect(throws: PayloadDecodingError.self) { try JobPayload(kind: .widgets, encoded: #"{"event":"update"}"#.utf8, acceptedAt: t0) }
+        #expect(throws: PayloadDecodingError.self) { try JobPayload(kind: .update, encoded: "[1]".utf8, acceptedAt: t0) }
+        #expect(NewPushJob(bundleID: "b", kind: .widgets, payload: .widgets(WidgetPayload()), runAt: t0).apsText == #"{"content-changed":true}"#)
+    }
+}
