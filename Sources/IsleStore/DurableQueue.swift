@@ -32,12 +32,15 @@ public final class QueueBatches: Sendable {
 /// written once, for every store.
 public protocol QueueBackedStore: IsleQueue, QueueDriver {
     var batches: QueueBatches { get }
+    /// The store's failpoints (tests only): ``StoreFaults/Point/enqueue`` and ``StoreFaults/Point/complete``.
+    var faults: StoreFaults { get }
 }
 
 extension QueueBackedStore {
     @discardableResult
     public func enqueue(_ jobs: [NewPushJob], creating activities: [ActivityRecord], idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
-        try await batches.enqueues.submit(.init(jobs: jobs, activities: activities, idempotency: idempotency, now: now)) { batch in
+        try faults.check(.enqueue)
+        return try await batches.enqueues.submit(.init(jobs: jobs, activities: activities, idempotency: idempotency, now: now)) { batch in
             try await Self.each(batch) { part in try await self.queueTransaction { tx in try await QueueProcedure.enqueue(tx, part) } }
         }
     }
@@ -50,12 +53,14 @@ extension QueueBackedStore {
     }
 
     public func complete(_ completion: JobCompletion) async throws -> Bool {
-        try await batches.completions.submit(completion) { batch in try await self.completeEach(batch) }
+        try faults.check(.complete)
+        return try await batches.completions.submit(completion) { batch in try await self.completeEach(batch) }
     }
 
     /// Several completions in one transaction (the engine's batch); one result per completion.
     public func complete(_ batch: [JobCompletion]) async throws -> [Bool] {
-        try await completeEach(batch).map { try $0.get() }
+        try faults.check(.complete)
+        return try await completeEach(batch).map { try $0.get() }
     }
 
     func completeEach(_ batch: [JobCompletion]) async throws -> [Result<Bool, any Error>] {

@@ -19,13 +19,16 @@ public final class SQLiteStore: IsleStore {
     let writer: GroupCommit
     public let path: String
     public let batches = QueueBatches()
+    /// Failpoints for tests (``StoreFaults``); disarmed unless a test arms them.
+    public let faults: StoreFaults
 
     /// Opens (creating if needed) the database file. Call ``migrate()`` before use.
     ///
     /// A new file is created readable by its owner only (0600); SQLite gives its `-wal` and `-shm`
     /// files the same mode. ``FilePermissions/problem(withDatabase:)`` says when an existing file
     /// is more open than that.
-    public init(path: String) throws {
+    public init(path: String, faults: StoreFaults = StoreFaults()) throws {
+        self.faults = faults
         guard !path.isEmpty else { throw StoreError(.unavailable, "the database path is empty: give a file, e.g. ./isle.sqlite") }
         if !FileManager.default.fileExists(atPath: path) {
             let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
@@ -391,17 +394,20 @@ public final class SQLiteStore: IsleStore {
     public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                                    idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
-        try await writer.write { db in
-            var i = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [bundleID, id]).map(Self.installation) ?? create()
-            try change(&i)
-            try Self.writeInstallation(db, i)
-            if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: i)) }
-            return i
+        return try await faults.registryWrite {
+            try await writer.write { db in
+                var i = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [bundleID, id]).map(Self.installation) ?? create()
+                try change(&i)
+                try Self.writeInstallation(db, i)
+                if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: i)) }
+                return i
+            }
         }
     }
 
     public func installation(bundleID: String, id: String) async throws -> InstallationRecord? {
-        try readOne { db in
+        if faults.take(.installationMissing) { return nil }
+        return try readOne { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM installations WHERE bundle_id = ? AND id = ?"), arguments: [bundleID, id]).map(Self.installation)
         }
     }
@@ -433,29 +439,33 @@ public final class SQLiteStore: IsleStore {
     static let activityColumns = "id, bundle_id, external_key, installation_id, attributes_type, attributes, content, state, update_token, channel_id, relevance_score, stale_date, started_at, ended_at, dismissed_at, last_timestamp, state_reason, environment"
 
     public func insertActivity(_ a: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
-        try await writer.write { db in
-            if let key = a.externalKey,
-               let holder = try Self.activity(db, where: "bundle_id = ? AND external_key = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) AND (installation_id IS NULL OR installation_id IS NOT ?)",
-                                              [a.bundleID, key, a.installationID]) {
-                throw StoreError(.conflict, "\(key) is the key of live activity \(holder.id)")
+        try await faults.registryWrite {
+            try await writer.write { db in
+                if let key = a.externalKey,
+                   let holder = try Self.activity(db, where: "bundle_id = ? AND external_key = ? AND state IN (\(ActivityLifecycle.pushChangesSQL)) AND (installation_id IS NULL OR installation_id IS NOT ?)",
+                                                  [a.bundleID, key, a.installationID]) {
+                    throw StoreError(.conflict, "\(key) is the key of live activity \(holder.id)")
+                }
+                try db.execute(sql: "INSERT INTO activities (\(Self.activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: Self.activityArguments(a))
+                try Self.writeTopics(db, a)
+                if let idempotency { try Self.insertIdempotency(db, idempotency) }
             }
-            try db.execute(sql: "INSERT INTO activities (\(Self.activityColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", arguments: Self.activityArguments(a))
-            try Self.writeTopics(db, a)
-            if let idempotency { try Self.insertIdempotency(db, idempotency) }
         }
     }
 
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
                                idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord? {
-        try await writer.write { db in
-            guard let old = try Self.activity(db, where: "id = ?", [id]) else { return nil }
-            var a = old
-            try change(&a)
-            try Self.update(db, a)
-            if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
-            // After the activity's write: an activity's events are numbered in the order of its writes.
-            if let reportedBy { try Self.insertEvents(db, Events.activityChanged(from: old, to: a, by: reportedBy)) }
-            return a
+        return try await faults.registryWrite {
+            try await writer.write { db in
+                guard let old = try Self.activity(db, where: "id = ?", [id]) else { return nil }
+                var a = old
+                try change(&a)
+                try Self.update(db, a)
+                if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
+                // After the activity's write: an activity's events are numbered in the order of its writes.
+                if let reportedBy { try Self.insertEvents(db, Events.activityChanged(from: old, to: a, by: reportedBy)) }
+                return a
+            }
         }
     }
 
@@ -532,7 +542,8 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func activity(id: String) async throws -> ActivityRecord? {
-        try readNow { db in try Self.activity(db, where: "id = ?", [id]) }
+        if faults.take(.activityMissing) { return nil }
+        return try readNow { db in try Self.activity(db, where: "id = ?", [id]) }
     }
 
     public func activityForPush(id: String) async throws -> ActivityRecord? {
@@ -803,6 +814,7 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
+        try faults.check(.prune)
         let t = now.timeIntervalSince1970
         return try await writer.write { db in
             try db.execute(sql: """

@@ -172,11 +172,7 @@ struct ClientStrandedTests {
     @Test("a server that answers 404 then 200 (for the installation, then for the activity): registered once, nothing refused, no duplicate")
     func notFoundThenOK() async throws {
         try await ServerFixture.with { f in
-            let faulty = Mutex<FaultyStore?>(nil)
-            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
-            await f.stop()
-            try await f.start()
-            let store = try #require(faulty.withLock { $0 })
+            let faults = f.faults
             let kit = ClientLifeTests.kit(f)
             let log = Log()
             let (client, runner) = try await Self.launch(f, storage: ClientTests.storagePath(), log: log)
@@ -184,12 +180,12 @@ struct ClientStrandedTests {
             try await eventually("the installation registered") { let idle = await client.pendingReports == 0; let registered = await client.isInstallationRegistered; return idle && registered }
             let installation = await client.installationID
             // The registration's lookup of the installation says "none" once.
-            store.fail("installation-missing", times: 1)
+            faults.arm(.installationMissing, times: 1)
             let activity = try kit.request(attributes: ClientTests.attributes, content: ClientTests.state)
             guard case .registered(let id) = try await Self.settled(client, activity.id) else { Issue.record("not registered"); return }
             #expect(!log.outcomes("installation unknown").isEmpty)
             // The rotation's lookup of the activity says "none" once: registered again, the row it has answered.
-            store.fail("activity-missing", times: 1)
+            faults.arm(.activityMissing, times: 1)
             let rotated = try f.sim.world.rotateUpdateToken(activityID: activity.id, on: f.device)
             try await eventually("the rotation reached the server") { try await !Self.rows(f, installation: installation, token: rotated).isEmpty }
             try await eventually("nothing left to send") { await client.pendingReports == 0 }
@@ -198,7 +194,7 @@ struct ClientStrandedTests {
             #expect(await client.serverID(of: activity.id) == live.first?.id)
             #expect(live.first?.id == id || !log.outcomes("activity unknown").isEmpty)
             #expect(await client.refusedReports.isEmpty)
-            #expect(store.injected.withLock { $0 } >= 2)
+            #expect(faults.injected >= 2)
             await client.stop()
             runner.cancel()
         }

@@ -199,12 +199,8 @@ struct ClientTests {
         let seed = ProcessInfo.processInfo.environment["ISLE_SEED"].flatMap(UInt64.init) ?? 20_261_123
         var random = SeededRandom(seed: seed)
         try await Self.withRestartableServer { f, port in
-            // Every start of the server is on a store whose registry writes can be made to fail
+            // The server's store has failpoints (f.faults): its registry writes can be made to fail
             // (the API answers 503 with Retry-After, as when the database is away).
-            let faulty = Locked<FaultyStore?>(nil)
-            f.wrapStore.withLock { $0 = { sqlite in let s = FaultyStore(sqlite); faulty.withLock { $0 = s }; return s } }
-            await f.stop()
-            try await f.start()
             let kit = Kit(world: f.sim.world, deviceID: f.device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
             let storage = Self.storagePath()
             func launch() async throws -> (IsleClient, Task<Void, Never>) {
@@ -240,8 +236,8 @@ struct ClientTests {
                 case 5:
                     // 503s: nothing written, or written and the answer lost.
                     let n = Int(1 + random.next() % 3)
-                    let kind = random.next() % 2 == 0 ? "registry" : "registry-after"
-                    faulty.withLock { $0 }?.fail(kind, times: n)
+                    let kind: StoreFaults.Point = random.next() % 2 == 0 ? .registry : .registryAfterCommit
+                    f.faults.arm(kind, times: n)
                     log.append("\(n) \(kind) failures")
                 case 4:
                     await client.stop()

@@ -141,15 +141,13 @@ struct DeliveryCoreRegressionTests {
     @Test("2b. a delivery whose bookkeeping write fails is retried in process: recorded once, never left claimed, never sent twice")
     func bookkeepingRetriedInProcess() async throws {
         try await ServerFixture.with { f in
-            // Restart the server on a store whose writes can fail.
-            let store = try await f.restartOnFaultyStore()
             let (a, id) = try await f.appStartsActivity(key: "order-disk-full")
-            store.fail("complete", times: 3)  // the disk is full for the next three result writes
+            f.faults.arm(.complete, times: 3)  // the disk is full for the next three result writes
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("written at last")).status == 202)
             try await f.waitForDevice("delivered") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "written at last" }
             try await eventually("the result written once the disk has room") { try await view(f, id)["deliveries"]?.arrayValue?.count == 1 }
-            #expect(store.injected.withLock { $0 } == 3)
-            let counts = try await store.jobCounts()
+            #expect(f.faults.injected == 3)
+            let counts = try await SQLiteStore(path: f.databasePath).jobCounts()
             #expect(counts[.sent] == 1 && counts[.claimed] == nil && counts[.queued] == nil, "\(counts)")
             #expect(f.sim.apns.requestLog.count == 1, "sent once")
             try await expectInStep(f, id, a.id)
@@ -159,9 +157,9 @@ struct DeliveryCoreRegressionTests {
     @Test("2c. a write the database cannot commit answers 503 with Retry-After in the error shape, and queues nothing")
     func unavailableDatabaseAnswers503() async throws {
         try await ServerFixture.with { f in
-            let store = try await f.restartOnFaultyStore()
             let (_, id) = try await f.appStartsActivity(key: "order-503")
-            store.fail("enqueue", times: 1)
+            let store = try SQLiteStore(path: f.databasePath)
+            f.faults.arm(.enqueue, times: 1)
             let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("x"))
             #expect(r.status == 503 && r.json["error"]?["code"] == "databaseUnavailable" && r.retryAfter == "1", "\(r.json.jsonString)")
             #expect(r.json["error"]?["message"]?.stringValue?.contains("SELECT") == false)

@@ -40,8 +40,9 @@ final class ServerFixture: Sendable {
     let deviceKey: String
     let server: Server
     let tune: @Sendable (inout ServerConfiguration) -> Void
-    /// Wraps the real store the server runs on (fault injection).
-    let wrapStore = Mutex<(@Sendable (SQLiteStore) -> any IsleStore)?>(nil)
+    /// The failpoints of every store the server opens on its file (``StoreFaults``): a test arms
+    /// them to make the database misbehave.
+    let faults = StoreFaults()
     /// The server's logger, when a test reads its logs (quiet otherwise).
     let logger = Mutex<Logger?>(nil)
 
@@ -92,8 +93,7 @@ final class ServerFixture: Sendable {
     func start() async throws {
         var logger = self.logger.withLock { $0 } ?? Logger(label: "isle.test.server")
         if self.logger.withLock({ $0 }) == nil { logger.logLevel = .critical }
-        let sqlite = try SQLiteStore(path: databasePath)
-        let store: any IsleStore = wrapStore.withLock { $0 }.map { $0(sqlite) } ?? sqlite
+        let store = try SQLiteStore(path: databasePath, faults: faults)
         let app = IsleServerApp(configuration: configuration(), store: store, clock: clock, logger: logger)
         let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
         let task = Task { try await group.run() }

@@ -64,6 +64,28 @@ struct StoreContractTests {
     func text(_ c: ClaimedJob) -> String? { content(c)?["x"]?.stringValue }
     func content(_ c: ClaimedJob) -> JSONValue? { c.job.payload.liveActivity?.contentState }
 
+    @Test("failpoints: an armed point fails its call once, writing nothing; after-commit writes and then fails; reads answer none; disarmed, nothing happens", arguments: StoreKind.allCases)
+    func failpoints(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        let faults = try #require((s as? any QueueBackedStore)?.faults)
+        faults.arm(.enqueue, times: 1)
+        await #expect(throws: StoreError.self) { try await s.enqueue([update("a0", "lost")], idempotency: nil, now: t0) }
+        #expect(try await s.jobCounts().isEmpty, "nothing written")
+        try await s.enqueue([update("a0", "kept")], idempotency: nil, now: t0)
+        let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
+        faults.arm(.complete, times: 1)
+        await #expect(throws: StoreError.self) { try await finish(s, c) }
+        #expect(try await s.jobCounts()[.claimed] == 1, "the result was not written")
+        #expect(try await finish(s, c))
+        faults.arm(.registryAfterCommit, times: 1)
+        await #expect(throws: StoreError.self) { try await s.modifyActivity(id: "a1") { $0.relevanceScore = 9 } }
+        #expect(try await s.activity(id: "a1")?.relevanceScore == 9, "written, then the answer lost")
+        faults.arm(.activityMissing, times: 1)
+        #expect(try await s.activity(id: "a1") == nil)
+        #expect(try await s.activity(id: "a1") != nil)
+        #expect(faults.injected == 4)
+    }
+
     @Test("retention: finished jobs, deliveries, budget records and idempotency records go after their time; open work never does", arguments: StoreKind.allCases)
     func retention(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)

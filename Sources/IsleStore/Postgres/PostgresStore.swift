@@ -28,13 +28,16 @@ public final class PostgresStore: IsleStore {
     let deadlines = CallDeadlines()
     /// API requests' jobs and delivery results, group-committed (``QueueBackedStore``).
     public let batches = QueueBatches()
+    /// Failpoints for tests (``StoreFaults``); disarmed unless a test arms them.
+    public let faults: StoreFaults
     /// Accepting requests' activity reads, batched (see ``activityForPush(id:)``).
     let pushReads = Batcher<String, ActivityRecord?>(maximumBatch: 256)
     static let notifyChannel = "isle_jobs"
     /// An advisory lock key for migrations ("isle" in ASCII).
     static let migrationLock: Int64 = 0x6973_6C65
 
-    public init(settings: PostgresSettings, logger: Logger) {
+    public init(settings: PostgresSettings, logger: Logger, faults: StoreFaults = StoreFaults()) {
+        self.faults = faults
         self.settings = settings
         self.logger = logger
         var c = PostgresClient.Configuration(host: settings.host, port: settings.port, username: settings.username, password: settings.password, database: settings.database,
@@ -548,23 +551,26 @@ public final class PostgresStore: IsleStore {
     public func modifyInstallation(bundleID: String, id: String, create: @escaping @Sendable () -> InstallationRecord,
                                    _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                                    idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord {
-        let log = logger
-        return try await transaction { conn in
-            // A missing row is created first (a second creator waits on the insert's conflict), so
-            // the row lock below orders every change, the first ones included. A change that throws
-            // rolls the creation back with it.
-            if try await conn.row("SELECT id FROM installations WHERE bundle_id = $1 AND id = $2", [.text(bundleID), .text(id)], logger: log) == nil {
-                try await Self.writeInstallation(conn, create(), onConflict: "DO NOTHING", logger: log)
+        return try await faults.registryWrite {
+            let log = logger
+            return try await transaction { conn in
+                // A missing row is created first (a second creator waits on the insert's conflict), so
+                // the row lock below orders every change, the first ones included. A change that throws
+                // rolls the creation back with it.
+                if try await conn.row("SELECT id FROM installations WHERE bundle_id = $1 AND id = $2", [.text(bundleID), .text(id)], logger: log) == nil {
+                    try await Self.writeInstallation(conn, create(), onConflict: "DO NOTHING", logger: log)
+                }
+                var i = try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2 FOR UPDATE", [.text(bundleID), .text(id)], logger: log).map(Self.installation) ?? create()
+                try change(&i)
+                try await Self.writeInstallation(conn, i, logger: log)
+                if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: i), logger: log) }
+                return i
             }
-            var i = try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2 FOR UPDATE", [.text(bundleID), .text(id)], logger: log).map(Self.installation) ?? create()
-            try change(&i)
-            try await Self.writeInstallation(conn, i, logger: log)
-            if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: i), logger: log) }
-            return i
         }
     }
 
     public func installation(bundleID: String, id: String) async throws -> InstallationRecord? {
+        if faults.take(.installationMissing) { return nil }
         let log = logger
         return try await read { conn in
             try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2", [.text(bundleID), .text(id)], logger: log).map(Self.installation)
@@ -644,34 +650,38 @@ public final class PostgresStore: IsleStore {
     }
 
     public func insertActivity(_ a: ActivityRecord, idempotency: IdempotencyRecord?) async throws {
-        let log = logger
-        try await transaction { conn in
-            if let key = a.externalKey {
-                // The key's holder is decided under a lock on the key, so two racing registrations cannot both take it.
-                try await Self.lockLane(conn, "k:\(a.bundleID)\n\(key)", logger: log)
-                if let holder = try await conn.row("""
-                    SELECT id FROM activities WHERE bundle_id = $1 AND external_key = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL))
-                        AND (installation_id IS NULL OR installation_id IS DISTINCT FROM $3) LIMIT 1
-                    """, [.text(a.bundleID), .text(key), .text(a.installationID)], logger: log) {
-                    throw StoreError(.conflict, "\(key) is the key of live activity \(try holder.string("id"))")
+        try await faults.registryWrite {
+            let log = logger
+            try await transaction { conn in
+                if let key = a.externalKey {
+                    // The key's holder is decided under a lock on the key, so two racing registrations cannot both take it.
+                    try await Self.lockLane(conn, "k:\(a.bundleID)\n\(key)", logger: log)
+                    if let holder = try await conn.row("""
+                        SELECT id FROM activities WHERE bundle_id = $1 AND external_key = $2 AND state IN (\(ActivityLifecycle.pushChangesSQL))
+                            AND (installation_id IS NULL OR installation_id IS DISTINCT FROM $3) LIMIT 1
+                        """, [.text(a.bundleID), .text(key), .text(a.installationID)], logger: log) {
+                        throw StoreError(.conflict, "\(key) is the key of live activity \(try holder.string("id"))")
+                    }
                 }
+                try await Self.insertActivity(conn, a, logger: log)
+                if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
             }
-            try await Self.insertActivity(conn, a, logger: log)
-            if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
         }
     }
 
     public func modifyActivity(id: String, _ change: @escaping @Sendable (inout ActivityRecord) throws -> Void,
                                idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord? {
-        let log = logger
-        return try await transaction { conn in
-            guard let old = try await Self.activities(conn, where: "id = $1", [.text(id)], forUpdate: true, logger: log).first else { return nil }
-            var a = old
-            try change(&a)
-            try await Self.update(conn, a, logger: log)
-            if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
-            if let reportedBy { try await Self.insertEvents(conn, Events.activityChanged(from: old, to: a, by: reportedBy), logger: log) }
-            return a
+        return try await faults.registryWrite {
+            let log = logger
+            return try await transaction { conn in
+                guard let old = try await Self.activities(conn, where: "id = $1", [.text(id)], forUpdate: true, logger: log).first else { return nil }
+                var a = old
+                try change(&a)
+                try await Self.update(conn, a, logger: log)
+                if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
+                if let reportedBy { try await Self.insertEvents(conn, Events.activityChanged(from: old, to: a, by: reportedBy), logger: log) }
+                return a
+            }
         }
     }
 
@@ -694,6 +704,7 @@ public final class PostgresStore: IsleStore {
     }
 
     public func activity(id: String) async throws -> ActivityRecord? {
+        if faults.take(.activityMissing) { return nil }
         let log = logger
         return try await read { conn in try await Self.activities(conn, where: "id = $1", [.text(id)], logger: log).first }
     }
@@ -854,6 +865,7 @@ public final class PostgresStore: IsleStore {
     }
 
     public func prune(now: Date, retention: Retention, limit: Int) async throws -> Int {
+        try faults.check(.prune)
         let log = logger
         return try await transaction { conn in
             var n = 0
