@@ -37,13 +37,13 @@ public final class IsleServerApp: Service {
         clients = APNsClients(targets: configuration.apnsTargets, defaultEnvironment: configuration.defaultEnvironment, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let services = APIServices(store: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
+        let services = APIServices(lookups: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
                                                                    authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock),
                                                                    apiKeys: APIKeyDirectory(store: store),
                                                                    newInstallations: CreationQuota(perHour: configuration.quotas.newInstallationsPerAddressPerHour, what: "installations", clock: clock),
                                                                    newActivities: CreationQuota(perHour: configuration.quotas.newActivitiesPerAddressPerHour, what: "activities", clock: clock))
-        let router = Self.buildRouter(services: services, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
+        let router = Self.buildRouter(services: services, store: store, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
                                       perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
                                       perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
         let webhooks = WebhookDispatcher(store: store, bell: engine.events, clock: clock, settings: configuration.webhooks, masterKey: configuration.masterKey, logger: logger)
@@ -67,7 +67,7 @@ public final class IsleServerApp: Service {
 
     /// The API: operations at the root; everything under `/v1` behind the API-key and idempotency
     /// middleware; one controller per resource.
-    static func buildRouter(services: APIServices, limiter: RateLimiter?, perInstallation: KeyedRateLimiter? = nil, perAddress: KeyedRateLimiter? = nil) -> Router<IsleRequestContext> {
+    static func buildRouter(services: APIServices, store: any IsleStore, limiter: RateLimiter?, perInstallation: KeyedRateLimiter? = nil, perAddress: KeyedRateLimiter? = nil) -> Router<IsleRequestContext> {
         let router = Router(context: IsleRequestContext.self)
         // HTTPS: browsers keep to HTTPS for a year (docs/security.md).
         if services.configuration.tls != nil { router.add(middleware: HSTSMiddleware()) }
@@ -75,20 +75,20 @@ public final class IsleServerApp: Service {
         router.add(middleware: ClientAddressMiddleware(trusted: services.configuration.trustedProxies))
         router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: services.logger))
-        let operations = OperationsController(services: services)
+        let operations = OperationsController(services: services, store: store)
         operations.addRoutes(to: router)
         let v1 = router.group("v1")
             .add(middleware: APIKeyMiddleware(keys: services.apiKeys, limiter: limiter, authFailures: services.authFailures, perInstallation: perInstallation, perAddress: perAddress))
-            .add(middleware: IdempotencyMiddleware(store: services.store, clock: services.clock, bodyLimit: Limits.body))
+            .add(middleware: IdempotencyMiddleware(store: store, clock: services.clock, bodyLimit: Limits.body))
         operations.addRoutes(to: v1)
-        InstallationController(services: services).addRoutes(to: v1)
-        ActivityController(services: services).addRoutes(to: v1)
-        ChannelController(services: services).addRoutes(to: v1)
-        DeliveryController(services: services).addRoutes(to: v1)
-        EventsController(services: services).addRoutes(to: v1)
-        JobController(services: services).addRoutes(to: v1)
+        InstallationController(services: services, store: store).addRoutes(to: v1)
+        ActivityController(services: services, store: store).addRoutes(to: v1)
+        ChannelController(services: services, store: store).addRoutes(to: v1)
+        DeliveryController(services: services, store: store).addRoutes(to: v1)
+        EventsController(services: services, store: store).addRoutes(to: v1)
+        JobController(services: services, store: store).addRoutes(to: v1)
         // The operator console: HTML pages behind an admin key, outside the API.
-        ConsoleController(services: services).addRoutes(to: router)
+        ConsoleController(services: services, store: store).addRoutes(to: router)
         return router
     }
 

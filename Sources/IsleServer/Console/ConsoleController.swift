@@ -17,8 +17,14 @@ import Synchronization
 /// an HttpOnly, SameSite=Strict cookie (the key itself is not stored in the browser);
 /// `Authorization: Bearer <admin key>` works too. Every page is server-rendered and escapes what
 /// it prints; the notice an action leaves (`?done=`) is one of a fixed set of texts, never the link's.
+/// What the operator's console reads and does: the one consumer that sees most of the store.
+typealias ConsoleStore = JobOperations & AppLookup & AppRepository & HistoryRepository & DeliveryHistory & AuditRepository & EventRepository & APIKeyRepository
+    & OperatorPauseRepository & ActivityRepository & JobIntake
+
 struct ConsoleController: Sendable {
     let services: APIServices
+    /// The store as this needs it, and no more.
+    let store: any ConsoleStore
     let sessions = ConsoleSessions()
 
     func addRoutes(to router: Router<IsleRequestContext>) {
@@ -119,7 +125,7 @@ struct ConsoleController: Sendable {
             let admin = try await acting(request, context, "cancel jobs")
             let id = try Self.jobID(context)
             let back = try await Self.form(request)["back"] ?? "/console"
-            guard let job = try await services.store.cancelJob(id: id, bundleID: admin.bundleID, reason: "cancelled by an operator (key \(admin.keyID))") else {
+            guard let job = try await store.cancelJob(id: id, bundleID: admin.bundleID, reason: "cancelled by an operator (key \(admin.keyID))") else {
                 return redirect(back, .jobNotCancelled, job: id)
             }
             services.engine.wake()
@@ -131,7 +137,7 @@ struct ConsoleController: Sendable {
             let admin = try await acting(request, context, "retry jobs")
             let id = try Self.jobID(context)
             let back = try await Self.form(request)["back"] ?? "/console"
-            guard try await services.store.retryJobNow(id: id, bundleID: admin.bundleID, now: services.clock.now) else {
+            guard try await store.retryJobNow(id: id, bundleID: admin.bundleID, now: services.clock.now) else {
                 return redirect(back, .jobNotRetried, job: id)
             }
             services.engine.wake()
@@ -144,7 +150,7 @@ struct ConsoleController: Sendable {
             guard admin.serverWide else { throw APIError(.forbidden, "wrongScope", "switching apps needs a server-admin key (isle key create --scope server-admin)") }
             let app = try await Self.form(request)["app"] ?? ""
             guard !app.unicodeScalars.contains("\u{0}"), app.utf8.count <= 256 else { throw APIError.invalid("app", "app must be a bundle id of this server") }
-            guard try await services.store.app(app) != nil else { return redirect("/console", .noSuchApp) }
+            guard try await store.app(app) != nil else { return redirect("/console", .noSuchApp) }
             guard let token = Self.cookie(request), sessions.switchApp(token, to: app) else { return redirect("/console", .switchNeedsSession) }
             try await audit(Admin(bundleID: app, keyID: admin.keyID, serverWide: true), "app.switch", target: app, detail: "from \(admin.bundleID)")
             return redirect("/console", .appSwitched)
@@ -155,14 +161,14 @@ struct ConsoleController: Sendable {
             let reason = (try await Self.form(request)["reason"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
             guard !reason.unicodeScalars.contains("\u{0}") else { throw APIError.invalid("reason", "reason holds U+0000; write the reason as text") }
             guard !reason.isEmpty, reason.count <= 500 else { return redirect("/console", .pauseNeedsReason) }
-            let paused = try await AppControl(services: services).pause(bundleID: admin.bundleID, keyID: admin.keyID, reason: reason)
+            let paused = try await AppControl(services: services, store: store).pause(bundleID: admin.bundleID, keyID: admin.keyID, reason: reason)
             try await audit(admin, "app.pause", target: admin.bundleID, detail: reason)
             return redirect("/console", paused ? .appPaused : .appPausedAlready)
         }
         router.post("console/app/resume") { request, context in
             try checkOrigin(request)
             let admin = try await acting(request, context, "resume the app")
-            let lifted = try await AppControl(services: services).resume(bundleID: admin.bundleID, keyID: admin.keyID)
+            let lifted = try await AppControl(services: services, store: store).resume(bundleID: admin.bundleID, keyID: admin.keyID)
             try await audit(admin, "app.resume", target: admin.bundleID, detail: lifted ? "an operator's pause lifted" : "a probe now")
             return redirect("/console", lifted ? .appResumed : .appProbed)
         }
@@ -171,8 +177,8 @@ struct ConsoleController: Sendable {
             let name = request.uri.queryParameters["range"].map(String.init)
             guard let range = HistoryPage.Range.named(name) else { throw APIError.invalid("range", "range must be 1h, 24h or 7d") }
             let now = services.clock.now
-            let points = try await services.store.history(bundleID: admin.bundleID, from: now.addingTimeInterval(-range.span - range.bucket), to: now.addingTimeInterval(range.bucket), bucket: range.bucket)
-            let budget = try await services.store.highPrioritySends(bundleID: admin.bundleID, since: now.addingTimeInterval(-3600), limit: 20)
+            let points = try await store.history(bundleID: admin.bundleID, from: now.addingTimeInterval(-range.span - range.bucket), to: now.addingTimeInterval(range.bucket), bucket: range.bucket)
+            let budget = try await store.highPrioritySends(bundleID: admin.bundleID, since: now.addingTimeInterval(-3600), limit: 20)
             let app = try await services.app(admin.bundleID)
             let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
             return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit))
@@ -184,7 +190,7 @@ struct ConsoleController: Sendable {
                 guard let n = Int64(String(text)), n > 0 else { throw APIError.invalid("before", "before must be an entry id (a positive whole number)") }
                 before = n
             }
-            let entries = try await services.store.auditLog(bundleID: admin.bundleID, before: before, limit: 101)
+            let entries = try await store.auditLog(bundleID: admin.bundleID, before: before, limit: 101)
             return page("Audit log", ConsolePages.audit(Array(entries.prefix(100)), more: entries.count > 100 ? entries[99].id : nil))
         }
         router.get("console/webhooks") { request, context in
@@ -196,7 +202,7 @@ struct ConsoleController: Sendable {
             let admin = try await acting(request, context, "add webhooks")
             let form = try await Self.form(request)
             do {
-                let (hook, secret) = try await EventsController(services: services).create(bundleID: admin.bundleID, url: form["url"] ?? "", keyID: nil)
+                let (hook, secret) = try await EventsController(services: services, store: store).create(bundleID: admin.bundleID, url: form["url"] ?? "", keyID: nil)
                 try await audit(admin, "webhook.create", target: hook.id, detail: hook.url)
                 return try await webhooksPage(admin, notice: nil, created: (hook, secret))
             } catch let e as APIError {
@@ -207,7 +213,7 @@ struct ConsoleController: Sendable {
             try checkOrigin(request)
             let admin = try await acting(request, context, "delete webhooks")
             let id = try context.parameters.require("webhook")
-            guard let hook = try await services.store.webhook(id: id), hook.bundleID == admin.bundleID, try await services.store.deleteWebhook(id: id) else {
+            guard let hook = try await store.webhook(id: id), hook.bundleID == admin.bundleID, try await store.deleteWebhook(id: id) else {
                 return redirect("/console/webhooks", .webhookNotFound)
             }
             try await audit(admin, "webhook.delete", target: id, detail: hook.url)
@@ -259,7 +265,7 @@ struct ConsoleController: Sendable {
             let asked = request.uri.queryParameters["app"].map(String.init)
             if let asked, asked != key.bundleID {
                 guard !asked.unicodeScalars.contains("\u{0}"), asked.utf8.count <= 256 else { throw APIError.invalid("app", "app must be a bundle id of this server") }
-                guard try await services.store.app(asked) != nil else { throw APIError.notFound("app \(asked)") }
+                guard try await store.app(asked) != nil else { throw APIError.notFound("app \(asked)") }
                 return Admin(bundleID: asked, keyID: key.id, serverWide: true)
             }
             return Admin(bundleID: key.bundleID, keyID: key.id, serverWide: true)
@@ -314,18 +320,18 @@ struct ConsoleController: Sendable {
         let query = request.uri.queryParameters
         guard let code = query["done"], let notice = ConsolePages.Notice(rawValue: String(code)) else { return nil }
         var job: Int64?
-        if notice.aboutJob, let text = query["job"], let id = Int64(String(text)), id > 0, try await services.store.job(id: id)?.bundleID == admin.bundleID { job = id }
+        if notice.aboutJob, let text = query["job"], let id = Int64(String(text)), id > 0, try await store.job(id: id)?.bundleID == admin.bundleID { job = id }
         return notice.text(job: job, app: admin.bundleID)
     }
 
     func audit(_ admin: Admin, _ action: String, target: String?, detail: String?) async throws {
-        try await services.store.appendAudit(AuditEntry(bundleID: admin.bundleID, keyID: admin.keyID, action: action, target: target, detail: detail, at: services.clock.now))
+        try await store.appendAudit(AuditEntry(bundleID: admin.bundleID, keyID: admin.keyID, action: action, target: target, detail: detail, at: services.clock.now))
     }
 
     func activityPage(_ admin: Admin, _ a: ActivityRecord, compose: ConsolePages.Compose, notice: String? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
-        let deliveries = try await services.store.deliveries(activityID: a.id, before: nil, limit: 200)
-        let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: a.id, limit: 100)
-        let used = try await services.store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
+        let deliveries = try await store.deliveries(activityID: a.id, before: nil, limit: 200)
+        let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: a.id, limit: 100)
+        let used = try await store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
         let app = try await services.app(admin.bundleID)
         let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
         return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: (used, limit), now: services.clock.now, compose: compose, notice: notice,
@@ -334,7 +340,7 @@ struct ConsoleController: Sendable {
 
     func webhooksPage(_ admin: Admin, notice: String?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         var views: [JSONValue] = []
-        for hook in try await services.store.webhooks(bundleID: admin.bundleID) { views.append(try await EventsController.view(hook, store: services.store)) }
+        for hook in try await store.webhooks(bundleID: admin.bundleID) { views.append(try await EventsController.view(hook, store: store)) }
         return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error, canAct: !admin.readOnly), status: status)
     }
 
@@ -343,7 +349,7 @@ struct ConsoleController: Sendable {
     func dashboard(_ admin: Admin, notice: String? = nil) async throws -> String {
         let app = try await services.app(admin.bundleID)
         let circuit = services.engine.circuits.circuit(admin.bundleID)
-        let pause = try await services.store.operatorPauses().first { $0.bundleID == admin.bundleID }
+        let pause = try await store.operatorPauses().first { $0.bundleID == admin.bundleID }
         let status: String = if let pause { "paused by an operator (key \(pause.keyID)) since \(ISO8601DateFormatter().string(from: pause.at)): \(pause.reason)" } else {
             switch circuit.mode {
             case .running: "sending"
@@ -351,8 +357,8 @@ struct ConsoleController: Sendable {
             case .paused(let until, let reason, _): "paused by a configuration error until \(ISO8601DateFormatter().string(from: until)): \(reason)"
             }
         }
-        let queue = try await services.store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
-        let apps = admin.serverWide ? try await services.store.apps().map(\.bundleID) : []
+        let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
+        let apps = admin.serverWide ? try await store.apps().map(\.bundleID) : []
         return ConsolePages.dashboard(app: app, apps: apps, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin),
                                       queue: queue, now: services.clock.now, notice: notice, canAct: !admin.readOnly)
     }
@@ -368,7 +374,6 @@ struct ConsoleController: Sendable {
     /// (every instance adds to it every few seconds: the app's figures across instances, a few
     /// seconds behind).
     func stats(_ admin: Admin) async throws -> JSONValue {
-        let store = services.store
         let bundleID = admin.bundleID
         let open = try await store.openJobs(bundleID: bundleID, activityID: nil, limit: Self.statsQueueLimit + 1)
         var states: [PushJobState: Int] = [:]
@@ -396,18 +401,18 @@ struct ConsoleController: Sendable {
         func nonEmpty(_ s: String) -> String? { s.isEmpty ? nil : s }
         if !q.topic.isEmpty {
             // Live activities following the topic, narrowed by the other fields.
-            return try await services.store.activities(bundleID: admin.bundleID, topic: q.topic).filter { a in
+            return try await store.activities(bundleID: admin.bundleID, topic: q.topic).filter { a in
                 (q.key.isEmpty || a.externalKey?.hasPrefix(q.key) == true) && (state == nil || a.state == state)
                     && (q.installation.isEmpty || a.installationID == q.installation)
             }
         }
         // By the key's beginning, installation and/or user (each optional), newest first.
-        return try await services.store.findActivities(bundleID: admin.bundleID, keyPrefix: nonEmpty(q.key), installationID: nonEmpty(q.installation), userID: nonEmpty(q.user),
+        return try await store.findActivities(bundleID: admin.bundleID, keyPrefix: nonEmpty(q.key), installationID: nonEmpty(q.installation), userID: nonEmpty(q.user),
                                                        state: state, limit: 100)
     }
 
     func activity(_ admin: Admin, _ id: String) async throws -> ActivityRecord {
-        guard let a = try await services.store.activity(id: id), a.bundleID == admin.bundleID else { throw APIError.notFound("activity \(id)") }
+        guard let a = try await store.activity(id: id), a.bundleID == admin.bundleID else { throw APIError.notFound("activity \(id)") }
         return a
     }
 
@@ -432,7 +437,7 @@ struct ConsoleController: Sendable {
         let push = try ActivityPush(Body(object: object), event: compose.event == "end" ? .end : .update)
         // The API's own path (validation, the live check, the job), so the two cannot differ.
         let now = services.clock.now
-        let pushes = ActivityPushes(services: services)
+        let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: admin.bundleID, push: push, to: [a], single: true, now: now)
         let warnings = prepared.warnings.map { w in
             [w["code"]?.stringValue, w["field"]?.stringValue.map { "(\($0))" }, w["message"]?.stringValue].compactMap { $0 }.joined(separator: " ")

@@ -10,7 +10,8 @@ import IsleDelivery
 /// and reads them with their delivery history (backend key).
 struct ActivityController {
     let services: APIServices
-    var store: any ActivityRepository & InstallationRepository & ChannelRepository & DeliveryHistory & JobIntake { services.store }
+    /// The store as this needs it, and no more.
+    let store: any ActivityRepository & InstallationRepository & ChannelRepository & DeliveryHistory & JobIntake
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         // Device
@@ -222,7 +223,7 @@ struct ActivityController {
                  _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
         let push = try ActivityPush(try await Body.read(request), event: event)
         let now = services.clock.now
-        let pushes = ActivityPushes(services: services)
+        let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: try await targets(), single: !fanOut, now: now)
         let live = prepared.live
         var value: JSONObject = ["accepted": .int(prepared.jobs.count)]

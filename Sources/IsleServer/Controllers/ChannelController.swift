@@ -9,7 +9,8 @@ import IsleDelivery
 /// (one at a time per channel, in order).
 struct ChannelController {
     let services: APIServices
-    var store: any ChannelRepository & JobIntake { services.store }
+    /// The store as this needs it, and no more.
+    let store: any ChannelRepository & JobIntake
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.post("channels", use: create)

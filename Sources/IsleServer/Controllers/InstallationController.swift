@@ -9,7 +9,8 @@ import IsleDelivery
 /// starts activities by push (one installation or all of a user's) and reloads widgets.
 struct InstallationController {
     let services: APIServices
-    var store: any InstallationRepository & ActivityRepository & JobIntake { services.store }
+    /// The store as this needs it, and no more.
+    let store: any InstallationRepository & ActivityRepository & JobIntake
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.put("installations/:installation", use: register)

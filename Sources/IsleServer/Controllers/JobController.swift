@@ -10,6 +10,8 @@ import IsleDelivery
 /// The console's queue actions, over the API.
 struct JobController {
     let services: APIServices
+    /// The store as this needs it, and no more.
+    let store: any JobOperations
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.get("jobs") { request, context in
@@ -21,14 +23,14 @@ struct JobController {
                 guard !text.unicodeScalars.contains("\u{0}") else { throw APIError.invalid("activity", "activity holds U+0000, which no activity id holds") }
                 activity = try Limits.pathID(text, "activity")
             }
-            let jobs = try await services.store.openJobs(bundleID: caller.bundleID, activityID: activity, limit: limit)
+            let jobs = try await store.openJobs(bundleID: caller.bundleID, activityID: activity, limit: limit)
             return JSONResponse.make(["jobs": .array(jobs.map { Self.view($0, now: services.clock.now) })])
         }
         v1.delete("jobs/:job") { _, context in
             let caller = try context.caller(.backend)
             let id = try Self.id(context)
-            guard let job = try await services.store.cancelJob(id: id, bundleID: caller.bundleID, reason: "cancelled by the backend (key \(caller.keyID))") else {
-                throw try await Self.refusal(id, caller: caller, store: services.store, what: "cancelled")
+            guard let job = try await store.cancelJob(id: id, bundleID: caller.bundleID, reason: "cancelled by the backend (key \(caller.keyID))") else {
+                throw try await Self.refusal(id, caller: caller, store: store, what: "cancelled")
             }
             services.engine.wake()
             return JSONResponse.make(["id": .int(job.id), "state": .string(PushJobState.dropped.rawValue), "cancelled": .bool(true)])
@@ -36,8 +38,8 @@ struct JobController {
         v1.post("jobs/:job/retry") { _, context in
             let caller = try context.caller(.backend)
             let id = try Self.id(context)
-            guard try await services.store.retryJobNow(id: id, bundleID: caller.bundleID, now: services.clock.now) else {
-                throw try await Self.refusal(id, caller: caller, store: services.store, what: "sent now")
+            guard try await store.retryJobNow(id: id, bundleID: caller.bundleID, now: services.clock.now) else {
+                throw try await Self.refusal(id, caller: caller, store: store, what: "sent now")
             }
             services.engine.wake()
             return JSONResponse.make(["id": .int(id), "retried": .bool(true)])

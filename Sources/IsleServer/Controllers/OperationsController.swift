@@ -8,6 +8,8 @@ import NIOCore
 /// Health, readiness, metrics, the OpenAPI document, and the calling app's delivery status.
 struct OperationsController {
     let services: APIServices
+    /// The store as this needs it, and no more.
+    let store: any JobCounts & OperatorPauseRepository & JobIntake
     /// `/metrics` counts open work at most once a second however often it is asked.
     let openJobs = ExpiringCache<[PushJobState: Int]?>()
 
@@ -45,7 +47,7 @@ struct OperationsController {
             let caller = try context.caller(.backend)
             // Probes an app its circuit paused; an operator's pause is lifted in the console only
             // (where it is audited), never by the backend it may have been meant to stop.
-            try await AppControl(services: services).probe(bundleID: caller.bundleID)
+            try await AppControl(services: services, store: store).probe(bundleID: caller.bundleID)
             return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID), pause: services.engine.circuits.operatorPause(caller.bundleID)))
         }
     }
@@ -56,7 +58,7 @@ struct OperationsController {
     /// server-admin key every app. The endpoint is open, and bundle ids and APNs reasons are the
     /// operator's business — one app's operators are not another's.
     @Sendable func ready(_ request: Request, context: IsleRequestContext) async throws -> Response {
-        do { try await services.store.ping() } catch {
+        do { try await store.ping() } catch {
             throw APIError(.serviceUnavailable, "notReady", "the database is not reachable", retryAfter: 1)
         }
         let circuits = services.engine.circuits
@@ -96,7 +98,7 @@ struct OperationsController {
     /// Open work only, along partial indexes; everything else is counted as it happens
     /// (swift-metrics into a Prometheus registry).
     @Sendable func metrics(_ request: Request, context: IsleRequestContext) async throws -> Response {
-        let counts = try await openJobs.value("open", load: { try await services.store.openJobCounts() }) ?? [:]
+        let counts = try await openJobs.value("open", load: { try await store.openJobCounts() }) ?? [:]
         let metrics = services.engine.counters.metrics
         metrics.openJobs(counts)
         metrics.storeStatements(StoreStatements.total)

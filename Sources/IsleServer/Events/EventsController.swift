@@ -9,6 +9,8 @@ import IsleDelivery
 /// webhooks that receive them (`/v1/webhooks`). Backend key.
 struct EventsController {
     let services: APIServices
+    /// The store as this needs it, and no more.
+    let store: any EventRepository & APIKeyRepository & AuditRepository
     /// Webhook endpoints per app, at most.
     static let maximumWebhooks = 10
 
@@ -29,7 +31,7 @@ struct EventsController {
         var after: Int64 = 0
         if let text = query["after"].map(String.init) {
             if text == "latest" {
-                after = try await services.store.lastEventSeq(bundleID: caller.bundleID)
+                after = try await store.lastEventSeq(bundleID: caller.bundleID)
             } else {
                 guard let n = Int64(text), n >= 0 else { throw APIError.invalid("after", "after must be a cursor from an earlier answer's next (a whole number), or latest") }
                 after = n
@@ -44,7 +46,7 @@ struct EventsController {
         let deadline = ContinuousClock.now + .milliseconds(Int64(min(wait, services.configuration.webhooks.maximumPollWait) * 1000))
         while true {
             let generation = services.events.generation
-            let page = try await services.store.events(bundleID: caller.bundleID, after: after, limit: limit)
+            let page = try await store.events(bundleID: caller.bundleID, after: after, limit: limit)
             // A key revoked while this request waited gets nothing written after its revocation.
             // (Read afresh when the answer would carry events; else from the one-second cache.)
             guard try await services.apiKeys.isCurrent(id: caller.keyID, bundleID: caller.bundleID, fresh: !page.isEmpty && wait > 0) else {
@@ -68,8 +70,8 @@ struct EventsController {
         try body.only(WireContract.webhookCreation)
         let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "", keyID: caller.keyID)
         // API-made webhooks are in the audit log too, under the key that made them.
-        try await services.store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: "webhook.create", target: hook.id, detail: hook.url, at: services.clock.now))
-        var view = try await Self.view(hook, store: services.store).objectValue ?? [:]
+        try await store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: "webhook.create", target: hook.id, detail: hook.url, at: services.clock.now))
+        var view = try await Self.view(hook, store: store).objectValue ?? [:]
         view["secret"] = .string(secret)
         return JSONResponse.make(.object(view), status: .created)
     }
@@ -83,15 +85,15 @@ struct EventsController {
         if case .failure(let refusal) = await WebhookTarget.check(url: url, settings: services.configuration.webhooks), refusal.code != "webhookHostUnresolvable" {
             throw APIError(.unprocessableContent, refusal.code, refusal.message, field: "url")
         }
-        let existing = try await services.store.webhooks(bundleID: bundleID)
+        let existing = try await store.webhooks(bundleID: bundleID)
         guard existing.count < Self.maximumWebhooks else {
             throw APIError(.conflict, "tooManyWebhooks", "an app has at most \(Self.maximumWebhooks) webhooks; delete one first")
         }
         let secret = "whsec_" + Self.random(32)
         let stored = services.configuration.masterKey?.seal(secret, bundleID: bundleID) ?? secret
         let hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: bundleID, url: url, secret: stored, createdAt: services.clock.now,
-                                 cursor: try await services.store.lastEventSeq(bundleID: bundleID), keyID: keyID)
-        try await services.store.insertWebhook(hook)
+                                 cursor: try await store.lastEventSeq(bundleID: bundleID), keyID: keyID)
+        try await store.insertWebhook(hook)
         services.events.ring()
         return (hook, secret)
     }
@@ -99,25 +101,25 @@ struct EventsController {
     @Sendable func listWebhooks(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
         var views: [JSONValue] = []
-        for hook in try await services.store.webhooks(bundleID: caller.bundleID) { views.append(try await Self.view(hook, store: services.store)) }
+        for hook in try await store.webhooks(bundleID: caller.bundleID) { views.append(try await Self.view(hook, store: store)) }
         return JSONResponse.make(["webhooks": .array(views)])
     }
 
     @Sendable func showWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let hook = try await own(context)
-        return JSONResponse.make(try await Self.view(hook, store: services.store))
+        return JSONResponse.make(try await Self.view(hook, store: store))
     }
 
     @Sendable func deleteWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let hook = try await own(context)
-        _ = try await services.store.deleteWebhook(id: hook.id)
+        _ = try await store.deleteWebhook(id: hook.id)
         return JSONResponse.make(["id": .string(hook.id), "deleted": .bool(true)])
     }
 
     func own(_ context: IsleRequestContext) async throws -> WebhookRecord {
         let caller = try context.caller(.backend)
         let id = try context.parameters.decoded("webhook")
-        guard let hook = try await services.store.webhook(id: id), hook.bundleID == caller.bundleID else { throw APIError.notFound("webhook \(id)") }
+        guard let hook = try await store.webhook(id: id), hook.bundleID == caller.bundleID else { throw APIError.notFound("webhook \(id)") }
         return hook
     }
 

@@ -9,7 +9,9 @@ import Logging
 
 /// What the controllers share: the store, the engine (to wake it and reach APNs), the clock.
 struct APIServices: Sendable {
-    let store: any IsleStore
+    /// What the helpers below read (apps, activities, installations) and a lane's wake-up: each
+    /// controller holds its own narrow view of the store besides.
+    let lookups: any AppLookup & ActivityRepository & InstallationRepository & JobIntake
     let engine: DeliveryEngine
     let clock: any WallClock
     let logger: Logger
@@ -30,31 +32,31 @@ struct APIServices: Sendable {
 
     /// The app, as the engine sees it (read at most once a second).
     func app(_ bundleID: String) async throws -> AppRecord {
-        guard let app = try await engine.apps.app(bundleID, store: store) else { throw APIError.notFound("app \(bundleID)") }
+        guard let app = try await engine.apps.app(bundleID, store: lookups) else { throw APIError.notFound("app \(bundleID)") }
         return app
     }
 
     /// The caller's own activity; another app's is not found.
     func ownActivity(_ caller: Caller, _ id: String) async throws -> ActivityRecord {
-        guard let a = try await store.activity(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
+        guard let a = try await lookups.activity(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
         return a
     }
 
     /// ``ownActivity(_:_:)`` as accepting a push needs it (no attributes, content or topics).
     func ownActivityForPush(_ caller: Caller, _ id: String) async throws -> ActivityRecord {
-        guard let a = try await store.activityForPush(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
+        guard let a = try await lookups.activityForPush(id: id), a.bundleID == caller.bundleID else { throw APIError.notFound("activity \(id)") }
         return a
     }
 
     /// The caller's own installation; another app's is not found.
     func ownInstallation(_ caller: Caller, _ id: String) async throws -> InstallationRecord {
-        guard let i = try await store.installation(bundleID: caller.bundleID, id: id) else { throw APIError.notFound("installation \(id)") }
+        guard let i = try await lookups.installation(bundleID: caller.bundleID, id: id) else { throw APIError.notFound("installation \(id)") }
         return i
     }
 
     /// A lane's waiting head may go now (the token it waited for arrived).
     func wakeLane(_ activityID: String) async throws {
-        try await store.wakeLane(activityID: activityID, now: clock.now)
+        try await lookups.wakeLane(activityID: activityID, now: clock.now)
         engine.wake()
     }
 }

@@ -8,6 +8,8 @@ import IsleDelivery
 /// by key, by topic) and the console's compose form share, so their rules cannot drift apart.
 struct ActivityPushes {
     let services: APIServices
+    /// The store as this needs it, and no more.
+    let store: any JobIntake
 
     struct Prepared {
         var jobs: [NewPushJob]
@@ -43,7 +45,7 @@ struct ActivityPushes {
     /// Commits the jobs (with the idempotent answer, in one transaction) and wakes the engine when
     /// they come due.
     func commit(_ prepared: Prepared, idempotency: IdempotencyRecord?, now: Date) async throws -> [Int64] {
-        let ids = try await services.store.enqueue(TraceParent.stamped(prepared.jobs), idempotency: idempotency, now: now)
+        let ids = try await store.enqueue(TraceParent.stamped(prepared.jobs), idempotency: idempotency, now: now)
         services.engine.wake(at: prepared.runAt)
         return ids
     }

@@ -10,13 +10,15 @@ import IsleDelivery
 /// paused (a configuration error) at once.
 struct AppControl {
     let services: APIServices
+    /// The store as this needs it, and no more.
+    let store: any OperatorPauseRepository & JobIntake
 
     /// False when an operator had paused it already (the reason is replaced, no new event).
     func pause(bundleID: String, keyID: String, reason: String) async throws -> Bool {
         let now = services.clock.now
-        let paused = try await services.store.pauseApp(OperatorPause(bundleID: bundleID, keyID: keyID, reason: reason, at: now),
+        let paused = try await store.pauseApp(OperatorPause(bundleID: bundleID, keyID: keyID, reason: reason, at: now),
                                                       event: NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "operator", "reason": .string(reason), "keyId": .string(keyID)], at: now))
-        services.engine.circuits.setOperatorPauses(try await services.store.operatorPauses())
+        services.engine.circuits.setOperatorPauses(try await store.operatorPauses())
         services.events.ring()
         return paused
     }
@@ -25,7 +27,7 @@ struct AppControl {
     func probe(bundleID: String) async throws {
         let now = services.clock.now
         services.engine.circuits.resume(bundleID, now: now)
-        try await services.store.wakeApp(bundleID: bundleID, now: now)
+        try await store.wakeApp(bundleID: bundleID, now: now)
         services.engine.wake()
     }
 
@@ -35,10 +37,10 @@ struct AppControl {
         let now = services.clock.now
         var data: JSONObject = ["source": "operator"]
         if let keyID { data["keyId"] = .string(keyID) }
-        let lifted = try await services.store.resumeApp(bundleID: bundleID, event: NewEvent(bundleID: bundleID, type: .appResumed, data: data, at: now)) != nil
-        services.engine.circuits.setOperatorPauses(try await services.store.operatorPauses())
+        let lifted = try await store.resumeApp(bundleID: bundleID, event: NewEvent(bundleID: bundleID, type: .appResumed, data: data, at: now)) != nil
+        services.engine.circuits.setOperatorPauses(try await store.operatorPauses())
         services.engine.circuits.resume(bundleID, now: now)
-        try await services.store.wakeApp(bundleID: bundleID, now: now)
+        try await store.wakeApp(bundleID: bundleID, now: now)
         services.engine.wake()
         services.events.ring()
         return lifted
