@@ -184,7 +184,8 @@ public enum PushJobState: String, Sendable, Hashable, Codable, CaseIterable {
 /// of strings. Live Activity pushes — start, update and end, to a token or a broadcast channel —
 /// are IsleCore's ``LiveActivityPayload``; a widget reload is ``WidgetPayload``.
 public enum JobPayload: Sendable, Hashable {
-    case liveActivity(LiveActivityPayload)
+    /// Boxed (`indirect`): a fan-out's million jobs share the one payload, a reference each.
+    indirect case liveActivity(LiveActivityPayload)
     case widgets(WidgetPayload)
 
     /// The Live Activity payload; nil for a widget reload.
