@@ -3,6 +3,8 @@
 # only) and prints the URL to use as ISLE_TEST_POSTGRES_URL / isle serve --database.
 #   scripts/postgres-test-cluster.sh start   -> prints postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 #   scripts/postgres-test-cluster.sh stop
+#   scripts/postgres-test-cluster.sh halt    -> stops the server, keeping the cluster (an outage)
+#   scripts/postgres-test-cluster.sh resume  -> starts it again on the same port
 # The cluster lives in ${ISLE_PG_DIR:-/tmp/isle-pg}; as root it runs as the postgres user.
 # ISLE_PG_FSYNC=on keeps fsync on (benchmarks: durable commits, as in production).
 # ISLE_PG_OPTIONS='-c …' adds server settings (profiling: -c shared_preload_libraries=pg_stat_statements).
@@ -35,8 +37,9 @@ case "${1:-start}" in
     # The port is free when picked but could be taken before PostgreSQL binds it: three tries.
     for try in 1 2 3; do
       PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-      if as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w \
-          -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300 ${ISLE_PG_OPTIONS:-}" start >/dev/null; then
+      OPTIONS="-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c fsync=${ISLE_PG_FSYNC:-off} -c max_connections=300 ${ISLE_PG_OPTIONS:-}"
+      if as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -o "$OPTIONS" start >/dev/null; then
+        printf '%s\n' "$OPTIONS" > "$DIR/options"
         break
       fi
       if [ "$try" = 3 ]; then
@@ -51,5 +54,11 @@ case "${1:-start}" in
     ;;
   restart)
     as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" restart -m fast -w >/dev/null
+    ;;
+  halt)
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" stop -m fast -w >/dev/null
+    ;;
+  resume)
+    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -o "$(cat "$DIR/options")" start >/dev/null
     ;;
 esac

@@ -169,13 +169,13 @@ public final class DeliveryEngine: Service {
                 wake()
             }
         } catch {
-            logger.error("the lease sweep failed; it runs again shortly", metadata: ["error": "\(error)"])
+            logger.log(level: .forStoreFailure(.error, error), "the lease sweep failed; it runs again shortly", metadata: ["error": "\(error)"])
         }
         do {
             let pruned = try await store.prune(now: clock.now, retention: configuration.retention, limit: 5_000)
             if pruned > 0 { logger.debug("pruned finished work past its retention", metadata: ["rows": "\(pruned)"]) }
         } catch {
-            logger.error("pruning failed; it runs again at the next sweep", metadata: ["error": "\(error)"])
+            logger.log(level: .forStoreFailure(.error, error), "pruning failed; it runs again at the next sweep", metadata: ["error": "\(error)"])
         }
     }
 
@@ -204,8 +204,8 @@ public final class DeliveryEngine: Service {
                         }
                     } catch {
                         if Task.isCancelled { break }
-                        if failing == nil { logger.error("claiming jobs failed; deliveries pause until the database answers", metadata: ["error": "\(error)"]) }
-                        let pause = min((failing ?? .milliseconds(50)) * 2, .seconds(5))
+                        if failing == nil { logger.log(level: .forStoreFailure(.error, error), "claiming jobs failed; deliveries pause until the database answers", metadata: ["error": "\(error)"]) }
+                        let pause = min((failing ?? .milliseconds(50)) * 2, .seconds(1))
                         failing = pause
                         try? await Task.sleep(for: pause)
                     }
@@ -304,7 +304,7 @@ public final class DeliveryEngine: Service {
         }
         guard due else { return }
         do { circuits.setOperatorPauses(try await store.operatorPauses()) } catch {
-            logger.warning("reading the operators' pauses failed; keeping the last known", metadata: ["error": "\(error)"])
+            logger.log(level: .forStoreFailure(.warning, error), "reading the operators' pauses failed; keeping the last known", metadata: ["error": "\(error)"])
         }
     }
 
@@ -336,7 +336,7 @@ public final class DeliveryEngine: Service {
                 // Cancelled (not a graceful stop, which lets the work in flight finish): the
                 // results are lost to this process; the sweep of a running one sends those jobs again.
                 if Task.isCancelled || cancelled.withLock({ $0 }) { return nil }
-                logger.error("writing delivery results failed; retrying", metadata: ["jobs": "\(batch.map(\.claim.job.id))", "error": "\(error)"])
+                logger.log(level: .forStoreFailure(.error, error), "writing delivery results failed; retrying", metadata: ["jobs": "\(batch.map(\.claim.job.id))", "error": "\(error)"])
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(5))
             }

@@ -241,9 +241,13 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
     }
     public var code: Code
     public var message: String
-    public init(_ code: Code, _ message: String) {
+    /// The store has said so in the log already (PostgreSQL away: one line when it goes, one when
+    /// it is back), so a caller that answers 503 need not log each request again.
+    public var alreadyLogged: Bool
+    public init(_ code: Code, _ message: String, alreadyLogged: Bool = false) {
         self.code = code
         self.message = message
+        self.alreadyLogged = alreadyLogged
     }
     public var description: String { message }
 }

@@ -14,13 +14,13 @@ struct CallDeadlineTests {
     func deadlines() async throws {
         let deadlines = CallDeadlines()
         let fired = Mutex<[String]>([])
-        let kept = deadlines.add(after: .milliseconds(50)) { fired.withLock { $0.append("kept") } }
-        let removed = deadlines.add(after: .milliseconds(50)) { fired.withLock { $0.append("removed") } }
+        let kept = deadlines.add(after: .milliseconds(50)) { _ in fired.withLock { $0.append("kept") } }
+        let removed = deadlines.add(after: .milliseconds(50)) { _ in fired.withLock { $0.append("removed") } }
         deadlines.remove(removed)
         _ = kept
         try await eventually(within: .seconds(5), "the call past its deadline expired") { fired.withLock { $0 } == ["kept"] }
         // Idle now: a new call starts the watcher again.
-        _ = deadlines.add(after: .milliseconds(10)) { fired.withLock { $0.append("later") } }
+        _ = deadlines.add(after: .milliseconds(10)) { _ in fired.withLock { $0.append("later") } }
         try await eventually(within: .seconds(5), "a later call expired too") { fired.withLock { $0 } == ["kept", "later"] }
     }
 

@@ -98,7 +98,7 @@ final class WebhookDispatcher: Service {
                         }
                     }
                 } catch {
-                    logger.warning("webhooks: reading the endpoints failed; trying again", metadata: ["error": "\(error)"])
+                    logger.log(level: .forStoreFailure(.warning, error), "webhooks: reading the endpoints failed; trying again", metadata: ["error": "\(error)"])
                 }
                 if let due = state.nextTry.withLock({ t -> Date? in defer { t = nil }; return t }) { next = min(next, due) }
                 let wait = max(0, next.timeIntervalSince(clock.now))
@@ -157,7 +157,7 @@ final class WebhookDispatcher: Service {
             }
             return clock.now
         } catch {
-            logger.warning("webhooks: the store failed; trying again", metadata: ["webhook": "\(hook.id)", "error": "\(error)"])
+            logger.log(level: .forStoreFailure(.warning, error), "webhooks: the store failed; trying again", metadata: ["webhook": "\(hook.id)", "error": "\(error)"])
             return clock.now.addingTimeInterval(1)
         }
     }

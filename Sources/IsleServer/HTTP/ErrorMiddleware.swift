@@ -23,7 +23,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             bounded.message = PathEcho.clipping(request.uri.path, in: e.message)
             throw bounded
         } catch let e as StoreError where e.code == .unavailable || e.code == .refused {
-            logger.error("the database is unavailable", metadata: ["http.path": "\(request.uri.path)", "error": "\(e.message)"])
+            logger.log(level: e.alreadyLogged ? .debug : .error, "the database is unavailable", metadata: ["http.path": "\(request.uri.path)", "error": "\(e.message)"])
             throw APIError(.serviceUnavailable, "databaseUnavailable", "the database is unavailable right now; nothing was changed — retry shortly", retryAfter: 1)
         } catch let e as HTTPError {
             // No route: a documented path asked with a method it does not take is a 405 naming
@@ -84,5 +84,13 @@ struct APIMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             metrics.accepted(status: error.status.code, duration: ContinuousClock.now - start)
             throw error
         }
+    }
+}
+
+extension Logger.Level {
+    /// `self` for a failed store call, or debug when the store has said its cause already
+    /// (PostgreSQL away: one line when it goes, one when it is back — not one per retry).
+    static func forStoreFailure(_ level: Logger.Level, _ error: any Error) -> Logger.Level {
+        (error as? StoreError)?.alreadyLogged == true ? .debug : level
     }
 }

@@ -64,7 +64,7 @@ public final class HistoryRecorder: Service {
         do {
             try await store.addHistory(points)
         } catch {
-            logger.warning("writing the delivery history failed; keeping the counts for the next try", metadata: ["error": "\(error)"])
+            logger.log(level: .forStoreFailure(.warning, error), "writing the delivery history failed; keeping the counts for the next try", metadata: ["error": "\(error)"])
             counts.withLock { c in for p in points { c[HistoryKey(bundleID: p.bundleID, minute: p.minute, metric: p.metric), default: 0] += p.count } }
         }
     }

@@ -22,7 +22,11 @@ import Synchronization
 /// Run it inside ``withRunning(_:)`` (the connection pool lives for that scope).
 public final class PostgresStore: IsleStore {
     public let settings: PostgresSettings
-    let client: PostgresClient
+    /// The connection pool (replaced when PostgreSQL comes back, ``PostgresPools``).
+    let pools: PostgresPools
+    var client: PostgresClient { pools.client }
+    /// Whether PostgreSQL answers (``PostgresAvailability``): while it does not, calls fail at once.
+    let availability: PostgresAvailability
     let logger: Logger
     /// The deadline of every call in flight (``bounded(_:)``).
     let deadlines = CallDeadlines()
@@ -49,7 +53,9 @@ public final class PostgresStore: IsleStore {
         // cost more PostgreSQL CPU per update than planning each time (docs/performance.md).
         c.options.additionalStartupParameters = [("statement_timeout", "\(settings.statementTimeout * 1000)"), ("application_name", "isle"),
                                                  ("plan_cache_mode", "force_custom_plan")]
-        client = PostgresClient(configuration: c, backgroundLogger: logger)
+        let configuration = c
+        pools = PostgresPools { PostgresClient(configuration: configuration, backgroundLogger: logger) }
+        availability = PostgresAvailability(logger: logger)
     }
 
     public convenience init(url: String, logger: Logger) throws {
@@ -120,7 +126,8 @@ public final class PostgresStore: IsleStore {
     public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         try await checkCredentials()
         return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await self.client.run() }
+            group.addTask { await self.pools.run() }
+            group.addTask { await self.watchAvailability() }
             defer { group.cancelAll() }
             return try await body()
         }
@@ -143,13 +150,21 @@ public final class PostgresStore: IsleStore {
     /// and a table entry, not a sleeping timer task and a task to cancel it (three tasks per call
     /// before; docs/performance.md).
     func bounded<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-        let limit = Duration.seconds(settings.statementTimeout + 5)
+        try await bounded(limit: .seconds(settings.statementTimeout + 5), gated: true, operation)
+    }
+
+    /// ``bounded(_:)`` with its own deadline. `gated`: refused at once while PostgreSQL is away
+    /// (``PostgresAvailability``); a call that loses its connection marks it away.
+    func bounded<T: Sendable>(limit: Duration, gated: Bool, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        if gated, let away = availability.current {
+            throw StoreError(.unavailable, "PostgreSQL is unavailable (\(away.reason.prefix(120))); retry shortly", alreadyLogged: true)
+        }
         let deadlines = self.deadlines
-        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in
+        let value: T = try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in
             let answer = OneAnswer(c)
             let work = Mutex<Task<Void, Never>?>(nil)
-            let id = deadlines.add(after: limit) {
-                if answer.give(.failure(StoreError(.unavailable, "PostgreSQL did not answer within \(limit)"))) { work.withLock { $0?.cancel() } }
+            let id = deadlines.add(after: limit) { why in
+                if answer.give(.failure(StoreError(.unavailable, why ?? "PostgreSQL did not answer within \(limit)", alreadyLogged: why != nil))) { work.withLock { $0?.cancel() } }
             }
             // Unstructured on purpose: the caller must get its answer at the deadline even when the
             // stuck operation ignores cancellation (a task group would wait for it).
@@ -161,6 +176,7 @@ public final class PostgresStore: IsleStore {
             }
             work.withLock { $0 = task }
         }
+        return value
     }
 
     func unboundedTransaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
@@ -181,18 +197,29 @@ public final class PostgresStore: IsleStore {
                 }
             } catch let e as RetryablePGError where e.isTransient && attempt < 5 {
                 continue
-            } catch let e as PSQLError {
-                throw PG.storeError(e)
+            } catch {
+                throw away(error)
             }
         }
+    }
+
+    /// A call's error as the store reports it; one that says PostgreSQL is away marks it so.
+    func away(_ error: any Error) -> any Error {
+        guard PostgresAvailability.saysAway(error) else {
+            if let e = error as? PSQLError { return PG.storeError(e) }
+            return error
+        }
+        goneAway("\(error)".prefix(200).description)
+        if let e = error as? PSQLError { return PG.storeError(e) }
+        return StoreError(.unavailable, "PostgreSQL is unreachable (\(error))")
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await bounded {
             do {
                 return try await self.client.withConnection { conn in try await body(conn) }
-            } catch let e as PSQLError {
-                throw PG.storeError(e)
+            } catch {
+                throw self.away(error)
             }
         }
     }
@@ -931,7 +958,7 @@ public final class PostgresStore: IsleStore {
 
 extension PostgresStore {
     /// Runs the connection pool until cancelled (prefer ``withRunning(_:)``, which scopes it).
-    public func run() async { await client.run() }
+    public func run() async { await pools.run() }
 
     /// Runs one statement outside a transaction (administration: `CREATE DATABASE`).
     public func execute(_ sql: String) async throws {
@@ -958,13 +985,14 @@ extension PostgresStore {
 final class CallDeadlines: Sendable {
     private struct State {
         var next: UInt64 = 0
-        var entries: [UInt64: (at: ContinuousClock.Instant, expire: @Sendable () -> Void)] = [:]
+        /// Each call's deadline and what answers it (with the reason, when it is not the deadline).
+        var entries: [UInt64: (at: ContinuousClock.Instant, expire: @Sendable (String?) -> Void)] = [:]
         var watching = false
     }
     private let state = Mutex(State())
     static let tick: Duration = .milliseconds(250)
 
-    func add(after limit: Duration, expire: @escaping @Sendable () -> Void) -> UInt64 {
+    func add(after limit: Duration, expire: @escaping @Sendable (String?) -> Void) -> UInt64 {
         let at = ContinuousClock.now + limit
         let (id, start) = state.withLock { s -> (UInt64, Bool) in
             s.next += 1
@@ -980,12 +1008,21 @@ final class CallDeadlines: Sendable {
         _ = state.withLock { $0.entries.removeValue(forKey: id) }
     }
 
+    /// Answers every call now, with `reason` (the database is away).
+    func expireAll(because reason: String) {
+        let all = state.withLock { s -> [@Sendable (String?) -> Void] in
+            defer { s.entries.removeAll() }
+            return s.entries.values.map(\.expire)
+        }
+        for expire in all { expire(reason) }
+    }
+
     private func watch() async {
         while true {
             try? await Task.sleep(for: Self.tick)
             let now = ContinuousClock.now
-            let (due, stop) = state.withLock { s -> ([@Sendable () -> Void], Bool) in
-                var due: [@Sendable () -> Void] = []
+            let (due, stop) = state.withLock { s -> ([@Sendable (String?) -> Void], Bool) in
+                var due: [@Sendable (String?) -> Void] = []
                 for (id, e) in s.entries where e.at <= now {
                     due.append(e.expire)
                     s.entries[id] = nil
@@ -994,7 +1031,7 @@ final class CallDeadlines: Sendable {
                 if s.entries.isEmpty { s.watching = false }
                 return (due, s.entries.isEmpty)
             }
-            for expire in due { expire() }
+            for expire in due { expire(nil) }
             if stop { return }
         }
     }
