@@ -56,20 +56,7 @@ struct MultiInstanceTests {
         logger.logLevel = .critical
         let url = try await PostgresStore.createDatabase(on: try PostgresSettings(url: server), prefix: "isle_multi", logger: logger).url
         progress("database \(url)")
-        var simConfiguration = IsleSim.Configuration()
-        simConfiguration.device = .instant
-        simConfiguration.device.maximumActivitiesPerApp = 200
-        simConfiguration.device.maximumActivitiesPerDevice = 200
-        simConfiguration.device.hourlyBudget = 1_000_000
-        try await IsleSim.withRunning(configuration: simConfiguration, clock: SystemWallClock()) { sim in
-            let key = TestProviderKey()
-            try sim.apns.register(RegisteredKey(keyID: key.keyID, teamID: key.teamID, publicKeyPEM: key.publicKeyPEM))
-            let device = sim.world.createDevice(name: "iPhone")
-            _ = try sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: device)
-            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-multi-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-            let caPath = dir.appendingPathComponent("sim-ca.pem").path
-            try sim.caCertificatePEM!.write(toFile: caPath, atomically: true, encoding: .utf8)
+        try await SimForProcesses.with(activities: 200, name: "isle-multi") { sim, key, device, dir, caPath in
 
             // The app and its keys, as `isle app add` / `isle key create` would store them.
             let masterKey = MasterKey.generate()
@@ -412,4 +399,28 @@ enum IsleBinary {
         let debug = root.appendingPathComponent(".build/debug/isle").path
         return FileManager.default.isExecutableFile(atPath: debug) ? debug : nil
     }()
+}
+
+/// The simulator that real `isle serve` processes push to: instant devices, one iPhone with the
+/// pizza app, a registered provider key, and its CA written to a run directory for `--apns-ca-cert`.
+enum SimForProcesses {
+    static func with(activities: Int, name: String,
+                     _ body: (IsleSim, TestProviderKey, String, URL, String) async throws -> Void) async throws {
+        var configuration = IsleSim.Configuration()
+        configuration.device = .instant
+        configuration.device.maximumActivitiesPerApp = activities
+        configuration.device.maximumActivitiesPerDevice = activities
+        configuration.device.hourlyBudget = 1_000_000
+        try await IsleSim.withRunning(configuration: configuration, clock: SystemWallClock()) { sim in
+            let key = TestProviderKey()
+            try sim.apns.register(RegisteredKey(keyID: key.keyID, teamID: key.teamID, publicKeyPEM: key.publicKeyPEM))
+            let device = sim.world.createDevice(name: "iPhone")
+            _ = try sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: device)
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            let caPath = dir.appendingPathComponent("sim-ca.pem").path
+            try sim.caCertificatePEM!.write(toFile: caPath, atomically: true, encoding: .utf8)
+            try await body(sim, key, device, dir, caPath)
+        }
+    }
 }

@@ -56,20 +56,7 @@ struct PostgresOutageTests {
         var logger = Logger(label: "isle.test.outage")
         logger.logLevel = .critical
         let url = try await PostgresStore.createDatabase(on: try PostgresSettings(url: server), prefix: "isle_outage", logger: logger).url
-        var simConfiguration = IsleSim.Configuration()
-        simConfiguration.device = .instant
-        simConfiguration.device.hourlyBudget = 1_000_000
-        simConfiguration.device.maximumActivitiesPerApp = 20
-        simConfiguration.device.maximumActivitiesPerDevice = 20
-        try await IsleSim.withRunning(configuration: simConfiguration, clock: SystemWallClock()) { sim in
-            let key = TestProviderKey()
-            try sim.apns.register(RegisteredKey(keyID: key.keyID, teamID: key.teamID, publicKeyPEM: key.publicKeyPEM))
-            let device = sim.world.createDevice(name: "iPhone")
-            _ = try sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: device)
-            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-outage-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-            let caPath = dir.appendingPathComponent("sim-ca.pem").path
-            try sim.caCertificatePEM!.write(toFile: caPath, atomically: true, encoding: .utf8)
+        try await SimForProcesses.with(activities: 20, name: "isle-outage") { sim, key, device, dir, caPath in
             let masterKey = MasterKey.generate()
             let store = PostgresStore(settings: try PostgresSettings(url: url), logger: logger)
             // The app, its backend key and its activities, stored directly (the API is what is measured).

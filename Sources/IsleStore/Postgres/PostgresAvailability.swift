@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import NIOSSL
 import PostgresNIO
 import Synchronization
 
@@ -172,15 +171,7 @@ extension PostgresStore {
         let log = logger
         do {
             _ = try await bounded(limit: limit, gated: false) { () async throws -> Int in
-                let tls: PostgresConnection.Configuration.TLS
-                switch settings.tls {
-                case .disable: tls = .disable
-                case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-                case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
-                }
-                var configuration = PostgresConnection.Configuration(host: settings.host, port: settings.port, username: settings.username, password: settings.password,
-                                                                     database: settings.database, tls: tls)
-                configuration.options.connectTimeout = .seconds(1)
+                let configuration = try PostgresStore.connectionConfiguration(settings, connectTimeout: .seconds(1))
                 let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: log)
                 defer { Task { try? await connection.close() } }
                 return try await connection.query("SELECT 1", logger: log).collect().count

@@ -68,15 +68,7 @@ public final class PostgresStore: IsleStore {
     /// PostgreSQL did not answer. A server that cannot be reached yet is left to the pool (it
     /// retries, as after a PostgreSQL restart).
     public func checkCredentials() async throws {
-        let tls: PostgresConnection.Configuration.TLS
-        switch settings.tls {
-        case .disable: tls = .disable
-        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
-        }
-        var configuration = PostgresConnection.Configuration(host: settings.host, port: settings.port, username: settings.username, password: settings.password,
-                                                             database: settings.database, tls: tls)
-        configuration.options.connectTimeout = .seconds(5)
+        let configuration = try Self.connectionConfiguration(settings, connectTimeout: .seconds(5))
         let connection: PostgresConnection
         do {
             connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
@@ -87,6 +79,20 @@ public final class PostgresStore: IsleStore {
             return
         }
         try? await connection.close()
+    }
+
+    /// A connection of its own, outside the pool (the credentials check, the availability probe).
+    static func connectionConfiguration(_ settings: PostgresSettings, connectTimeout: TimeAmount) throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS
+        switch settings.tls {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        }
+        var configuration = PostgresConnection.Configuration(host: settings.host, port: settings.port, username: settings.username, password: settings.password,
+                                                             database: settings.database, tls: tls)
+        configuration.options.connectTimeout = connectTimeout
+        return configuration
     }
 
     /// The permanent refusals of a connection attempt, each with what to do about it.
