@@ -138,6 +138,9 @@ struct ServeCommand: AsyncParsableCommand {
         var (configuration, level) = try settings()
         // Every connection is a file descriptor: the soft limit goes up to the hard one.
         FileDescriptorLimit.raise()
+        // A file-size limit reached (ulimit -f) is an error on the write that hit it — a 503 for
+        // the request, /ready not ready — not a signal that ends the server.
+        signal(SIGXFSZ, SIG_IGN)
         let diagnostics = Logger(label: "isle.tracing")
         let tracing = try ServeTracing.start(CLIContext.current.environment, logger: diagnostics)
         configuration.tracer = tracing?.tracer

@@ -20,11 +20,21 @@ final class GroupCommit: Sendable {
     typealias Work = @Sendable (SQLiteWriter) async throws -> Void
     private let batcher: Batcher<Work, Void>
     private let pool: DatabasePool
+    private let faults: StoreFaults
+    /// Why the last commit failed (a full disk, an I/O error), until one succeeds.
+    private let failure = Mutex<String?>(nil)
 
-    init(pool: DatabasePool, maximumBatch: Int = 512) {
+    init(pool: DatabasePool, faults: StoreFaults = StoreFaults(), maximumBatch: Int = 512) {
         self.pool = pool
+        self.faults = faults
         batcher = Batcher(maximumBatch: maximumBatch)
     }
+
+    /// Why the last commit failed, while no commit has succeeded since.
+    var lastFailure: String? { failure.withLock { $0 } }
+
+    /// Writes are known to work again (a probe of the disk succeeded).
+    func clearFailure() { failure.withLock { $0 = nil } }
 
     /// Runs `body` inside a committed write transaction shared with other writers.
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
@@ -36,6 +46,7 @@ final class GroupCommit: Sendable {
     func transaction<T: Sendable>(_ body: @escaping @Sendable (SQLiteWriter) async throws -> T) async throws -> T {
         let box = Mutex<T?>(nil)
         let pool = self.pool
+        let faults = self.faults
         try await batcher.submit({ writer in
             let value = try await body(writer)
             box.withLock { $0 = value }
@@ -54,7 +65,9 @@ final class GroupCommit: Sendable {
                             throw OneWriteFailed(index: n, error: error)
                         }
                     }
+                    try faults.check(.commit)
                     try writer.commit()
+                    self.failure.withLock { $0 = nil }
                     return batch.map { _ in .success(()) }
                 } catch let failed as OneWriteFailed where batch.count == 1 {
                     return [.failure(failed.error)]
@@ -79,7 +92,9 @@ final class GroupCommit: Sendable {
                 // The commit itself failed (disk full, locked past the busy timeout, I/O error): every
                 // write of the batch failed with it. Said without the SQL.
                 writer.rollback()
-                throw StoreError(.unavailable, "the database could not commit: \(GroupCommit.describe(error))")
+                let why = GroupCommit.describe(error)
+                self.failure.withLock { $0 = why }
+                throw StoreError(.unavailable, "the database could not commit: \(why)")
             }
         })
         return box.withLock { $0! }

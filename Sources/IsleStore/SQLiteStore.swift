@@ -53,7 +53,7 @@ public final class SQLiteStore: IsleStore {
         }
         self.path = path
         pool = try DatabasePool(path: path, configuration: config)
-        writer = GroupCommit(pool: pool)
+        writer = GroupCommit(pool: pool, faults: faults)
     }
 
     /// A read on the calling thread (GRDB's synchronous `read`): no hop to a reader's dispatch
@@ -688,8 +688,31 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
+    /// Reads work, and writes do too: after a commit failed (a full disk, an I/O error), a small
+    /// file beside the database is written and synced until that succeeds (docs/server.md, "A
+    /// full disk"). `/ready` answers 503 meanwhile.
     public func ping() async throws {
         _ = try readNow { db in try Int.fetchOne(db, sql: "SELECT 1") }
+        guard let failure = writer.lastFailure else { return }
+        if !faults.take(.diskProbe), Self.diskTakesWrites(beside: path) {
+            writer.clearFailure()
+            return
+        }
+        throw StoreError(.unavailable, "writes to the database fail (\(failure)); is its disk full?")
+    }
+
+    /// Writes and syncs 16 KiB in a file beside `path`, then removes it.
+    static func diskTakesWrites(beside path: String) -> Bool {
+        let probe = path + "-isle-probe"
+        let fd = open(probe, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        defer {
+            close(fd)
+            unlink(probe)
+        }
+        let bytes = [UInt8](repeating: 0, count: 16_384)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        return written == bytes.count && fsync(fd) == 0
     }
 
     public func jobCounts() async throws -> [PushJobState: Int] {

@@ -21,6 +21,10 @@ public final class StoreFaults: Sendable {
         case activityMissing
         /// Pruning fails.
         case prune
+        /// SQLite: a batch's commit fails, as on a full disk (``SQLiteStore/ping()`` then checks the disk).
+        case commit
+        /// SQLite: the disk check of ``SQLiteStore/ping()`` fails, as on a full disk.
+        case diskProbe
     }
 
     private let remaining = Mutex<[Point: Int]>([:])

@@ -169,6 +169,26 @@ struct DeliveryCoreRegressionTests {
         }
     }
 
+    @Test("2d. a commit that fails (a full disk) answers 503; /ready says not ready until a write beside the database succeeds, then ready")
+    func failedCommitTurnsReadyOff() async throws {
+        try await ServerFixture.with { f in
+            let (_, id) = try await f.appStartsActivity(key: "order-disk")
+            #expect(try await f.call("GET", "/ready").status == 200)
+            // The commit fails, and so does the disk check after it: the disk is full.
+            f.faults.arm(.commit, times: 1)
+            f.faults.arm(.diskProbe, times: 1)
+            let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("lost"))
+            #expect(r.status == 503 && r.retryAfter == "1", "\(r.json.jsonString)")
+            let notReady = try await f.call("GET", "/ready")
+            #expect(notReady.status == 503 && notReady.retryAfter == "1", "\(notReady.json.jsonString)")
+            // Room again: the next check writes its file and /ready is back; so are writes.
+            #expect(try await f.call("GET", "/ready").status == 200)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("kept")).status == 202)
+            #expect(f.faults.injected == 2)
+            #expect(!FileManager.default.fileExists(atPath: f.databasePath + "-isle-probe"), "the check leaves no file")
+        }
+    }
+
     @Test("4a. an APNs outage of two hours loses nothing (v1 gave up after 10 tries, 4–8 minutes): the end goes out when APNs is back")
     func outageRetriedByTime() async throws {
         try await ServerFixture.with { f in

@@ -16,8 +16,10 @@ import Testing
 /// within 2 s — never a 500, never a hang; `/ready` turns not-ready within 2 s and ready within 2 s
 /// of PostgreSQL's return; deliveries resume by themselves and nothing accepted is lost. Needs
 /// `ISLE_TEST_POSTGRES_URL` and `ISLE_TEST_POSTGRES_CTL` (CI sets both).
-@Suite("PostgreSQL away under two instances", .serialized)
-struct PostgresOutageTests {
+// Inside the multi-instance suite (serialized): the two real-process scenarios never run at once.
+extension MultiInstanceTests {
+@Suite("PostgreSQL away under two instances")
+struct PostgresOutage {
     static let outage: Duration = .seconds(20)
     static let limit: Duration = .seconds(2)
 
@@ -114,11 +116,11 @@ struct PostgresOutageTests {
                                 failures.withLock { $0.append("POST to \(port): \(error)") }
                             }
                             // Pacing: a backend's next update, not a wait for an event.
-                            try? await Task.sleep(for: .milliseconds(100))
+                            try? await Task.sleep(for: .milliseconds(150))
                         }
                     }
                 }
-                // /ready on each instance, ten times a second.
+                // /ready on each instance, five times a second.
                 for instance in instances {
                     group.addTask {
                         while !stop.withLock({ $0 }) {
@@ -131,7 +133,7 @@ struct PostgresOutageTests {
                             } catch {
                                 failures.withLock { $0.append("/ready on \(instance.port): \(error)") }
                             }
-                            try? await Task.sleep(for: .milliseconds(100))
+                            try? await Task.sleep(for: .milliseconds(200))
                         }
                     }
                 }
@@ -198,4 +200,5 @@ struct PostgresOutageTests {
             #expect(firstReady.map { $0.ended <= back + Self.limit } == true, "/ready on \(port) came back too late")
         }
     }
+}
 }
