@@ -173,6 +173,10 @@ public protocol EventRepository: Sendable {
     /// Takes or renews, for `lease`, the right to send the webhook's events: one process at a time
     /// sends an endpoint's events, so they arrive in order. False while another process holds it.
     func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool
+    /// At a serving process's start, the holds no running process can still have (SQLite: all of
+    /// them — one process serves the file, and its lock proves the last one gone; PostgreSQL: none,
+    /// other instances may be sending). Answers how many.
+    func releaseWebhookHoldsAtStart() async throws -> Int
 }
 
 /// Apps an operator paused by hand; each change writes its event (`app.paused`, `app.resumed`) in

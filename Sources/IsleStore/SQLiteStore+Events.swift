@@ -90,6 +90,13 @@ extension SQLiteStore {
         }
     }
 
+    public func releaseWebhookHoldsAtStart() async throws -> Int {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE webhooks SET held_by = NULL, held_until = NULL WHERE held_by IS NOT NULL")
+            return db.changesCount
+        }
+    }
+
     public func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool {
         try await writer.write { db in
             try db.execute(sql: "UPDATE webhooks SET held_by = ?, held_until = ? WHERE id = ? AND (held_by IS NULL OR held_by = ? OR held_until < ?)",

@@ -148,6 +148,11 @@ struct EventStoreTests {
         #expect(try await !s.holdWebhook(id: "wh_1", worker: "p2", now: t0.addingTimeInterval(10), lease: 30))
         #expect(try await s.holdWebhook(id: "wh_1", worker: "p1", now: t0.addingTimeInterval(10), lease: 30))
         #expect(try await s.holdWebhook(id: "wh_1", worker: "p2", now: t0.addingTimeInterval(41), lease: 30))
+        // A serving process's start: on SQLite every hold is a dead process's (the file lock says
+        // so) and goes at once; on PostgreSQL another instance may be sending, so it stays.
+        let released = try await s.releaseWebhookHoldsAtStart()
+        #expect(released == (kind == .sqlite ? 1 : 0))
+        #expect(try await s.holdWebhook(id: "wh_1", worker: "p3", now: t0.addingTimeInterval(42), lease: 30) == (kind == .sqlite))
         #expect(try await s.deleteWebhook(id: "wh_1"))
         #expect(try await !s.deleteWebhook(id: "wh_1"))
         #expect(try await !s.saveWebhookProgress(now))

@@ -67,6 +67,13 @@ final class WebhookDispatcher: Service {
     }
 
     func run() async throws {
+        // After a crash on SQLite, the dead process's holds would stall its endpoints for a lease.
+        do {
+            let released = try await store.releaseWebhookHoldsAtStart()
+            if released > 0 { logger.info("webhooks: released the holds of the process that stopped", metadata: ["webhooks": "\(released)"]) }
+        } catch {
+            logger.log(level: .forStoreFailure(.warning, error), "webhooks: could not release the last process's holds; they end with their lease", metadata: ["error": "\(error)"])
+        }
         await cancelWhenGracefulShutdown {
             await self.loop()
         }

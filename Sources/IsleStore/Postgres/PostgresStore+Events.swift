@@ -117,6 +117,9 @@ extension PostgresStore {
         }
     }
 
+    /// Other instances may be sending: a dead one's holds end with their lease.
+    public func releaseWebhookHoldsAtStart() async throws -> Int { 0 }
+
     public func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool {
         let log = logger
         return try await transaction { conn in
