@@ -36,6 +36,9 @@ public struct AppCircuit: Sendable, Hashable {
         /// APNs accepted a push to a token (or channel) of this environment.
         case accepted(PushEnvironment)
         case unavailable(String)
+        /// APNs answered with a status below 500 that is not about the app's set-up (a 410, a
+        /// 400, a 429): it is reachable, so a back-off for unavailability ends.
+        case reachable
         case configuration(String)
         /// APNs answered `BadDeviceToken` for `token` of `installation` (nil: not known).
         case badDeviceToken(token: String, environment: PushEnvironment, installation: String?)
@@ -101,6 +104,12 @@ public struct AppCircuit: Sendable, Hashable {
             let reason = "APNs failed \(settings.unavailableThreshold) times in a row (last: \(why)); backing off"
             mode = .backingOff(until: until, reason: reason)
             return .backingOff(until: until, reason: reason)
+        case .reachable:
+            consecutiveUnavailable = 0
+            backoffs = 0
+            guard case .backingOff = mode else { return .none }
+            mode = .running
+            return .resumed
         case .configuration(let why):
             return pause("APNs refused the app's configuration: \(why)", now: now)
         case .badDeviceToken(_, let environment, let installation):

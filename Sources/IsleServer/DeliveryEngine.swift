@@ -397,13 +397,14 @@ public final class DeliveryEngine: Service {
         case .suspectToken:
             if case .liveActivity(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
             else if case .widgets(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
-        case .retry:
+        case .retry, .deadToken, .fail:
             switch outcome {
             case .unreachable(let why, _): .unavailable(why)
             case .rejected(let status, let reason, _) where status >= 500: .unavailable("\(status) \(reason?.rawValue ?? "")")
+            // Any other answer shows APNs is reachable (a 410 after 503s ends the back-off).
+            case .rejected: .reachable
             default: nil
             }
-        case .deadToken, .fail: nil
         }
         guard let signal else { return [] }
         // The backend hears of a pause once, not at every probe that fails again.

@@ -152,6 +152,18 @@ struct DeliveryPolicyTests {
         #expect(until == Self.t0.addingTimeInterval(1))
         guard case .backingOff(let again, _) = c.record(.unavailable("503"), now: Self.t0.addingTimeInterval(1)) else { Issue.record("no backoff"); return }
         #expect(again == Self.t0.addingTimeInterval(3))
+        // A 410 (or any answer below 500 that is not about the app's set-up) shows APNs is
+        // reachable: the back-off ends, and the next 503s start counting from zero.
+        #expect(c.record(.reachable, now: Self.t0.addingTimeInterval(2)) == .resumed && c.mode == .running)
+        #expect(c.record(.reachable, now: Self.t0.addingTimeInterval(2)) == .none)
+        for _ in 0..<4 { #expect(c.record(.unavailable("503"), now: Self.t0.addingTimeInterval(2)) == .none) }
+        guard case .backingOff(let fresh, _) = c.record(.unavailable("503"), now: Self.t0.addingTimeInterval(2)) else { Issue.record("no backoff"); return }
+        #expect(fresh == Self.t0.addingTimeInterval(3), "the first back-off again, not a doubled one")
+        // A configuration pause is not ended by a reachable APNs.
+        var paused = AppCircuit()
+        _ = paused.record(.configuration("403 InvalidProviderToken"), now: Self.t0)
+        #expect(paused.record(.reachable, now: Self.t0) == .none)
+        guard case .paused = paused.mode else { Issue.record("the pause ended"); return }
 
         var env = AppCircuit()
         for i in 0..<4 { #expect(env.record(.badDeviceToken(token: "t\(i)", environment: .production, installation: "i\(i)"), now: Self.t0) == .none) }

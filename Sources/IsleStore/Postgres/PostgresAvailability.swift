@@ -137,14 +137,15 @@ extension PostgresStore {
                 try? await Task.sleep(for: Self.probeEvery.up)
                 if Task.isCancelled { return }
                 do { try await probeThroughPool() } catch {
-                    // A busy pool is not an absent database: away only when a connection of its
-                    // own cannot get an answer either.
-                    if !Task.isCancelled, await !probeDirectly(limit: Self.confirmLimit) { goneAway("no answer to a probe: \(error)") }
+                    // A busy pool, or a loaded machine, is not an absent database: away only when
+                    // a connection of its own is refused or cut (PostgreSQL stopped, restarting,
+                    // unreachable). One that is merely slow is left to the calls' own deadlines.
+                    if !Task.isCancelled, case .refused(let why) = await probeDirectly(limit: Self.confirmLimit) { goneAway(why) }
                 }
             } else {
                 try? await Task.sleep(for: Self.probeEvery.away)
                 if Task.isCancelled { return }
-                if await probeDirectly(limit: Self.probeLimit) {
+                if case .answered = await probeDirectly(limit: Self.probeLimit) {
                     await pools.replace()
                     availability.markBack()
                 }
@@ -165,20 +166,26 @@ extension PostgresStore {
         }
     }
 
-    /// One connection outside the pool, `SELECT 1`, closed; false unless all of it succeeds in time.
-    func probeDirectly(limit: Duration) async -> Bool {
+    enum Probe { case answered, refused(String), slow }
+
+    /// One connection outside the pool, `SELECT 1`, closed: answered in time, refused or cut
+    /// (an error), or slow (no answer within `limit`).
+    func probeDirectly(limit: Duration) async -> Probe {
         let settings = self.settings
         let log = logger
         do {
             _ = try await bounded(limit: limit, gated: false) { () async throws -> Int in
-                let configuration = try PostgresStore.connectionConfiguration(settings, connectTimeout: .seconds(1))
+                // A refusal comes at once; a slow connect is judged by `limit`, not by a timeout of its own.
+                let configuration = try PostgresStore.connectionConfiguration(settings, connectTimeout: .seconds(10))
                 let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: log)
                 defer { Task { try? await connection.close() } }
                 return try await connection.query("SELECT 1", logger: log).collect().count
             }
-            return true
+            return .answered
+        } catch let e as StoreError where e.message.hasPrefix("PostgreSQL did not answer within") {
+            return .slow
         } catch {
-            return false
+            return .refused("a connection of its own failed: \(error)")
         }
     }
 }
