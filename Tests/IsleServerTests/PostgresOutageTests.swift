@@ -179,7 +179,8 @@ struct PostgresOutage {
     func check(_ answers: [Answer], _ readiness: [Int: [Answer]], halting: ContinuousClock.Instant, halted: ContinuousClock.Instant, back: ContinuousClock.Instant) throws {
         #expect(!answers.isEmpty)
         let slowest = answers.map(\.took).max() ?? .zero
-        progress("updates: \(Dictionary(grouping: answers, by: \.status).mapValues(\.count)), slowest \(slowest); /ready polls: \(readiness.mapValues { Dictionary(grouping: $0, by: \.status).mapValues(\.count) })")
+        let slow = answers.sorted { $0.took > $1.took }.prefix(3).map { "\($0.status) \($0.took) at halt\($0.started < halting ? "-" : "+")\($0.started < halting ? halting - $0.started : $0.started - halting)" }
+        progress("updates: \(Dictionary(grouping: answers, by: \.status).mapValues(\.count)), slowest \(slowest) (\(slow)); back after \(back - halting); /ready polls: \(readiness.mapValues { Dictionary(grouping: $0, by: \.status).mapValues(\.count) })")
         for a in answers {
             #expect(a.status == 202 || a.status == 503, "an update answered \(a.status)")
             if a.status == 503 { #expect(a.retryAfter != nil, "a 503 without Retry-After") }

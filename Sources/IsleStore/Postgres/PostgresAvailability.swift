@@ -83,14 +83,26 @@ final class PostgresPools: Sendable {
 
     var client: PostgresClient { current.withLock { $0.client } }
 
-    /// Runs the pool (and each that replaces it) until cancelled. A store run again (a second
-    /// `withRunning`) gets a new pool: a pool runs once.
-    func run() async {
-        current.withLock { c in
-            if c.runner != nil { c.client = make() }
-            let client = c.client
-            c.runner = Task { await client.run() }
+    /// Starts the pool before the store's first call: a store run again (a second `withRunning`)
+    /// gets a new pool, since a pool runs once. Returns once the pool's run has begun, so no call
+    /// can reach a pool that has stopped or not started.
+    func start() async {
+        let fresh = current.withLock { c -> PostgresClient? in c.runner == nil ? nil : make() }
+        let client = fresh ?? self.client
+        let started = Atomic<Bool>(false)
+        let runner = Task {
+            started.store(true, ordering: .sequentiallyConsistent)
+            await client.run()
         }
+        while !started.load(ordering: .sequentiallyConsistent) { await Task.yield() }
+        current.withLock { c in
+            c.client = client
+            c.runner = runner
+        }
+    }
+
+    /// Keeps the pool (and each that replaces it) running until cancelled; then stops them all.
+    func run() async {
         await withTaskCancellationHandler {
             while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
         } onCancel: {
@@ -123,10 +135,13 @@ final class PostgresPools: Sendable {
 extension PostgresStore {
     /// How often the database is looked at while it answers (through the pool) and while it is
     /// away (with a connection of its own, so a pool backing off does not delay the news).
-    static let probeEvery = (up: Duration.milliseconds(500), away: Duration.milliseconds(250))
+    /// A call waiting on a pool that cannot connect is answered when the watcher sees it: within
+    /// `up` + ``probeLimit`` (+ a refused connect), well inside the 2 s a client is promised.
+    static let probeEvery = (up: Duration.milliseconds(300), away: Duration.milliseconds(250))
     /// A probe through the pool that takes longer than this is checked with a connection of its
-    /// own, which gets ``confirmLimit``: a loaded machine is not an absent database.
-    static let probeLimit = Duration.seconds(1)
+    /// own, which gets ``confirmLimit``: a loaded machine (or a busy pool) is not an absent
+    /// database, and costs one extra connection per look.
+    static let probeLimit = Duration.milliseconds(500)
     static let confirmLimit = Duration.seconds(2)
 
     /// Watches PostgreSQL until cancelled: marks it away when a probe fails and back when one
@@ -145,7 +160,8 @@ extension PostgresStore {
             } else {
                 try? await Task.sleep(for: Self.probeEvery.away)
                 if Task.isCancelled { return }
-                if case .answered = await probeDirectly(limit: Self.probeLimit) {
+                // A longer limit delays no answer; it only keeps a slow machine from missing one.
+                if case .answered = await probeDirectly(limit: Self.confirmLimit) {
                     await pools.replace()
                     availability.markBack()
                 }

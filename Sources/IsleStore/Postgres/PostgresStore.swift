@@ -131,6 +131,7 @@ public final class PostgresStore: IsleStore {
     /// user or database PostgreSQL refuses fails here at once (see ``checkCredentials()``).
     public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         try await checkCredentials()
+        await pools.start()
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.pools.run() }
             group.addTask { await self.watchAvailability() }
@@ -964,7 +965,10 @@ public final class PostgresStore: IsleStore {
 
 extension PostgresStore {
     /// Runs the connection pool until cancelled (prefer ``withRunning(_:)``, which scopes it).
-    public func run() async { await pools.run() }
+    public func run() async {
+        await pools.start()
+        await pools.run()
+    }
 
     /// Runs one statement outside a transaction (administration: `CREATE DATABASE`).
     public func execute(_ sql: String) async throws {
