@@ -17,6 +17,8 @@ import Darwin
 public final class SQLiteStore: IsleStore {
     let pool: DatabasePool
     let writer: GroupCommit
+    /// Connections of their own for one-statement reads (``readOne(_:)``).
+    let singleReads: SingleReadConnections
     public let path: String
     public let batches = QueueBatches()
     /// Failpoints for tests (``StoreFaults``); disarmed unless a test arms them.
@@ -49,11 +51,20 @@ public final class SQLiteStore: IsleStore {
             // pread per page missing from the default 2 MiB (docs/performance.md, "Split processes").
             try db.execute(sql: "PRAGMA cache_size = -16384")
             try db.execute(sql: "PRAGMA mmap_size = 268435456")
-            db.trace(options: .statement) { _ in StoreStatements.add() }
+            db.trace(options: .statement) { event in StoreStatements.add(sql: "\(event)") }
         }
         self.path = path
         pool = try DatabasePool(path: path, configuration: config)
         writer = GroupCommit(pool: pool, faults: faults)
+        var single = Configuration()
+        single.busyMode = .timeout(10)
+        single.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA query_only = 1")
+            try db.execute(sql: "PRAGMA cache_size = -16384")
+            try db.execute(sql: "PRAGMA mmap_size = 268435456")
+            db.trace(options: .statement) { event in StoreStatements.add(sql: "\(event)") }
+        }
+        singleReads = SingleReadConnections(path: path, configuration: single, limit: config.maximumReaderCount)
     }
 
     /// A read on the calling thread (GRDB's synchronous `read`): no hop to a reader's dispatch
@@ -68,7 +79,9 @@ public final class SQLiteStore: IsleStore {
     /// A read of one statement, outside a transaction: a single `SELECT` sees one snapshot by
     /// itself (WAL), so the `BEGIN`/`COMMIT` around it (two statements of three) are saved. The
     /// hot reads of an accepted request (its key, app, activity and idempotency record) use it.
-    func readOne<T>(_ body: (Database) throws -> T) throws -> T { try pool.unsafeRead(body) }
+    func readOne<T>(_ body: (Database) throws -> T) throws -> T {
+        try singleReads.read(body) ?? pool.unsafeRead(body)
+    }
 
     // MARK: One serving process per file
 

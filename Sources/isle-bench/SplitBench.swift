@@ -32,6 +32,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
     @Option(help: "Pushes this process sends to isle sim through IsleAPNs' client, the same as the server's deliveries, for the push floor (0: skip it).") var pushFloor = 10_000
     @Flag(help: "Measure SQLite a second time with isle serve tracing every request, attempt and APNs request (OTLP/HTTP to a receiver in this process), and compare.") var tracing = false
+    @Flag(help: "Count the server's SQL statements by kind (ISLE_STATEMENT_KINDS=1) and print each kind per accepted-and-delivered update and per fan-out delivery.") var statementKinds = false
     @Option(help: "Record the server with perf (perf record -a -F 499 -g, read back for its pid) during the fan-out into this file, and print each library's share of its samples and what that is per fan-out delivery.") var profileFanOut: String?
 
     func run() async throws {
@@ -118,6 +119,7 @@ struct SplitBench: AsyncParsableCommand {
             env["ISLE_DATABASE"] = dir + "/isle.sqlite"
         }
         for key in env.keys where key.hasPrefix("OTEL_") { env[key] = nil }
+        env["ISLE_STATEMENT_KINDS"] = statementKinds ? "1" : nil
         if let traceTo {
             // Every span exported, none dropped: the whole cost of tracing every request.
             env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = traceTo
@@ -166,6 +168,7 @@ struct SplitBench: AsyncParsableCommand {
         var acceptedIn = Duration.zero, deliveredIn = Duration.zero
         var roundRatios: [Double] = []
         var updateStatements = 0
+        var updateKinds: [String: Int] = [:]
         for round in 0..<rounds {
             let bareCount = bare / rounds + (round < bare % rounds ? 1 : 0)
             let updateCount = updates / rounds + (round < updates % rounds ? 1 : 0)
@@ -176,6 +179,7 @@ struct SplitBench: AsyncParsableCommand {
 
             let sentBefore = try await Self.sent(http, base)
             let statementsBefore = try await Self.statements(http, base)
+            let kindsBefore = statementKinds ? try await Self.statementKinds(http, base) : [:]
             let updateCPU = try Self.cpu(of: server.pid)
             let simCPU = try Self.cpu(of: sim.pid)
             let postgresCPU = Self.postgresCPU()
@@ -189,6 +193,7 @@ struct SplitBench: AsyncParsableCommand {
             deliveredIn += ContinuousClock.now - started
             let updateUsed = try Self.cpu(of: server.pid) - updateCPU
             updateStatements += try await Self.statements(http, base) - statementsBefore
+            if statementKinds { updateKinds.merge(Self.difference(try await Self.statementKinds(http, base), kindsBefore), uniquingKeysWith: +) }
             simSeconds += try Self.cpu(of: sim.pid) - simCPU
             postgresSeconds += Self.postgresCPU() - postgresCPU
             loadSeconds += Self.waitedChildrenCPU() - loadCPU
@@ -245,6 +250,7 @@ struct SplitBench: AsyncParsableCommand {
         var fanUS = 0.0
         var fanSeconds = 0.0
         var fanStatements = 0
+        var fanKinds: [String: Int] = [:]
         var fanProfile: [(library: String, share: Double)] = []
         // Stopped however this run ends: perf -a records the whole machine.
         let fanOutPerf = Mutex<pid_t?>(nil)
@@ -261,6 +267,7 @@ struct SplitBench: AsyncParsableCommand {
             }
             let before = try Self.cpu(of: server.pid)
             let statementsBefore = try await Self.statements(http, base)
+            let kindsBefore = statementKinds ? try await Self.statementKinds(http, base) : [:]
             let start = ContinuousClock.now
             for round in 0..<fanOutRounds {
                 let sent = try await Self.sent(http, base)
@@ -271,6 +278,7 @@ struct SplitBench: AsyncParsableCommand {
             fanSeconds = Self.seconds(ContinuousClock.now - start)
             fanUS = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(fanOut * fanOutRounds)
             fanStatements = try await Self.statements(http, base) - statementsBefore
+            if statementKinds { fanKinds = Self.difference(try await Self.statementKinds(http, base), kindsBefore) }
             if let perfPID, let file = profileFanOut {
                 Self.stopPerf(perfPID)
                 fanOutPerf.withLock { $0 = nil }
@@ -344,6 +352,9 @@ struct SplitBench: AsyncParsableCommand {
                      roundRatios.min() ?? 0, roundRatios.max() ?? 0, simUS))
         // Each /metrics read between them is one more statement or so (the open-job counts).
         print(String(format: "%@ · SQL statements: %.2f per accepted-and-delivered update (%d for %d)", name, Double(updateStatements) / Double(updates), updateStatements, updates))
+        for (kind, n) in updateKinds.sorted(by: { $0.value > $1.value }) where n > 0 {
+            print(String(format: "%@ · SQL per accepted-and-delivered update: %.3f  %@", name, Double(n) / Double(updates), kind))
+        }
         print(String(format: "%@ · every process of the run, CPU per accepted-and-delivered update: isle serve %.0f + isle sim %.0f + PostgreSQL's processes %.0f + h2load %.0f = %.0f µs; %.2f of %d cores busy",
                      name, updateUS, simUS, postgresUS, loadUS, everyProcessUS, busyCores, ProcessInfo.processInfo.activeProcessorCount))
         print(String(format: "%@ · simulator: %.0f µs of its CPU per push received and applied, beside %.0f µs per bare control-API GET /health = %.1f×",
@@ -355,6 +366,9 @@ struct SplitBench: AsyncParsableCommand {
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))
             print(String(format: "%@ · SQL statements: %.3f per fan-out delivery (%d for %d, the topic's look-up and the /metrics reads included)", name,
                          Double(fanStatements) / Double(fanOut * fanOutRounds), fanStatements, fanOut * fanOutRounds))
+            for (kind, n) in fanKinds.sorted(by: { $0.value > $1.value }) where n > 0 {
+                print(String(format: "%@ · SQL per fan-out delivery: %.4f  %@", name, Double(n) / Double(fanOut * fanOutRounds), kind))
+            }
             for (library, share) in fanProfile.prefix(8) {
                 print(String(format: "%@ · fan-out profile: %@ %.1f %% of the server's samples (its own code) = %.1f µs per fan-out delivery = %.2f× a bare request",
                              name, library, 100 * share, share * fanUS, share * fanUS / bareUS))
@@ -414,6 +428,24 @@ struct SplitBench: AsyncParsableCommand {
     /// SQL statements the server sent to its database (`isle_store_statements_total`).
     static func statements(_ http: HTTPClient, _ base: String) async throws -> Int {
         try await counted(http, base) { $0.hasPrefix("isle_store_statements_total ") }
+    }
+
+    /// `isle_store_statements_by_kind_total` by kind (the server runs with ISLE_STATEMENT_KINDS=1).
+    static func statementKinds(_ http: HTTPClient, _ base: String) async throws -> [String: Int] {
+        let response = try await http.execute(HTTPClientRequest(url: base + "/metrics"), timeout: .seconds(30))
+        let text = String(buffer: try await response.body.collect(upTo: 16 << 20))
+        var kinds: [String: Int] = [:]
+        let prefix = "isle_store_statements_by_kind_total{kind=\""
+        for line in text.split(separator: "\n") where line.hasPrefix(prefix) {
+            guard let close = line.range(of: "\"} ", options: .backwards) else { continue }
+            let kind = String(line[line.index(line.startIndex, offsetBy: prefix.count)..<close.lowerBound])
+            kinds[kind] = Int(line[close.upperBound...]) ?? 0
+        }
+        return kinds
+    }
+
+    static func difference(_ after: [String: Int], _ before: [String: Int]) -> [String: Int] {
+        after.reduce(into: [:]) { $0[$1.key] = $1.value - (before[$1.key] ?? 0) }
     }
 
     /// The sum of the `/metrics` lines `matching`.

@@ -102,6 +102,13 @@ struct OperationsController {
         let metrics = services.engine.counters.metrics
         metrics.openJobs(counts)
         metrics.storeStatements(StoreStatements.total)
-        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.text())))
+        var text = metrics.text()
+        if StoreStatements.kindsEnabled {
+            // A diagnosis switched on by ISLE_STATEMENT_KINDS=1 (IsleStore's StoreStatements).
+            text += Array("# HELP isle_store_statements_by_kind_total SQL statements sent to the database, by their first words (ISLE_STATEMENT_KINDS=1).\n".utf8)
+            text += Array("# TYPE isle_store_statements_by_kind_total counter\n".utf8)
+            for (kind, n) in StoreStatements.kinds.sorted(by: { $0.key < $1.key }) { text += Array("isle_store_statements_by_kind_total{kind=\"\(kind)\"} \(n)\n".utf8) }
+        }
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
     }
 }

@@ -92,12 +92,23 @@ final class WebhookDispatcher: Service {
     /// One task per endpoint, so a slow or hanging endpoint delays only its own events.
     func loop() async {
         let state = LoopState()
+        // When no endpoint exists, the endpoints are listed once a poll, not at every event: an
+        // app without webhooks costs no read per delivery batch. (With endpoints, each wake reads
+        // them again: their cursors say what is waiting.)
+        var noneSince: ContinuousClock.Instant?
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
                 let generation = bell.generation
                 var next = clock.now.addingTimeInterval(settings.poll)
                 do {
-                    for hook in try await store.allWebhooks() where state.busy.withLock({ $0.insert(hook.id).inserted }) {
+                    let hooks: [WebhookRecord]
+                    if let since = noneSince, ContinuousClock.now - since < .milliseconds(Int64(settings.poll * 1000)) {
+                        hooks = []
+                    } else {
+                        hooks = try await store.allWebhooks()
+                        noneSince = hooks.isEmpty ? .now : nil
+                    }
+                    for hook in hooks where state.busy.withLock({ $0.insert(hook.id).inserted }) {
                         group.addTask {
                             let due = await self.serve(hook)
                             state.busy.withLock { _ = $0.remove(hook.id) }

@@ -105,7 +105,7 @@ extension PostgresConnection {
     func rows(_ sql: String, _ args: [PGArg] = [], logger: Logger) async throws -> [PGRow] {
         var binds = PostgresBindings(capacity: args.count)
         for a in args { a.bind(into: &binds) }
-        StoreStatements.add()
+        StoreStatements.add(sql: sql)
         do {
             return try await query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect().map(PGRow.init)
         } catch let error as PSQLError {
@@ -123,7 +123,7 @@ extension PostgresConnection {
     func rows<S: PreparedSQL>(_ statement: S.Type, _ args: [PGArg] = [], logger: Logger) async throws -> [PGRow] {
         var binds = PostgresBindings(capacity: args.count)
         for a in args { a.bind(into: &binds, typedNulls: true) }
-        StoreStatements.add()
+        StoreStatements.add(sql: S.sql)
         do {
             let sequence = try await execute(Prepared<S>(bindings: binds), logger: logger)
             var out: [PGRow] = []
