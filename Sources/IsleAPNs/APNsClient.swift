@@ -287,7 +287,8 @@ public final class APNsClient: Sendable {
             raw = try await transport.execute(request, timeout: configuration.requestTimeout)
         } catch {
             logger.debug("APNs request failed", metadata: ["apns.kind": "\(kind)", "error": "\(error)"])
-            throw APNsError(code: .transport, message: "could not reach APNs for the \(kind): \(error.reason)", response: nil, validation: nil, transport: error)
+            let advice = error.kind == .tlsFailed ? " " + TLSFailure.advice(for: configuration.environment) : ""
+            throw APNsError(code: .transport, message: "could not reach APNs for the \(kind): \(error.reason).\(advice)", response: nil, validation: nil, transport: error)
         }
         let response = Self.parse(raw, latency: ContinuousClock.now - start)
         logger.debug("APNs answered", metadata: [

@@ -578,7 +578,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
             return APNsTransportError(kind: .timedOut, reason: "could not connect to \(host) in time")
         }
         if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
-            return APNsTransportError(kind: .tlsFailed, reason: "TLS with \(host) failed: \(error)")
+            return APNsTransportError(kind: .tlsFailed, reason: TLSFailure.describe(error, host: host))
         }
         if connecting {
             return APNsTransportError(kind: .connectionFailed, reason: "could not connect to \(host): \(error)")

@@ -69,11 +69,11 @@ public final class AsyncHTTPClientTransport: APNsTransport {
         } catch is CancellationError {
             throw APNsTransportError(kind: .cancelled, reason: "the request was cancelled")
         } catch let error as NIOSSLError {
-            throw APNsTransportError(kind: .tlsFailed, reason: "TLS failed: \(error)")
+            throw APNsTransportError(kind: .tlsFailed, reason: TLSFailure.describe(error, host: Self.host(of: request.url)))
         } catch let error as BoringSSLError {
-            throw APNsTransportError(kind: .tlsFailed, reason: "TLS failed: \(error)")
+            throw APNsTransportError(kind: .tlsFailed, reason: TLSFailure.describe(error, host: Self.host(of: request.url)))
         } catch let error as NIOSSLExtraError {
-            throw APNsTransportError(kind: .tlsFailed, reason: "TLS failed: \(error)")
+            throw APNsTransportError(kind: .tlsFailed, reason: TLSFailure.describe(error, host: Self.host(of: request.url)))
         } catch {
             let text = String(describing: error)
             let kind: APNsTransportError.Kind = text.contains("connect") || text.contains("Connection") ? .connectionFailed : .other
@@ -82,4 +82,10 @@ public final class AsyncHTTPClientTransport: APNsTransport {
     }
 
     public func shutdown() async throws { try await client.shutdown() }
+
+    /// The host and port of a URL, for messages.
+    static func host(of url: String) -> String {
+        let rest = url.hasPrefix("https://") ? url.dropFirst("https://".count) : Substring(url)
+        return String(rest.prefix { $0 != "/" })
+    }
 }

@@ -111,7 +111,8 @@ public struct AppCircuit: Sendable, Hashable {
             mode = .running
             return .resumed
         case .configuration(let why):
-            return pause("APNs refused the app's configuration: \(why)", now: now)
+            // `why` says what is wrong and what to do (APNsReason.pauseExplanation, or the transport's TLS failure).
+            return pause(why, now: now)
         case .badDeviceToken(_, let environment, let installation):
             // Evidence of a wrong target only while no push of the app was accepted at all: once
             // another environment works, the app's credentials are right and pausing it would stop

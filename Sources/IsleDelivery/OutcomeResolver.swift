@@ -67,7 +67,7 @@ public struct OutcomeResolver: Sendable {
             // What each reason means and what to do is IsleCore's table (APNsReason); unknown
             // reasons are judged by status there too.
             let why = reason.map { "\(status) \($0)" } ?? "\(status)"
-            if reason?.concernsEveryPush == true { return .pauseApp(why: why) }
+            if let reason, reason.concernsEveryPush { return .pauseApp(why: reason.pauseExplanation(status: status)) }
             if reason == .badDeviceToken, !environmentConfirmed {
                 // The token may be fine and the environment wrong: the app's circuit counts these.
                 let at = now.addingTimeInterval(backoff(attempt: attempt, random: &random))

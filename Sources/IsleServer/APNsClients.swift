@@ -18,7 +18,10 @@ public final class APNsClients: Sendable {
     let masterKey: MasterKey?
     let clock: any WallClock
     let logger: Logger
-    private let clients = Mutex<[String: (keyID: String, client: APNsClient)]>([:])
+    /// Per app and environment, with the credentials it was made with (key id, team id and the
+    /// sealed key): `isle app add` again with a corrected key or team under the same key id makes
+    /// a new client, so a paused app can resume.
+    private let clients = Mutex<[String: (credentials: String, client: APNsClient)]>([:])
     /// Clients replaced after a key change, closed at shutdown.
     private let retired = Mutex<[APNsClient]>([])
 
@@ -52,7 +55,8 @@ public final class APNsClients: Sendable {
         let key = app.bundleID + "|" + environment.rawValue
         var replaced: APNsClient?
         let client = try clients.withLock { c throws -> APNsClient in
-            if let existing = c[key], existing.keyID == app.keyID { return existing.client }
+            let identity = app.keyID + "|" + app.teamID + "|" + app.keyPEM
+            if let existing = c[key], existing.credentials == identity { return existing.client }
             // Made under the lock: two workers must not each make one and drop the other unclosed.
             let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: try MasterKey.openKey(of: app, with: masterKey))
             // Payloads were validated once, when the API accepted them (PayloadCheck); the engine's
@@ -60,7 +64,7 @@ public final class APNsClients: Sendable {
             let client = try APNsClient(configuration: .init(environment: target(environment), credentials: credentials, requestTimeout: requestTimeout, validatesPayloads: false, transport: transport),
                                         clock: clock, logger: logger)
             replaced = c[key]?.client
-            c[key] = (app.keyID, client)
+            c[key] = (identity, client)
             return client
         }
         if let replaced { retired.withLock { $0.append(replaced) } }

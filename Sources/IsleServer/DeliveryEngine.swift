@@ -381,7 +381,7 @@ public final class DeliveryEngine: Service {
             }
             let delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
                                           reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
-            let events = observe(app.bundleID, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
+            let events = observe(app, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
             var done = completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
             done.events = events
             return done
@@ -390,10 +390,18 @@ public final class DeliveryEngine: Service {
 
     /// Feeds the app's circuit and logs its transitions; a pause or a resume is an event for the
     /// backend, written with the completion of the push that caused it.
-    func observe(_ bundleID: String, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, installation: String?, now: Date) -> [NewEvent] {
+    func observe(_ app: AppRecord, outcome: OutcomeResolver.Outcome, resolution: OutcomeResolver.Resolution, push: DeliveryPlanner.Push, installation: String?, now: Date) -> [NewEvent] {
+        let bundleID = app.bundleID
+        let environment = push.environment ?? clients.defaultEnvironment
+        // APNs' reason, for the event (the backend may act on it without parsing the sentence).
+        var apnsReason: String?
+        if case .rejected(_, let reason, _) = outcome { apnsReason = reason?.rawValue }
         let signal: AppCircuit.Signal? = switch resolution {
-        case .sent: .accepted(push.environment ?? clients.defaultEnvironment)
-        case .pauseApp(let why): .configuration(why)
+        case .sent: .accepted(environment)
+        case .pauseApp(let why):
+            // Which credentials and which APNs: what the person fixing it needs to look at.
+            if case .rejected = outcome { .configuration("\(why) (key \(app.keyID), team \(app.teamID), \(environment.rawValue) APNs)") }
+            else { .configuration("\(why) (\(environment.rawValue) APNs)") }
         case .suspectToken:
             if case .liveActivity(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
             else if case .widgets(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
@@ -412,11 +420,17 @@ public final class DeliveryEngine: Service {
         switch circuits.record(bundleID, signal, now: now) {
         case .none: return []
         case .paused(let until, let reason):
-            logger.error("app paused: its pushes wait until the cause is fixed", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "probe.at": "\(until)"])
-            return wasRunning ? [NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "configuration", "reason": .string(reason), "probeAt": .int(Int64(until.timeIntervalSince1970))], at: now)] : []
+            logger.warning("app paused: its pushes wait until the cause is fixed", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "apns.reason": "\(apnsReason ?? "none")", "probe.at": "\(until)"])
+            guard wasRunning else { return [] }
+            counters.metrics.appPaused(cause: "configuration")
+            var data: JSONObject = ["cause": "configuration", "reason": .string(reason), "probeAt": .int(Int64(until.timeIntervalSince1970))]
+            if let apnsReason { data["apnsReason"] = .string(apnsReason) }
+            return [NewEvent(bundleID: bundleID, type: .appPaused, data: data, at: now)]
         case .backingOff(let until, let reason):
             logger.warning("backing off from APNs for this app", metadata: ["app": "\(bundleID)", "reason": "\(reason)", "until": "\(until)"])
-            return wasRunning ? [NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "apnsUnavailable", "reason": .string(reason), "probeAt": .int(Int64(until.timeIntervalSince1970))], at: now)] : []
+            guard wasRunning else { return [] }
+            counters.metrics.appPaused(cause: "apnsUnavailable")
+            return [NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "apnsUnavailable", "reason": .string(reason), "probeAt": .int(Int64(until.timeIntervalSince1970))], at: now)]
         case .resumed:
             logger.notice("app resumed: APNs accepted a push again", metadata: ["app": "\(bundleID)"])
             return [NewEvent(bundleID: bundleID, type: .appResumed, data: ["source": .string("apns")], at: now)]

@@ -83,6 +83,20 @@ public final class ServerMetrics: Sendable {
         }
     }
 
+    /// An app paused (`configuration`: APNs refused its set-up; `apnsUnavailable`: a back-off;
+    /// `operator`: by hand).
+    func appPaused(cause: String) {
+        counter("isle_app_pauses_total", [("cause", cause)]).increment()
+    }
+
+    /// Apps whose pushes wait now, by cause, counted when scraped: `configuration` (APNs refused
+    /// the app's set-up), `apnsUnavailable` (backing off) and `operator` (paused by hand).
+    func pausedApps(_ counts: [String: Int]) {
+        for cause in ["configuration", "apnsUnavailable", "operator"] {
+            Gauge(label: "isle_apps_paused", dimensions: [("cause", cause)], factory: factory).record(counts[cause] ?? 0)
+        }
+    }
+
     /// SQL statements sent to the database so far (``StoreStatements``), counted when scraped.
     func storeStatements(_ total: Int) {
         let delta = statementsSeen.withLock { seen -> Int in

@@ -81,6 +81,15 @@ struct ControlAPI {
             return ControlAPI.raw(["now": .string(ISO8601DateFormatter().string(from: world.clock.now)), "unix": .double(world.clock.now.timeIntervalSince1970)])
         }
 
+        router.post("apns/clock-offset") { request, _ in
+            let o = try await ControlAPI.body(request)
+            guard let seconds = try ControlAPI.number(o, "seconds"), abs(seconds) <= 366 * 86_400 else {
+                throw APIError(.badRequest, "invalidArgument", "seconds is required: how far APNs' clock is ahead of the simulator's (negative: behind), at most a year", field: "seconds")
+            }
+            apns.clockOffset = seconds
+            return ControlAPI.raw(["seconds": .double(seconds)])
+        }
+
         router.post("keys") { request, _ in
             let o = try await ControlAPI.body(request)
             let env = try ControlAPI.string(o, "environment", required: false).map { e -> SimulatedEnvironment in

@@ -98,6 +98,9 @@ public final class FakeAPNs: Sendable {
         var verifiedJWTs: [String: Bool] = [:]
         /// Connections whose stream limit was raised.
         var raisedStreams: Set<Int> = []
+        /// How far APNs' clock is ahead of the world's (seconds; negative: behind): a sender whose
+        /// clock is wrong, as APNs sees its tokens' `iat`.
+        var clockOffset: TimeInterval = 0
     }
 
     public static let maximumLoggedRequests = 10_000
@@ -122,7 +125,20 @@ public final class FakeAPNs: Sendable {
             throw SimulatorError(.invalidArgument, "publicKeyPEM is not a P-256 public key in PEM form", field: "publicKeyPEM")
         }
         guard key.keyID.count == 10, key.teamID.count == 10 else { throw SimulatorError(.invalidArgument, "keyID and teamID must be 10 characters", field: key.keyID.count == 10 ? "teamID" : "keyID") }
-        state.withLock { $0.keys[key.keyID] = key }
+        state.withLock { s in
+            s.keys[key.keyID] = key
+            // A key registered again (another public key, team or scope): tokens checked against
+            // the old one are checked again.
+            s.verifiedJWTs.removeAll()
+        }
+    }
+
+    /// APNs' clock, ahead of the world's by `seconds` (negative: behind). A provider token's age
+    /// is judged by it: 3,600 s ahead makes every token just signed look an hour old
+    /// (`ExpiredProviderToken`), 301 s behind makes it look signed in the future (`InvalidProviderToken`).
+    public var clockOffset: TimeInterval {
+        get { state.withLock { $0.clockOffset } }
+        set { state.withLock { $0.clockOffset = newValue } }
     }
 
     /// The provider keys it accepts.
@@ -309,7 +325,7 @@ public final class FakeAPNs: Sendable {
                 s.verifiedJWTs[jwt] = ok
             }
             guard s.verifiedJWTs[jwt] == true else { return (403, "InvalidProviderToken") }
-            let age = now.timeIntervalSince1970 - Double(iat)
+            let age = now.timeIntervalSince1970 + s.clockOffset - Double(iat)
             if age > 3600 { return (403, "ExpiredProviderToken") }
             if age < -300 { return (403, "InvalidProviderToken") }
             // One team per connection; the first push binds its key: another key of the team may

@@ -4,6 +4,7 @@ import IsleServer
 import IsleSimulator
 import IsleStore
 import IsleDelivery
+import IsleHTTP2Server
 import IsleTesting
 import Logging
 import Synchronization
@@ -233,6 +234,86 @@ struct DeliveryCoreRegressionTests {
             #expect(try await f.call("POST", "/v1/app/resume", key: f.backendKey).status == 200)
             try await f.waitForDevice("delivered after the fix") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "after the fix" }
             try await eventually("running again") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "running" }
+        }
+    }
+
+    @Test("4d. APNs refuses the provider token for real (its clock ahead: ExpiredProviderToken; another key under the key id: InvalidProviderToken): the app pauses with what to do, on /v1/app, /ready, the console, a warning, /metrics and app.paused; fixing it resumes")
+    func providerTokenRefusalsPauseTheApp() async throws {
+        let logs = LogRecords()
+        try await ServerFixture.with(logger: logs.logger()) { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-token")
+            let admin = try await ServerSetup.createKey(store: SQLiteStore(path: f.databasePath), bundleID: Pizza.bundleID, scope: .admin).secret
+            let cookie = try await ConsoleTests.signIn(f)
+
+            /// Every surface shows the pause and its reason; returns the reason.
+            func expectPaused(_ apnsReason: String, _ words: [String]) async throws -> String {
+                try await eventually("the app is paused (\(apnsReason))") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "paused" }
+                let reason = try #require(try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["reason"]?.stringValue)
+                #expect(reason.contains(apnsReason) && words.allSatisfy { reason.contains($0) }, "\(reason)")
+                let ready = try await f.call("GET", "/ready").json
+                #expect(ready["status"] == "degraded" && ready["apps"] == nil && !ready.jsonString.contains(apnsReason), "\(ready.jsonString)")
+                let detail = try await f.call("GET", "/ready", headers: [("Authorization", "Bearer \(admin)")]).json
+                #expect(detail["apps"]?.arrayValue?.first?["delivery"]?["reason"]?.stringValue == reason, "\(detail.jsonString)")
+                let console = try await ConsoleTests.send(f, "GET", "/console", cookie: cookie).text
+                #expect(console.contains(apnsReason) && console.contains("refused the app"), "\(console.prefix(3000))")
+                let warned = logs.records.withLock { $0 }.contains { $0.level == .warning && $0.message.contains("app paused") && $0.metadata["apns.reason"] == apnsReason }
+                #expect(warned, "no warning naming \(apnsReason)")
+                let metrics = try await f.call("GET", "/metrics").json.stringValue ?? ""
+                #expect(metrics.contains("isle_apps_paused{cause=\"configuration\"} 1"), "\(metrics)")
+                try await eventually("app.paused with \(apnsReason)") {
+                    try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue?.contains {
+                        $0["type"] == "app.paused" && $0["data"]?["apnsReason"] == .string(apnsReason) && $0["data"]?["cause"] == "configuration"
+                    } == true
+                }
+                // Nothing is lost meanwhile: the activity and its job wait.
+                #expect(try await view(f, id)["state"] == "active")
+                return reason
+            }
+
+            // 1. A clock an hour and more behind APNs': every token looks expired.
+            f.sim.apns.clockOffset = 3 * 3600
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("while expired")).status == 202)
+            let expired = try await expectPaused("ExpiredProviderToken", ["clock", "POST /v1/app/resume"])
+            #expect(!expired.contains("OPENSSL") && expired.contains("key \(TestProviderKey.keyID)"))
+            f.sim.apns.clockOffset = 0
+            #expect(try await f.call("POST", "/v1/app/resume", key: f.backendKey).status == 200)
+            try await f.waitForDevice("delivered once the clock is right") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "while expired" }
+            try await eventually("running again") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "running" }
+            #expect(try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue?.contains { $0["type"] == "app.resumed" } == true)
+
+            // 2. APNs knows another key under this key id (the key was replaced in the developer account).
+            let replacement = TestProviderKey()
+            try f.sim.apns.register(RegisteredKey(keyID: replacement.keyID, teamID: replacement.teamID, publicKeyPEM: replacement.publicKeyPEM))
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("while invalid")).status == 202)
+            _ = try await expectPaused("InvalidProviderToken", ["isle app add", "--key-id"])
+            // The fix: the app registered again with the new key file, under the same key id.
+            let store = try SQLiteStore(path: f.databasePath)
+            var app = try #require(try await store.app(Pizza.bundleID))
+            app.keyPEM = try ServerFixture.masterKey.seal(replacement.privateKeyPEM, bundleID: Pizza.bundleID)
+            try await store.upsertApp(app)
+            try await eventually("delivered with the new key") {
+                _ = try await f.call("POST", "/v1/app/resume", key: f.backendKey)
+                return try f.deviceActivity(a.id)?.contentState["driverName"] == "while invalid"
+            }
+        }
+    }
+
+    @Test("4e. APNs' certificate is not signed by the CA the server trusts (isle sim restarted in a new folder): the app pauses saying which certificate and what to do, never the TLS library's chain")
+    func untrustedAPNsCertificatePauses() async throws {
+        let otherCA = try CertificateAuthority(commonName: "Another CA")
+        try await ServerFixture.with(server: { c in
+            for (environment, target) in c.apnsTargets {
+                if case .custom(let url, let broadcast, let management, _) = target {
+                    c.apnsTargets[environment] = .custom(url: url, broadcastURL: broadcast, managementURL: management, trustRootsPEM: otherCA.certificatePEM)
+                }
+            }
+        }) { f in
+            let (_, id) = try await f.appStartsActivity(key: "order-tls")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.alerted("never")).status == 202)
+            try await eventually("the app is paused") { try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["state"] == "paused" }
+            let reason = try #require(try await f.call("GET", "/v1/app", key: f.backendKey).json["delivery"]?["reason"]?.stringValue)
+            #expect(reason.contains("not signed by a CA this server trusts") && reason.contains("--apns-ca-cert") && reason.contains("ca.pem"), "\(reason)")
+            for word in ["OPENSSL", "BoringSSL", ".cc", "handshakeFailed", "refused the app"] { #expect(!reason.contains(word), "\(word) in: \(reason)") }
         }
     }
 

@@ -94,8 +94,14 @@ struct DeliveryPolicyTests {
                                                environmentConfirmed: true, random: &random) else { Issue.record("not failed"); return }
         #expect(why.contains("stale date") && why.contains("InternalServerError"))
         #expect(resolve(.rejected(status: 410, reason: .unregistered, retryAfter: nil)) == .deadToken(why: "410 Unregistered"))
-        #expect(resolve(.rejected(status: 403, reason: .invalidProviderToken, retryAfter: nil)) == .pauseApp(why: "403 InvalidProviderToken"))
-        #expect(resolve(.rejected(status: 400, reason: .topicDisallowed, retryAfter: nil)) == .pauseApp(why: "400 TopicDisallowed"))
+        // A pause says what is wrong and what to do.
+        guard case .pauseApp(let invalid) = resolve(.rejected(status: 403, reason: .invalidProviderToken, retryAfter: nil)) else { Issue.record("InvalidProviderToken does not pause"); return }
+        #expect(invalid.contains("403 InvalidProviderToken") && invalid.contains("isle app add") && invalid.contains("--key-id"), "\(invalid)")
+        guard case .pauseApp(let topic) = resolve(.rejected(status: 400, reason: .topicDisallowed, retryAfter: nil)) else { Issue.record("TopicDisallowed does not pause"); return }
+        #expect(topic.contains("400 TopicDisallowed") && topic.contains("bundle id"), "\(topic)")
+        // An ExpiredProviderToken that reaches the decision was refused after a fresh token: a clock behind.
+        guard case .pauseApp(let expired) = resolve(.rejected(status: 403, reason: .expiredProviderToken, retryAfter: nil)) else { Issue.record("ExpiredProviderToken does not pause"); return }
+        #expect(expired.contains("403 ExpiredProviderToken") && expired.contains("clock"), "\(expired)")
         #expect(resolve(.rejected(status: 400, reason: .badDeviceToken, retryAfter: nil)) == .deadToken(why: "400 BadDeviceToken"))
         guard case .suspectToken = resolve(.rejected(status: 400, reason: .badDeviceToken, retryAfter: nil), confirmed: false) else { Issue.record("not suspect"); return }
         #expect(resolve(.rejected(status: 413, reason: .payloadTooLarge, retryAfter: nil)) == .fail(why: "413 PayloadTooLarge"))
@@ -116,7 +122,6 @@ struct DeliveryPolicyTests {
         #expect(resolve(.rejected(status: 410, reason: APNsReason("SomethingNew"), retryAfter: nil)) == .deadToken(why: "410 SomethingNew"))
         #expect(resolve(.rejected(status: 400, reason: APNsReason("SomethingNew"), retryAfter: nil)) == .fail(why: "400 SomethingNew"))
         guard case .retry = resolve(.rejected(status: 502, reason: nil, retryAfter: nil)) else { Issue.record("a 502 without a reason is not retried"); return }
-        guard case .retry = resolve(.rejected(status: 403, reason: .expiredProviderToken, retryAfter: nil)) else { Issue.record("ExpiredProviderToken is not retried"); return }
     }
 
     @Test("the jitter is reproducible from the seed and stays in [½, 1) of the step")
@@ -135,7 +140,7 @@ struct DeliveryPolicyTests {
     func pause() {
         var c = AppCircuit()
         #expect(c.admits(Self.t0))
-        #expect(c.record(.configuration("403 InvalidProviderToken"), now: Self.t0) == .paused(until: Self.t0.addingTimeInterval(30), reason: "APNs refused the app's configuration: 403 InvalidProviderToken"))
+        #expect(c.record(.configuration("403 InvalidProviderToken"), now: Self.t0) == .paused(until: Self.t0.addingTimeInterval(30), reason: "403 InvalidProviderToken"))
         #expect(!c.admits(Self.t0.addingTimeInterval(29)) && c.admits(Self.t0.addingTimeInterval(30)))
         // The probe fails again: twice as long.
         guard case .paused(let until, _) = c.record(.configuration("403 InvalidProviderToken"), now: Self.t0.addingTimeInterval(30)) else { Issue.record("not paused"); return }

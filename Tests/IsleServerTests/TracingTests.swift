@@ -91,6 +91,7 @@ final class LogRecords: Sendable {
     struct Record: Sendable {
         var message: String
         var metadata: [String: String]
+        var level: Logger.Level = .info
     }
     let records = Mutex<[Record]>([])
 
@@ -107,7 +108,7 @@ final class LogRecords: Sendable {
             var all = metadata
             all.merge(metadataProvider?.get() ?? [:]) { _, new in new }
             all.merge(explicit ?? [:]) { _, new in new }
-            records.records.withLock { $0.append(Record(message: message.description, metadata: all.mapValues { "\($0)" })) }
+            records.records.withLock { $0.append(Record(message: message.description, metadata: all.mapValues { "\($0)" }, level: level)) }
         }
     }
 

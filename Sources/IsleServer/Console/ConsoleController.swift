@@ -354,7 +354,7 @@ struct ConsoleController: Sendable {
             switch circuit.mode {
             case .running: "sending"
             case .backingOff(let until, let reason): "backing off until \(ISO8601DateFormatter().string(from: until)): \(reason)"
-            case .paused(let until, let reason, _): "paused by a configuration error until \(ISO8601DateFormatter().string(from: until)): \(reason)"
+            case .paused(let until, let reason, _): "paused: APNs refused the app's set-up. \(reason) (next probe \(ISO8601DateFormatter().string(from: until)), or Resume after the fix)"
             }
         }
         let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)

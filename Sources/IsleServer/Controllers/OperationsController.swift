@@ -101,6 +101,16 @@ struct OperationsController {
         let counts = try await openJobs.value("open", load: { try await store.openJobCounts() }) ?? [:]
         let metrics = services.engine.counters.metrics
         metrics.openJobs(counts)
+        let circuits = services.engine.circuits
+        var paused: [String: Int] = ["operator": circuits.operatorPauses.count]
+        for (bundleID, c) in circuits.all where circuits.operatorPause(bundleID) == nil {
+            switch c.mode {
+            case .running: break
+            case .backingOff: paused["apnsUnavailable", default: 0] += 1
+            case .paused: paused["configuration", default: 0] += 1
+            }
+        }
+        metrics.pausedApps(paused)
         metrics.storeStatements(StoreStatements.total)
         var text = metrics.text()
         if StoreStatements.kindsEnabled {

@@ -20,6 +20,7 @@ struct AppControl {
                                                       event: NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "operator", "reason": .string(reason), "keyId": .string(keyID)], at: now))
         services.engine.circuits.setOperatorPauses(try await store.operatorPauses())
         services.events.ring()
+        if paused { services.engine.counters.metrics.appPaused(cause: "operator") }
         return paused
     }
 
