@@ -191,6 +191,7 @@ let package = Package(
             dependencies: [
                 "IsleCore", "IsleDelivery", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
                 server("ServiceLifecycle", "swift-service-lifecycle"),
+                server("UnixSignals", "swift-service-lifecycle"),
                 server("OTel", "swift-otel"),
                 server("Tracing", "swift-distributed-tracing"),
                 server("ArgumentParser", "swift-argument-parser"),

@@ -8,6 +8,7 @@ import IsleDelivery
 import Logging
 import OTel
 import ServiceLifecycle
+import UnixSignals
 
 /// Where the database is: `--database`, else ISLE_DATABASE, else ./isle.sqlite. A
 /// `postgres://user@host:port/db` URL names a PostgreSQL database (several `isle serve` may share it).
@@ -30,12 +31,14 @@ struct DatabaseOption: ParsableArguments {
         return "\(source) holds a password, which any user of this machine can read in the process list; leave it out of the URL and give it in PGPASSWORD, in a file named by ?passwordfile= (chmod 600), or put the URL in ISLE_DATABASE or a --config file (chmod 600)"
     }
 
-    /// The master key from --master-key-file, ISLE_MASTER_KEY_FILE or ISLE_MASTER_KEY; nil when none is given.
-    func masterKey() throws -> MasterKey? {
+    /// The master key from --master-key-file, ISLE_MASTER_KEY_FILE, ISLE_MASTER_KEY or (for
+    /// `isle serve`) the config file's `masterKeyFile`; nil when none is given.
+    func masterKey(configFile: String? = nil) throws -> MasterKey? {
         let env = CLIContext.current.environment
         do {
             if let file = masterKeyFile ?? env["ISLE_MASTER_KEY_FILE"].flatMap({ $0.isEmpty ? nil : $0 }) { return try MasterKey(file: file) }
             if let text = env["ISLE_MASTER_KEY"], !text.isEmpty { return try MasterKey(base64: text) }
+            if let configFile { return try MasterKey(file: configFile) }
         } catch {
             throw CLIError("master key: \(error.message)")
         }
@@ -67,7 +70,10 @@ struct DatabaseOption: ParsableArguments {
         let store = try Self.store(path, logger: logger)
         let shown = shownPath
         return try await store.withRunning {
-            do { try await store.migrate() } catch { throw CLIError("--database: cannot prepare \(shown): \(error)") }
+            do { try await store.migrate() } catch let e as StoreError where e.code == .refused {
+                // A database newer than this binary: the set-up is wrong, not the command (exit 78).
+                throw CLIError.configuration("--database: \(shown): \(e.message)")
+            } catch { throw CLIError("--database: cannot prepare \(shown): \(error)") }
             return try await body(store)
         }
     }
@@ -77,7 +83,7 @@ struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
         abstract: "Run the Isle server: HTTP API and delivery engine over a SQLite file, or a PostgreSQL database several servers share.",
-        discussion: "Settings come from --config FILE (JSON with the same names as the flags), then ISLE_* environment variables, then flags; later ones win. Logs never contain a full token, JWT or key."
+        discussion: "Settings come from --config FILE (a JSON object: each flag under its name, as written here without the dashes (\"apns-ca-cert\") or in camelCase (\"apnsCACert\"), docs/server.md), then ISLE_* environment variables, then flags; later ones win. SIGHUP reads the file again (log level and format, access log, the TLS files); SIGTERM and SIGINT stop gracefully. Logs never contain a full token, JWT or key."
     )
 
     @Option(help: ArgumentHelp("A JSON configuration file.", valueName: "file")) var config: String?
@@ -96,6 +102,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("apns-transport"), help: "The HTTP/2 client for APNs: http2 (Isle's own, default) or async-http-client (env ISLE_APNS_TRANSPORT).") var apnsTransport: String?
     @Option(help: ArgumentHelp("Seconds a claimed push belongs to this server before another may take it over (env ISLE_LEASE; default 120; at least 2). Shorter brings a crashed instance's work back sooner; it must stay longer than a send can take.", valueName: "seconds")) var lease: Int?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env ISLE_LOG_LEVEL; default info).") var logLevel: String?
+    @Option(name: .customLong("log-format"), help: "text (default) or json: one JSON object per line, with trace_id and span_id inside traced requests (env ISLE_LOG_FORMAT).") var logFormat: String?
+    @Flag(name: .customLong("access-log"), help: "A line at info for every request: method, route, status, duration, key id (env ISLE_ACCESS_LOG=true; written at debug without it).") var accessLog = false
+    @Flag(name: .customLong("check-config"), help: "Check the settings (config file, environment, flags), the TLS files, the master key and the database's schema, print what is wrong or \"configuration ok\", and exit without serving.") var checkConfig = false
     // Bounds (docs/security.md, "Bounded by construction"). A rate is 10/s, 10/s,burst=60 or off.
     @Option(name: .customLong("backend-rate"), help: ArgumentHelp("Requests per backend API key (env ISLE_BACKEND_RATE; default 10000/s,burst=20000).", valueName: "rate")) var backendRate: String?
     @Option(name: .customLong("device-rate"), help: ArgumentHelp("Requests per device API key, the whole fleet together (env ISLE_DEVICE_RATE; default 1000/s,burst=2000).", valueName: "rate")) var deviceRate: String?
@@ -126,39 +135,85 @@ struct ServeCommand: AsyncParsableCommand {
     /// 0.1, 3600: a number as a person writes it.
     static func plain(_ v: Double) -> String { v == v.rounded() ? String(Int(v)) : String(v) }
 
-    /// Every setting a --config file may hold (the flags' names in camelCase).
-    static let configKeys: Set<String> = ["host", "port", "database", "apnsEnvironment", "apnsURL", "apnsSandboxURL", "apnsProductionURL", "apnsBroadcastURL", "apnsManagementURL",
-                                          "apnsCACert", "apnsTransport", "concurrency", "logLevel", "lease", "backendRate", "deviceRate", "installationRate", "addressRate",
-                                          "authFailureRate", "maxLiveActivitiesPerInstallation", "maxInstallationsPerUser", "headerTimeout", "bodyTimeout", "idleTimeout",
-                                          "secureCookies", "keepEndedActivities", "keepStaleInstallations", "keepEvents", "webhookHosts", "maxEventWait", "trustedProxies", "tlsCert", "tlsKey",
-                                          "maxNewInstallationsPerAddress", "maxNewActivitiesPerAddress", "maxConnectionsPerAddress", "keepUnusedActivities", "keepUnusedInstallations",
-                                          "webhookAllowPrivate"]
+    /// Every setting a --config file may hold: its camelCase key and the flag it stands for
+    /// (the file may use either name). `--sandbox` and `--production` are `apnsEnvironment`.
+    static let configNames: [(key: String, flag: String)] = [
+        ("host", "host"), ("port", "port"), ("database", "database"), ("masterKeyFile", "master-key-file"), ("apnsEnvironment", "apns-environment"),
+        ("apnsURL", "apns-url"), ("apnsSandboxURL", "apns-sandbox-url"), ("apnsProductionURL", "apns-production-url"), ("apnsBroadcastURL", "apns-broadcast-url"),
+        ("apnsManagementURL", "apns-management-url"), ("apnsCACert", "apns-ca-cert"), ("apnsTransport", "apns-transport"), ("concurrency", "concurrency"),
+        ("logLevel", "log-level"), ("logFormat", "log-format"), ("accessLog", "access-log"), ("lease", "lease"), ("backendRate", "backend-rate"),
+        ("deviceRate", "device-rate"), ("installationRate", "installation-rate"), ("addressRate", "address-rate"), ("authFailureRate", "auth-failure-rate"),
+        ("maxLiveActivitiesPerInstallation", "max-live-activities-per-installation"), ("maxInstallationsPerUser", "max-installations-per-user"),
+        ("maxNewInstallationsPerAddress", "max-new-installations-per-address"), ("maxNewActivitiesPerAddress", "max-new-activities-per-address"),
+        ("maxConnectionsPerAddress", "max-connections-per-address"), ("headerTimeout", "header-timeout"), ("bodyTimeout", "body-timeout"), ("idleTimeout", "idle-timeout"),
+        ("secureCookies", "secure-cookies"), ("tlsCert", "tls-cert"), ("tlsKey", "tls-key"), ("trustedProxies", "trusted-proxies"), ("webhookHosts", "webhook-hosts"),
+        ("webhookAllowPrivate", "webhook-allow-private"), ("maxEventWait", "max-event-wait"), ("keepEvents", "keep-events"), ("keepEndedActivities", "keep-ended-activities"),
+        ("keepStaleInstallations", "keep-stale-installations"), ("keepUnusedActivities", "keep-unused-activities"), ("keepUnusedInstallations", "keep-unused-installations"),
+    ]
+    static let configKeys: Set<String> = Set(configNames.map(\.key))
+    /// A flag's name in the file ("apns-ca-cert") as its key ("apnsCACert").
+    static let configAliases: [String: String] = Dictionary(uniqueKeysWithValues: configNames.filter { $0.key != $0.flag }.map { ($0.flag, $0.key) })
 
     func run() async throws {
-        var (configuration, level) = try settings()
+        let settings = try settings()
+        if checkConfig { return try await Self.check(settings) }
+        var configuration = settings.configuration
         // Every connection is a file descriptor: the soft limit goes up to the hard one.
         FileDescriptorLimit.raise()
         // A file-size limit reached (ulimit -f) is an error on the write that hit it — a 503 for
         // the request, /ready not ready — not a signal that ends the server.
         signal(SIGXFSZ, SIG_IGN)
-        let diagnostics = Logger(label: "isle.tracing")
+        // SIGHUP reads the config file again (ServeReload); trapped before anything runs, so a
+        // SIGHUP that comes early does not end the process (its default action).
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
+        let logs = LogControl(level: settings.level, format: settings.format)
+        let diagnostics = logs.logger(label: "isle.tracing")
         let tracing = try ServeTracing.start(CLIContext.current.environment, logger: diagnostics)
         configuration.tracer = tracing?.tracer
         // With traces, every log line written inside a span carries its trace and span ids.
-        var logger = tracing == nil ? Logger(label: "isle.server") : Logger(label: "isle.server", metadataProvider: OTel.makeLoggingMetadataProvider())
-        logger.logLevel = level
+        let logger = logs.logger(label: "isle.server", metadataProvider: tracing == nil ? nil : OTel.makeLoggingMetadataProvider())
         let store = try DatabaseOption.store(configuration.database, logger: logger)
         let shown = DatabaseOption.shown(configuration.database)
-        let serverLogger = logger
+        let reload = ServeReload(command: self, running: configuration, logs: logs, signals: hangups, logger: logger)
         try await store.withRunning {
             try await Self.checkKeys(store: store, masterKey: configuration.masterKey, path: shown)
-            try await Self.serve(configuration, store: store, shown: shown, logger: serverLogger, tracing: tracing)
+            try await Self.serve(configuration, store: store, shown: shown, logger: logger, tracing: tracing, more: [reload], jsonLogs: settings.format == .json)
         }
+    }
+
+    /// `--check-config`: every setting, the TLS files and the master key (read by ``settings()``),
+    /// the trace exporter's settings, and the database: reachable, its schema one this binary knows,
+    /// the apps' keys opening with the master key. Nothing is changed.
+    static func check(_ settings: ServeSettings) async throws {
+        var problems = ServeTracing.problems(CLIContext.current.environment)
+        var logger = Logger(label: "isle.check")
+        logger.logLevel = .critical
+        let c = settings.configuration
+        let shown = DatabaseOption.shown(c.database)
+        let store = try DatabaseOption.store(c.database, logger: logger)
+        do {
+            try await store.withRunning {
+                let check = try await store.schemaCheck()
+                if let problem = check.problem { problems.append("database: \(shown): \(problem)") }
+                guard check.problem == nil, check.current > 0 else { return }
+                for app in try await store.apps() where MasterKey.isSealed(app.keyPEM) {
+                    guard let key = c.masterKey else {
+                        problems.append("master key: the apps' .p8 keys are encrypted at rest and no master key was given. \(DatabaseOption.masterKeyHelp)")
+                        break
+                    }
+                    do { _ = try key.open(app.keyPEM, bundleID: app.bundleID) } catch { problems.append("master key: it does not open \(app.bundleID)'s .p8 key: is it the key the database was sealed with?") }
+                }
+            }
+        } catch {
+            problems.append("database: \(shown): \(error)")
+        }
+        guard problems.isEmpty else { throw CLIError.configuration(problems.joined(separator: "\n")) }
+        say("configuration ok: \(shown), log level \(settings.level), \(settings.format.rawValue) logs\(c.tls == nil ? "" : ", TLS")")
     }
 
     /// The server's configuration and log level from the config file, the environment and the
     /// flags (later ones win); every bad setting is reported at once.
-    func settings() throws -> (ServerConfiguration, Logger.Level) {
+    func settings() throws -> ServeSettings {
         let env = CLIContext.current.environment
         var file: JSONObject = [:]
         if let config {
@@ -169,11 +224,18 @@ struct ServeCommand: AsyncParsableCommand {
             }
             let value = try Inputs.json("@" + config, flag: "--config")
             guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
-            let unknown = o.keys.filter { !Self.configKeys.contains($0) }.sorted()
-            if !unknown.isEmpty {
-                throw CLIError("--config: unknown setting\(unknown.count == 1 ? "" : "s") \(unknown.map { "\"\($0)\"" }.joined(separator: ", ")); known: \(Self.configKeys.sorted().joined(separator: ", "))")
+            var named: JSONObject = [:]
+            var unknown: [String] = []
+            for (key, value) in o {
+                let name = Self.configAliases[key] ?? key
+                guard Self.configKeys.contains(name) else { unknown.append(key); continue }
+                if named[name] != nil { throw CLIError("--config: \(name) is given twice (as \"\(name)\" and as \"\(Self.configNames.first { $0.key == name }!.flag)\"); keep one") }
+                named[name] = value
             }
-            file = o
+            if !unknown.isEmpty {
+                throw CLIError("--config: unknown setting\(unknown.count == 1 ? "" : "s") \(unknown.sorted().map { "\"\($0)\"" }.joined(separator: ", ")); known: \(Self.configKeys.sorted().joined(separator: ", ")) (or the flags' names: apns-ca-cert, …)")
+            }
+            file = named
         }
         func pick(_ flag: String?, _ envName: String, _ key: String) -> String? {
             flag ?? env[envName].flatMap { $0.isEmpty ? nil : $0 } ?? file[key]?.stringValue ?? file[key]?.numberValue?.literal ?? file[key]?.boolValue.map(String.init)
@@ -331,18 +393,29 @@ struct ServeCommand: AsyncParsableCommand {
             default: problems.append("secure-cookies: \"\(text)\" is not true or false")
             }
         }
-        if !problems.isEmpty { throw CLIError(problems.joined(separator: "\n")) }
-
+        if let text = pick(accessLog ? "true" : nil, "ISLE_ACCESS_LOG", "accessLog") {
+            switch text.lowercased() {
+            case "true", "1", "yes": c.accessLog.on = true
+            case "false", "0", "no": c.accessLog.on = false
+            default: problems.append("access-log: \"\(text)\" is not true or false")
+            }
+        }
         let level = pick(logLevel, "ISLE_LOG_LEVEL", "logLevel") ?? "info"
-        guard let l = Logger.Level(rawValue: level) else { throw CLIError("log-level: \(level) is not one of trace, debug, info, notice, warning, error, critical") }
-        c.masterKey = try database.masterKey()
-        return (c, l)
+        let l = Logger.Level(rawValue: level)
+        if l == nil { problems.append("log-level: \(level) is not one of trace, debug, info, notice, warning, error, critical") }
+        let formatName = pick(logFormat, "ISLE_LOG_FORMAT", "logFormat") ?? "text"
+        let format = LogFormat(rawValue: formatName)
+        if format == nil { problems.append("log-format: \"\(formatName)\" is not text or json") }
+        do { c.masterKey = try database.masterKey(configFile: file["masterKeyFile"]?.stringValue) } catch { problems.append("\(error)") }
+        guard problems.isEmpty, let l, let format else { throw CLIError(problems.joined(separator: "\n")) }
+        return ServeSettings(configuration: c, level: l, format: format)
     }
 
-    static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger, tracing: ServeTracing? = nil) async throws {
+    /// `jsonLogs`: the banner is a log record too (every line of the output is one JSON object).
+    static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger, tracing: ServeTracing? = nil, more: [any Service] = [], jsonLogs: Bool = false) async throws {
         let app = IsleServerApp(configuration: c, store: store, logger: logger)
         // Stopped in reverse order: the span exporter last, after the server's last spans.
-        let services: [any Service] = (tracing.map { [$0.service] } ?? []) + [app]
+        let services: [any Service] = (tracing.map { [$0.service] } ?? []) + more + [app]
         let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
@@ -362,7 +435,12 @@ struct ServeCommand: AsyncParsableCommand {
                 }
                 throw CLIError("the server stopped before it could listen", exitCode: ExitStatus.failure)
             }
-            say(try await banner(c, port: p, store: store, shown: shown, tracing: tracing?.destination))
+            let banner = try await banner(c, port: p, store: store, shown: shown, tracing: tracing?.destination)
+            if jsonLogs {
+                logger.notice("listening", metadata: ["port": "\(p)", "banner": .array(banner.split(separator: "\n").map { .string(String($0)) })])
+            } else {
+                say(banner)
+            }
             try await tasks.next()
         }
     }

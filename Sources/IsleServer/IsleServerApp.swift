@@ -72,6 +72,7 @@ public final class IsleServerApp: Service {
         // HTTPS: browsers keep to HTTPS for a year (docs/security.md).
         if services.configuration.tls != nil { router.add(middleware: HSTSMiddleware()) }
         if let tracer = services.configuration.tracer { router.add(middleware: RequestTracingMiddleware(tracer: tracer, keys: services.apiKeys)) }
+        router.add(middleware: AccessLogMiddleware(logger: services.logger, enabled: services.configuration.accessLog))
         router.add(middleware: ClientAddressMiddleware(trusted: services.configuration.trustedProxies))
         router.add(middleware: APIMetricsMiddleware(metrics: services.engine.counters.metrics))
         router.add(middleware: ErrorMiddleware(logger: services.logger))

@@ -1,3 +1,4 @@
+import Synchronization
 public import Foundation
 public import IsleAPNs
 public import IsleCore
@@ -77,6 +78,9 @@ public struct ServerConfiguration: Sendable {
     /// TLS on the API (`--tls-cert`, `--tls-key`): nil serves plain HTTP (behind a proxy that
     /// terminates TLS).
     public var tls: TLSCredentials?
+    /// A line at info for every request (method, route, status, duration, key id); at debug when
+    /// off. Shared by reference: `isle serve` turns it on or off at SIGHUP.
+    public var accessLog = AccessLogSwitch(false)
     /// How often the certificate files are looked at for a renewal.
     public var tlsReloadInterval: Duration = .seconds(10)
     /// Reverse proxies whose `X-Forwarded-For` names the client (per-address limits, sign-in
@@ -123,3 +127,13 @@ public struct HTTPTimeouts: Sendable, Hashable {
     public init() {}
 }
 
+
+/// Whether every request gets an access-log line at info (``ServerConfiguration/accessLog``).
+public final class AccessLogSwitch: Sendable {
+    private let value: Atomic<Bool>
+    public init(_ on: Bool) { value = Atomic(on) }
+    public var on: Bool {
+        get { value.load(ordering: .relaxed) }
+        set { value.store(newValue, ordering: .relaxed) }
+    }
+}

@@ -16,7 +16,12 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
 public protocol IsleRegistry: Pruning, AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
     IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository, HistoryRepository {
+    /// Creates the schema or brings an older one forward. A database written by a newer Isle
+    /// (a schema version this binary does not know) is refused with `.refused`, and left as it is.
     func migrate() async throws
+    /// The database's schema version beside the one this binary knows, without changing anything
+    /// (`isle serve --check-config`).
+    func schemaCheck() async throws -> SchemaCheck
     /// Runs `body` while the store's connections are up (PostgreSQL's pool); SQLite just runs it.
     func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T
     /// Claims the database for one serving process; a second `isle serve` on it fails with a

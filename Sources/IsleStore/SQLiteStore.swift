@@ -230,13 +230,26 @@ public final class SQLiteStore: IsleStore {
     /// Creates the schema (a new file) or brings an older one to it.
     public func migrate() async throws { try await migrate(replayingFrozenSteps: false) }
 
+    /// The schema version this binary writes: the frozen steps, then ``Schema/changes``.
+    static var schemaVersion: Int { frozenMigrations.count + Schema.changes.count }
+
+    public func schemaCheck() async throws -> SchemaCheck {
+        let current = try readNow { db -> Int in
+            guard try db.tableExists("isle_migrations") else { return 0 }
+            return try Int.fetchOne(db, sql: "SELECT COALESCE(MAX(version), 0) FROM isle_migrations") ?? 0
+        }
+        return SchemaCheck(current: current, known: Self.schemaVersion)
+    }
+
     /// `replayingFrozenSteps`: build a new file as an earlier Isle would have, then bring it forward
     /// (the schema test compares that with a file created from the definition).
-    func migrate(replayingFrozenSteps: Bool, stoppingAfterFrozenSteps: Bool = false) async throws {
+    /// `through`: stop at that version (a test builds the database an earlier release had).
+    func migrate(replayingFrozenSteps: Bool, stoppingAfterFrozenSteps: Bool = false, through: Int? = nil) async throws {
         try await pool.write { db in
             try db.execute(sql: "CREATE TABLE IF NOT EXISTS isle_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
             let done = try Int.fetchOne(db, sql: "SELECT COALESCE(MAX(version), 0) FROM isle_migrations") ?? 0
             let frozen = Self.frozenMigrations.count
+            try SchemaCheck(current: done, known: Self.schemaVersion).refuseNewer()
             func record(_ version: Int) throws {
                 try db.execute(sql: "INSERT INTO isle_migrations (version, applied_at) VALUES (?, ?)", arguments: [version, Date().timeIntervalSince1970])
             }
@@ -249,7 +262,7 @@ public final class SQLiteStore: IsleStore {
                 try record(i + 1)
             }
             if stoppingAfterFrozenSteps { return }
-            for (k, change) in Schema.changes.enumerated() where frozen + k + 1 > done {
+            for (k, change) in Schema.changes.enumerated() where frozen + k + 1 > done && frozen + k + 1 <= (through ?? .max) {
                 for statement in change.statements(.sqlite) { try db.execute(sql: statement) }
                 try record(frozen + k + 1)
             }

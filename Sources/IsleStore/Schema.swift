@@ -364,3 +364,26 @@ public enum Schema {
         } + indexes.filter { names.contains($0.table) && ($0.only == nil || $0.only == dialect) }.map { $0.sql(in: dialect) }
     }
 }
+
+/// A database's schema version beside the one this binary knows (docs/server.md, "Upgrades and
+/// rollbacks"). Version 0: a new, empty database.
+public struct SchemaCheck: Sendable, Hashable {
+    public var current: Int
+    public var known: Int
+
+    public init(current: Int, known: Int) {
+        self.current = current
+        self.known = known
+    }
+
+    /// What is wrong, if anything: a database newer than this binary.
+    public var problem: String? {
+        guard current > known else { return nil }
+        return "its schema is version \(current), written by a newer Isle; this binary knows versions up to \(known). Run the Isle that wrote it (or newer), or restore the backup taken before that upgrade: migrations only go forward"
+    }
+
+    /// Refuses a database newer than this binary.
+    func refuseNewer() throws {
+        if let problem { throw StoreError(.refused, problem) }
+    }
+}

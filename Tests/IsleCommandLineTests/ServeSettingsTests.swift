@@ -1,7 +1,7 @@
 import Foundation
 @testable import IsleCommandLine
 import IsleServer
-import IsleStore
+@testable import IsleStore
 import IsleDelivery
 import Logging
 import Testing
@@ -14,7 +14,7 @@ struct ServeSettingsTests {
     static func settings(_ arguments: [String], environment: [String: String] = [:]) throws -> ServerConfiguration {
         let command = try ServeCommand.parse(arguments)
         let context = CLIContext(out: { _ in }, err: { _ in }, environment: environment)
-        return try CLIContext.$current.withValue(context) { try command.settings().0 }
+        return try CLIContext.$current.withValue(context) { try command.settings().configuration }
     }
 
     static func privateFile(_ text: String, mode: Int = 0o600) throws -> String {
@@ -22,6 +22,62 @@ struct ServeSettingsTests {
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
         return path
+    }
+
+    @Test("every flag of isle serve has a config-file key, under the flag's own name or in camelCase; docs/server.md lists each; masterKeyFile works from the file")
+    func everyFlagInTheFile() throws {
+        let help = ServeCommand.helpMessage(columns: 400)
+        var flags = Set<String>()
+        for match in help.matches(of: /--([a-z][a-z0-9-]+)/) { flags.insert(String(match.1)) }
+        // Not settings: the file itself, --check-config, help; --sandbox/--production are apnsEnvironment;
+        // --single-host is isle sim's, named in a help text.
+        let notInFile: Set<String> = ["config", "check-config", "help", "sandbox", "production", "single-host"]
+        let inFile = Set(ServeCommand.configNames.map(\.flag))
+        #expect(flags.subtracting(notInFile).subtracting(inFile).isEmpty, "flags without a config key: \(flags.subtracting(notInFile).subtracting(inFile).sorted())")
+        #expect(inFile.subtracting(flags).subtracting(["apns-environment"]).isEmpty, "config keys without a flag: \(inFile.subtracting(flags).sorted())")
+        let docs = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("docs/server.md").path, encoding: .utf8)
+        for (key, _) in ServeCommand.configNames { #expect(docs.contains("`\(key)`"), "docs/server.md does not list \(key)") }
+
+        let master = MasterKey.generate()
+        let keyFile = try Self.privateFile(master.base64)
+        // The flag's name and camelCase both work; the master key from the file.
+        let file = try Self.privateFile(#"{"masterKeyFile": "\#(keyFile)", "idle-timeout": 5, "apnsCACert": null, "access-log": true}"#.replacingOccurrences(of: #", "apnsCACert": null"#, with: ""))
+        let c = try Self.settings(["--config", file])
+        #expect(c.masterKey?.base64 == master.base64 && c.timeouts.idle == .seconds(5) && c.accessLog.on)
+        // One setting under both names is refused; an unknown one is named.
+        let twice = try Self.privateFile(#"{"idleTimeout": 5, "idle-timeout": 6}"#)
+        #expect(throws: CLIError.self) { try Self.settings(["--config", twice]) }
+        let unknown = try Self.privateFile(#"{"idleTimeot": 5}"#)
+        do { _ = try Self.settings(["--config", unknown]); Issue.record("an unknown key was accepted") } catch {
+            #expect("\(error)".contains("idleTimeot") && "\(error)".contains("masterKeyFile"))
+        }
+        // A bad log level and format are reported together.
+        do { _ = try Self.settings(["--log-level", "loud", "--log-format", "xml"]); Issue.record("accepted") } catch {
+            #expect("\(error)".contains("log-level: loud") && "\(error)".contains("log-format: \"xml\""))
+        }
+    }
+
+    @Test("isle serve --check-config: ok for a good set-up; each problem named (a bad value, a newer database, a master key that does not open the apps' keys), exit 78, nothing served or changed")
+    func checkConfig() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("isle-check-\(UUID().uuidString).sqlite").path
+        let master = MasterKey.generate()
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+        try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM123456", keyID: "KEY1234567", keyPEM: try master.seal("-----BEGIN PRIVATE KEY-----", bundleID: "com.example.pizza"), createdAt: Date()))
+        let good = await IsleCLI.capture(["serve", "--check-config", "--database", path], environment: ["ISLE_MASTER_KEY": master.base64])
+        #expect(good.status == 0 && good.out.contains("configuration ok"), "\(good)")
+        let wrongKey = await IsleCLI.capture(["serve", "--check-config", "--database", path], environment: ["ISLE_MASTER_KEY": MasterKey.generate().base64])
+        #expect(wrongKey.status == 78 && wrongKey.err.contains("does not open com.example.pizza"), "\(wrongKey)")
+        let bad = await IsleCLI.capture(["serve", "--check-config", "--database", path, "--idle-timeout", "0"], environment: ["ISLE_MASTER_KEY": master.base64])
+        #expect(bad.status != 0 && bad.err.contains("idle-timeout"), "\(bad)")
+        try await store.pool.write { db in try db.execute(sql: "INSERT INTO isle_migrations (version, applied_at) VALUES (9999, 0)") }
+        let newer = await IsleCLI.capture(["serve", "--check-config", "--database", path], environment: ["ISLE_MASTER_KEY": master.base64])
+        #expect(newer.status == 78 && newer.err.contains("written by a newer Isle"), "\(newer)")
+        // Every command that opens the database refuses it too, and changes nothing.
+        let list = await IsleCLI.capture(["app", "list", "--database", path], environment: ["ISLE_MASTER_KEY": master.base64])
+        #expect(list.status == 78 && list.err.contains("newer Isle"), "\(list.status) \(list.err)")
+        #expect(try await store.schemaCheck().current == 9999)
     }
 
     @Test("defaults as docs/security.md states them")

@@ -133,4 +133,59 @@ struct SchemaTests {
         #expect(claimed.count == 1 && claimed.first.map { String(decoding: $0.job.encodedAPS, as: UTF8.self) } == #"{"event":"update","content-state":{"status":"out"}}"#
                 && claimed.first?.job.payload.liveActivity?.contentState == ["status": "out"])
     }
+
+    /// The schema version of the previous release (0.9.0): before "unpushed activities and webhook keys".
+    static let previousRelease = SQLiteStore.frozenMigrations.count + Schema.changes.count - 1
+
+    @Test("SQLite: a database written by the previous release's schema, with data in it, is brought forward: every row reads back and a queued push is claimed with its payload")
+    func upgradeFromThePreviousRelease() async throws {
+        let path = Self.sqliteFile()
+        let old = try SQLiteStore(path: path)
+        try await old.migrate(replayingFrozenSteps: true, through: Self.previousRelease)
+        #expect(try await old.schemaCheck() == SchemaCheck(current: Self.previousRelease, known: Self.previousRelease + 1))
+        let t0 = Date(timeIntervalSince1970: 1_790_000_000)
+        // What that release wrote: an app with its keys, an installation, an activity, a queued
+        // push, a delivery, an event, and a webhook (without the key_id it did not have).
+        try await old.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM123456", keyID: "KEY1234567", keyPEM: "isle-sealed:v1:AAAA", createdAt: t0))
+        try await old.insertAPIKey(APIKeyRecord(id: "key_old", bundleID: "com.example.pizza", scope: .backend, secretHash: "hash", createdAt: t0))
+        try await old.insertActivity(ActivityRecord(id: "act-1", bundleID: "com.example.pizza", externalKey: "order-1", attributesType: "T", state: .active, updateToken: "tok-1", startedAt: t0))
+        let jobs = try await old.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "act-1",
+                                                     payload: .update(["status": "baking"], alert: LiveActivityAlert(title: "T", body: "B"), at: t0), runAt: t0)],
+                                         idempotency: nil, now: t0)
+        try await old.pool.write { db in
+            try db.execute(sql: "INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts) VALUES ('wh_old', 'com.example.pizza', 'https://hooks.example.com/isle', 's', ?, 0, 0, 0)",
+                           arguments: [t0.timeIntervalSince1970])
+            try db.execute(sql: "INSERT INTO events (bundle_id, type, activity_id, data, at, seq) VALUES ('com.example.pizza', 'activity.ended', 'act-1', '{}', ?, 1)", arguments: [t0.timeIntervalSince1970])
+        }
+
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+        #expect(try await store.schemaCheck() == SchemaCheck(current: Self.previousRelease + 1, known: Self.previousRelease + 1))
+        #expect(try await store.app("com.example.pizza")?.keyID == "KEY1234567")
+        #expect(try await store.apiKeys(bundleID: "com.example.pizza").map(\.id) == ["key_old"])
+        #expect(try await store.activity(id: "act-1")?.externalKey == "order-1")
+        let hooks = try await store.webhooks(bundleID: "com.example.pizza")
+        #expect(hooks.map(\.id) == ["wh_old"] && hooks.first?.keyID == nil)
+        #expect(try await store.events(bundleID: "com.example.pizza", after: 0, limit: 10).map(\.event.type) == [.activityEnded])
+        let claimed = try await store.claim(limit: 10, now: t0.addingTimeInterval(1), lease: 30, worker: "w", excludingApps: [])
+        #expect(claimed.map(\.job.id) == jobs && claimed.first?.job.payload.liveActivity?.contentState == ["status": "baking"])
+    }
+
+    @Test("a database newer than this binary is refused, with the versions and what to do, and left unchanged")
+    func newerDatabaseRefused() async throws {
+        let path = Self.sqliteFile()
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+        let known = SQLiteStore.frozenMigrations.count + Schema.changes.count
+        try await store.pool.write { db in try db.execute(sql: "INSERT INTO isle_migrations (version, applied_at) VALUES (?, 0)", arguments: [known + 1]) }
+        let check = try await store.schemaCheck()
+        #expect(check == SchemaCheck(current: known + 1, known: known) && check.problem?.contains("newer Isle") == true)
+        do {
+            try await SQLiteStore(path: path).migrate()
+            Issue.record("a newer database was migrated")
+        } catch let e as StoreError {
+            #expect(e.code == .refused && e.message.contains("version \(known + 1)") && e.message.contains("up to \(known)") && e.message.contains("backup"), "\(e)")
+        }
+        #expect(try await store.schemaCheck().current == known + 1)
+    }
 }

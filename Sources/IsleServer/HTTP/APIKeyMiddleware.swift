@@ -42,6 +42,7 @@ struct APIKeyMiddleware: RouterMiddleware {
         try limiter?.check(keyID: key.id, scope: key.scope)
         var context = context
         context.caller = Caller(bundleID: key.bundleID, scope: key.scope, keyID: key.id)
+        AccessLogNote.current?.noteCaller(keyID: key.id, app: key.bundleID)
         return try await next(request, context)
     }
 }

@@ -76,6 +76,12 @@ public final class TLSCredentials: Sendable {
         }
     }
 
+    /// Reads the files again (SIGHUP), changed or not; the pair in use stays when the new one does not load.
+    public func reload() throws {
+        let loaded = try Self.load(certificatePath, keyPath)
+        state.withLock { $0 = loaded }
+    }
+
     /// Reads the files again if they changed since the last read; true when the new pair is in use.
     @discardableResult
     public func reloadIfChanged() throws -> Bool {

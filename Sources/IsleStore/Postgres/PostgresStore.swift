@@ -358,6 +358,18 @@ public final class PostgresStore: IsleStore {
     /// Creates the schema (a new database) or brings an older one to it.
     public func migrate() async throws { try await migrate(replayingFrozenSteps: false) }
 
+    /// The schema version this binary writes: the frozen steps, then ``Schema/changes``.
+    static var schemaVersion: Int { frozenMigrations.count + Schema.changes.count }
+
+    public func schemaCheck() async throws -> SchemaCheck {
+        let log = logger
+        let current = try await read { conn -> Int in
+            guard try await conn.row("SELECT to_regclass('isle_migrations') IS NOT NULL AS present", logger: log)?.bool("present") == true else { return 0 }
+            return Int(try await conn.row("SELECT COALESCE(MAX(version), 0) AS v FROM isle_migrations", logger: log)?.int("v") ?? 0)
+        }
+        return SchemaCheck(current: current, known: Self.schemaVersion)
+    }
+
     /// `replayingFrozenSteps`: build a new database as an earlier Isle would have, then bring it
     /// forward (the schema test compares that with one created from the definition).
     func migrate(replayingFrozenSteps: Bool, stoppingAfterFrozenSteps: Bool = false) async throws {
@@ -370,6 +382,7 @@ public final class PostgresStore: IsleStore {
             try await conn.rows("CREATE TABLE IF NOT EXISTS isle_migrations (version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)", logger: log)
             let done = try await conn.row("SELECT COALESCE(MAX(version), 0) AS v FROM isle_migrations", logger: log)?.int("v") ?? 0
             let frozen = Self.frozenMigrations.count
+            try SchemaCheck(current: Int(done), known: Self.schemaVersion).refuseNewer()
             func record(_ version: Int) async throws {
                 try await conn.rows("INSERT INTO isle_migrations (version, applied_at) VALUES ($1, $2)", [.int(Int64(version)), .double(Date().timeIntervalSince1970)], logger: log)
             }
