@@ -271,6 +271,7 @@ struct ServeCommand: AsyncParsableCommand {
             whole(flag, envName, key, name, 1...100_000, "1 to 100000")
         }
         var c = ServerConfiguration()
+        c.build = (IsleVersion.version, IsleVersion.commit)
         c.host = pick(host, "ISLE_HOST", "host") ?? c.host
         if let p = pick(port.map(String.init), "ISLE_PORT", "port") {
             guard let n = Int(p), (0...65535).contains(n) else { throw CLIError("port: \(p) is not a port number") }

@@ -113,11 +113,13 @@ final class DemoView: Sendable {
     }
 
     func finish(steps: Int, metrics: String) {
-        // `isle_deliveries_total{outcome="sent"} 27` → ("sent", 27)
+        // `isle_deliveries_total{app="…",outcome="sent"} 27` → ("sent", 27), summed over apps.
         var counts: [(String, Int)] = []
-        for line in metrics.split(separator: "\n") where line.hasPrefix("isle_deliveries_total{outcome=\"") {
-            let parts = line.dropFirst("isle_deliveries_total{outcome=\"".count).split(separator: "\"")
-            if parts.count == 2, let n = Int(parts[1].drop { $0 == "}" || $0 == " " }) { counts.append((String(parts[0]), n)) }
+        for line in metrics.split(separator: "\n") where line.hasPrefix("isle_deliveries_total{") {
+            guard let start = line.range(of: "outcome=\"")?.upperBound, let end = line[start...].firstIndex(of: "\""),
+                  let n = Int(line.split(separator: " ").last ?? "") else { continue }
+            let outcome = String(line[start..<end])
+            if let i = counts.firstIndex(where: { $0.0 == outcome }) { counts[i].1 += n } else { counts.append((outcome, n)) }
         }
         if json { return emit("done", ["steps": .int(steps), "ok": true, "deliveries": .object(JSONObject(counts.map { ($0.0, JSONValue.int($0.1)) }))]) }
         out("")

@@ -29,7 +29,7 @@ public final class DeliveryEngine: Service {
     let worker: String
     let wakeups: AsyncStream<Void>
     let wakeupContinuation: AsyncStream<Void>.Continuation
-    public let counters = EngineCounters()
+    public let counters: EngineCounters
     /// Rung after every completion this process writes (it may have written events).
     public let events = EventBell()
     let pausesRead = Mutex<ContinuousClock.Instant?>(nil)
@@ -50,6 +50,7 @@ public final class DeliveryEngine: Service {
         self.clock = clock
         self.logger = logger
         self.worker = worker
+        counters = EngineCounters(metrics: ServerMetrics(version: configuration.build.version, commit: configuration.build.commit))
         history = HistoryRecorder(store: store, flushEvery: configuration.historyFlush, logger: logger)
         circuits = AppCircuits(settings: configuration.circuit)
         planner = DeliveryPlanner(hourlyHighPriorityBudget: configuration.hourlyHighPriorityBudget, frequentHourlyHighPriorityBudget: configuration.frequentHourlyHighPriorityBudget,
@@ -347,7 +348,7 @@ public final class DeliveryEngine: Service {
         let job = c.job
         let now = clock.now
         guard let app = try await apps.app(job.bundleID, store: store) else {
-            counters.failed()
+            counters.failed(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.failed, reason: "the app \(job.bundleID) is no longer registered"))
         }
         // The installation and the hour's priority-10 sends were read with the claim (ClaimReads).
@@ -356,10 +357,10 @@ public final class DeliveryEngine: Service {
 
         switch planner.plan(context) {
         case .drop(let why, let patch):
-            counters.dropped()
+            counters.dropped(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.dropped, reason: why), activity: patch)
         case .fail(let why):
-            counters.failed()
+            counters.failed(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.failed, reason: why), activity: job.kind == .start ? ActivityPatch(unreachable: .init(reason: why, ifToken: nil)) : nil)
         case .wait(let until, let why):
             return JobCompletion(claim: c, result: .retry(at: until, reason: why))
@@ -369,7 +370,7 @@ public final class DeliveryEngine: Service {
                 return JobCompletion(claim: c, result: .retry(at: circuit.resumesAt(clock.now), reason: Self.heldReason(circuit)))
             }
             let (outcome, response, latency) = await send(push, c: c, app: app)
-            counters.metrics.apnsResponse(status: response?.status ?? 0, reason: response?.reason?.rawValue, milliseconds: latency)
+            counters.metrics.apnsResponse(status: response?.status ?? 0, reason: response?.reason?.rawValue, milliseconds: latency, app: app.bundleID)
             let sentAt = clock.now
             if Task.isCancelled {
                 // The server is stopping under the send: no answer from APNs, nothing to learn. The
@@ -441,20 +442,20 @@ public final class DeliveryEngine: Service {
         let job = c.job
         switch resolution {
         case .sent:
-            counters.sent(downgraded: push.downgraded)
+            counters.sent(downgraded: push.downgraded, app: job.bundleID)
             counters.metrics.timeInQueue(now.timeIntervalSince(job.createdAt))
             return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == .high && job.activityID != nil ? now : nil)
         case .retry(let at, let why):
-            counters.retried()
+            counters.retried(app: job.bundleID)
             return JobCompletion(claim: c, result: .retry(at: at, reason: why), delivery: delivery)
         case .suspectToken(let why, let at):
-            counters.retried()
+            counters.retried(app: job.bundleID)
             return JobCompletion(claim: c, result: .retry(at: at, reason: "\(why) (kept: no push of this app to this APNs environment was accepted yet, so the environment may be wrong)"), delivery: delivery)
         case .pauseApp(let why):
             let circuit = circuits.circuit(job.bundleID)
             return JobCompletion(claim: c, result: .retry(at: circuit.resumesAt(now), reason: "app paused: \(why)"), delivery: delivery)
         case .deadToken(let why):
-            counters.failed()
+            counters.failed(app: job.bundleID)
             switch (job.kind, push.target) {
             case (.start, .liveActivity(let token)):
                 let type = job.payload.liveActivity?.attributesType ?? ""
@@ -469,7 +470,7 @@ public final class DeliveryEngine: Service {
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery)
             }
         case .fail(let why):
-            counters.failed()
+            counters.failed(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
                                  activity: job.kind == .start ? ActivityPatch(unreachable: .init(reason: why, ifToken: nil)) : nil)
         }

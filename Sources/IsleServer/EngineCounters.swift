@@ -5,18 +5,19 @@ import Synchronization
 public final class EngineCounters: Sendable {
     private let values = Mutex<[String: Int]>([:])
     /// Where every count also goes, for `/metrics`.
-    public let metrics = ServerMetrics()
-    func bump(_ k: String) {
+    public let metrics: ServerMetrics
+    init(metrics: ServerMetrics = ServerMetrics()) { self.metrics = metrics }
+    func bump(_ k: String, app: String) {
         values.withLock { $0[k, default: 0] += 1 }
-        metrics.delivery(k)
+        metrics.delivery(k, app: app)
     }
-    func sent(downgraded: Bool) {
-        bump("sent")
-        if downgraded { bump("downgraded") }
+    func sent(downgraded: Bool, app: String) {
+        bump("sent", app: app)
+        if downgraded { bump("downgraded", app: app) }
     }
-    func failed() { bump("failed") }
-    func retried() { bump("retried") }
-    func dropped() { bump("dropped") }
+    func failed(app: String) { bump("failed", app: app) }
+    func retried(app: String) { bump("retried", app: app) }
+    func dropped(app: String) { bump("dropped", app: app) }
     public var snapshot: [String: Int] { values.withLock { $0 } }
 }
 

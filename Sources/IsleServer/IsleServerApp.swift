@@ -46,7 +46,8 @@ public final class IsleServerApp: Service {
         let router = Self.buildRouter(services: services, store: store, limiter: RateLimiter(limits: configuration.rateLimits, clock: clock),
                                       perInstallation: KeyedRateLimiter(configuration.deviceInstallationLimit, what: "this installation", clock: clock),
                                       perAddress: KeyedRateLimiter(configuration.deviceAddressLimit, what: "this address", clock: clock))
-        let webhooks = WebhookDispatcher(store: store, bell: engine.events, clock: clock, settings: configuration.webhooks, masterKey: configuration.masterKey, logger: logger)
+        let webhooks = WebhookDispatcher(store: store, bell: engine.events, clock: clock, settings: configuration.webhooks, masterKey: configuration.masterKey, logger: logger,
+                                         metrics: engine.counters.metrics)
         let box = portBox
         let timeouts = configuration.timeouts
         let tls = configuration.tls

@@ -81,6 +81,8 @@ public struct ServerConfiguration: Sendable {
     /// A line at info for every request (method, route, status, duration, key id); at debug when
     /// off. Shared by reference: `isle serve` turns it on or off at SIGHUP.
     public var accessLog = AccessLogSwitch(false)
+    /// The build, for `isle_build_info` (`isle serve` sets it from `isle --version`).
+    public var build: (version: String, commit: String) = ("dev", "unknown")
     /// How often the certificate files are looked at for a renewal.
     public var tlsReloadInterval: Duration = .seconds(10)
     /// Reverse proxies whose `X-Forwarded-For` names the client (per-address limits, sign-in

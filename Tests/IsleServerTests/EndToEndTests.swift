@@ -341,10 +341,19 @@ struct APIErrorTests {
             let metrics = try await f.call("GET", "/metrics")
             let text = metrics.json.stringValue ?? ""
             #expect(metrics.status == 200)
-            for expected in [#"isle_deliveries_total{outcome="sent"} 1"#, #"isle_apns_responses_total{"#, #"status="200""#, #"reason="none""#,
+            for expected in [#"isle_deliveries_total{app="com.example.pizza",outcome="sent"} 1"#, #"isle_apns_responses_total{app="com.example.pizza","#, #"status="200""#, #"reason="none""#,
                              "isle_apns_response_seconds_bucket{", "isle_time_in_queue_seconds_count 1", #"isle_api_write_seconds_bucket{status="2xx""#,
-                             #"isle_jobs{state="queued"} 0"#, "# TYPE isle_apns_response_seconds histogram"] {
+                             #"isle_jobs{state="queued"} 0"#, "# TYPE isle_apns_response_seconds histogram", "isle_oldest_due_push_age_seconds 0",
+                             #"isle_apps_paused{cause="configuration"} 0"#, #"isle_build_info{version=""#, "isle_store_statements_total ",
+                             "process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds "] {
                 #expect(text.contains(expected), "missing \(expected) in:\n\(text)")
+            }
+            // Every family has one HELP and one TYPE line, before its samples (what promtool checks; CI runs promtool too).
+            #expect(MetricsText.problems(text).isEmpty, "\(MetricsText.problems(text))")
+            if ProcessInfo.processInfo.environment["ISLE_TEST_REQUIRE_PROMTOOL"] == "1" { #expect(MetricsText.promtool != nil, "promtool is not installed (.ci/run installs Debian's prometheus)") }
+            if let promtool = MetricsText.promtool {
+                let (status, output) = try MetricsText.run(promtool, ["check", "metrics"], input: text)
+                #expect(status == 0 && output.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, "promtool: \(output)")
             }
             // Labels never carry an id or a token.
             #expect(!text.contains(id) && !text.contains(a.updateToken!) && !text.contains("metrics-1"))
@@ -447,5 +456,49 @@ struct HostileInputTests {
             #expect(requests.count > 300, "\(requests.count) requests")
             _ = a
         }
+    }
+}
+
+/// Checks of the Prometheus text exposition (the rules `promtool check metrics` applies that matter
+/// here: HELP and TYPE for every family, once, before its samples).
+enum MetricsText {
+    static func problems(_ text: String) -> [String] {
+        var help: Set<String> = [], type: [String: String] = [:], problems: [String] = []
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("# HELP ") {
+                let name = String(line.dropFirst(7).prefix { $0 != " " })
+                if !help.insert(name).inserted { problems.append("HELP twice for \(name)") }
+                if line.dropFirst(7 + name.count).trimmingCharacters(in: .whitespaces).isEmpty { problems.append("empty HELP for \(name)") }
+            } else if line.hasPrefix("# TYPE ") {
+                let parts = line.dropFirst(7).split(separator: " ")
+                guard parts.count == 2 else { problems.append("bad TYPE line: \(line)"); continue }
+                if type.updateValue(String(parts[1]), forKey: String(parts[0])) != nil { problems.append("TYPE twice for \(parts[0])") }
+            } else if !line.hasPrefix("#"), !line.isEmpty {
+                let sample = String(line.prefix { $0 != "{" && $0 != " " })
+                let family = type[sample] != nil ? sample : ["_bucket", "_sum", "_count", "_total"].compactMap { s in sample.hasSuffix(s) ? String(sample.dropLast(s.count)) : nil }.first { type[$0] != nil } ?? sample
+                if type[family] == nil { problems.append("no TYPE before \(sample)") }
+                if !help.contains(family) { problems.append("no HELP for \(family)") }
+            }
+        }
+        return problems
+    }
+
+    /// promtool, when installed (CI installs it: Debian's prometheus package).
+    static let promtool: String? = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    static func run(_ executable: String, _ arguments: [String], input: String) throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = stdout
+        try process.run()
+        stdin.fileHandleForWriting.write(Data(input.utf8))
+        try stdin.fileHandleForWriting.close()
+        let output = stdout.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import IsleCore
 import IsleHTTPAPI
@@ -9,9 +10,16 @@ import NIOCore
 struct OperationsController {
     let services: APIServices
     /// The store as this needs it, and no more.
-    let store: any JobCounts & OperatorPauseRepository & JobIntake
+    let store: any JobCounts & OperatorPauseRepository & JobIntake & JobDelivery & EventRepository
     /// `/metrics` counts open work at most once a second however often it is asked.
     let openJobs = ExpiringCache<[PushJobState: Int]?>()
+    /// And looks at the oldest due push and the webhooks' lag as often.
+    let scraped = ExpiringCache<Scrape?>()
+
+    struct Scrape: Sendable {
+        var oldestDueAge: TimeInterval
+        var webhookLags: [(app: String, webhook: String, seconds: TimeInterval)]
+    }
 
     func addRoutes(to router: Router<IsleRequestContext>) {
         // A person who opens the server's address finds where to go.
@@ -97,10 +105,27 @@ struct OperationsController {
 
     /// Open work only, along partial indexes; everything else is counted as it happens
     /// (swift-metrics into a Prometheus registry).
+    /// The oldest due push (a lane head or a scheduled job past its time, paused apps' included)
+    /// and each webhook's oldest unacknowledged event.
+    static func scrape(_ store: any JobDelivery & EventRepository, now: Date) async throws -> Scrape {
+        let due = try await store.nextDue(after: now, excludingApps: [])
+        var lags: [(app: String, webhook: String, seconds: TimeInterval)] = []
+        for hook in try await store.allWebhooks() {
+            let oldest = try await store.events(bundleID: hook.bundleID, after: hook.cursor, limit: 1).first
+            lags.append((hook.bundleID, hook.id, oldest.map { now.timeIntervalSince($0.event.at) } ?? 0))
+        }
+        return Scrape(oldestDueAge: due.map { max(0, now.timeIntervalSince($0)) } ?? 0, webhookLags: lags)
+    }
+
     @Sendable func metrics(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let counts = try await openJobs.value("open", load: { try await store.openJobCounts() }) ?? [:]
         let metrics = services.engine.counters.metrics
         metrics.openJobs(counts)
+        let now = services.clock.now
+        if let scrape = try await scraped.value("scrape", load: { try await Self.scrape(store, now: now) }) {
+            metrics.oldestDueAge(scrape.oldestDueAge)
+            metrics.webhookLags(scrape.webhookLags)
+        }
         let circuits = services.engine.circuits
         var paused: [String: Int] = ["operator": circuits.operatorPauses.count]
         for (bundleID, c) in circuits.all where circuits.operatorPause(bundleID) == nil {

@@ -57,7 +57,11 @@ final class WebhookDispatcher: Service {
     let logger: Logger
     let worker = "webhooks-" + UUID().uuidString.prefix(8).lowercased()
 
-    init(store: any EventRepository & APIKeyRepository, bell: EventBell, clock: any WallClock, settings: WebhookSettings, masterKey: MasterKey?, logger: Logger) {
+    /// Failures counted for `/metrics` (`isle_webhook_failures_total`).
+    let metrics: ServerMetrics?
+
+    init(store: any EventRepository & APIKeyRepository, bell: EventBell, clock: any WallClock, settings: WebhookSettings, masterKey: MasterKey?, logger: Logger, metrics: ServerMetrics? = nil) {
+        self.metrics = metrics
         self.store = store
         self.bell = bell
         self.clock = clock
@@ -148,6 +152,7 @@ final class WebhookDispatcher: Service {
             case .success(let t): target = t
             case .failure(let refusal):
                 hook.failed(status: 0, error: refusal.message, at: clock.now, maximumBackoff: settings.maximumBackoff)
+                metrics?.webhookFailed(app: hook.bundleID, webhook: hook.id)
                 logger.warning("webhook refused: it will be checked again", metadata: ["webhook": "\(hook.id)", "app": "\(hook.bundleID)", "reason": "\(refusal.code)"])
                 _ = try await store.saveWebhookProgress(hook)
                 return hook.nextAttemptAt
@@ -164,6 +169,7 @@ final class WebhookDispatcher: Service {
                 if Task.isCancelled { return nil }
                 if let failure {
                     hook.failed(status: failure.status, error: failure.error, at: clock.now, maximumBackoff: settings.maximumBackoff)
+                    metrics?.webhookFailed(app: hook.bundleID, webhook: hook.id)
                     logger.warning("webhook failed; it will be tried again", metadata: [
                         "webhook": "\(hook.id)", "app": "\(hook.bundleID)", "status": "\(failure.status)", "error": "\(failure.error)", "retry.at": "\(hook.nextAttemptAt ?? clock.now)",
                     ])
