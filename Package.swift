@@ -189,7 +189,7 @@ let package = Package(
         .target(
             name: "IsleCommandLine",
             dependencies: [
-                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo", "IsleHTTP2Server",
                 server("ServiceLifecycle", "swift-service-lifecycle"),
                 server("UnixSignals", "swift-service-lifecycle"),
                 server("OTel", "swift-otel"),

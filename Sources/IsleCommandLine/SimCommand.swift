@@ -1,6 +1,7 @@
 import ArgumentParser
 import Crypto
 import Foundation
+import IsleHTTP2Server
 import IsleCore
 import IsleSimulator
 import Logging
@@ -112,6 +113,37 @@ struct SimCommand: AsyncParsableCommand {
         if singleHost, broadcastPort != 0 || managementPort != 0 { throw CLIError("--single-host serves everything on --apns-port; leave out --broadcast-port and --management-port") }
     }
 
+    /// The server certificate (chain and key) kept in `folder`, made with a CA (`ca.pem`) the first
+    /// time; made again when a file is missing or older than 300 days (it is valid for a year).
+    /// `again`: the folder's were used.
+    static func serverCertificate(in folder: String) throws -> (chain: String, key: String, again: Bool) {
+        let (caPath, certPath, keyPath) = (folder + "/ca.pem", folder + "/server-cert.pem", folder + "/server-key.pem")
+        let fresh = { (path: String) -> Bool in
+            guard let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date else { return false }
+            return Date().timeIntervalSince(modified) < 300 * 86_400
+        }
+        if [caPath, certPath, keyPath].allSatisfy(fresh),
+           let chain = try? String(contentsOfFile: certPath, encoding: .utf8), let key = try? String(contentsOfFile: keyPath, encoding: .utf8) {
+            return (chain, key, true)
+        }
+        let ca: CertificateAuthority
+        let leaf: (certificatePEM: String, privateKeyPEM: String)
+        do {
+            ca = try CertificateAuthority(commonName: "Isle Simulator CA")
+            leaf = try ca.issueServerCertificate()
+        } catch { throw CLIError("cannot make the simulator's certificate: \(error)") }
+        for (path, text, mode) in [(caPath, ca.certificatePEM, 0o644), (certPath, leaf.certificatePEM, 0o644), (keyPath, leaf.privateKeyPEM, 0o600)] {
+            try? FileManager.default.removeItem(atPath: path)
+            let body = text.hasSuffix("\n") ? text : text + "\n"
+            guard FileManager.default.createFile(atPath: path, contents: Data(body.utf8), attributes: [.posixPermissions: mode]) else {
+                throw CLIError("--dir: cannot write \(path)")
+            }
+        }
+        // As written, so a later start reads the same text back.
+        let pem = { (text: String) in text.hasSuffix("\n") ? text : text + "\n" }
+        return (pem(leaf.certificatePEM), pem(leaf.privateKeyPEM), false)
+    }
+
     func run() async throws {
         let folder = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("isle-sim-\(UUID().uuidString.prefix(8))").path
         do { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) } catch {
@@ -128,9 +160,18 @@ struct SimCommand: AsyncParsableCommand {
         c.allowNonLoopback = allowNonLoopback
         c.environment = production ? .production : .sandbox
         c.caCertificatePath = folder + "/ca.pem"
+        var reused: [String] = []
         if let certificate, let certificateKey {
             c.certificateChainPEM = String(decoding: try Inputs.read(certificate, flag: "--cert"), as: UTF8.self)
             c.privateKeyPEM = String(decoding: try Inputs.read(certificateKey, flag: "--cert-key"), as: UTF8.self)
+        } else if dir != nil {
+            // A folder of one's own keeps its CA and server certificate across restarts: a server
+            // configured with its ca.pem keeps trusting the simulator started again there.
+            let (chain, privateKey, again) = try Self.serverCertificate(in: folder)
+            c.certificateChainPEM = chain
+            c.privateKeyPEM = privateKey
+            c.caCertificatePath = nil
+            if again { reused.append("CA") }
         }
         if realistic { c.device = .realistic(seed: seed) }
         c.device.seed = seed
@@ -159,9 +200,14 @@ struct SimCommand: AsyncParsableCommand {
         c.device.perTokenWindow = perTokenWindow
         c.device.widgetDailyReloadBudget = widgetDailyBudget
 
-        // A provider key: the one given (read before anything starts), or one made now.
+        // A provider key: the one given (read before anything starts), the one this --dir already
+        // holds, or one made now.
         let key: P256.Signing.PrivateKey
-        if let providerKey {
+        let kept = folder + "/AuthKey_\(keyID).p8"
+        if providerKey == nil, dir != nil, let text = try? String(contentsOfFile: kept, encoding: .utf8), let existing = try? P256.Signing.PrivateKey(pemRepresentation: text) {
+            key = existing
+            reused.append("provider key")
+        } else if let providerKey {
             let text = String(decoding: try Inputs.read(providerKey, flag: "--key"), as: UTF8.self)
             do { key = try P256.Signing.PrivateKey(pemRepresentation: text) } catch {
                 throw CLIError("--key: \(providerKey) is not a P-256 private key in PEM (a .p8 from Apple or isle sim)")
@@ -225,7 +271,7 @@ struct SimCommand: AsyncParsableCommand {
                   control:  \(control)
                   phone:    \(control)/\(phonePath)   (the Lock Screen and Dynamic Island, in a browser)
                   key:      \(keyPath)   key id \(keyID)   team id \(teamID)
-                \(deviceLine.isEmpty ? "" : deviceLine + "\n")
+                \(reused.isEmpty ? "" : "  kept:     the \(reused.joined(separator: " and ")) already in \(folder) (a server that trusts them keeps working)\n")\(deviceLine.isEmpty ? "" : deviceLine + "\n")
                 Point any client at it:
                   export ISLE_APNS_URL=\(sim.apnsURL) ISLE_APNS_CA_CERT=\(folder)/ca.pem
                   export ISLE_APNS_BROADCAST_URL=\(sim.broadcastURL) ISLE_APNS_MANAGEMENT_URL=\(sim.managementURL)

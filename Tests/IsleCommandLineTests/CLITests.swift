@@ -1,5 +1,5 @@
 import Foundation
-import IsleCommandLine
+@testable import IsleCommandLine
 import IsleCore
 import IsleHTTP2Server
 import IsleStore
@@ -34,6 +34,26 @@ let now = Date(timeIntervalSince1970: 1_767_225_600)
 
 @Suite("isle CLI")
 struct CLITests {
+    @Test("isle sim --dir keeps its CA and server certificate across restarts (a server given its ca.pem keeps trusting it); a missing or old file makes them again")
+    func simFolderKeepsItsCertificates() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("isle-simdir-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let first = try SimCommand.serverCertificate(in: folder)
+        let ca = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
+        #expect(!first.again && ca.contains("BEGIN CERTIFICATE") && first.chain.contains("BEGIN CERTIFICATE"))
+        let mode = (try FileManager.default.attributesOfItem(atPath: folder + "/server-key.pem")[.posixPermissions] as? Int) ?? 0
+        #expect(mode & 0o077 == 0, "the server key is readable by others: \(String(mode, radix: 8))")
+        let second = try SimCommand.serverCertificate(in: folder)
+        #expect(second.again && second.chain == first.chain && second.key == first.key)
+        let caKept = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
+        #expect(caKept == ca)
+        try FileManager.default.removeItem(atPath: folder + "/server-key.pem")
+        let third = try SimCommand.serverCertificate(in: folder)
+        let caAgain = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
+        #expect(!third.again && third.chain != first.chain && caAgain != ca)
+    }
+
     @Test("push update sends the push and prints APNs' answer")
     func pushUpdate() async throws {
         try await CLIHarness.with { h in
