@@ -151,31 +151,38 @@ def console(browser, wait):
     # The live counters run from /console/console.js under a CSP without inline script: after two
     # polls the rate is a number.
     wait.until(lambda b: b.find_element(By.ID, "rate").text not in ("", "–"))
-    browser.save_screenshot(os.path.join(SHOTS, "console-1-dashboard.png"))
+    shot(browser, "console-1-dashboard.png")
     # Find the activity by its key; its timeline shows the delivery with status 200.
     field = browser.find_element(By.CSS_SELECTOR, "form.search input[name='key']")
     field.send_keys("order-12345")
     browser.find_element(By.CSS_SELECTOR, "form.search button").click()
     wait.until(lambda b: b.find_element(By.LINK_TEXT, "order-12345")).click()
     wait.until(lambda b: any(td.text == "200" for td in b.find_elements(By.CSS_SELECTOR, "td.status")))
-    browser.save_screenshot(os.path.join(SHOTS, "console-2-timeline.png"))
+    shot(browser, "console-2-timeline.png")
     # An invalid update: the validator's error, inline.
     body = browser.find_element(By.ID, "body")
     body.clear()
     body.send_keys('{"contentState": {"driverName": 5}}')
     browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
     wait.until(lambda b: "contentState.driverName" in b.find_element(By.CSS_SELECTOR, ".error").text)
-    browser.save_screenshot(os.path.join(SHOTS, "console-3-invalid-update.png"))
+    shot(browser, "console-3-invalid-update.png")
     activity_url = browser.current_url.split("/compose")[0]
     console_actions(browser, wait, activity_url)
 
 
 def shot(browser, name):
-    # The whole page, not only the window: tall pages (the queue, the audit log) are shown whole.
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(1280, max(900, min(height + 40, 4000)))
-    browser.save_screenshot(os.path.join(SHOTS, name))
-    browser.set_window_size(1280, 900)
+    """The page at a laptop's 1366 px and a phone's 390 px (name-1366.png, name-390.png), whole:
+    tall pages (the queue, the audit log) are shown whole. At either width the page must not
+    scroll sideways (a wide table scrolls inside itself)."""
+    base = name[:-4] if name.endswith(".png") else name
+    for width, mobile in [(1366, False), (390, True)]:
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": mobile})
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        sideways = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        assert sideways <= 1, f"{name} at {width} px scrolls sideways by {sideways} px"
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": max(900, min(height + 40, 4000)), "deviceScaleFactor": 1, "mobile": mobile})
+        browser.save_screenshot(os.path.join(SHOTS, f"{base}-{width}.png"))
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def console_actions(browser, wait, activity_url):
@@ -190,6 +197,7 @@ def console_actions(browser, wait, activity_url):
     browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
     wait.until(lambda b: "unixTimeInDateField" in b.find_element(By.ID, "warnings").text)
     assert not browser.find_elements(By.ID, "compose-result"), "queued despite a warning"
+    assert "Fix:" in browser.find_element(By.ID, "warnings").text, "the warning without the validator's fix"
     shot(browser, "console-4-warning.png")
     browser.find_element(By.ID, "confirm").click()
     browser.find_element(By.CSS_SELECTOR, "form[action$='/compose'] button").click()
@@ -219,6 +227,9 @@ def console_actions(browser, wait, activity_url):
     wait.until(lambda b: (b.find_element(By.CSS_SELECTOR, row + " td.state").text == "waiting for retry"
                           and b.find_element(By.CSS_SELECTOR, row + " td:nth-child(6)").text == "4") or (b.refresh() and False))
     assert browser.find_element(By.CSS_SELECTOR, "tr[data-job='%d'] td.state" % scheduled).text == "scheduled"
+    # The queue names the activity by its key, not its id.
+    named = browser.find_element(By.CSS_SELECTOR, row + " td.id a").text
+    assert named and named != activity_id, ("the queue shows the activity's id", named)
     shot(browser, "console-5-queue.png")
     browser.find_element(By.CSS_SELECTOR, "tr[data-job='%d'] button.cancel" % scheduled).click()
     wait.until(lambda b: "cancelled" in b.find_element(By.ID, "notice").text)
@@ -230,6 +241,9 @@ def console_actions(browser, wait, activity_url):
     browser.find_element(By.ID, "reason").send_keys("checking the alert copy")
     browser.find_element(By.ID, "pause-app").click()
     wait.until(lambda b: "paused by an operator" in b.find_element(By.ID, "status").text)
+    # A pause reads as a warning (amber), not as a success; held pushes say why.
+    assert "warn" in browser.find_element(By.ID, "notice").get_attribute("class").split(), "the pause notice is not a warning"
+    assert "warn" in (browser.find_element(By.ID, "status").get_attribute("class") or ""), "the paused status is not a warning"
     shot(browser, "console-6-paused.png")
     browser.find_element(By.ID, "resume-app").click()
     wait.until(lambda b: b.find_element(By.ID, "status").text == "sending")

@@ -316,19 +316,19 @@ struct ConsoleController: Sendable {
     /// nothing for a code that is not one. Whoever made the link chose the query, so it puts no
     /// words of its own under the app's name: a job's id (`&job=`) is named only when it is a job
     /// of the app the operator looks at, else the text says "the job".
-    func notice(_ request: Request, _ admin: Admin) async throws -> String? {
+    func notice(_ request: Request, _ admin: Admin) async throws -> ConsolePages.ShownNotice? {
         let query = request.uri.queryParameters
         guard let code = query["done"], let notice = ConsolePages.Notice(rawValue: String(code)) else { return nil }
         var job: Int64?
         if notice.aboutJob, let text = query["job"], let id = Int64(String(text)), id > 0, try await store.job(id: id)?.bundleID == admin.bundleID { job = id }
-        return notice.text(job: job, app: admin.bundleID)
+        return ConsolePages.ShownNotice(text: notice.text(job: job, app: admin.bundleID), tone: notice.tone)
     }
 
     func audit(_ admin: Admin, _ action: String, target: String?, detail: String?) async throws {
         try await store.appendAudit(AuditEntry(bundleID: admin.bundleID, keyID: admin.keyID, action: action, target: target, detail: detail, at: services.clock.now))
     }
 
-    func activityPage(_ admin: Admin, _ a: ActivityRecord, compose: ConsolePages.Compose, notice: String? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
+    func activityPage(_ admin: Admin, _ a: ActivityRecord, compose: ConsolePages.Compose, notice: ConsolePages.ShownNotice? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         let deliveries = try await store.deliveries(activityID: a.id, before: nil, limit: 200)
         let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: a.id, limit: 100)
         let used = try await store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
@@ -338,7 +338,7 @@ struct ConsoleController: Sendable {
                                                                  canAct: !admin.readOnly), status: status)
     }
 
-    func webhooksPage(_ admin: Admin, notice: String?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
+    func webhooksPage(_ admin: Admin, notice: ConsolePages.ShownNotice?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         var views: [JSONValue] = []
         for hook in try await store.webhooks(bundleID: admin.bundleID) { views.append(try await EventsController.view(hook, store: store)) }
         return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error, canAct: !admin.readOnly), status: status)
@@ -346,7 +346,7 @@ struct ConsoleController: Sendable {
 
     // MARK: Data
 
-    func dashboard(_ admin: Admin, notice: String? = nil) async throws -> String {
+    func dashboard(_ admin: Admin, notice: ConsolePages.ShownNotice? = nil) async throws -> String {
         let app = try await services.app(admin.bundleID)
         let circuit = services.engine.circuits.circuit(admin.bundleID)
         let pause = try await store.operatorPauses().first { $0.bundleID == admin.bundleID }
@@ -358,9 +358,14 @@ struct ConsoleController: Sendable {
             }
         }
         let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
+        // The queue names activities by their external key (as the backend knows them).
+        var keys: [String: String] = [:]
+        for id in Set(queue.compactMap(\.activityID)) {
+            if let key = try await store.activity(id: id)?.externalKey { keys[id] = key }
+        }
         let apps = admin.serverWide ? try await store.apps().map(\.bundleID) : []
         return ConsolePages.dashboard(app: app, apps: apps, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin),
-                                      queue: queue, now: services.clock.now, notice: notice, canAct: !admin.readOnly)
+                                      queue: queue, now: services.clock.now, notice: notice, canAct: !admin.readOnly, keys: keys)
     }
 
     /// The most open jobs the live figures count; past it they read "at least" (`queueMore`).
@@ -386,7 +391,8 @@ struct ConsoleController: Sendable {
             for p in try await store.history(bundleID: bundleID, from: from, to: to, bucket: 7200) { t[p.metric, default: 0] += p.count }
             return t
         }
-        let hour = try await totals(from: minute.addingTimeInterval(-3600), to: minute.addingTimeInterval(60))
+        // The last hour: sixty whole minutes, this one included (History's "1h" the same).
+        let hour = try await totals(from: minute.addingTimeInterval(-3540), to: minute.addingTimeInterval(60))
         let recent = try await totals(from: minute.addingTimeInterval(-300), to: minute)
         return ["queued": .int(Int64(states[.queued] ?? 0)), "scheduled": .int(Int64(states[.scheduled] ?? 0)), "inFlight": .int(Int64(states[.claimed] ?? 0)),
                 "queueMore": .bool(open.count > Self.statsQueueLimit),
@@ -439,8 +445,10 @@ struct ConsoleController: Sendable {
         let now = services.clock.now
         let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: admin.bundleID, push: push, to: [a], single: true, now: now)
+        // Each warning with the validator's fix, on a line of its own.
         let warnings = prepared.warnings.map { w in
             [w["code"]?.stringValue, w["field"]?.stringValue.map { "(\($0))" }, w["message"]?.stringValue].compactMap { $0 }.joined(separator: " ")
+                + (w["fix"]?.stringValue.map { "\nFix: \($0)" } ?? "")
         }
         if !warnings.isEmpty, !compose.confirmed { return .needsConfirmation(warnings) }
         let ids = try await pushes.commit(prepared, idempotency: nil, now: now)

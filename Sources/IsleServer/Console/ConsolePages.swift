@@ -67,6 +67,15 @@ enum ConsolePages {
         case appSwitched, noSuchApp, switchNeedsSession
         case webhookDeleted, webhookNotFound
 
+        /// Green for what was done, amber for a pause (nothing is sent), red for what was not done.
+        var tone: ShownNotice.Tone {
+            switch self {
+            case .appPaused, .appPausedAlready: .warn
+            case .jobNotCancelled, .jobNotRetried, .pauseNeedsReason, .noSuchApp, .switchNeedsSession, .webhookNotFound: .error
+            default: .ok
+            }
+        }
+
         /// A notice about a job, whose id the link may carry.
         var aboutJob: Bool { self == .jobCancelled || self == .jobNotCancelled || self == .jobRetried || self == .jobNotRetried }
 
@@ -93,7 +102,8 @@ enum ConsolePages {
         }
     }
 
-    static func dashboard(app: AppRecord, apps: [String], status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: String?, canAct: Bool) -> String {
+    static func dashboard(app: AppRecord, apps: [String], status: String, paused: Bool, environment: String, stats: JSONValue, queue: [PushJob], now: Date, notice: ShownNotice?, canAct: Bool,
+                          keys: [String: String] = [:]) -> String {
         // A server-wide operator switches between the server's apps.
         let switcher = apps.isEmpty ? "" : """
             <form method="post" action="/console/switch" class="switch"><label for="app">App</label><select id="app" name="app">\(apps.map { "<option value=\"\(e($0))\"\($0 == app.bundleID ? " selected" : "")>\(e($0))</option>" }.joined())</select>
@@ -110,37 +120,51 @@ enum ConsolePages {
         return """
         \(switcher)<h1>\(e(app.bundleID))</h1>\(noticeLine(notice))
         <table class="facts"><tr><th>Team</th><td>\(e(app.teamID))</td></tr><tr><th>Key</th><td>\(e(app.keyID))</td></tr>
-        <tr><th>APNs</th><td>\(e(environment))</td></tr><tr><th>Status</th><td id="status">\(e(status))</td></tr>
+        <tr><th>APNs</th><td>\(e(environment))</td></tr><tr><th>Status</th><td id="status"\(paused ? " class=\"warn\"" : "")>\(e(status))</td></tr>
         <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
         \(control)
         <h2>Queue</h2>
         <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent, last hour", n("sent")))\(stat("rate", "Sent per second, last 5 min", rate))\(stat("failed", "Failed, last hour", n("failed")))\(stat("retried", "Retried, last hour", n("retried")))</dl>
         <p class="muted" id="stats-scope">\(e(app.bundleID))'s own figures: its open jobs now, and its deliveries as its history records them (written every few seconds).</p>
-        \(queueTable(queue, now: now, back: "/console", showActivity: true, canAct: canAct))
+        \(queueTable(queue, now: now, back: "/console", showActivity: true, canAct: canAct, keys: keys, held: paused ? status : nil))
         \(searchForm(Query()))
         <script src="/console/console.js"></script>
         """
     }
 
-    static func noticeLine(_ notice: String?) -> String {
-        guard let notice, !notice.isEmpty else { return "" }
-        return "<p class=\"ok\" role=\"status\" id=\"notice\">\(e(notice))</p>"
+    static func noticeLine(_ notice: ShownNotice?) -> String {
+        guard let notice, !notice.text.isEmpty else { return "" }
+        return "<p class=\"notice \(notice.tone.rawValue)\" role=\"status\" id=\"notice\">\(e(notice.text))</p>"
+    }
+
+    /// A notice's text and how it reads: done (green), a warning (amber: the app is paused), or
+    /// not done (red).
+    struct ShownNotice: Sendable {
+        enum Tone: String, Sendable { case ok, warn, error }
+        var text: String
+        var tone: Tone
     }
 
     /// Unfinished jobs with what each waits for and until when; cancel (not in flight) and retry
     /// now (a queued job waiting for its time) when the operator may act (not a viewer).
-    static func queueTable(_ queue: [PushJob], now: Date, back: String, showActivity: Bool, canAct: Bool) -> String {
+    /// `keys`: activities' external keys by id (an activity is named by its key, as the backend
+    /// knows it); `held`: why nothing of the app is sent now (a pause or a back-off), shown on every
+    /// job not in flight.
+    static func queueTable(_ queue: [PushJob], now: Date, back: String, showActivity: Bool, canAct: Bool, keys: [String: String] = [:], held: String? = nil) -> String {
         if queue.isEmpty { return "<p class=\"muted\" id=\"queue-empty\">Nothing waiting: every accepted push was sent or finished.</p>" }
         var h = "<table class=\"list queue\" id=\"queue\"><thead><tr><th>Job</th><th>Kind</th>\(showActivity ? "<th>Activity</th>" : "")<th>State</th><th>Due</th><th>Attempts</th><th>Why</th>\(canAct ? "<th></th>" : "")</tr></thead><tbody>"
         for j in queue {
-            let state: String = switch j.state {
+            let isHeld = held != nil && j.state != .claimed && j.state != .scheduled
+            let plain: String = switch j.state {
             case .scheduled: "scheduled"
             case .claimed: "in flight"
             default: j.runAt > now ? (j.attempts > 0 ? "waiting for retry" : "waiting") : "queued"
             }
+            let state = isHeld ? "held" : plain
             h += "<tr data-job=\"\(j.id)\"><td>\(j.id)</td><td>\(e(j.kind.rawValue))</td>"
-            if showActivity { h += "<td>\(j.activityID.map { "<a href=\"/console/activities/\(e($0))\">\(e($0))</a>" } ?? "—")</td>" }
-            h += "<td class=\"state\">\(e(state))</td><td>\(e(time(j.runAt)))</td><td>\(j.attempts)</td><td>\(e(j.lastError ?? ""))</td>"
+            if showActivity { h += "<td class=\"id\">\(j.activityID.map { "<a href=\"/console/activities/\(e($0))\">\(e(keys[$0] ?? $0))</a>" } ?? "—")</td>" }
+            let why = isHeld ? [held!, j.lastError].compactMap { $0 }.joined(separator: "; last answer: ") : (j.lastError ?? "")
+            h += "<td class=\"state\(isHeld ? " held" : "")\">\(e(state))</td><td>\(e(time(j.runAt)))</td><td>\(j.attempts)</td><td>\(e(why))</td>"
             guard canAct else {
                 h += "</tr>"
                 continue
@@ -169,7 +193,7 @@ enum ConsolePages {
         return h
     }
 
-    static func webhooks(_ views: [JSONValue], notice: String?, created: (id: String, secret: String)?, error: APIError?, canAct: Bool) -> String {
+    static func webhooks(_ views: [JSONValue], notice: ShownNotice?, created: (id: String, secret: String)?, error: APIError?, canAct: Bool) -> String {
         var h = "<h1>Webhooks</h1>\(noticeLine(notice))<p class=\"muted\">Each receives the app's events, signed (docs/events.md).</p>"
         if let created {
             h += "<p class=\"ok\" role=\"status\" id=\"created\">Webhook \(e(created.id)) added. Its signing secret, shown only now: <code id=\"secret\">\(e(created.secret))</code></p>"
@@ -185,7 +209,7 @@ enum ConsolePages {
                     failure = "\(status == 0 ? "no answer" : "HTTP \(status)"): \(f["error"]?.stringValue ?? ""); \(f["attempts"]?.briefDescription ?? "0") attempts"
                     if let next = f["nextAttemptAt"]?.numberValue?.doubleValue { failure += "; next at \(time(Date(timeIntervalSince1970: next)))" }
                 }
-                h += "<tr data-webhook=\"\(e(id))\"><td>\(e(v["url"]?.stringValue ?? ""))</td><td class=\"status\">\(e(v["status"]?.stringValue ?? ""))</td><td>\(v["delivered"]?.briefDescription ?? "0")</td>"
+                h += "<tr data-webhook=\"\(e(id))\"><td>\(e(v["url"]?.stringValue ?? ""))</td><td class=\"status \(e(v["status"]?.stringValue ?? ""))\">\(e(v["status"]?.stringValue ?? ""))</td><td>\(v["delivered"]?.briefDescription ?? "0")</td>"
                 h += "<td>\(v["waiting"]?.briefDescription ?? "0")\(v["waitingMore"] == .bool(true) ? "+" : "")</td><td class=\"failure\">\(e(failure))</td>"
                 h += canAct ? "<td><form method=\"post\" action=\"/console/webhooks/\(e(id))/delete\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>" : "</tr>"
             }
@@ -246,7 +270,7 @@ enum ConsolePages {
         return h + "</tbody></table>"
     }
 
-    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: String?, canAct: Bool) -> String {
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: ShownNotice?, canAct: Bool) -> String {
         var h = "<h1>\(e(a.externalKey ?? a.id))</h1>\(noticeLine(notice))<table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
@@ -278,7 +302,10 @@ enum ConsolePages {
         if let result = compose.result { h += "<p class=\"ok\" role=\"status\" id=\"compose-result\">\(e(result))</p>" }
         if !compose.warnings.isEmpty {
             h += "<div class=\"error\" role=\"alert\" id=\"warnings\"><p><b>Not queued.</b> The validator warns:</p><ul>"
-            for w in compose.warnings { h += "<li>\(e(w))</li>" }
+            for w in compose.warnings {
+                let lines = w.split(separator: "\n", maxSplits: 1).map(String.init)
+                h += "<li>\(e(lines[0]))\(lines.count > 1 ? "<br><span class=\"muted fix\">\(e(lines[1]))</span>" : "")</li>"
+            }
             h += "</ul><p>Fix the request, or tick the box below to queue it as it is.</p></div>"
         }
         let example = #"{"contentState": {}, "alert": {"title": "…", "body": "…"}, "priority": 10}"#
@@ -297,16 +324,17 @@ enum ConsolePages {
     static func time(_ d: Date) -> String { ISO8601DateFormatter().string(from: d) }
 
     static let css = """
-    :root { color-scheme: light dark; --fg: #1c1c1e; --bg: #fff; --muted: #6e6e73; --line: #d1d1d6; --err: #c0392b; --ok: #1e8449; }
-    @media (prefers-color-scheme: dark) { :root { --fg: #f2f2f7; --bg: #1c1c1e; --muted: #aeaeb2; --line: #3a3a3c; --err: #ff6b5b; --ok: #5ad17a; } }
+    :root { color-scheme: light dark; --fg: #1c1c1e; --bg: #fff; --muted: #6e6e73; --line: #d1d1d6; --err: #c0392b; --ok: #1e8449; --warn: #a8650a; }
+    @media (prefers-color-scheme: dark) { :root { --fg: #f2f2f7; --bg: #1c1c1e; --muted: #aeaeb2; --line: #3a3a3c; --err: #ff6b5b; --ok: #5ad17a; --warn: #f0a73a; } }
     body { margin: 0; font: 15px/1.4 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
-    .top { display: flex; justify-content: space-between; align-items: center; padding: 10px 16px; border-bottom: 1px solid var(--line); }
-    .top nav { display: flex; gap: 12px; align-items: center; }
+    .top { display: flex; flex-wrap: wrap; gap: 8px 16px; justify-content: space-between; align-items: center; padding: 10px 16px; border-bottom: 1px solid var(--line); }
+    .top nav { display: flex; flex-wrap: wrap; gap: 8px 12px; align-items: center; }
     .top form { margin: 0; }
     main { padding: 16px; max-width: 1100px; }
     a { color: #0a84ff; }
     table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
-    th, td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: anywhere; }
+    th, td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: break-word; }
+    th, button, td.status, td.state { white-space: nowrap; } td code, td.id { overflow-wrap: anywhere; }
     .facts th { width: 160px; color: var(--muted); font-weight: 500; }
     .stats { display: grid; grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); gap: 8px; margin: 8px 0 16px; }
     .stats > div { border: 1px solid var(--line); border-radius: 8px; padding: 8px 10px; }
@@ -324,8 +352,11 @@ enum ConsolePages {
     input, select, textarea, button { font: inherit; padding: 6px 8px; border: 1px solid var(--line); border-radius: 6px; background: transparent; color: inherit; }
     button { cursor: pointer; justify-self: start; }
     textarea { font-family: ui-monospace, monospace; }
-    .error { color: var(--err); } .ok { color: var(--ok); } .muted { color: var(--muted); }
-    tr.s200 .status { color: var(--ok); }
-    @media (max-width: 600px) { .timeline th:nth-child(8), .timeline td:nth-child(8) { display: none; } form.search { grid-template-columns: 1fr; } }
+    .error { color: var(--err); } .ok { color: var(--ok); } .warn { color: var(--warn); } .muted { color: var(--muted); }
+    p.notice { padding: 6px 10px; border-left: 4px solid currentColor; }
+    tr.s200 .status { color: var(--ok); } tr[class^="s4"] .status { color: var(--err); } tr[class^="s5"] .status, tr.s0 .status { color: var(--warn); }
+    td.status.failing { color: var(--err); } td.status.stopped, td.state.held { color: var(--warn); }
+    @media (max-width: 600px) { .timeline th:nth-child(8), .timeline td:nth-child(8) { display: none; } form.search { grid-template-columns: 1fr; }
+      table.list { display: block; overflow-x: auto; } main { padding: 12px; } .facts th { width: auto; } }
     """
 }

@@ -21,7 +21,7 @@ struct PayloadCheck {
         if let e = report.errors.first {
             throw APIError(.unprocessableContent, e.code.rawValue, "\(e.message) \(e.fix)", field: Self.field(e.path))
         }
-        return report.warnings.map { ["code": .string($0.code.rawValue), "field": Self.field($0.path).map(JSONValue.string) ?? .null, "message": .string($0.message)] }
+        return report.warnings.map { ["code": .string($0.code.rawValue), "field": Self.field($0.path).map(JSONValue.string) ?? .null, "message": .string($0.message), "fix": .string($0.fix)] }
     }
 
     /// `$.aps.content-state.driverName` → `contentState.driverName`.
