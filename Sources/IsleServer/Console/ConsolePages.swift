@@ -275,7 +275,7 @@ enum ConsolePages {
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
         h += "<tr><th>APNs environment</th><td>\(e(a.environment?.rawValue ?? "the server's default"))</td></tr>"
-        h += "<tr><th>Priority 10, last hour</th><td id=\"budget\">\(budget.used) of \(budget.limit)\(budget.used >= budget.limit ? ": spent; further pushes go at priority 5 until the hour rolls on" : "")</td></tr>"
+        h += "<tr><th>Priority 10, last hour</th><td id=\"budget\">\(budget.used) of \(budget.limit)\(budget.used >= budget.limit ? ": spent; further pushes go at priority 5 until the hour rolls on" : "") <span class=\"muted\">(Isle's count for this activity; a device that counts per app, as isle sim does by default, throttles the app's activities together)</span></td></tr>"
         h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
         h += "<h2>Queue</h2>" + queueTable(queue, now: now, back: "/console/activities/\(a.id)", showActivity: false, canAct: canAct)
         if canAct, a.state.acceptsPushes {

@@ -111,7 +111,7 @@ enum HistoryPage {
         h += "<h2>Priority-10 budget, last hour</h2>"
         if budget.isEmpty { h += "<p class=\"muted\" id=\"budget-empty\">No priority-10 push in the last hour.</p>" } else {
             let total = budget.reduce(0) { $0 + $1.count }
-            h += "<p id=\"budget-total\">\(total) priority-10 pushes to \(budget.count) activities; each activity may get \(budgetLimit) an hour (more with NSSupportsLiveActivitiesFrequentUpdates), after which Isle sends priority 5.</p>"
+            h += "<p id=\"budget-total\">\(total) priority-10 pushes to \(budget.count) activities; Isle gives each activity \(budgetLimit) an hour (more with NSSupportsLiveActivitiesFrequentUpdates), after which it sends priority 5. These are Isle's counts per activity: a device may count its budget per app instead (isle sim does by default), and throttle an app's activities together once they reach it.</p>"
             h += "<table class=\"list\" id=\"budget\"><thead><tr><th>Activity</th><th>Priority 10 in the last hour</th></tr></thead><tbody>"
             for b in budget.prefix(20) {
                 h += "<tr><td><a href=\"/console/activities/\(e(b.activityID))\">\(e(b.activityID))</a></td><td>\(b.count) of \(budgetLimit)</td></tr>"
@@ -146,11 +146,15 @@ enum HistoryPage {
                 s += "<text x=\"\(x(i))\" y=\"\(hgt - 8)\" text-anchor=\"\(anchor)\">\(formatter.string(from: start.addingTimeInterval(Double(i) * bucket)))</text>"
             }
         }
-        for (name, color, values) in series {
+        for (index, (name, color, values)) in series.enumerated() {
+            // Series that share a line (several at zero) stay visible: the first drawn is the widest,
+            // each later one narrower and dashed on top of it.
+            let width = 2 + 1.5 * Double(series.count - 1 - index)
+            let dash = index == 0 ? "" : " stroke-dasharray=\"\(4 + 2 * index) 3\""
             var segment: [String] = []
             func flush() {
-                if segment.count == 1 { s += "<circle cx=\"\(segment[0].split(separator: ",")[0])\" cy=\"\(segment[0].split(separator: ",")[1])\" r=\"2\" fill=\"\(color)\"/>" }
-                if segment.count > 1 { s += "<polyline class=\"series\" data-series=\"\(e(name))\" fill=\"none\" stroke=\"\(color)\" stroke-width=\"2\" points=\"\(segment.joined(separator: " "))\"/>" }
+                if segment.count == 1 { s += "<circle cx=\"\(segment[0].split(separator: ",")[0])\" cy=\"\(segment[0].split(separator: ",")[1])\" r=\"\(plain(width))\" fill=\"\(color)\"/>" }
+                if segment.count > 1 { s += "<polyline class=\"series\" data-series=\"\(e(name))\" fill=\"none\" stroke=\"\(color)\" stroke-width=\"\(plain(width))\" stroke-linejoin=\"round\"\(dash) points=\"\(segment.joined(separator: " "))\"/>" }
                 segment = []
             }
             for (i, v) in values.enumerated() {
@@ -160,8 +164,11 @@ enum HistoryPage {
         }
         s += "</svg><figcaption>"
         for (name, color, values) in series {
-            let last: Double? = values.compactMap { $0 }.last
-            s += "<span class=\"key\"><i style=\"background:\(color)\"></i>\(e(name))\(last.map { " (latest \(plain($0))\(unit.isEmpty ? "" : " " + unit))" } ?? "")</span>"
+            let known = values.compactMap { $0 }
+            let last: Double? = known.last
+            // Counts say their total over the range too: a series hidden under another still reads.
+            let total = unit.isEmpty ? ", total \(plain(known.reduce(0, +)))" : ""
+            s += "<span class=\"key\"><i style=\"background:\(color)\"></i>\(e(name))\(last.map { " (latest \(plain($0))\(unit.isEmpty ? "" : " " + unit)\(total))" } ?? "")</span>"
         }
         return s + "</figcaption></figure>"
     }
