@@ -60,21 +60,19 @@ public final class ServerMetrics: Sendable {
     // Handles are made once per label set and kept: making one takes the registry's lock and
     // builds its labels, which the hot paths (every delivery, every API write) must not pay.
     private func counter(_ name: String, _ labels: [(String, String)]) -> Counter {
-        let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
-        return counters.withLock { c in
-            if let existing = c[key] { return existing }
-            let made = registry.makeCounter(descriptor: Self.descriptor(name), labels: labels)
-            c[key] = made
-            return made
-        }
+        Self.handle(counters, name, labels) { registry.makeCounter(descriptor: Self.descriptor(name), labels: labels) }
     }
 
     private func gauge(_ name: String, _ labels: [(String, String)]) -> Gauge {
+        Self.handle(gauges, name, labels) { registry.makeGauge(descriptor: Self.descriptor(name), labels: labels) }
+    }
+
+    private static func handle<H>(_ cache: borrowing Mutex<[String: H]>, _ name: String, _ labels: [(String, String)], make: () -> H) -> H {
         let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
-        return gauges.withLock { g in
-            if let existing = g[key] { return existing }
-            let made = registry.makeGauge(descriptor: Self.descriptor(name), labels: labels)
-            g[key] = made
+        return cache.withLock { c in
+            if let existing = c[key] { return existing }
+            let made = make()
+            c[key] = made
             return made
         }
     }

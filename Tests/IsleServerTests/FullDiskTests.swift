@@ -23,14 +23,7 @@ extension MultiInstanceTests {
 struct FullDisk {
     static let limit: Duration = .seconds(2)
 
-    struct Answer: Sendable {
-        var started: ContinuousClock.Instant
-        var ended: ContinuousClock.Instant
-        var status: Int
-        var retryAfter: String?
-        var jobs: [Int64]
-        var took: Duration { ended - started }
-    }
+    typealias Answer = TimedAnswer
 
     @Test("the disk full under traffic: 503 with Retry-After within 2 s, /ready follows each way, nothing accepted lost, no 500; space back: accepted and delivered again")
     func fullDisk() async throws {
@@ -80,20 +73,11 @@ struct FullDisk {
                         var n = 0
                         while !stop.withLock({ $0 }) {
                             n += 1
-                            var r = HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/v1/activities/\(activities[(w * 7 + n) % activities.count])/update")
-                            r.method = .POST
-                            r.headers.add(name: "authorization", value: "Bearer \(backendKey)")
-                            r.headers.add(name: "content-type", value: "application/json")
                             // Large enough that the WAL grows quickly into the last free pages.
                             let body: JSONValue = ["contentState": Pizza.state("w\(w) n\(n) " + String(repeating: "x", count: 900)), "alert": ["title": "Update", "body": .string("\(w).\(n)")]]
-                            r.body = .bytes(ByteBuffer(bytes: body.jsonBytes))
-                            let started = ContinuousClock.now
                             do {
-                                let response = try await client.execute(r, timeout: .seconds(60))
-                                let bytes = try await response.body.collect(upTo: 1 << 20)
-                                let json = (try? JSONParser.parse(Array(buffer: bytes))) ?? .null
-                                let jobs = json["jobs"]?.arrayValue?.compactMap { $0.numberValue?.int64Value } ?? []
-                                answers.withLock { $0.append(Answer(started: started, ended: .now, status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"), jobs: jobs)) }
+                                let answer = try await ProcessTraffic.update(client, port: server.port, activity: activities[(w * 7 + n) % activities.count], key: backendKey, body: body)
+                                answers.withLock { $0.append(answer) }
                             } catch {
                                 failures.withLock { $0.append("POST: \(error)") }
                             }
@@ -104,11 +88,9 @@ struct FullDisk {
                 }
                 group.addTask {
                     while !stop.withLock({ $0 }) {
-                        let started = ContinuousClock.now
                         do {
-                            let response = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(server.port)/ready"), timeout: .seconds(60))
-                            _ = try await response.body.collect(upTo: 1 << 16)
-                            readiness.withLock { $0.append(Answer(started: started, ended: .now, status: Int(response.status.code), retryAfter: nil, jobs: [])) }
+                            let answer = try await ProcessTraffic.ready(client, port: server.port)
+                            readiness.withLock { $0.append(answer) }
                         } catch {
                             failures.withLock { $0.append("/ready: \(error)") }
                         }

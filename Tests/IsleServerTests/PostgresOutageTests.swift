@@ -23,14 +23,7 @@ struct PostgresOutage {
     static let outage: Duration = .seconds(20)
     static let limit: Duration = .seconds(2)
 
-    struct Answer: Sendable {
-        var started: ContinuousClock.Instant
-        var ended: ContinuousClock.Instant
-        var status: Int
-        var retryAfter: String?
-        var jobs: [Int64]
-        var took: Duration { ended - started }
-    }
+    typealias Answer = TimedAnswer
 
     @Test("PostgreSQL stopped for 20 s: 503s with Retry-After in ≤ 2 s, /ready follows within 2 s each way, nothing accepted lost, no 500")
     func outage() async throws {
@@ -98,20 +91,10 @@ struct PostgresOutage {
                             n += 1
                             let port = instances[(w + n) % instances.count].port
                             let activity = activityIDs[(w * 7 + n) % activityIDs.count]
-                            var r = HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/activities/\(activity)/update")
-                            r.method = .POST
-                            r.headers.add(name: "authorization", value: "Bearer \(backendKey)")
-                            r.headers.add(name: "content-type", value: "application/json")
-                            r.headers.add(name: "idempotency-key", value: "outage-\(w)-\(n)")
                             let body: JSONValue = ["contentState": Pizza.state("w\(w) n\(n)"), "alert": ["title": "Update", "body": .string("\(w).\(n)")]]
-                            r.body = .bytes(ByteBuffer(bytes: body.jsonBytes))
-                            let started = ContinuousClock.now
                             do {
-                                let response = try await client.execute(r, timeout: .seconds(60))
-                                let bytes = try await response.body.collect(upTo: 1 << 20)
-                                let json = (try? JSONParser.parse(Array(buffer: bytes))) ?? .null
-                                let jobs = json["jobs"]?.arrayValue?.compactMap { $0.numberValue?.int64Value } ?? []
-                                answers.withLock { $0.append(Answer(started: started, ended: .now, status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"), jobs: jobs)) }
+                                let answer = try await ProcessTraffic.update(client, port: port, activity: activity, key: backendKey, body: body, idempotencyKey: "outage-\(w)-\(n)")
+                                answers.withLock { $0.append(answer) }
                             } catch {
                                 failures.withLock { $0.append("POST to \(port): \(error)") }
                             }
@@ -124,11 +107,8 @@ struct PostgresOutage {
                 for instance in instances {
                     group.addTask {
                         while !stop.withLock({ $0 }) {
-                            let started = ContinuousClock.now
                             do {
-                                let response = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(instance.port)/ready"), timeout: .seconds(60))
-                                _ = try await response.body.collect(upTo: 1 << 16)
-                                let answer = Answer(started: started, ended: .now, status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"), jobs: [])
+                                let answer = try await ProcessTraffic.ready(client, port: instance.port)
                                 readiness.withLock { $0[instance.port, default: []].append(answer) }
                             } catch {
                                 failures.withLock { $0.append("/ready on \(instance.port): \(error)") }
