@@ -275,6 +275,12 @@ public protocol JobOperations: Sendable {
     func cancelJob(id: Int64, bundleID: String, reason: String) async throws -> PushJob?
     /// An operator sends a queued job now instead of at its retry time. False when it is not queued.
     func retryJobNow(id: Int64, bundleID: String, now: Date) async throws -> Bool
+    /// The activity's jobs that were never sent — superseded by newer content, or dropped
+    /// (cancelled by an operator, past their time) — newest first, at most `limit`.
+    func unsentJobs(activityID: String, limit: Int) async throws -> [PushJob]
+    /// The app's jobs superseded and dropped, by state, among those accepted since `since` (the
+    /// ones the delivery engine never saw, which its history does not count).
+    func unsentJobCounts(bundleID: String, since: Date) async throws -> [PushJobState: Int]
 }
 
 /// What monitoring reads of the queue.

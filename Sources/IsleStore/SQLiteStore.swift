@@ -705,6 +705,29 @@ public final class SQLiteStore: IsleStore {
         try readNow { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
     }
 
+    public func unsentJobs(activityID: String, limit: Int) async throws -> [PushJob] {
+        try readNow { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT * FROM jobs INDEXED BY jobs_unsent WHERE activity_id = ? AND state IN ('superseded', 'dropped') ORDER BY created_at DESC, id DESC LIMIT ?
+                """), arguments: [activityID, max(0, limit)]).map(Self.job)
+        }
+    }
+
+    public func unsentJobCounts(bundleID: String, since: Date) async throws -> [PushJobState: Int] {
+        // The partial index's own condition, as written, and then the states counted: SQLite uses a
+        // partial index only when the query states its condition.
+        try readNow { db in
+            var counts: [PushJobState: Int] = [:]
+            for row in try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT state, COUNT(*) AS n FROM jobs INDEXED BY jobs_finished
+                WHERE state IN ('sent', 'failed', 'superseded', 'dropped') AND state IN ('superseded', 'dropped') AND created_at >= ? AND bundle_id = ? GROUP BY state
+                """), arguments: [since.timeIntervalSince1970, bundleID]) {
+                if let state = PushJobState(rawValue: row["state"]) { counts[state] = row["n"] }
+            }
+            return counts
+        }
+    }
+
     public func openJobCounts() async throws -> [PushJobState: Int] {
         try readNow { db in
             let scheduled = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM jobs INDEXED BY jobs_scheduled WHERE state = 'scheduled'") ?? 0

@@ -243,6 +243,7 @@ public enum Schema {
         Index(name: "jobs_claimed", table: "jobs", columns: ["claimed_until"], condition: "state = 'claimed'"),
         Index(name: "jobs_seq", table: "jobs", columns: ["seq"], only: .sqlite),
         Index(name: "jobs_finished", table: "jobs", columns: ["created_at"], condition: "state IN ('sent', 'failed', 'superseded', 'dropped')"),
+        Index(name: "jobs_unsent", table: "jobs", columns: ["activity_id", "created_at"], condition: "state IN ('superseded', 'dropped')"),
         Index(name: "deliveries_activity", table: "deliveries", columns: ["activity_id", "id"]),
         Index(name: "deliveries_apns", table: "deliveries", columns: ["apns_id"]),
         Index(name: "deliveries_at", table: "deliveries", columns: ["at"]),
@@ -344,6 +345,8 @@ public enum Schema {
         Change(name: "unpushed activities and webhook keys") { dialect in
             [indexes.first { $0.name == "activities_unpushed" }!.sql(in: dialect), "ALTER TABLE webhooks ADD COLUMN key_id TEXT"]
         },
+        // The console shows an activity's pushes that were never sent (superseded, cancelled).
+        Change(name: "unsent jobs by activity") { dialect in [indexes.first { $0.name == "jobs_unsent" }!.sql(in: dialect)] },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.

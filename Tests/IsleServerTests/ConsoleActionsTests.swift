@@ -30,7 +30,23 @@ struct ConsoleActionsTests {
             #expect(try await SQLiteStore(path: f.databasePath).job(id: job)?.state == .dropped)
             let again = try await C.send(f, "POST", "/console/jobs/\(job)/cancel", form: [:], cookie: cookie)
             #expect(again.location?.contains("done=jobNotCancelled") == true)
-            #expect(!(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie)).text.contains("data-job=\"\(job)\""))
+            // Gone from the queue; on the activity's page under "Not sent", with why.
+            let afterCancel = try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text
+            let parts = afterCancel.components(separatedBy: "<h2>Not sent</h2>")
+            #expect(parts.count == 2 && !parts[0].contains("data-job=\"\(job)\""), "the cancelled job is still in the queue, or not under Not sent")
+            #expect(parts.count == 2 && parts[1].contains("data-job=\"\(job)\"") && parts[1].contains(">dropped<") && parts[1].contains("cancelled by an operator"))
+
+            // Updates queued behind one in flight: the older is superseded by the newer, and counted.
+            f.sim.apns.addFailure(FailureRule(status: nil, remaining: 1, latencyMilliseconds: 300))
+            for driver in ["First", "Second", "Third"] {
+                #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state(driver)]).status == 202)
+            }
+            try await f.waitForDevice("the newest update") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Third" }
+            let figures = try JSONParser.parse(Array(try await C.send(f, "GET", "/console/stats", cookie: cookie).text.utf8))
+            #expect(figures["superseded"]?.numberValue?.int64Value == 1 && figures["dropped"]?.numberValue?.int64Value == 1, "\(figures.jsonString)")
+            let history = try await C.send(f, "GET", "/console/history", cookie: cookie).text
+            #expect(history.contains("id=\"total-superseded\">1<") && history.contains("id=\"total-dropped\">1<"))
+            #expect(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text.contains(">superseded<"))
 
             // A 503: the push waits for its retry; "Retry now" sends it at once (the clock does not move).
             f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1))

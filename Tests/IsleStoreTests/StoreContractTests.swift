@@ -184,6 +184,25 @@ struct StoreContractTests {
         #expect(try await s.installation(bundleID: "com.example.pizza", id: "bound") != nil)
     }
 
+    @Test("unsent jobs: superseded and cancelled jobs are listed for their activity, newest first, and counted per app from a time; sent and open ones are not", arguments: StoreKind.allCases)
+    func unsentJobs(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        // Three plain updates queued at once: the claim hands the lane's head over to the newest
+        // content, and the two before it are superseded.
+        let ids = try await s.enqueue([update("a0", "one"), update("a0", "two"), update("a0", "three")], idempotency: nil, now: t0)
+        let claimed = try await s.claim(limit: 10, now: t0, lease: 30, worker: "w", excludingApps: [])
+        #expect(claimed.map(\.job.id) == [ids[2]])
+        let later = try await s.enqueue([update("a1", "tomorrow", at: t0.addingTimeInterval(86_400))], idempotency: nil, now: t0)
+        _ = try #require(try await s.cancelJob(id: later[0], bundleID: "com.example.pizza", reason: "cancelled by an operator (key k)"))
+        let unsent = try await s.unsentJobs(activityID: "a0", limit: 10)
+        #expect(unsent.map(\.id) == [ids[1], ids[0]] && unsent.allSatisfy { $0.state == .superseded }, "\(unsent.map { ($0.id, $0.state) })")
+        let cancelled = try await s.unsentJobs(activityID: "a1", limit: 10)
+        #expect(cancelled.map(\.id) == later && cancelled.first?.state == .dropped && cancelled.first?.lastError?.contains("cancelled") == true)
+        #expect(try await s.unsentJobCounts(bundleID: "com.example.pizza", since: t0.addingTimeInterval(-60)) == [.superseded: 2, .dropped: 1])
+        #expect(try await s.unsentJobCounts(bundleID: "com.example.pizza", since: t0.addingTimeInterval(60)).isEmpty)
+        #expect(try await s.unsentJobCounts(bundleID: "com.example.other", since: t0.addingTimeInterval(-60)).isEmpty)
+    }
+
     @Test("idempotency: the record carries the queued job ids; a live key refuses a second enqueue atomically; an expired one is free again", arguments: StoreKind.allCases)
     func idempotencyRecords(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)

@@ -181,7 +181,8 @@ struct ConsoleController: Sendable {
             let budget = try await store.highPrioritySends(bundleID: admin.bundleID, since: now.addingTimeInterval(-3600), limit: 20)
             let app = try await services.app(admin.bundleID)
             let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
-            return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit))
+            let unsent = try await store.unsentJobCounts(bundleID: admin.bundleID, since: now.addingTimeInterval(-range.span))
+            return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit, unsent: unsent))
         }
         router.get("console/audit") { request, context in
             let admin = try await required(request, context)
@@ -334,8 +335,9 @@ struct ConsoleController: Sendable {
         let used = try await store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
         let app = try await services.app(admin.bundleID)
         let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
+        let unsent = try await store.unsentJobs(activityID: a.id, limit: 50)
         return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: (used, limit), now: services.clock.now, compose: compose, notice: notice,
-                                                                 canAct: !admin.readOnly), status: status)
+                                                                 canAct: !admin.readOnly, unsent: unsent), status: status)
     }
 
     func webhooksPage(_ admin: Admin, notice: ConsolePages.ShownNotice?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
@@ -394,9 +396,12 @@ struct ConsoleController: Sendable {
         // The last hour: sixty whole minutes, this one included (History's "1h" the same).
         let hour = try await totals(from: minute.addingTimeInterval(-3540), to: minute.addingTimeInterval(60))
         let recent = try await totals(from: minute.addingTimeInterval(-300), to: minute)
+        // Superseded and dropped jobs, from the jobs themselves (most never reach the engine's history).
+        let unsent = try await store.unsentJobCounts(bundleID: bundleID, since: minute.addingTimeInterval(-3540))
         return ["queued": .int(Int64(states[.queued] ?? 0)), "scheduled": .int(Int64(states[.scheduled] ?? 0)), "inFlight": .int(Int64(states[.claimed] ?? 0)),
                 "queueMore": .bool(open.count > Self.statsQueueLimit),
                 "sent": .int(hour[HistoryMetric.delivered] ?? 0), "failed": .int(hour[HistoryMetric.failed] ?? 0), "retried": .int(hour[HistoryMetric.retried] ?? 0),
+                "superseded": .int(Int64(unsent[.superseded] ?? 0)), "dropped": .int(Int64(unsent[.dropped] ?? 0)),
                 "rate": .double(Double(recent[HistoryMetric.delivered] ?? 0) / 300),
                 "at": .double(now.timeIntervalSince1970)]
     }

@@ -124,7 +124,7 @@ enum ConsolePages {
         <tr><th>Attributes types</th><td>\(e(app.schemas.map(\.attributesType).joined(separator: ", ")))</td></tr></table>
         \(control)
         <h2>Queue</h2>
-        <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent, last hour", n("sent")))\(stat("rate", "Sent per second, last 5 min", rate))\(stat("failed", "Failed, last hour", n("failed")))\(stat("retried", "Retried, last hour", n("retried")))</dl>
+        <dl class="stats" aria-live="polite">\(stat("queued", "Queued", n("queued")))\(stat("scheduled", "Scheduled", n("scheduled")))\(stat("inFlight", "In flight", n("inFlight")))\(stat("sent", "Sent, last hour", n("sent")))\(stat("rate", "Sent per second, last 5 min", rate))\(stat("failed", "Failed, last hour", n("failed")))\(stat("retried", "Retried, last hour", n("retried")))\(stat("superseded", "Superseded, last hour", n("superseded")))\(stat("dropped", "Dropped, last hour", n("dropped")))</dl>
         <p class="muted" id="stats-scope">\(e(app.bundleID))'s own figures: its open jobs now, and its deliveries as its history records them (written every few seconds).</p>
         \(queueTable(queue, now: now, back: "/console", showActivity: true, canAct: canAct, keys: keys, held: paused ? status : nil))
         \(searchForm(Query()))
@@ -235,7 +235,7 @@ enum ConsolePages {
           const r = await fetch('/console/stats', { credentials: 'same-origin' });
           if (!r.ok) return;
           const s = await r.json();
-          for (const k of ['queued', 'scheduled', 'inFlight', 'sent', 'failed', 'retried']) {
+          for (const k of ['queued', 'scheduled', 'inFlight', 'sent', 'failed', 'retried', 'superseded', 'dropped']) {
             const el = document.getElementById(k); if (el) el.textContent = String(s[k]) + (s.queueMore && queue.includes(k) ? '+' : '');
           }
           const rate = document.getElementById('rate'); if (rate) rate.textContent = Number(s.rate).toFixed(1);
@@ -270,7 +270,8 @@ enum ConsolePages {
         return h + "</tbody></table>"
     }
 
-    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: ShownNotice?, canAct: Bool) -> String {
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: ShownNotice?, canAct: Bool,
+                         unsent: [PushJob] = []) -> String {
         var h = "<h1>\(e(a.externalKey ?? a.id))</h1>\(noticeLine(notice))<table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
@@ -291,6 +292,15 @@ enum ConsolePages {
                 let priority = "\(d.priority.rawValue)\(d.downgraded ? " (downgraded from 10)" : "")"
                 h += "<tr class=\"s\(d.status)\"><td>\(e(time(d.at)))</td><td>\(d.jobID)</td><td>\(attempts[d.jobID]!)</td><td>\(e(priority))</td>"
                 h += "<td class=\"status\">\(d.status == 0 ? "no answer" : String(d.status))</td><td>\(e(d.reason ?? ""))</td><td>\(String(format: "%.1f", d.latencyMS)) ms</td><td><code>\(e(d.apnsID?.text ?? ""))</code></td></tr>"
+            }
+            h += "</tbody></table>"
+        }
+        // What was accepted and never sent: superseded by newer content, or dropped (an operator's
+        // cancel, a push past its time) — the timeline alone would not show them.
+        if !unsent.isEmpty {
+            h += "<h2>Not sent</h2><table class=\"list unsent\" id=\"unsent\"><thead><tr><th>Accepted</th><th>Job</th><th>Kind</th><th>State</th><th>Why</th></tr></thead><tbody>"
+            for j in unsent {
+                h += "<tr data-job=\"\(j.id)\"><td>\(e(time(j.createdAt)))</td><td>\(j.id)</td><td>\(e(j.kind.rawValue))</td><td class=\"state\">\(e(j.state.rawValue))</td><td>\(e(j.lastError ?? ""))</td></tr>"
             }
             h += "</tbody></table>"
         }

@@ -51,7 +51,9 @@ enum HistoryPage {
 
     static func e(_ s: String) -> String { ConsolePages.e(s) }
 
-    static func render(_ points: [HistoryPoint], range: Range, now: Date, budget: [(activityID: String, count: Int)], budgetLimit: Int) -> String {
+    /// `unsent`: the app's jobs superseded and dropped among those accepted in the range (counted
+    /// from the jobs themselves: most never reach the delivery engine, whose history counts the rest).
+    static func render(_ points: [HistoryPoint], range: Range, now: Date, budget: [(activityID: String, count: Int)], budgetLimit: Int, unsent: [PushJobState: Int] = [:]) -> String {
         let count = Int(range.span / range.bucket)
         let end = Date(timeIntervalSince1970: (now.timeIntervalSince1970 / range.bucket).rounded(.down) * range.bucket + range.bucket)
         let start = end.addingTimeInterval(-Double(count) * range.bucket)
@@ -66,7 +68,7 @@ enum HistoryPage {
         func q(_ v: Double?, _ unit: String) -> String { v.map { "≤ \(plain($0)) \(unit)" } ?? "—" }
         h += "<dl class=\"stats\" id=\"totals\">"
         for (id, label, value) in [("delivered", "Delivered", "\(t.total(HistoryMetric.delivered))"), ("failed", "Failed for good", "\(t.total(HistoryMetric.failed))"),
-                                   ("retried", "Retried", "\(t.total(HistoryMetric.retried))"), ("dropped", "Dropped or superseded", "\(t.total(HistoryMetric.dropped))"),
+                                   ("retried", "Retried", "\(t.total(HistoryMetric.retried))"), ("superseded", "Superseded (accepted in range)", "\(unsent[.superseded] ?? 0)"), ("dropped", "Dropped: cancelled or too late (accepted in range)", "\(unsent[.dropped] ?? 0)"),
                                    ("downgraded", "Priority 10 → 5 (budget)", "\(t.total(HistoryMetric.downgraded))"), ("tokens", "Tokens retired", "\(t.total(HistoryMetric.tokenRetired))"),
                                    ("latency-p50", "APNs latency p50", q(HistoryMetric.quantile(0.5, counts: latencyAll, bounds: HistoryMetric.latencyBounds), "ms")),
                                    ("latency-p99", "APNs latency p99", q(HistoryMetric.quantile(0.99, counts: latencyAll, bounds: HistoryMetric.latencyBounds), "ms")),

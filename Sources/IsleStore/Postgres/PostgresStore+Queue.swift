@@ -87,6 +87,28 @@ extension PostgresStore {
         return try await read { conn in try await conn.row("SELECT * FROM jobs WHERE id = $1", [.int(id)], logger: log).map(Self.job) }
     }
 
+    public func unsentJobs(activityID: String, limit: Int) async throws -> [PushJob] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("""
+                SELECT * FROM jobs WHERE activity_id = $1 AND state IN ('superseded', 'dropped') ORDER BY created_at DESC, id DESC LIMIT $2
+                """, [.text(activityID), .int(max(0, limit))], logger: log).map(Self.job)
+        }
+    }
+
+    public func unsentJobCounts(bundleID: String, since: Date) async throws -> [PushJobState: Int] {
+        let log = logger
+        return try await read { conn in
+            var counts: [PushJobState: Int] = [:]
+            for row in try await conn.rows("""
+                SELECT state, COUNT(*) AS n FROM jobs WHERE state IN ('superseded', 'dropped') AND created_at >= $1 AND bundle_id = $2 GROUP BY state
+                """, [.date(since), .text(bundleID)], logger: log) {
+                if let state = PushJobState(rawValue: try row.string("state")) { counts[state] = Int(try row.int("n")) }
+            }
+            return counts
+        }
+    }
+
     public func openJobCounts() async throws -> [PushJobState: Int] {
         let log = logger
         return try await read { conn in
