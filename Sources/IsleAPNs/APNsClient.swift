@@ -78,6 +78,10 @@ public struct APNsResponse: Sendable, Hashable {
     public var retryAfter: TimeInterval?
     /// The raw response body (empty on success for device pushes).
     public var body: [UInt8] = []
+    /// What the device did with an accepted push, when the server is Isle's simulator (its
+    /// `isle-sim-outcome` header, e.g. "throttled: the app's priority-10 budget is spent…"); Apple's
+    /// APNs never says. At most 300 characters.
+    public var deviceNote: String?
 
     public var isSuccess: Bool { (200..<300).contains(status) }
     public var remedy: APNsRemedy? { isSuccess ? nil : (reason ?? APNsReason(rawValue: "")).remedy(status: status) }
@@ -313,6 +317,7 @@ public final class APNsClient: Sendable {
             if let ms = body["timestamp"]?.numberValue?.doubleValue { response.invalidSince = Date(timeIntervalSince1970: ms / 1000) }
         }
         if let s = raw.value("retry-after").flatMap(Double.init), s.isFinite, s >= 0 { response.retryAfter = min(s, 86_400) }
+        if let note = raw.value("isle-sim-outcome"), !note.isEmpty { response.deviceNote = String(note.prefix(300)) }
         return response
     }
 }

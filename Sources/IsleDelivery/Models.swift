@@ -348,6 +348,9 @@ public struct DeliveryRecord: Sendable, Hashable, Codable {
     public var at: Date
     /// The store's id for the record (set when read; a cursor for paging).
     public var id: Int64?
+    /// What the device did with an accepted push, when the APNs tells (`isle sim` does, in its
+    /// `isle-sim-outcome` header: "throttled: …"; Apple's APNs never does).
+    public var deviceNote: String?
 
     public init(jobID: Int64, activityID: String?, apnsID: APNsID?, apnsUniqueID: String?, status: Int, reason: String?, latencyMS: Double, priority: PushPriority, downgraded: Bool, at: Date) {
         self.jobID = jobID

@@ -380,8 +380,9 @@ public final class DeliveryEngine: Service {
             let resolution = random.withLock { r in
                 resolver.resolve(outcome, attempt: job.attempts, deadline: deadline, now: sentAt, environmentConfirmed: circuit.environmentConfirmed(push.environment ?? clients.defaultEnvironment), random: &r)
             }
-            let delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
+            var delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
                                           reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
+            delivery.deviceNote = response?.deviceNote
             let events = observe(app, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
             var done = completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
             done.events = events

@@ -395,8 +395,17 @@ public final class FakeAPNs: Sendable {
         }
         let result = await world.deliver(token: token.lowercased(), pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID,
                                          expiration: r.value("apns-expiration").flatMap { Int64($0) }, collapseID: r.value("apns-collapse-id"))
-        if result.status == 200 { return (HTTP2ServerResponse(status: 200), nil, result.outcome) }
+        if result.status == 200 { return (HTTP2ServerResponse(status: 200, headers: Self.outcomeHeader(result.outcome)), nil, result.outcome) }
         return (Self.error(result.status, result.reason ?? "BadDeviceToken", timestamp: result.invalidSince), result.reason, result.outcome)
+    }
+
+    /// The simulator's own header on a 200: what the device did with the push (`code: sentence`,
+    /// ASCII, at most 300 characters), so a sender can show it (Isle's console does). Apple's APNs
+    /// sends nothing like it; a client must never depend on it.
+    static func outcomeHeader(_ outcome: PushOutcome?) -> [(name: String, value: String)] {
+        guard let outcome else { return [] }
+        let text = "\(outcome.code.rawValue): \(outcome.sentence)".unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value != 0x7f ? Character($0) : "?" }
+        return [("isle-sim-outcome", String(String(text).prefix(300)))]
     }
 
     // MARK: Broadcast (docs/protocol.md §7.3–7.4)

@@ -69,6 +69,10 @@ final class GroupCommit: Sendable {
                     try writer.commit()
                     self.failure.withLock { $0 = nil }
                     return batch.map { _ in .success(()) }
+                } catch let failed as OneWriteFailed where GroupCommit.isStorageFailure(failed.error) {
+                    // The disk, not the write: every write would fail the same way, so the batch
+                    // is not tried again write by write (the outer catch records and answers it).
+                    throw failed.error
                 } catch let failed as OneWriteFailed where batch.count == 1 {
                     return [.failure(failed.error)]
                 } catch is OneWriteFailed {
@@ -104,6 +108,13 @@ final class GroupCommit: Sendable {
     struct OneWriteFailed: Error {
         var index: Int
         var error: any Error
+    }
+
+    /// SQLite could not write at all: the disk is full (SQLITE_FULL), the file grew past a limit or
+    /// an I/O error (SQLITE_IOERR), or the file is read-only or gone (SQLITE_READONLY, SQLITE_CANTOPEN).
+    static func isStorageFailure(_ error: any Error) -> Bool {
+        guard let e = error as? DatabaseError else { return false }
+        return [ResultCode.SQLITE_FULL, .SQLITE_IOERR, .SQLITE_READONLY, .SQLITE_CANTOPEN].contains(e.resultCode.primaryResultCode)
     }
 
     static func describe(_ error: any Error) -> String {

@@ -260,9 +260,9 @@ public struct SQLiteQueueTransaction: QueueTransaction {
                 }
             }
             if !w.deliveries.isEmpty {
-                try MultiRow.insert(db, into: "deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id)", w.deliveries.map { n in
+                try MultiRow.insert(db, into: "deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id, device_note)", w.deliveries.map { n in
                     let d = n.record
-                    return [d.jobID, d.activityID, d.apnsID?.text, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970, n.bundleID]
+                    return [d.jobID, d.activityID, d.apnsID?.text, d.apnsUniqueID, d.status, d.reason, d.latencyMS, d.priority.rawValue, d.downgraded, d.at.timeIntervalSince1970, n.bundleID, d.deviceNote]
                 })
             }
             try Self.patchActivities(db, w.activityPatches)

@@ -858,6 +858,7 @@ public final class SQLiteStore: IsleStore {
         var d = DeliveryRecord(jobID: r["job_id"], activityID: r["activity_id"], apnsID: (r["apns_id"] as String?).flatMap { APNsID($0) }, apnsUniqueID: r["apns_unique_id"], status: r["status"], reason: r["reason"],
                        latencyMS: r["latency_ms"], priority: try BadRow.decode(r["priority"] as Int, as: PushPriority.self, table: "deliveries", id: "\(r["id"] as Int64)", column: "priority"), downgraded: r["downgraded"], at: Date(timeIntervalSince1970: r["at"]))
         d.id = r["id"]
+        d.deviceNote = r["device_note"]
         return d
     }
 

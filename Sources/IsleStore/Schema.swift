@@ -187,6 +187,8 @@ public enum Schema {
             // The app, so its deliveries are found after their jobs are pruned (a broadcast's and a
             // widget push's have no activity). Null only in rows older than the column.
             c("bundle_id", .text, null: true),
+            // What the device did with an accepted push, when the APNs says (isle sim does; Apple never).
+            c("device_note", .text, null: true),
         ]),
         Table(name: "high_priority_sends", columns: [
             c("id", .rowNumber, pk: true, only: .postgres), c("activity_id", .text), c("at", .time),
@@ -347,6 +349,7 @@ public enum Schema {
         },
         // The console shows an activity's pushes that were never sent (superseded, cancelled).
         Change(name: "unsent jobs by activity") { dialect in [indexes.first { $0.name == "jobs_unsent" }!.sql(in: dialect)] },
+        Change(name: "device notes") { _ in ["ALTER TABLE deliveries ADD COLUMN device_note TEXT"] },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.

@@ -70,6 +70,37 @@ struct ConsoleActionsTests {
         }
     }
 
+    @Test("the device's own budget: the simulator counts priority-10 pushes per app, Isle per activity; a push the device throttled shows as such on the timeline, not as a plain 200")
+    func deviceThrottleShown() async throws {
+        // The device counts per app, as isle sim does by default (the fixture's instant device does not).
+        try await ServerFixture.with(configure: { $0.device.budgetPerApp = true }) { f in
+            let (_, first) = try await f.appStartsActivity(key: "order-budget-1")
+            let (b, second) = try await f.appStartsActivity(key: "order-budget-2")
+            let cookie = try await C.signIn(f)
+            // 8 alerts to each: 16 priority-10 pushes for the app, 8 per activity (within Isle's 15).
+            for n in 0..<8 {
+                for id in [first, second] {
+                    #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey,
+                                             body: ["contentState": Pizza.state("n\(n)"), "alert": ["title": "Update", "body": .string("\(n)")]]).status == 202)
+                }
+            }
+            try await eventually("every push answered") {
+                try await SQLiteStore(path: f.databasePath).deliveries(activityID: second, before: nil, limit: 50).count >= 8
+            }
+            try await eventually(within: .seconds(20), "a push the device throttled, on a timeline") { () async throws -> Bool in
+                for id in [first, second] {
+                    let page = try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text
+                    if page.contains("device-warn") && page.contains("device: throttled") { return true }
+                }
+                return false
+            }
+            // Isle did not downgrade them: by its count each activity had budget left.
+            let page = try await C.send(f, "GET", "/console/activities/\(second)", cookie: cookie).text
+            #expect(page.contains("id=\"budget\">8 of 15") && page.contains("counts per app"))
+            #expect(try f.deviceActivity(b.id) != nil)
+        }
+    }
+
     @Test("end an activity from its page; compose refuses a payload the validator warns about until the operator confirms the warning")
     func endAndConfirm() async throws {
         try await ServerFixture.with { f in

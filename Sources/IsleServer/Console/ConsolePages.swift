@@ -290,8 +290,12 @@ enum ConsolePages {
             for d in deliveries {
                 attempts[d.jobID, default: 0] += 1
                 let priority = "\(d.priority.rawValue)\(d.downgraded ? " (downgraded from 10)" : "")"
-                h += "<tr class=\"s\(d.status)\"><td>\(e(time(d.at)))</td><td>\(d.jobID)</td><td>\(attempts[d.jobID]!)</td><td>\(e(priority))</td>"
-                h += "<td class=\"status\">\(d.status == 0 ? "no answer" : String(d.status))</td><td>\(e(d.reason ?? ""))</td><td>\(String(format: "%.1f", d.latencyMS)) ms</td><td><code>\(e(d.apnsID?.text ?? ""))</code></td></tr>"
+                // What the device did, when the APNs says (isle sim): a 200 the device throttled or
+                // ignored is not shown as a plain success.
+                let note = d.deviceNote
+                let deviceDidIt = note.map { n in ["applied:", "started:", "ended:", "widgetsReloaded:"].contains { n.hasPrefix($0) } } ?? true
+                h += "<tr class=\"s\(d.status)\(deviceDidIt ? "" : " device-warn")\"><td>\(e(time(d.at)))</td><td>\(d.jobID)</td><td>\(attempts[d.jobID]!)</td><td>\(e(priority))</td>"
+                h += "<td class=\"status\">\(d.status == 0 ? "no answer" : String(d.status))</td><td>\(e(d.reason ?? ""))\(note.map { "<span class=\"device\(deviceDidIt ? " muted" : " warn")\">device: \(e($0))</span>" } ?? "")</td><td>\(String(format: "%.1f", d.latencyMS)) ms</td><td><code>\(e(d.apnsID?.text ?? ""))</code></td></tr>"
             }
             h += "</tbody></table>"
         }
@@ -364,7 +368,7 @@ enum ConsolePages {
     textarea { font-family: ui-monospace, monospace; }
     .error { color: var(--err); } .ok { color: var(--ok); } .warn { color: var(--warn); } .muted { color: var(--muted); }
     p.notice { padding: 6px 10px; border-left: 4px solid currentColor; }
-    tr.s200 .status { color: var(--ok); } tr[class^="s4"] .status { color: var(--err); } tr[class^="s5"] .status, tr.s0 .status { color: var(--warn); }
+    tr.s200 .status { color: var(--ok); } tr.s200.device-warn .status { color: var(--warn); } span.device { display: block; font-size: 13px; } tr[class^="s4"] .status { color: var(--err); } tr[class^="s5"] .status, tr.s0 .status { color: var(--warn); }
     td.status.failing { color: var(--err); } td.status.stopped, td.state.held { color: var(--warn); }
     @media (max-width: 600px) { .timeline th:nth-child(8), .timeline td:nth-child(8) { display: none; } form.search { grid-template-columns: 1fr; }
       table.list { display: block; overflow-x: auto; } main { padding: 12px; } .facts th { width: auto; } }

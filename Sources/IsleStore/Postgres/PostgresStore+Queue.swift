@@ -65,7 +65,7 @@ extension PostgresStore {
         try await conn.rows(PG.InsertDeliveries.self, [
             .ints(ds.map(\.jobID)), .texts(ds.map { $0.activityID ?? none }), .texts(ds.map { $0.apnsID?.text ?? none }), .texts(ds.map { $0.apnsUniqueID ?? none }),
             .ints(ds.map { Int64($0.status) }), .texts(ds.map { $0.reason ?? none }), .doubles(ds.map(\.latencyMS)), .ints(ds.map { Int64($0.priority.rawValue) }),
-            .bools(ds.map(\.downgraded)), .dates(ds.map(\.at)), .texts(records.map(\.bundleID))], logger: logger)
+            .bools(ds.map(\.downgraded)), .dates(ds.map(\.at)), .texts(records.map(\.bundleID)), .texts(ds.map { $0.deviceNote ?? none })], logger: logger)
     }
 
     /// Other processes may be sending right now: at start only claims whose lease ran out come back.
@@ -149,10 +149,10 @@ extension PG {
 
     enum InsertDeliveries: PreparedSQL {
         static let sql = """
-            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id)
-            SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t, b
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[], $11::text[])
-                WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, b, n)
+            INSERT INTO deliveries (job_id, activity_id, apns_id, apns_unique_id, status, reason, latency_ms, priority, downgraded, at, bundle_id, device_note)
+            SELECT j, NULLIF(a, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01'), s, NULLIF(r, E'\\x01'), l, p, d, t, b, NULLIF(o, E'\\x01')
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::float8[], $8::bigint[], $9::bool[], $10::timestamptz[], $11::text[], $12::text[])
+                WITH ORDINALITY AS x(j, a, i, u, s, r, l, p, d, t, b, o, n)
             ORDER BY n
             """
     }

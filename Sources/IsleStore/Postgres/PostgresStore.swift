@@ -890,6 +890,7 @@ public final class PostgresStore: IsleStore {
                                apnsUniqueID: try r.optionalString("apns_unique_id"), status: Int(try r.int("status")), reason: try r.optionalString("reason"),
                                latencyMS: try r.double("latency_ms"), priority: try BadRow.decode(Int(try r.int("priority")), as: PushPriority.self, table: "deliveries", id: String(try r.int("id")), column: "priority"), downgraded: try r.bool("downgraded"), at: try r.date("at"))
         d.id = try r.int("id")
+        d.deviceNote = try r.optionalString("device_note")
         return d
     }
 
