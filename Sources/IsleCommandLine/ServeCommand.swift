@@ -443,6 +443,7 @@ struct ServeCommand: AsyncParsableCommand {
                 say(banner)
             }
             try await tasks.next()
+            logger.notice("stopped")
         }
     }
 }

@@ -150,6 +150,7 @@ public final class DeliveryEngine: Service {
                 await withGracefulShutdownHandler {
                     await self.loop(wakeups)
                 } onGracefulShutdown: {
+                    self.logger.notice("stopping: no new claims; the sends in flight finish and are recorded", metadata: ["in.flight": "\(self.inFlight.count)"])
                     self.wakeupContinuation.finish()
                 }
             } onCancel: {

@@ -91,6 +91,8 @@ struct ServeOperationsTests {
         }
         #expect(!all.contains { $0.contains(backend.secret) || $0.contains(master.base64) })
         #expect(all.contains { $0.contains("\"message\":\"listening\"") }, "the banner is a record in JSON mode")
+        // A graceful stop says so, at its start and at its end.
+        #expect(all.contains { $0.contains("\"message\":\"stopping: no new claims") } && all.last?.contains("\"message\":\"stopped\"") == true, "\(all.suffix(3))")
     }
 
     static func write(_ text: String, to path: String) throws {
