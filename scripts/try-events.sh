@@ -76,7 +76,14 @@ serve
 # The same requests again (Idempotency-Key: queued once), then the rest.
 for r in $(seq 1 $ROUNDS); do for id in "${IDS[@]}"; do update "$id" "$r"; done; done
 rm -f "$D/down"   # the backend is back
-# The app ends activity 3 on the phone and reports it.
+# The app ends activity 3 on the phone and reports it, once its 20 updates reached the phone (a
+# push in flight at the report would be delivered after it, rightly, and its event come later).
+for _ in $(seq 1 300); do
+  N=$(curl -sf "http://127.0.0.1:$API/v1/activities/${IDS[2]}" -H "authorization: Bearer $BACKEND" \
+    | python3 -c 'import json,sys; print(sum(1 for d in json.load(sys.stdin)["deliveries"] if d["status"] == 200))')
+  [ "$N" -ge "$ROUNDS" ] && break
+  sleep 0.2
+done
 curl -sf -o /dev/null -X POST "http://127.0.0.1:$API/v1/activities/${IDS[2]}/ended" -H "authorization: Bearer $DEVICE" -H "Isle-Installation-Secret: $INSTALLATION_SECRET"
 # A 410: activity 2's token rotates on the phone and the new one never reaches the server; the
 # next push to the old token finds it dead.
