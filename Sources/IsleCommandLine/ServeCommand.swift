@@ -60,7 +60,7 @@ struct DatabaseOption: ParsableArguments {
             do { return PostgresStore(settings: try PostgresSettings(url: path, environment: CLIContext.current.environment), logger: logger) } catch let e as StoreError { throw CLIError("database: \(e.message)") }
         }
         if let problem = FilePermissions.problem(withDatabase: path) { throw CLIError("database: \(problem)") }
-        do { return try SQLiteStore(path: path) } catch { throw CLIError("database: cannot open \(path): \(error)") }
+        do { return try SQLiteStore(path: path, logger: logger) } catch { throw CLIError("database: cannot open \(path): \(error)") }
     }
 
     /// Runs `body` with the migrated store, its connections up for the duration.

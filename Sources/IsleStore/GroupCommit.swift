@@ -1,6 +1,7 @@
 import Foundation
 import IsleDelivery
 import GRDB
+import Logging
 import Synchronization
 
 /// Group commit for one SQLite writer: writes that arrive while a transaction is committing wait,
@@ -24,17 +25,35 @@ final class GroupCommit: Sendable {
     /// Why the last commit failed (a full disk, an I/O error), until one succeeds.
     private let failure = Mutex<String?>(nil)
 
-    init(pool: DatabasePool, faults: StoreFaults = StoreFaults(), maximumBatch: Int = 512) {
+    /// One line when writes start failing and one when they work again (docs/server.md, "A full disk").
+    private let logger: Logger?
+
+    init(pool: DatabasePool, faults: StoreFaults = StoreFaults(), maximumBatch: Int = 512, logger: Logger? = nil) {
         self.pool = pool
         self.faults = faults
+        self.logger = logger
         batcher = Batcher(maximumBatch: maximumBatch)
     }
 
     /// Why the last commit failed, while no commit has succeeded since.
     var lastFailure: String? { failure.withLock { $0 } }
 
-    /// Writes are known to work again (a probe of the disk succeeded).
-    func clearFailure() { failure.withLock { $0 = nil } }
+    /// Writes are known to work again (a probe of the disk succeeded, or a commit).
+    func clearFailure() {
+        guard failure.withLock({ f -> Bool in defer { f = nil }; return f != nil }) else { return }
+        logger?.notice("the database takes writes again; requests and deliveries resume")
+    }
+
+    /// A commit failed: said once, until writes work again. True when it was said before (the
+    /// caller's error need not be logged again).
+    func recordFailure(_ why: String) -> Bool {
+        let news = failure.withLock { f -> Bool in defer { f = why }; return f == nil }
+        if news {
+            logger?.error("the database cannot take writes (is its disk full?); writes get 503 with Retry-After and /ready says not ready until one succeeds",
+                          metadata: ["reason": "\(why)"])
+        }
+        return logger != nil
+    }
 
     /// Runs `body` inside a committed write transaction shared with other writers.
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
@@ -67,7 +86,7 @@ final class GroupCommit: Sendable {
                     }
                     try faults.check(.commit)
                     try writer.commit()
-                    self.failure.withLock { $0 = nil }
+                    self.clearFailure()
                     return batch.map { _ in .success(()) }
                 } catch let failed as OneWriteFailed where GroupCommit.isStorageFailure(failed.error) {
                     // The disk, not the write: every write would fail the same way, so the batch
@@ -97,8 +116,8 @@ final class GroupCommit: Sendable {
                 // write of the batch failed with it. Said without the SQL.
                 writer.rollback()
                 let why = GroupCommit.describe(error)
-                self.failure.withLock { $0 = why }
-                throw StoreError(.unavailable, "the database could not commit: \(why)")
+                let logged = self.recordFailure(why)
+                throw StoreError(.unavailable, "the database could not commit: \(why)", alreadyLogged: logged)
             }
         })
         return box.withLock { $0! }

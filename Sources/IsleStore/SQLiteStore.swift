@@ -1,5 +1,6 @@
 public import Foundation
 import GRDB
+public import Logging
 public import IsleCore
 public import IsleDelivery
 import Synchronization
@@ -29,7 +30,9 @@ public final class SQLiteStore: IsleStore {
     /// A new file is created readable by its owner only (0600); SQLite gives its `-wal` and `-shm`
     /// files the same mode. ``FilePermissions/problem(withDatabase:)`` says when an existing file
     /// is more open than that.
-    public init(path: String, faults: StoreFaults = StoreFaults()) throws {
+    /// `logger`: where a failing disk is said, once when writes start failing and once when they
+    /// work again (`isle serve` passes its own; nil: only the errors say it).
+    public init(path: String, faults: StoreFaults = StoreFaults(), logger: Logger? = nil) throws {
         self.faults = faults
         guard !path.isEmpty else { throw StoreError(.unavailable, "the database path is empty: give a file, e.g. ./isle.sqlite") }
         if !FileManager.default.fileExists(atPath: path) {
@@ -55,7 +58,7 @@ public final class SQLiteStore: IsleStore {
         }
         self.path = path
         pool = try DatabasePool(path: path, configuration: config)
-        writer = GroupCommit(pool: pool, faults: faults)
+        writer = GroupCommit(pool: pool, faults: faults, logger: logger)
         var single = Configuration()
         single.busyMode = .timeout(10)
         single.prepareDatabase { db in
@@ -743,11 +746,16 @@ public final class SQLiteStore: IsleStore {
     public func ping() async throws {
         _ = try readNow { db in try Int.fetchOne(db, sql: "SELECT 1") }
         guard let failure = writer.lastFailure else { return }
+        // A file beside the database first (cheap, and it needs no lock); then a real write of
+        // the database itself, a page into its log: free space can come and go by a few pages
+        // while the database still cannot commit, and only its own write says it can.
         if !faults.take(.diskProbe), Self.diskTakesWrites(beside: path) {
-            writer.clearFailure()
-            return
+            do {
+                try await writer.write { db in try db.execute(sql: "PRAGMA user_version = 0") }
+                return  // committed: the writer cleared the failure
+            } catch {}
         }
-        throw StoreError(.unavailable, "writes to the database fail (\(failure)); is its disk full?")
+        throw StoreError(.unavailable, "writes to the database fail (\(failure)); is its disk full?", alreadyLogged: true)
     }
 
     /// Writes and syncs 16 KiB in a file beside `path`, then removes it.

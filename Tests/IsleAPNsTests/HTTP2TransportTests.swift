@@ -263,7 +263,9 @@ struct HTTP2TransportTests {
             task.cancel()
             let error = await task.value
             #expect(error?.kind == .cancelled)
-            #expect(ContinuousClock.now - started < .seconds(5))
+            // Well before the answer's 30 s: the caller does not wait for it (the bound leaves room
+            // for a loaded machine; the suite shares two cores).
+            #expect(ContinuousClock.now - started < .seconds(20))
             try await transport.shutdown()
         }
     }

@@ -136,6 +136,11 @@ struct FullDisk {
             #expect(await server.waitForExit() == 0)
             let log = (try? String(contentsOfFile: "\(dir.path)/isle-serve-\(server.port).log", encoding: .utf8)) ?? ""
             #expect(!log.contains("\"internal\"") && !log.contains("code: internal"), "the server logged an internal error: \(log.suffix(2000))")
+            // One line when the disk went, one when it came back; not one per refused request.
+            let lines = log.split(separator: "\n")
+            #expect(lines.filter { $0.contains("cannot take writes") }.count == 1 && lines.filter { $0.contains("takes writes again") }.count == 1,
+                    "\(lines.filter { $0.contains("writes") }.prefix(5))")
+            #expect(!lines.contains { $0.contains("the database is unavailable") }, "a log line per refused request")
         }
     }
 
