@@ -21,16 +21,17 @@ enum TLSFailure {
         return "the TLS handshake with \(host) failed"
     }
 
-    /// What to do, for a TLS failure to this APNs.
+    /// What to do, for a TLS failure to this APNs (in the client's terms; a program using the client
+    /// adds how its own settings name the trusted CA).
     static func advice(for environment: APNsEnvironment) -> String {
         switch environment {
         case .custom(let url, _, _, let roots):
             if roots != nil {
-                return "Give --apns-ca-cert the CA that signed \(url)'s certificate (against isle sim: <its folder>/ca.pem, which a new isle sim folder replaces)."
+                return "This client trusts only the CA certificates it was given for \(url): give it the CA that signed that server's certificate."
             }
-            return "\(url) is checked against this machine's CA certificates: give --apns-ca-cert the CA that signed its certificate."
+            return "\(url) is checked against this machine's CA certificates: give the client the CA that signed its certificate."
         case .production, .sandbox:
-            return "Update this machine's CA certificates (the ca-certificates package) and check its clock; a proxy that intercepts TLS must not stand between this server and APNs."
+            return "Update this machine's CA certificates (the ca-certificates package) and check its clock; a proxy that intercepts TLS must not stand between this client and APNs."
         }
     }
 }

@@ -82,3 +82,27 @@ public struct OutcomeResolver: Sendable {
         }
     }
 }
+
+extension APNsReason {
+    /// Why an app's pushes stop when APNs answers this to all of them (``APNsReason/concernsEveryPush``),
+    /// in words a person can act on: what is wrong and what to do with Isle's server and CLI
+    /// (docs/server.md, "When APNs refuses the app's set-up"). Here, not in IsleCore: IsleCore
+    /// holds Apple's vocabulary; this names Isle's own commands and routes.
+    func pauseExplanation(status: Int) -> String {
+        let answer = "\(status) \(rawValue)"
+        switch self {
+        case .expiredProviderToken:
+            return "APNs says the provider token is expired (\(answer)) although this server signed it minutes ago (and again when told): this machine's clock is probably behind by an hour or more. Correct the clock (NTP); pushes resume at the next probe, or at once with POST /v1/app/resume."
+        case .invalidProviderToken:
+            return "APNs refused the provider token (\(answer)): the key file is not the key with this key id, the key was revoked, the team id is wrong, or this machine's clock is ahead. Check the key under Certificates, Identifiers & Profiles › Keys, then run isle app add again with the right --key, --key-id and --team-id."
+        case .badEnvironmentKeyIdInToken:
+            return "APNs refused this key for this environment (\(answer)): the key is limited to the other APNs environment (sandbox or production). Use a key enabled for both, or send to the environment the key allows."
+        case .missingProviderToken, .unrelatedKeyIdInToken:
+            return "APNs refused the provider token (\(answer)): \(info?.meaning ?? rawValue). Check the app's key id and team id (isle app add)."
+        case .badTopic, .topicDisallowed, .topicMismatch:
+            return "APNs refused the topic derived from the app's bundle id (\(answer)): \(info?.meaning ?? rawValue). Check that the bundle id registered with isle app add is the app's, and that its key may push to it."
+        default:
+            return "APNs refused the app's set-up (\(answer)): \(info?.meaning ?? rawValue). \(Self.advice(remedy(status: status)))"
+        }
+    }
+}

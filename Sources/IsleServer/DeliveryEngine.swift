@@ -560,7 +560,10 @@ public final class DeliveryEngine: Service {
             case .invalidRequest:
                 return (.refused(error.message), nil, ms)
             case .transport:
-                return (.unreachable(error.message, configuration: error.transport?.kind == .tlsFailed), nil, ms)
+                let tls = error.transport?.kind == .tlsFailed
+                // The server's own setting for the CA it trusts, after the client's advice.
+                let why = tls ? error.message + " With isle serve: --apns-ca-cert (against isle sim, the ca.pem its folder holds; isle sim --dir keeps it across restarts)." : error.message
+                return (.unreachable(why, configuration: tls), nil, ms)
             }
         }
     }

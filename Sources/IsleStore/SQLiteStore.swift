@@ -20,6 +20,8 @@ public final class SQLiteStore: IsleStore {
     let writer: GroupCommit
     /// Connections of their own for one-statement reads (``readOne(_:)``).
     let singleReads: SingleReadConnections
+    /// A write of the database, started by `/ready` while writes fail, is under way (``ping()``).
+    let writeProbe = Mutex<Bool>(false)
     public let path: String
     public let batches = QueueBatches()
     /// Failpoints for tests (``StoreFaults``); disarmed unless a test arms them.
@@ -749,11 +751,13 @@ public final class SQLiteStore: IsleStore {
         // A file beside the database first (cheap, and it needs no lock); then a real write of
         // the database itself, a page into its log: free space can come and go by a few pages
         // while the database still cannot commit, and only its own write says it can.
-        if !faults.take(.diskProbe), Self.diskTakesWrites(beside: path) {
-            do {
-                try await writer.write { db in try db.execute(sql: "PRAGMA user_version = 0") }
-                return  // committed: the writer cleared the failure
-            } catch {}
+        // The write runs on its own, so `/ready` never waits behind the writer: it answers not
+        // ready now, and ready at a later look once that write committed (which clears the failure).
+        if !faults.take(.diskProbe), Self.diskTakesWrites(beside: path), writeProbe.withLock({ busy in defer { busy = true }; return !busy }) {
+            Task { [self] in
+                _ = try? await writer.write { db in try db.execute(sql: "PRAGMA user_version = 0") }
+                writeProbe.withLock { $0 = false }
+            }
         }
         throw StoreError(.unavailable, "writes to the database fail (\(failure)); is its disk full?", alreadyLogged: true)
     }

@@ -1,3 +1,4 @@
+import Synchronization
 /// Waiting for events in tests: the event, or a failure once the deadline passes. Never a sleep
 /// that hopes the event has happened.
 public struct DeadlineExceeded: Error, CustomStringConvertible {
@@ -40,5 +41,54 @@ public func eventually(within limit: Duration = .seconds(20), _ what: String = "
             if try await condition() { return }
             try await Task.sleep(for: .milliseconds(10))
         }
+    }
+}
+
+/// A one-time signal that loops wait on between rounds (a backend's next request, a monitor's next
+/// look): each round waits for the signal, up to its pace, and the loop ends the moment it fires
+/// rather than after a sleep.
+public final class StopSignal: Sendable {
+    private struct State {
+        var fired = false
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var next: UInt64 = 0
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public var fired: Bool { state.withLock { $0.fired } }
+
+    public func fire() {
+        let waiting = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.fired = true
+            defer { s.waiters = [:] }
+            return Array(s.waiters.values)
+        }
+        for w in waiting { w.resume() }
+    }
+
+    /// Waits until the signal fires or `pace` has passed. True when it fired.
+    @discardableResult
+    public func wait(upTo pace: Duration) async -> Bool {
+        let id = state.withLock { s -> UInt64 in s.next += 1; return s.next }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                    let now = self.state.withLock { s -> Bool in
+                        if s.fired { return true }
+                        s.waiters[id] = c
+                        return false
+                    }
+                    if now { c.resume() }
+                }
+            }
+            group.addTask { try? await Task.sleep(for: pace) }
+            await group.next()
+            // The pace ran out first: the waiter is taken back and answered, so its task ends.
+            if let c = self.state.withLock({ $0.waiters.removeValue(forKey: id) }) { c.resume() }
+            group.cancelAll()
+        }
+        return fired
     }
 }

@@ -80,14 +80,14 @@ struct PostgresOutage {
 
             let answers = Locked<[Answer]>([])
             let readiness = Locked<[Int: [Answer]]>([:])
-            let stop = Locked(false)
+            let stop = StopSignal()
             let failures = Locked<[String]>([])
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // Traffic: three backends, each an update after the other, round the instances.
                 for w in 0..<3 {
                     group.addTask {
                         var n = 0
-                        while !stop.withLock({ $0 }) {
+                        while !stop.fired {
                             n += 1
                             let port = instances[(w + n) % instances.count].port
                             let activity = activityIDs[(w * 7 + n) % activityIDs.count]
@@ -98,41 +98,44 @@ struct PostgresOutage {
                             } catch {
                                 failures.withLock { $0.append("POST to \(port): \(error)") }
                             }
-                            // Pacing: a backend's next update, not a wait for an event.
-                            try? await Task.sleep(for: .milliseconds(150))
+                            // The backend's next update after its pace, or none once the scenario is over.
+                            await stop.wait(upTo: .milliseconds(150))
                         }
                     }
                 }
                 // /ready on each instance, five times a second.
                 for instance in instances {
                     group.addTask {
-                        while !stop.withLock({ $0 }) {
+                        while !stop.fired {
                             do {
                                 let answer = try await ProcessTraffic.ready(client, port: instance.port)
                                 readiness.withLock { $0[instance.port, default: []].append(answer) }
                             } catch {
                                 failures.withLock { $0.append("/ready on \(instance.port): \(error)") }
                             }
-                            try? await Task.sleep(for: .milliseconds(200))
+                            await stop.wait(upTo: .milliseconds(200))
                         }
                     }
                 }
                 group.addTask {
-                    defer { stop.withLock { $0 = true } }
+                    defer { stop.fire() }
                     try await eventually(within: .seconds(60), "updates accepted before the outage") { answers.withLock { $0.filter { $0.status == 202 }.count } >= 20 }
                     progress("stopping PostgreSQL")
                     let halting = ContinuousClock.now
                     try await IsleServerProcess.run("/bin/bash", [ctl, "halt"], environment: ["ISLE_PG_DIR": clusterDir])
                     let halted = ContinuousClock.now
-                    // The outage itself: a fixed length, not a wait for an event.
-                    try await Task.sleep(for: Self.outage)
+                    // The outage lasts its length, seen by both instances' /ready as not ready.
+                    try await eventually(within: Self.outage + .seconds(30), "\(Self.outage) of outage") {
+                        ContinuousClock.now - halted >= Self.outage
+                            && readiness.withLock { r in instances.allSatisfy { i in r[i.port]?.last.map { $0.status == 503 } == true } }
+                    }
                     progress("starting PostgreSQL again")
                     try await IsleServerProcess.run("/bin/bash", [ctl, "resume"], environment: ["ISLE_PG_DIR": clusterDir])
                     let back = ContinuousClock.now
                     try await eventually(within: .seconds(30), "updates accepted after the outage") {
                         answers.withLock { $0.filter { $0.status == 202 && $0.started > back }.count } >= 20
                     }
-                    stop.withLock { $0 = true }
+                    stop.fire()
                     try check(answers.withLock { $0 }, readiness.withLock { $0 }, halting: halting, halted: halted, back: back)
                 }
                 try await group.waitForAll()
