@@ -203,40 +203,42 @@ public struct JSONParser {
         mutating func parseString() throws(JSONParseError) -> String {
             let start = index
             index += 1  // opening quote
-            var scalars = String.UnicodeScalarView()
-            var runStart = index
-            func flush(_ end: Int, into scalars: inout String.UnicodeScalarView) -> Bool {
-                guard end > runStart else { return true }
-                guard let s = String(validating: bytes[runStart..<end], as: UTF8.self) else { return false }
-                scalars.append(contentsOf: s.unicodeScalars)
-                return true
+            // Most strings have no escape: one validated copy of their bytes.
+            var end = index
+            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 { end += 1 }
+            if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+                guard let s = String(validating: bytes[index..<end], as: UTF8.self) else { throw error("invalid UTF-8 in a string", at: start) }
+                index = end + 1
+                return s
             }
+            // Escapes: the bytes between them and each escape's UTF-8, validated once at the end (an
+            // escape's bytes begin a scalar, so they cannot complete a run's broken sequence).
+            var out: [UInt8] = []
+            out.reserveCapacity(end - index + 16)
             while true {
                 guard index < bytes.count else { throw error("unterminated string", at: start) }
                 let b = bytes[index]
                 if b == UInt8(ascii: "\"") {
-                    guard flush(index, into: &scalars) else { throw error("invalid UTF-8 in a string", at: start) }
                     index += 1
-                    return String(scalars)
+                    guard let s = String(validating: out, as: UTF8.self) else { throw error("invalid UTF-8 in a string", at: start) }
+                    return s
                 }
                 if b < 0x20 { throw error("control character in a string; escape it (\\n, \\t, \\u00XX)") }
                 if b == UInt8(ascii: "\\") {
-                    guard flush(index, into: &scalars) else { throw error("invalid UTF-8 in a string", at: start) }
                     index += 1
                     guard index < bytes.count else { throw error("unterminated escape in a string") }
                     let e = bytes[index]
                     index += 1
                     switch e {
-                    case UInt8(ascii: "\""): scalars.append("\"")
-                    case UInt8(ascii: "\\"): scalars.append("\\")
-                    case UInt8(ascii: "/"): scalars.append("/")
-                    case UInt8(ascii: "b"): scalars.append("\u{08}")
-                    case UInt8(ascii: "f"): scalars.append("\u{0C}")
-                    case UInt8(ascii: "n"): scalars.append("\n")
-                    case UInt8(ascii: "r"): scalars.append("\r")
-                    case UInt8(ascii: "t"): scalars.append("\t")
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(e)
+                    case UInt8(ascii: "b"): out.append(0x08)
+                    case UInt8(ascii: "f"): out.append(0x0C)
+                    case UInt8(ascii: "n"): out.append(0x0A)
+                    case UInt8(ascii: "r"): out.append(0x0D)
+                    case UInt8(ascii: "t"): out.append(0x09)
                     case UInt8(ascii: "u"):
                         let unit = try hex4()
+                        let scalar: UnicodeScalar
                         if (0xD800...0xDBFF).contains(unit) {
                             guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
                                 throw error("unpaired UTF-16 surrogate \\u\(String(unit, radix: 16)) in a string")
@@ -244,19 +246,19 @@ public struct JSONParser {
                             index += 2
                             let low = try hex4()
                             guard (0xDC00...0xDFFF).contains(low) else { throw error("invalid UTF-16 low surrogate in a string") }
-                            let value = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
-                            scalars.append(UnicodeScalar(value)!)
+                            scalar = UnicodeScalar(0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00))!
                         } else if (0xDC00...0xDFFF).contains(unit) {
                             throw error("unpaired UTF-16 surrogate in a string")
                         } else {
-                            scalars.append(UnicodeScalar(UInt32(unit))!)
+                            scalar = UnicodeScalar(UInt32(unit))!
                         }
+                        out.append(contentsOf: String(Character(scalar)).utf8)
                     default:
                         throw error("invalid escape '\\\(Character(UnicodeScalar(e)))' in a string", at: index - 2)
                     }
-                    runStart = index
                     continue
                 }
+                out.append(b)
                 index += 1
             }
         }

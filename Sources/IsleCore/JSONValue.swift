@@ -165,75 +165,97 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
 
 extension JSONValue {
     /// Compact JSON text: no spaces, keys in their recorded order, `/` not escaped.
-    public var jsonString: String {
-        var out = ""
-        write(into: &out, pretty: false, indent: 0)
-        return out
-    }
+    public var jsonString: String { String(decoding: jsonBytes, as: UTF8.self) }
 
     /// Indented JSON text for people.
     public var prettyJSONString: String {
-        var out = ""
+        var out: [UInt8] = []
         write(into: &out, pretty: true, indent: 0)
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// The exact bytes Isle sends: compact UTF-8.
-    public var jsonBytes: [UInt8] { Array(jsonString.utf8) }
-    /// The size of ``jsonBytes``, without copying them.
-    public var encodedSize: Int { jsonString.utf8.count }
+    public var jsonBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(128)
+        write(into: &out, pretty: false, indent: 0)
+        return out
+    }
+    /// The size of ``jsonBytes``.
+    public var encodedSize: Int { jsonBytes.count }
 
-    private func write(into out: inout String, pretty: Bool, indent: Int) {
+    // Written as UTF-8 bytes, a string's unescaped runs copied whole: text is built once, at the end.
+    private func write(into out: inout [UInt8], pretty: Bool, indent: Int) {
         switch self {
-        case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .number(let n): out += n.literal
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .number(let n): out.append(contentsOf: n.literal.utf8)
         case .string(let s): Self.writeString(s, into: &out)
         case .array(let items):
-            if items.isEmpty { out += "[]"; return }
-            out += "["
+            if items.isEmpty { out.append(contentsOf: "[]".utf8); return }
+            out.append(UInt8(ascii: "["))
             for (i, item) in items.enumerated() {
-                if i > 0 { out += "," }
-                if pretty { out += "\n" + String(repeating: "  ", count: indent + 1) }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                if pretty { Self.newline(&out, indent + 1) }
                 item.write(into: &out, pretty: pretty, indent: indent + 1)
             }
-            if pretty { out += "\n" + String(repeating: "  ", count: indent) }
-            out += "]"
+            if pretty { Self.newline(&out, indent) }
+            out.append(UInt8(ascii: "]"))
         case .object(let object):
-            if object.isEmpty { out += "{}"; return }
-            out += "{"
+            if object.isEmpty { out.append(contentsOf: "{}".utf8); return }
+            out.append(UInt8(ascii: "{"))
             for (i, entry) in object.enumerated() {
-                if i > 0 { out += "," }
-                if pretty { out += "\n" + String(repeating: "  ", count: indent + 1) }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                if pretty { Self.newline(&out, indent + 1) }
                 Self.writeString(entry.key, into: &out)
-                out += pretty ? ": " : ":"
+                out.append(UInt8(ascii: ":"))
+                if pretty { out.append(UInt8(ascii: " ")) }
                 entry.value.write(into: &out, pretty: pretty, indent: indent + 1)
             }
-            if pretty { out += "\n" + String(repeating: "  ", count: indent) }
-            out += "}"
+            if pretty { Self.newline(&out, indent) }
+            out.append(UInt8(ascii: "}"))
         }
     }
 
+    private static func hexDigit(_ n: UInt8) -> UInt8 { n < 10 ? UInt8(ascii: "0") + n : UInt8(ascii: "a") + n - 10 }
+
+    private static func newline(_ out: inout [UInt8], _ indent: Int) {
+        out.append(UInt8(ascii: "\n"))
+        out.append(contentsOf: repeatElement(UInt8(ascii: " "), count: 2 * indent))
+    }
+
     static func writeString(_ s: String, into out: inout String) {
-        out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{08}": out += "\\b"
-            case "\u{0C}": out += "\\f"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
+        var bytes: [UInt8] = []
+        writeString(s, into: &bytes)
+        out += String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// A JSON string literal: `"` and `\` escaped, control characters as `\n` and the like or
+    /// `\u00XX`; everything else (UTF-8 beyond ASCII included) as it is.
+    static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        var s = s
+        s.withUTF8 { utf8 in
+            var runStart = 0
+            for (i, byte) in utf8.enumerated() where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<i]))
+                runStart = i + 1
+                switch byte {
+                case UInt8(ascii: "\""): out.append(contentsOf: #"\""#.utf8)
+                case UInt8(ascii: "\\"): out.append(contentsOf: #"\\"#.utf8)
+                case UInt8(ascii: "\n"): out.append(contentsOf: #"\n"#.utf8)
+                case UInt8(ascii: "\r"): out.append(contentsOf: #"\r"#.utf8)
+                case UInt8(ascii: "\t"): out.append(contentsOf: #"\t"#.utf8)
+                case 0x08: out.append(contentsOf: #"\b"#.utf8)
+                case 0x0C: out.append(contentsOf: #"\f"#.utf8)
+                default:
+                    out.append(contentsOf: #"\u00"#.utf8)
+                    out.append(hexDigit(byte >> 4))
+                    out.append(hexDigit(byte & 0xF))
                 }
             }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
         }
-        out += "\""
+        out.append(UInt8(ascii: "\""))
     }
 }

@@ -1,3 +1,4 @@
+import Synchronization
 public import IsleCore
 public import IsleDelivery
 public import Foundation
@@ -60,8 +61,38 @@ public struct BadRow: Error, CustomStringConvertible, Sendable {
 
     /// A job's stored `aps` as its typed payload, or this error (naming what did not decode).
     public static func payload(_ text: String, kind: PushJobKind, acceptedAt: Date, id: String) throws -> JobPayload {
-        do { return try JobPayload(kind: kind, encoded: text.utf8, acceptedAt: acceptedAt) } catch {
+        let key = PayloadMemo.Key(kind: kind, text: text, acceptedAt: acceptedAt)
+        if let known = PayloadMemo.shared.get(key) { return known }
+        do {
+            let payload = try JobPayload(kind: kind, encoded: text.utf8, acceptedAt: acceptedAt)
+            PayloadMemo.shared.put(key, payload)
+            return payload
+        } catch {
             throw BadRow(table: "jobs", id: id, column: "aps", found: "a payload that does not decode (\(error))")
+        }
+    }
+}
+
+/// The payloads of jobs read back lately, by their stored text: a fan-out's jobs share one text
+/// and one acceptance time, so a claim of 256 of them decodes it once, not 256 times (a decode is a
+/// JSON parse and ``LiveActivityPayload``'s checks; a look-up hashes the text). A pure function's
+/// results, so sharing them across stores and threads is safe; bounded, and emptied when full.
+final class PayloadMemo: Sendable {
+    struct Key: Hashable, Sendable {
+        let kind: PushJobKind
+        let text: String
+        let acceptedAt: Date
+    }
+    static let shared = PayloadMemo(capacity: 64)
+    private let entries = Mutex<[Key: JobPayload]>([:])
+    let capacity: Int
+    init(capacity: Int) { self.capacity = capacity }
+
+    func get(_ key: Key) -> JobPayload? { entries.withLock { $0[key] } }
+    func put(_ key: Key, _ payload: JobPayload) {
+        entries.withLock {
+            if $0.count >= capacity { $0.removeAll(keepingCapacity: true) }
+            $0[key] = payload
         }
     }
 }

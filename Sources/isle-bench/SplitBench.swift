@@ -35,6 +35,8 @@ struct SplitBench: AsyncParsableCommand {
     @Flag(help: "Count the server's SQL statements by kind (ISLE_STATEMENT_KINDS=1) and print each kind per accepted-and-delivered update and per fan-out delivery.") var statementKinds = false
     @Option(help: "Record the server with perf (perf record -a -F 499 -g, read back for its pid) during the fan-out into this file, and print each library's share of its samples and what that is per fan-out delivery.") var profileFanOut: String?
 
+    @Option(help: "Record the server with perf (as --profile-fan-out) during each part of an update — the bare request, the update POST answered 404, the update accepted for later — into FILE.bare, FILE.404 and FILE.accept, and print each library's share per request of that part (read the symbols with perf report -i FILE.404 --pid PID).") var profileParts: String?
+
     func run() async throws {
         guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
         let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
@@ -228,22 +230,43 @@ struct SplitBench: AsyncParsableCommand {
         try #"{"contentState":{"home":1,"away":0},"alert":{"title":"Goal","body":"1–0"},"priority":5,"sendAt":\#(Int(Date().timeIntervalSince1970) + 86_400)}"#
             .write(toFile: later, atomically: true, encoding: .utf8)
         var partFloor = 0.0, notFoundUS = 0.0, acceptUS = 0.0
+        var partProfiles: [(part: String, us: Double, shares: [(library: String, share: Double)])] = []
         do {
-            let cpu0 = try Self.cpu(of: server.pid)
-            let bareRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", base + "/health"])
-            guard Self.succeeded(bareRun) >= partCount else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
-            let cpu1 = try Self.cpu(of: server.pid)
-            let missingRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
-                                                       "-H", "content-type: application/json", "-i", missing])
-            guard Self.statusCount(missingRun, "4xx") == partCount else { throw ValidationError("updates to missing activities: \(Self.summary(missingRun))") }
-            let cpu2 = try Self.cpu(of: server.pid)
-            let laterRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", "-d", later, "-H", "authorization: Bearer \(backend)",
-                                                     "-H", "content-type: application/json", "-i", uris])
-            guard Self.succeeded(laterRun) == partCount else { throw ValidationError("scheduled updates: \(Self.summary(laterRun))") }
-            let cpu3 = try Self.cpu(of: server.pid)
-            partFloor = (cpu1 - cpu0) * 1e6 / Double(partCount)
-            notFoundUS = (cpu2 - cpu1) * 1e6 / Double(partCount)
-            acceptUS = (cpu3 - cpu2) * 1e6 / Double(partCount)
+            // Each part under perf when asked (`--profile-parts`), its CPU measured the same way.
+            let perf = profileParts == nil ? nil : Self.which("perf")
+            if profileParts != nil, perf == nil { throw ValidationError("--profile-parts needs perf (apt-get install -y linux-perf)") }
+            func part(_ name: String, _ run: () throws -> Void) async throws -> Double {
+                var recorder: pid_t?
+                if let perf, let file = profileParts {
+                    recorder = try Self.spawnWithSignals(perf, ["record", "-a", "-F", "999", "-g", "-o", "\(file).\(name)"], log: dir + "/perf-\(name).log")
+                    try await Task.sleep(for: .milliseconds(500))
+                }
+                let before = try Self.cpu(of: server.pid)
+                do { try run() } catch {
+                    if let recorder { Self.stopPerf(recorder) }
+                    throw error
+                }
+                let us = (try Self.cpu(of: server.pid) - before) * 1e6 / Double(partCount)
+                if let recorder, let perf, let file = profileParts {
+                    Self.stopPerf(recorder)
+                    partProfiles.append((name, us, try Self.librariesShare(perf: perf, file: "\(file).\(name)", pid: server.pid)))
+                }
+                return us
+            }
+            partFloor = try await part("bare") {
+                let bareRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", base + "/health"])
+                guard Self.succeeded(bareRun) >= partCount else { throw ValidationError("GET /health: \(Self.summary(bareRun))") }
+            }
+            notFoundUS = try await part("404") {
+                let missingRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", "-d", body, "-H", "authorization: Bearer \(backend)",
+                                                           "-H", "content-type: application/json", "-i", missing])
+                guard Self.statusCount(missingRun, "4xx") == partCount else { throw ValidationError("updates to missing activities: \(Self.summary(missingRun))") }
+            }
+            acceptUS = try await part("accept") {
+                let laterRun = try Child.output(h2load, ["--h1", "-n", "\(partCount)", "-c", "\(clients)", "-d", later, "-H", "authorization: Bearer \(backend)",
+                                                         "-H", "content-type: application/json", "-i", uris])
+                guard Self.succeeded(laterRun) == partCount else { throw ValidationError("scheduled updates: \(Self.summary(laterRun))") }
+            }
         }
 
         // 3. Fan-out: one request, `fanOut` deliveries, `fanOutRounds` times.
@@ -361,6 +384,12 @@ struct SplitBench: AsyncParsableCommand {
                      name, simUS, simBareUS, simUS / simBareUS))
         print(String(format: "%@ · parts (%d each, beside %.0f µs per bare request measured just before): the update POST answered 404 %.0f µs = %.1f×; accepted for later (validated, committed, not delivered) %.0f µs = %.1f×; so delivering ≈ %.0f µs = %.1f× of the update's",
                      name, partCount, partFloor, notFoundUS, notFoundUS / partFloor, acceptUS, acceptUS / partFloor, updateUS - acceptUS, (updateUS - acceptUS) / bareUS))
+        for (part, us, shares) in partProfiles {
+            for (library, share) in shares.prefix(8) {
+                print(String(format: "%@ · %@ profile (pid %d): %@ %.1f %% of the server's samples = %.1f µs per request = %.2f× a bare request",
+                             name, part, server.pid, library, 100 * share, share * us, share * us / partFloor))
+            }
+        }
         if fanOut > 0, fanOutRounds > 0 {
             print(String(format: "%@ · fan-out: %d × %d deliveries in %.2f s (%.0f/s); server CPU %.0f µs per fan-out delivery = %.1f× a bare request",
                          name, fanOutRounds, fanOut, fanSeconds, Double(fanOut * fanOutRounds) / fanSeconds, fanUS, fanUS / bareUS))

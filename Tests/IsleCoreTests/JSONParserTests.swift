@@ -78,6 +78,32 @@ struct JSONParserTests {
         #expect(throws: JSONParseError.self) { try JSONParser.parse([0x22, 0xFF, 0x22]) }
     }
 
+    @Test("strings of every kind survive writing and parsing, and Foundation reads what is written the same")
+    func stringRoundTrip() throws {
+        // Seeded: quotes, backslashes, every control character, `/`, ASCII, two-, three- and
+        // four-byte UTF-8, in runs and alone, as keys and as values.
+        var random = SeededRandom(seed: 0x150_1E)
+        let pool: [Unicode.Scalar] = ["\"", "\\", "/", "a", "Z", " ", "\u{7F}", "é", "–", "€", "\u{FFFD}", "😀", "𝄞", "\u{2028}"]
+            + (0..<0x20).map { Unicode.Scalar($0)! }
+        for _ in 0..<2_000 {
+            var scalars = String.UnicodeScalarView()
+            for _ in 0..<Int.random(in: 0...24, using: &random) { scalars.append(pool.randomElement(using: &random)!) }
+            let text = String(scalars)
+            let value: JSONValue = ["k" + text: .string(text), "list": [.string(text), .string("")]]
+            let written = value.jsonString
+            #expect(try JSONParser.parse(written) == value, "\(written)")
+            #expect(value.jsonBytes == Array(written.utf8))
+            #expect(value.encodedSize == written.utf8.count)
+            let foundation = try JSONSerialization.jsonObject(with: Data(written.utf8)) as? [String: Any]
+            #expect(foundation?["k" + text] as? String == text)
+            // Every control character is escaped; nothing else is.
+            #expect(!written.utf8.contains { $0 < 0x20 })
+        }
+        // The escapes Isle writes, exactly.
+        #expect(JSONValue.string("\"\\\n\r\t\u{08}\u{0C}\u{01}\u{1F}/é").jsonString == #""\"\\\n\r\t\b\f\u0001\u001f/é""#)
+        #expect(JSONValue.object(["a": .array([1, "x"])]).prettyJSONString == "{\n  \"a\": [\n    1,\n    \"x\"\n  ]\n}")
+    }
+
     @Test("writes doubles as JSONEncoder does")
     func doubles() throws {
         for d in [0.0, 1.0, 0.941, 0.23, -2.5, 788918400.0, 1e-5, 123456789.125] {
