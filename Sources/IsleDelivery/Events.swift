@@ -32,16 +32,33 @@ public struct NewEvent: Sendable, Hashable {
     public var bundleID: String
     public var type: EventType
     public var activityID: String?
-    /// The event's fields beyond its type, activity and time (a JSON object).
+    /// The backend's own names for what the event is about, as they were when it happened: the
+    /// activity's `externalKey` (the order, the match), its installation and that installation's
+    /// user. A backend acts on an event without looking the activity up.
+    public var externalKey: String?
+    public var installationID: String?
+    public var userID: String?
+    /// The event's fields beyond its type, subject and time (a JSON object).
     public var data: JSONObject
     public var at: Date
 
-    public init(bundleID: String, type: EventType, activityID: String? = nil, data: JSONObject = [:], at: Date) {
+    public init(bundleID: String, type: EventType, activityID: String? = nil, externalKey: String? = nil, installationID: String? = nil, userID: String? = nil,
+                data: JSONObject = [:], at: Date) {
         self.bundleID = bundleID
         self.type = type
         self.activityID = activityID
+        self.externalKey = externalKey
+        self.installationID = installationID
+        self.userID = userID
         self.data = data
         self.at = at
+    }
+
+    /// The installation whose user the event should name, when it names an installation but no
+    /// user yet.
+    public var installationForUser: InstallationKey? {
+        guard userID == nil, let installationID else { return nil }
+        return InstallationKey(bundleID: bundleID, id: installationID)
     }
 }
 
@@ -61,6 +78,9 @@ public struct StoredEvent: Sendable, Hashable {
     public var json: JSONValue {
         var o: JSONObject = ["id": .string(id), "type": .string(event.type.rawValue), "app": .string(event.bundleID)]
         if let a = event.activityID { o["activityId"] = .string(a) }
+        if let k = event.externalKey { o["externalKey"] = .string(k) }
+        if let i = event.installationID { o["installationId"] = .string(i) }
+        if let u = event.userID { o["userId"] = .string(u) }
         o["at"] = .int(Int64(event.at.timeIntervalSince1970.rounded(.down)))
         o["data"] = .object(event.data)
         return .object(o)
@@ -73,12 +93,25 @@ public enum Events {
     /// What a completion tells, given what it writes (``JobCompletion/writes(currentToken:)``):
     /// a push delivered or failed for good, a token retired, and the completion's own events
     /// (the app's circuit: paused, resumed).
+    ///
+    /// Each event about an activity names it as the backend knows it: its `externalKey` and
+    /// installation as the claim read them (the installation's user is filled in by the procedure,
+    /// in the same transaction). `attempts` counts the requests APNs received for the push; a
+    /// failed push carries APNs' last answer even when the attempt that gave up sent nothing (a
+    /// token retired by an earlier answer), and its time is when it failed, not when it was accepted.
     public static func of(_ c: JobCompletion, _ w: JobCompletion.Writes) -> [NewEvent] {
         let job = c.claim.job
-        let at = c.delivery?.at ?? c.claim.job.runAt
-        var base: JSONObject = ["jobId": .int(job.id), "kind": .string(job.kind.rawValue), "attempts": .int(Int64(job.attempts))]
+        let at = c.delivery?.at ?? c.at ?? job.runAt
+        let answer = w.delivery.map { APNsAnswer(status: $0.status, reason: $0.reason) } ?? job.lastAnswer
+        let requests = job.apnsRequests + (w.delivery == nil ? 0 : 1)
+        var base: JSONObject = ["jobId": .int(job.id), "kind": .string(job.kind.rawValue), "attempts": .int(Int64(requests))]
         if let ch = job.channelID { base["channelId"] = .string(ch) }
-        if let i = job.installationID { base["installationId"] = .string(i) }
+        let activity = c.claim.activity.flatMap { $0.id == job.activityID ? $0 : nil }
+        let installationID = job.installationID ?? activity?.installationID
+        func event(_ type: EventType, _ data: JSONObject, activityID: String? = job.activityID, installation: String? = installationID) -> NewEvent {
+            NewEvent(bundleID: job.bundleID, type: type, activityID: activityID, externalKey: activityID == nil ? nil : activity?.externalKey,
+                     installationID: installation, data: data, at: at)
+        }
         var events: [NewEvent] = []
         if case .finish(let state, let reason) = w.job {
             switch state {
@@ -90,15 +123,15 @@ public enum Events {
                     d["priority"] = .int(Int64(delivery.priority.rawValue))
                     if delivery.downgraded { d["downgraded"] = .bool(true) }
                 }
-                events.append(NewEvent(bundleID: job.bundleID, type: .pushDelivered, activityID: job.activityID, data: d, at: at))
+                events.append(event(.pushDelivered, d))
             case .failed:
                 var d = base
                 d["reason"] = .string(reason ?? "failed")
-                if let delivery = w.delivery {
-                    d["status"] = .int(Int64(delivery.status))
-                    if let r = delivery.reason { d["apnsReason"] = .string(r) }
+                if let answer {
+                    d["status"] = .int(Int64(answer.status))
+                    if let r = answer.reason { d["apnsReason"] = .string(r) }
                 }
-                events.append(NewEvent(bundleID: job.bundleID, type: .pushFailed, activityID: job.activityID, data: d, at: at))
+                events.append(event(.pushFailed, d))
             default: break
             }
         }
@@ -108,20 +141,20 @@ public enum Events {
         if let u = w.activity?.unreachable, answeredDead, job.kind != .start, let activityID = job.activityID {
             var d: JSONObject = ["token": .string("update"), "reason": .string(u.reason)]
             if let r = w.delivery?.reason { d["apnsReason"] = .string(r) }
-            events.append(NewEvent(bundleID: job.bundleID, type: .tokenRetired, activityID: activityID, data: d, at: at))
+            events.append(event(.tokenRetired, d, activityID: activityID))
         }
         if let p = w.installation, answeredDead {
             if let (type, _) = p.deadPushToStartToken {
-                events.append(NewEvent(bundleID: p.bundleID, type: .tokenRetired, data: [
+                events.append(event(.tokenRetired, [
                     "token": .string("pushToStart"), "attributesType": .string(type), "installationId": .string(p.installationID),
                     "apnsReason": w.delivery?.reason.map(JSONValue.string) ?? .null,
-                ], at: at))
+                ], activityID: nil, installation: p.installationID))
             }
             if p.deadWidgetToken != nil {
-                events.append(NewEvent(bundleID: p.bundleID, type: .tokenRetired, data: [
+                events.append(event(.tokenRetired, [
                     "token": .string("widget"), "installationId": .string(p.installationID),
                     "apnsReason": w.delivery?.reason.map(JSONValue.string) ?? .null,
-                ], at: at))
+                ], activityID: nil, installation: p.installationID))
             }
         }
         return events + c.events
@@ -140,16 +173,20 @@ public enum Events {
 
     /// What an activity's change tells: ended, dismissed, or a rotated token (never the token
     /// itself: the backend has no use for it and it is a secret of the device).
-    public static func activityChanged(from old: ActivityRecord, to new: ActivityRecord, by source: Source) -> [NewEvent] {
+    /// `userID`: the user of the activity's installation now, read in the change's transaction.
+    public static func activityChanged(from old: ActivityRecord, to new: ActivityRecord, by source: Source, userID: String?) -> [NewEvent] {
         var events: [NewEvent] = []
         let d: JSONObject = ["source": .string(source.name)]
+        func event(_ type: EventType, at: Date) -> NewEvent {
+            NewEvent(bundleID: new.bundleID, type: type, activityID: new.id, externalKey: new.externalKey, installationID: new.installationID, userID: userID, data: d, at: at)
+        }
         if new.updateToken != old.updateToken, new.updateToken != nil {
-            events.append(NewEvent(bundleID: new.bundleID, type: .activityTokenRotated, activityID: new.id, data: d, at: source.at))
+            events.append(event(.activityTokenRotated, at: source.at))
         }
         if new.state != old.state {
             switch new.state {
-            case .ended: events.append(NewEvent(bundleID: new.bundleID, type: .activityEnded, activityID: new.id, data: d, at: new.endedAt ?? source.at))
-            case .dismissed: events.append(NewEvent(bundleID: new.bundleID, type: .activityDismissed, activityID: new.id, data: d, at: new.dismissedAt ?? source.at))
+            case .ended: events.append(event(.activityEnded, at: new.endedAt ?? source.at))
+            case .dismissed: events.append(event(.activityDismissed, at: new.dismissedAt ?? source.at))
             default: break
             }
         }

@@ -185,6 +185,9 @@ public struct JobCompletion: Sendable, Hashable {
     /// Events the completion tells beyond its push's (``Events/of(_:_:)``): the app's circuit
     /// paused or resumed by this answer. Written in the completion's transaction.
     public var events: [NewEvent] = []
+    /// When the worker came to its verdict (the engine's clock): a push that failed for good
+    /// failed then. Nil: when APNs answered, or the job's `runAt` without an answer.
+    public var at: Date?
 
     /// A `deadToken` verdict, decided against the activity's update token as it is now (read in
     /// the store's transaction): the one rule every store applies. Other verdicts pass unchanged.

@@ -266,6 +266,11 @@ public struct PushJob: Sendable, Hashable {
     /// The W3C `traceparent` of the request that queued it, when the server traces
     /// (docs/server.md, "Tracing"): its attempts' spans join that trace.
     public var traceParent: String?
+    /// The requests APNs received for it so far (a claim that sent nothing, because the app was
+    /// paused or the server stopped, is not one).
+    public var apnsRequests: Int = 0
+    /// What APNs answered its last request; nil before the first.
+    public var lastAnswer: APNsAnswer?
 
     public var hasAlert: Bool { payload.hasAlert }
 
@@ -291,6 +296,16 @@ public struct PushJob: Sendable, Hashable {
         self.createdAt = createdAt
         self.lane = lane
         self.seq = seq
+    }
+}
+
+/// APNs' answer to one request: its HTTP status and, for a refusal, its `reason`.
+public struct APNsAnswer: Sendable, Hashable {
+    public var status: Int
+    public var reason: String?
+    public init(status: Int, reason: String?) {
+        self.status = status
+        self.reason = reason
     }
 }
 

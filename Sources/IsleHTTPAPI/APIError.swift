@@ -16,14 +16,18 @@ public struct APIError: HTTPResponseError, Sendable, CustomStringConvertible {
     public var retryAfter: Int?
     /// Sent as `Allow` (405s).
     public var allow: String?
+    /// Each finding when there are several (a strict request's warnings): `{code, field, message, fix}`.
+    public var findings: [JSONValue]?
 
-    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil, allow: String? = nil) {
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil, allow: String? = nil,
+                findings: [JSONValue]? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.field = field
         self.retryAfter = retryAfter
         self.allow = allow
+        self.findings = findings
     }
 
     /// A 400 naming the field and what it must be.
@@ -39,6 +43,7 @@ public struct APIError: HTTPResponseError, Sendable, CustomStringConvertible {
     public var json: JSONValue {
         var e: JSONObject = ["code": .string(code), "message": .string(message)]
         if let field { e["field"] = .string(field) }
+        if let findings { e["findings"] = .array(findings) }
         return .object(["error": .object(e)])
     }
 

@@ -277,7 +277,7 @@ public final class DeliveryEngine: Service {
     /// One attempt at a claimed job, its result committed.
     @discardableResult
     func attempt(_ c: ClaimedJob) async -> JobCompletion {
-        let completion: JobCompletion
+        var completion: JobCompletion
         do {
             completion = try await handle(c)
         } catch {
@@ -290,6 +290,7 @@ public final class DeliveryEngine: Service {
                 completion = JobCompletion(claim: c, result: .retry(at: clock.now.addingTimeInterval(1), reason: "the server could not read what it needed: \(error)"))
             }
         }
+        completion.at = clock.now
         await commit(completion)
         wakeWhenDue(completion)
         return completion

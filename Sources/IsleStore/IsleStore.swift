@@ -127,12 +127,9 @@ public protocol ActivityRepository: Sendable {
     /// Live activities following a topic, as a fan-out needs them: without attributes, content and
     /// topics (a million followers are not parsed for an update that uses none of it).
     func pushTargets(bundleID: String, topic: String) async throws -> [ActivityRecord]
-    /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
-    func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
-    /// The operator's search: the app's newest activities whose external key starts with
-    /// `keyPrefix`, registered on `installationID`, on an installation of `userID`, in `state`
-    /// (each nil: any), newest first, at most `limit`.
-    func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord]
+    /// The app's activities that match `query`, newest first (`startedAt`, then id), after its
+    /// cursor, at most its limit: `GET /v1/activities` and the console's search.
+    func findActivities(_ query: ActivityQuery) async throws -> [ActivityRecord]
 
 }
 
@@ -354,3 +351,17 @@ extension ActivityLifecycle {
     static let pushChangesSQL = pushChangesStates.map { "'\($0.rawValue)'" }.joined(separator: ", ")
 }
 
+
+extension ActivityRepository {
+    /// The app's newest activities (in any state, or in `state`), newest first, at most `limit`.
+    public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        try await findActivities(ActivityQuery(bundleID: bundleID, states: state.map { [$0] } ?? [], limit: limit))
+    }
+
+    /// The operator's search: the app's newest activities whose external key starts with
+    /// `keyPrefix`, registered on `installationID`, on an installation of `userID`, in `state`
+    /// (each nil: any), newest first, at most `limit`.
+    public func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+        try await findActivities(ActivityQuery(bundleID: bundleID, keyPrefix: keyPrefix, installationID: installationID, userID: userID, states: state.map { [$0] } ?? [], limit: limit))
+    }
+}

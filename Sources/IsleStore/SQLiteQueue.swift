@@ -80,6 +80,8 @@ public struct SQLiteQueueTransaction: QueueTransaction {
 
     static func text(_ s: String?) -> JSONValue { s.map(JSONValue.string) ?? .null }
     static func number(_ d: Double?) -> JSONValue { d.map(JSONValue.double) ?? .null }
+    /// An attempt's APNs answer as two list elements: status (null: no request made) and reason.
+    static func answer(_ a: APNsAnswer?) -> [JSONValue] { [a.map { .int(Int64($0.status)) } ?? .null, text(a?.reason)] }
 
     public func lockLanes(_ lanes: [String]) async throws {}
 
@@ -245,17 +247,23 @@ public struct SQLiteQueueTransaction: QueueTransaction {
             }
             if !w.finished.isEmpty {
                 try Self.each(db.cachedStatement(sql: """
-                    UPDATE jobs SET state = v.value ->> 3, last_error = v.value ->> 4, claimed_by = NULL, claimed_until = NULL, is_head = 0 FROM json_each(?) AS v
+                    UPDATE jobs SET state = v.value ->> 3, last_error = v.value ->> 4, claimed_by = NULL, claimed_until = NULL, is_head = 0,
+                        apns_requests = apns_requests + (v.value ->> 5 IS NOT NULL), last_status = COALESCE(v.value ->> 5, last_status),
+                        last_apns_reason = CASE WHEN v.value ->> 5 IS NULL THEN last_apns_reason ELSE v.value ->> 6 END
+                    FROM json_each(?) AS v
                     WHERE jobs.id = v.value ->> 0 AND jobs.state = 'claimed' AND jobs.claimed_by = v.value ->> 1 AND jobs.attempts = v.value ->> 2 RETURNING jobs.id
-                    """), arguments: [Self.list(w.finished.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .string($0.state.rawValue), Self.text($0.reason)]) })]) { r in
+                    """), arguments: [Self.list(w.finished.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .string($0.state.rawValue), Self.text($0.reason)] + Self.answer($0.answer)) })]) { r in
                     written.insert(r["id"])
                 }
             }
             if !w.requeued.isEmpty {
                 try Self.each(db.cachedStatement(sql: """
-                    UPDATE jobs SET state = 'queued', run_at = v.value ->> 3, last_error = v.value ->> 4, claimed_by = NULL, claimed_until = NULL FROM json_each(?) AS v
+                    UPDATE jobs SET state = 'queued', run_at = v.value ->> 3, last_error = v.value ->> 4, claimed_by = NULL, claimed_until = NULL,
+                        apns_requests = apns_requests + (v.value ->> 5 IS NOT NULL), last_status = COALESCE(v.value ->> 5, last_status),
+                        last_apns_reason = CASE WHEN v.value ->> 5 IS NULL THEN last_apns_reason ELSE v.value ->> 6 END
+                    FROM json_each(?) AS v
                     WHERE jobs.id = v.value ->> 0 AND jobs.state = 'claimed' AND jobs.claimed_by = v.value ->> 1 AND jobs.attempts = v.value ->> 2 RETURNING jobs.id
-                    """), arguments: [Self.list(w.requeued.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .double($0.at.timeIntervalSince1970), .string($0.reason)]) })]) { r in
+                    """), arguments: [Self.list(w.requeued.map { .array([.int($0.claim.id), .string($0.claim.worker), .int($0.claim.attempts), .double($0.at.timeIntervalSince1970), .string($0.reason)] + Self.answer($0.answer)) })]) { r in
                     written.insert(r["id"])
                 }
             }

@@ -14,8 +14,8 @@ import Darwin
 extension SQLiteStore {
     static func insertEvents(_ db: Database, _ events: [NewEvent]) throws {
         guard !events.isEmpty else { return }
-        try MultiRow.insert(db, into: "events (bundle_id, type, activity_id, data, at)", events.map {
-            [$0.bundleID, $0.type.rawValue, $0.activityID, JSONValue.object($0.data).jsonString, $0.at.timeIntervalSince1970]
+        try MultiRow.insert(db, into: "events (bundle_id, type, activity_id, data, at, external_key, installation_id, user_id)", events.map {
+            [$0.bundleID, $0.type.rawValue, $0.activityID, JSONValue.object($0.data).jsonString, $0.at.timeIntervalSince1970, $0.externalKey, $0.installationID, $0.userID]
         })
         try db.cachedStatement(sql: "UPDATE events SET seq = id WHERE seq IS NULL").execute()
     }
@@ -27,7 +27,8 @@ extension SQLiteStore {
             throw BadRow(table: "events", id: id, column: "data", found: "JSON that is not an object")
         }
         return StoredEvent(seq: seq, event: NewEvent(bundleID: r["bundle_id"], type: try BadRow.decode(r["type"] as String, as: EventType.self, table: "events", id: id, column: "type"),
-                                                     activityID: r["activity_id"], data: data, at: Date(timeIntervalSince1970: r["at"])))
+                                                     activityID: r["activity_id"], externalKey: r["external_key"], installationID: r["installation_id"], userID: r["user_id"],
+                                                     data: data, at: Date(timeIntervalSince1970: r["at"])))
     }
 
     public func appendEvents(_ events: [NewEvent]) async throws {

@@ -494,7 +494,10 @@ public final class SQLiteStore: IsleStore {
                 try Self.update(db, a)
                 if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
                 // After the activity's write: an activity's events are numbered in the order of its writes.
-                if let reportedBy { try Self.insertEvents(db, Events.activityChanged(from: old, to: a, by: reportedBy)) }
+                if let reportedBy {
+                    let user = try a.installationID.flatMap { try String.fetchOne(db, sql: "SELECT user_id FROM installations WHERE bundle_id = ? AND id = ?", arguments: [a.bundleID, $0]) }
+                    try Self.insertEvents(db, Events.activityChanged(from: old, to: a, by: reportedBy, userID: user))
+                }
                 return a
             }
         }
@@ -517,28 +520,27 @@ public final class SQLiteStore: IsleStore {
         }
     }
 
-    public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+    public func findActivities(_ q: ActivityQuery) async throws -> [ActivityRecord] {
         try readNow { db in
             let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT * FROM activities WHERE bundle_id = ? AND (? IS NULL OR state = ?) ORDER BY started_at DESC, id DESC LIMIT ?
-                """), arguments: [bundleID, state?.rawValue, state?.rawValue, max(0, limit)])
-            return try rows.map { r in
-                try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
+                SELECT * FROM activities WHERE bundle_id = ?1
+                    AND (json_array_length(?2) = 0 OR state IN (SELECT value FROM json_each(?2)))
+                    AND (?3 IS NULL OR substr(external_key, 1, length(?3)) = ?3)
+                    AND (?4 IS NULL OR installation_id = ?4)
+                    AND (?5 IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = ?1 AND user_id = ?5))
+                    AND (?6 IS NULL OR id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = ?1 AND topic = ?6))
+                    AND (?7 IS NULL OR started_at < ?7 OR (started_at = ?7 AND id < ?8))
+                ORDER BY started_at DESC, id DESC LIMIT ?9
+                """), arguments: [q.bundleID, SQLiteQueueTransaction.list(q.states.map { .string($0.rawValue) }), q.keyPrefix, q.installationID, q.userID, q.topic,
+                                  q.after?.startedAt.timeIntervalSince1970, q.after?.id, max(0, q.limit)])
+            guard !rows.isEmpty else { return [] }
+            // The page's topics in one statement.
+            var topics: [String: [String]] = [:]
+            for t in try Row.fetchAll(db.cachedStatement(sql: "SELECT activity_id, topic FROM activity_topics WHERE activity_id IN (SELECT value FROM json_each(?)) ORDER BY topic"),
+                                      arguments: [SQLiteQueueTransaction.list(rows.map { .string($0["id"] as String) })]) {
+                topics[t["activity_id"], default: []].append(t["topic"])
             }
-        }
-    }
-
-    public func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
-        try readNow { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT * FROM activities WHERE bundle_id = ? AND (? IS NULL OR state = ?) AND (? IS NULL OR substr(external_key, 1, length(?)) = ?)
-                    AND (? IS NULL OR installation_id = ?)
-                    AND (? IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = ? AND user_id = ?))
-                ORDER BY started_at DESC, id DESC LIMIT ?
-                """), arguments: [bundleID, state?.rawValue, state?.rawValue, keyPrefix, keyPrefix, keyPrefix, installationID, installationID, userID, bundleID, userID, max(0, limit)])
-            return try rows.map { r in
-                try Self.activity(r, topics: try String.fetchAll(db.cachedStatement(sql: "SELECT topic FROM activity_topics WHERE activity_id = ? ORDER BY topic"), arguments: [r["id"] as String]))
-            }
+            return try rows.map { r in try Self.activity(r, topics: topics[r["id"] as String] ?? []) }
         }
     }
 
@@ -672,6 +674,8 @@ public final class SQLiteStore: IsleStore {
                        claimedBy: r["claimed_by"], claimedUntil: (r["claimed_until"] as Double?).map(Date.init(timeIntervalSince1970:)), lastError: r["last_error"],
                        createdAt: createdAt, lane: r["lane"], seq: r["seq"])
         job.traceParent = r["trace_parent"]
+        job.apnsRequests = (r["apns_requests"] as Int?) ?? 0
+        job.lastAnswer = (r["last_status"] as Int?).map { APNsAnswer(status: $0, reason: r["last_apns_reason"]) }
         return job
     }
 

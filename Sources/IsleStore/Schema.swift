@@ -179,6 +179,8 @@ public enum Schema {
             c("is_head", .flag, default: .flag(false)), c("supersedable", .flag, default: .flag(false)), c("carries_content", .flag, default: .flag(false)),
             // The W3C traceparent of the request that queued the job, when the server traces.
             c("trace_parent", .text, null: true),
+            // The requests APNs received for the job, and its last answer (docs/events.md, `push.failed`).
+            c("apns_requests", .integer, default: .integer(0)), c("last_status", .integer, null: true), c("last_apns_reason", .text, null: true),
         ]),
         Table(name: "deliveries", columns: [
             c("id", .rowNumber, pk: true), c("job_id", .integer), c("activity_id", .text, null: true), c("apns_id", .text, null: true),
@@ -201,6 +203,8 @@ public enum Schema {
         // (SQLite: in the insert's transaction, one writer; PostgreSQL: by readers, in commit order).
         Table(name: "events", columns: [
             c("id", .rowNumber, pk: true), c("seq", .integer, null: true, unique: true), c("bundle_id", .text), c("type", .text), c("activity_id", .text, null: true), c("data", .json), c("at", .time),
+            // What the event is about, as the backend names it, when it happened.
+            c("external_key", .text, null: true), c("installation_id", .text, null: true), c("user_id", .text, null: true),
         ]),
         Table(name: "webhooks", columns: [
             c("id", .text, pk: true), c("bundle_id", .text), c("url", .text), c("secret", .text), c("created_at", .time), c("cursor", .integer),
@@ -233,6 +237,8 @@ public enum Schema {
         Index(name: "activities_key", table: "activities", columns: ["bundle_id", "external_key"]),
         Index(name: "activities_token", table: "activities", columns: ["bundle_id", "update_token"]),
         Index(name: "activities_installation", table: "activities", columns: ["bundle_id", "installation_id", "state"]),
+        // GET /v1/activities: an app's activities, newest first, paged.
+        Index(name: "activities_listed", table: "activities", columns: ["bundle_id", "started_at", "id"]),
         Index(name: "activities_finished", table: "activities", columns: ["started_at"], condition: "state IN ('ended', 'dismissed', 'unreachable')"),
         // Live activities nothing was pushed to (the sweep's unused-activity retention).
         Index(name: "activities_unpushed", table: "activities", columns: ["started_at"], condition: "last_timestamp IS NULL AND state IN ('starting', 'active')"),
@@ -350,13 +356,21 @@ public enum Schema {
         // The console shows an activity's pushes that were never sent (superseded, cancelled).
         Change(name: "unsent jobs by activity") { dialect in [indexes.first { $0.name == "jobs_unsent" }!.sql(in: dialect)] },
         Change(name: "device notes") { _ in ["ALTER TABLE deliveries ADD COLUMN device_note TEXT"] },
+        // Events name the order, installation and user; a failed push's event APNs' last answer;
+        // GET /v1/activities pages an app's activities newest first.
+        Change(name: "event subjects, job answers, activities listed") { dialect in
+            let integer = dialect == .postgres ? "BIGINT" : "INTEGER"
+            return ["ALTER TABLE events ADD COLUMN external_key TEXT", "ALTER TABLE events ADD COLUMN installation_id TEXT", "ALTER TABLE events ADD COLUMN user_id TEXT",
+                    "ALTER TABLE jobs ADD COLUMN apns_requests \(integer) NOT NULL DEFAULT 0", "ALTER TABLE jobs ADD COLUMN last_status \(integer)",
+                    "ALTER TABLE jobs ADD COLUMN last_apns_reason TEXT", indexes.first { $0.name == "activities_listed" }!.sql(in: dialect)]
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
     static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history"]
 
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
-    static let columnsAddedLater: [String: Set<String>] = ["webhooks": ["key_id"]]
+    static let columnsAddedLater: [String: Set<String>] = ["webhooks": ["key_id"], "events": ["external_key", "installation_id", "user_id"]]
 
     /// The statements that create `names` (and their indexes) as the definition has them, less
     /// the columns later changes add.

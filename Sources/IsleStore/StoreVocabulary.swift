@@ -286,3 +286,43 @@ extension TicketKey {
         }
     }
 }
+
+/// A page of an app's activities (``ActivityRepository/findActivities(_:)``): each filter nil or
+/// empty means any; newest first by `startedAt`, then id.
+public struct ActivityQuery: Sendable, Hashable {
+    /// Where the previous page ended: its last activity.
+    public struct Cursor: Sendable, Hashable {
+        public var startedAt: Date
+        public var id: String
+        public init(startedAt: Date, id: String) {
+            self.startedAt = startedAt
+            self.id = id
+        }
+    }
+
+    public var bundleID: String
+    /// The external key starts with this (a character, never a wildcard).
+    public var keyPrefix: String?
+    public var installationID: String?
+    /// On an installation bound to this user.
+    public var userID: String?
+    /// In one of these states.
+    public var states: [ActivityRecordState]
+    /// Following this topic.
+    public var topic: String?
+    /// Only activities after this one in the order (older, or as old with a smaller id).
+    public var after: Cursor?
+    public var limit: Int
+
+    public init(bundleID: String, keyPrefix: String? = nil, installationID: String? = nil, userID: String? = nil, states: [ActivityRecordState] = [],
+                topic: String? = nil, after: Cursor? = nil, limit: Int) {
+        self.bundleID = bundleID
+        self.keyPrefix = keyPrefix
+        self.installationID = installationID
+        self.userID = userID
+        self.states = states
+        self.topic = topic
+        self.after = after
+        self.limit = limit
+    }
+}

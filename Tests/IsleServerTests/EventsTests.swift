@@ -159,6 +159,66 @@ struct EventsTests {
         }
     }
 
+    @Test("every event about an activity names its order, installation and user as they were; a failed push carries APNs' last answer, the requests APNs saw and when it failed")
+    func eventsNameTheirSubject() async throws {
+        try await ServerFixture.with(server: Self.tune) { f in
+            let (shown, id) = try await f.appStartsActivity(key: "order-7")
+            #expect(try await f.call("PUT", "/v1/installations/fixture-phone/user", key: f.backendKey, body: ["userID": "user-42"]).status == 200)
+            @Sendable func all() async throws -> [JSONValue] { try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? [] }
+
+            // Delivered: the subject on the event.
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Ana")]).status == 202)
+            try await eventually("delivered") { try await all().contains { $0["type"] == "push.delivered" } }
+
+            // A push answered 503, retried, then answered 410 (the person dismissed it meanwhile):
+            // its token retires at once, the push fails for good after the grace for a rotated token.
+            f.sim.apns.addFailure(FailureRule(status: 503, reason: "ServiceUnavailable", remaining: 1))
+            let acceptedAt = f.clock.now
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Bo")]).status == 202)
+            try await eventually("the 503") { try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.last?["status"] == 503 }
+            try f.sim.world.userDismiss(activityID: shown.id, on: f.device)
+            // The installation's user changes between the facts: each event keeps the one of its moment.
+            try await eventually(within: .seconds(30), "the token retired") {
+                if try await all().contains(where: { $0["type"] == "token.retired" }) { return true }
+                f.clock.advance(by: 1)
+                return false
+            }
+            #expect(try await f.call("PUT", "/v1/installations/fixture-phone/user", key: f.backendKey, body: ["userID": "user-43"]).status == 200)
+            f.clock.advance(by: 600)
+            let failedAt = f.clock.now
+            try await eventually("the push failed for good") { try await all().contains { $0["type"] == "push.failed" } }
+
+            let events = try await all()
+            let about = events.filter { $0["activityId"]?.stringValue == id }
+            #expect(about.map { $0["type"]?.stringValue ?? "" } == ["push.delivered", "token.retired", "push.failed"])
+            for e in about {
+                #expect(e["externalKey"] == "order-7", "\(e)")
+                #expect(e["installationId"] == "fixture-phone", "\(e)")
+            }
+            // Each names the user bound when it happened: the push failed after the new binding.
+            #expect(about.map { $0["userId"] } == ["user-42", "user-42", "user-43"])
+            let failed = try #require(about.last)
+            // APNs' last answer, though the attempt that gave up sent nothing; two requests (503, 410).
+            #expect(failed["data"]?["status"] == 410)
+            #expect(failed["data"]?["apnsReason"] == "Unregistered")
+            #expect(failed["data"]?["attempts"] == 2)
+            // When it failed, not when it was accepted: after the grace, not a second before the retirement.
+            let at = try #require(failed["at"]?.numberValue?.int64Value)
+            #expect(at >= Int64(failedAt.timeIntervalSince1970.rounded(.down)))
+            #expect(at > Int64(acceptedAt.timeIntervalSince1970) + 30)
+            let retiredAt = try #require(about[1]["at"]?.numberValue?.int64Value)
+            #expect(at >= retiredAt)
+            #expect(about[0]["data"]?["attempts"] == 1)
+
+            // A device's report names the user bound now.
+            let (_, second) = try await f.appStartsActivity(key: "order-8")
+            #expect(try await f.call("POST", "/v1/activities/\(second)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("the dismissal's event") { try await all().contains { $0["type"] == "activity.dismissed" } }
+            let dismissed = try #require(try await all().first { $0["type"] == "activity.dismissed" })
+            #expect(dismissed["externalKey"] == "order-8" && dismissed["installationId"] == "fixture-phone" && dismissed["userId"] == "user-43")
+        }
+    }
+
     @Test("a long poll answers with the first event as it is written")
     func longPoll() async throws {
         try await ServerFixture.with(server: Self.tune) { f in

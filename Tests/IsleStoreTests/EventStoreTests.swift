@@ -82,6 +82,53 @@ struct EventStoreTests {
         #expect(try await s.events(bundleID: app, after: 0, limit: 10).map(\.seq).allSatisfy { $0 > highest })
     }
 
+    @Test("events name the activity's key, installation and user; a job keeps the requests APNs saw and its last answer, which a later failure without a request reports", arguments: StoreKind.allCases)
+    func eventSubjectsAndAnswers(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        try await s.upsertInstallation(InstallationRecord(id: "phone", bundleID: app, userID: "user-1", updatedAt: t0))
+        for (id, key) in [("a0", "order-0"), ("a1", "order-1")] {
+            _ = try await s.modifyActivity(id: id, { $0.externalKey = key; $0.installationID = "phone" })
+        }
+        try await s.enqueue([update("a0"), update("a1")], idempotency: nil, now: t0)
+        var claimed = try await s.claim(limit: 10, now: t0, lease: 30, worker: "w")
+        var by = Dictionary(uniqueKeysWithValues: claimed.map { ($0.job.activityID!, $0) })
+        #expect(by["a0"]?.job.apnsRequests == 0 && by["a0"]?.job.lastAnswer == nil)
+        // a0 delivered at once; a1 answered 503 and retried.
+        var c0 = JobCompletion(claim: by["a0"]!, result: .finished(.sent, reason: nil), delivery: delivery(by["a0"]!, status: 200))
+        c0.at = t0.addingTimeInterval(1)
+        #expect(try await s.complete(c0))
+        #expect(try await s.complete(JobCompletion(claim: by["a1"]!, result: .retry(at: t0.addingTimeInterval(2), reason: "503"),
+                                                   delivery: delivery(by["a1"]!, status: 503, reason: "ServiceUnavailable"))))
+        // The retry's claim: one request so far, its answer kept; then a claim that sends nothing.
+        claimed = try await s.claim(limit: 10, now: t0.addingTimeInterval(3), lease: 30, worker: "w")
+        by = Dictionary(uniqueKeysWithValues: claimed.map { ($0.job.activityID!, $0) })
+        #expect(by["a1"]?.job.apnsRequests == 1 && by["a1"]?.job.lastAnswer == APNsAnswer(status: 503, reason: "ServiceUnavailable"))
+        #expect(try await s.complete(JobCompletion(claim: by["a1"]!, result: .retry(at: t0.addingTimeInterval(4), reason: "held: the app is paused"))))
+        claimed = try await s.claim(limit: 10, now: t0.addingTimeInterval(5), lease: 30, worker: "w")
+        let last = try #require(claimed.first)
+        #expect(last.job.apnsRequests == 1 && last.job.lastAnswer?.status == 503)
+        // The installation's user changes; the failure that follows names the new one.
+        try await s.upsertInstallation(InstallationRecord(id: "phone", bundleID: app, userID: "user-2", updatedAt: t0))
+        var failure = JobCompletion(claim: last, result: .finished(.failed, reason: "its time ran out"))
+        failure.at = t0.addingTimeInterval(90)
+        #expect(try await s.complete(failure))
+        _ = try await s.modifyActivity(id: "a0", { try ActivityLifecycle.apply(.dismissed(at: self.t0.addingTimeInterval(100)), to: &$0) }, idempotency: nil,
+                                       reportedBy: Events.Source("device", at: t0.addingTimeInterval(100)))
+
+        let events = try await s.events(bundleID: app, after: 0, limit: 100).map(\.event)
+        #expect(events.map(\.type) == [.pushDelivered, .pushFailed, .activityDismissed])
+        #expect(events.map(\.externalKey) == ["order-0", "order-1", "order-0"])
+        #expect(events.map(\.installationID) == ["phone", "phone", "phone"])
+        #expect(events.map(\.userID) == ["user-1", "user-2", "user-2"])
+        #expect(events[0].data["attempts"] == .int(1) && events[0].at == t0.addingTimeInterval(1))
+        // The failure: APNs' last answer (503), one request, at the moment it failed.
+        #expect(events[1].data["status"] == .int(503) && events[1].data["apnsReason"] == .string("ServiceUnavailable"))
+        #expect(events[1].data["attempts"] == .int(1))
+        #expect(events[1].at == t0.addingTimeInterval(90))
+        let wire = try #require(try await s.events(bundleID: app, after: 0, limit: 1).first?.json)
+        #expect(wire["externalKey"] == "order-0" && wire["installationId"] == "phone" && wire["userId"] == "user-1")
+    }
+
     @Test("events written concurrently are read after a cursor without a gap: a reader never steps over one committed later", arguments: StoreKind.allCases)
     func commitOrder(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)
@@ -261,5 +308,23 @@ struct EventStoreTests {
         #expect(try await ids("pizza", nil, "user-42") == ["a2"])
         #expect(try await ids(nil, nil, nil, .ended) == ["a3"])
         #expect(try await s.findActivities(bundleID: "com.example.other", keyPrefix: nil, installationID: nil, userID: nil, state: nil, limit: 10).isEmpty)
+
+        // The API's query: several states, a topic, a cursor (equal start times ordered by id).
+        try await s.insertActivity(ActivityRecord(id: "b1", bundleID: app, externalKey: "t-1", attributesType: "T", state: .active, updateToken: "tb1",
+                                                  startedAt: t0.addingTimeInterval(10.123456), topics: ["goals"]))
+        try await s.insertActivity(ActivityRecord(id: "b2", bundleID: app, externalKey: "t-2", attributesType: "T", state: .active, updateToken: "tb2",
+                                                  startedAt: t0.addingTimeInterval(10.123456), topics: ["goals", "news"]))
+        func query(_ q: ActivityQuery) async throws -> [String] { try await s.findActivities(q).map(\.id) }
+        #expect(try await query(ActivityQuery(bundleID: app, topic: "goals", limit: 10)) == ["b2", "b1"])
+        #expect(try await s.findActivities(ActivityQuery(bundleID: app, topic: "news", limit: 10)).first?.topics == ["goals", "news"])
+        #expect(try await query(ActivityQuery(bundleID: app, states: [.ended, .active], limit: 10)) == ["b2", "b1", "a3", "a2", "a1", "a0"])
+        var all: [String] = []
+        var after: ActivityQuery.Cursor?
+        repeat {
+            let page = try await s.findActivities(ActivityQuery(bundleID: app, after: after, limit: 2))
+            all += page.map(\.id)
+            after = page.count == 2 ? page.last.map { ActivityQuery.Cursor(startedAt: $0.startedAt, id: $0.id) } : nil
+        } while after != nil
+        #expect(all == ["b2", "b1", "a3", "a2", "a1", "a0"])
     }
 }

@@ -228,9 +228,10 @@ public enum QueueProcedure {
         var jobWrites = QueueWrites()
         for (c, w) in zip(cs, writes) {
             let claim = QueueWrites.Guard(id: c.claim.job.id, worker: c.claim.worker, attempts: c.claim.job.attempts)
+            let answer = w.delivery.map { APNsAnswer(status: $0.status, reason: $0.reason) }
             switch w.job {
-            case .finish(let state, let reason): jobWrites.finished.append(.init(claim: claim, state: state, reason: reason))
-            case .requeue(let at, let reason): jobWrites.requeued.append(.init(claim: claim, at: at, reason: reason))
+            case .finish(let state, let reason): jobWrites.finished.append(.init(claim: claim, state: state, reason: reason, answer: answer))
+            case .requeue(let at, let reason): jobWrites.requeued.append(.init(claim: claim, at: at, reason: reason, answer: answer))
             }
         }
         let written = try await tx.apply(jobWrites)
@@ -257,10 +258,15 @@ public enum QueueProcedure {
             rest.events += Events.of(cs[i], w)
             if w.wakesNow { rest.notify = true }
         }
-        // Dead tokens an installation still holds leave it (a new one may have arrived since the push).
+        // The installations the batch changes (dead tokens an installation still holds leave it: a
+        // new one may have arrived since the push) and whose users its events name, read at once.
         let patches = done.compactMap { writes[$0].installation }
+        let named = unique(patches.map { InstallationKey(bundleID: $0.bundleID, id: $0.installationID) } + rest.events.compactMap(\.installationForUser))
+        var records = try await tx.installationsIfAny(named)
+        for i in rest.events.indices {
+            if let key = rest.events[i].installationForUser { rest.events[i].userID = records[key]?.userID }
+        }
         if !patches.isEmpty {
-            var records = try await tx.installations(unique(patches.map { InstallationKey(bundleID: $0.bundleID, id: $0.installationID) }))
             var changed: [InstallationKey] = []
             for p in patches {
                 let key = InstallationKey(bundleID: p.bundleID, id: p.installationID)

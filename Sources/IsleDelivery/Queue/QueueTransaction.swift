@@ -192,11 +192,15 @@ public struct QueueWrites: Sendable {
         public var claim: Guard
         public var state: PushJobState
         public var reason: String?
+        /// APNs' answer to this attempt's request, when it made one: counted in the job's
+        /// `apns_requests` and kept as its last answer.
+        public var answer: APNsAnswer?
     }
     public struct Requeue: Sendable, Hashable {
         public var claim: Guard
         public var at: Date
         public var reason: String
+        public var answer: APNsAnswer?
     }
     public struct NewDelivery: Sendable, Hashable {
         public var record: DeliveryRecord

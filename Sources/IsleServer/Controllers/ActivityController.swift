@@ -46,6 +46,7 @@ struct ActivityController {
                 }
             }
         }
+        v1.get("activities", use: list)
         v1.get("activities/:activity") { request, context in
             let caller = try context.caller(.backend)
             return try await view(try await services.ownActivity(caller, try context.parameters.decoded("activity")), request: request)
@@ -221,10 +222,12 @@ struct ActivityController {
     /// Builds, validates and enqueues one update or end for each target activity, in one transaction.
     func enqueue(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, event: ActivityPush.Event, fanOut: Bool = false,
                  _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
+        let strict = try Strictness.requested(request)
         let push = try ActivityPush(try await Body.read(request), event: event)
         let now = services.clock.now
         let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: try await targets(), single: !fanOut, now: now)
+        try Strictness.enforce(prepared.warnings, strict: strict)
         let live = prepared.live
         var value: JSONObject = ["accepted": .int(prepared.jobs.count)]
         if !prepared.warnings.isEmpty { value["warnings"] = .array(prepared.warnings) }
@@ -233,6 +236,43 @@ struct ActivityController {
         let ids = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
         if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
         return JSONResponse.make(.object(value), status: .accepted)
+    }
+
+    /// `GET /v1/activities`: the app's activities, newest first, filtered and paged by cursor
+    /// (docs/server.md, "Listing activities"). An unknown parameter is a 400, so a misspelt filter
+    /// never silently lists everything.
+    @Sendable func list(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let query = request.uri.queryParameters
+        let known = ["state", "topic", "installationID", "userID", "keyPrefix", "limit", "after"]
+        for (name, _) in query where !known.contains(String(name)) {
+            throw APIError.invalid(String(name), "GET /v1/activities takes \(known.joined(separator: ", ")); \(name) is not one of them")
+        }
+        func text(_ name: String, max: Int) throws -> String? {
+            guard let value = query[Substring(name)].map(String.init) else { return nil }
+            guard !value.isEmpty, value.unicodeScalars.count <= max, !value.unicodeScalars.contains("\0") else {
+                throw APIError.invalid(name, "\(name) must be 1 to \(max) characters, without NUL")
+            }
+            return value
+        }
+        var states: [ActivityRecordState] = []
+        if let list = query["state"] {
+            for name in list.split(separator: ",", omittingEmptySubsequences: false) {
+                guard let state = ActivityRecordState(rawValue: String(name)) else {
+                    throw APIError.invalid("state", "state is one or more of \(ActivityRecordState.allCases.map(\.rawValue).joined(separator: ", ")), separated by commas; \(name.isEmpty ? "an empty name" : String(name)) is not one")
+                }
+                if !states.contains(state) { states.append(state) }
+            }
+        }
+        let limit = try Limits.pageSize(request, "limit")
+        let after = try query["after"].map { try ActivityPage.cursor(String($0)) }
+        let found = try await store.findActivities(ActivityQuery(bundleID: caller.bundleID, keyPrefix: try text("keyPrefix", max: Limits.externalKey),
+                                                                 installationID: try text("installationID", max: Limits.id), userID: try text("userID", max: Limits.id),
+                                                                 states: states, topic: try text("topic", max: Limits.topic), after: after, limit: limit + 1))
+        let page = Array(found.prefix(limit))
+        var value: JSONObject = ["activities": .array(page.map(Views.activity))]
+        if found.count > limit, let last = page.last { value["next"] = .string(ActivityPage.cursor(last)) }
+        return JSONResponse.make(.object(value))
     }
 
     /// The activity with a page of its delivery history: the newest `deliveries` (default 100, at
@@ -251,5 +291,28 @@ struct ActivityController {
         o["deliveries"] = .array(shown.map(Views.delivery))
         if page.count > limit, let oldest = shown.first?.id { o["moreDeliveries"] = ["before": .int(oldest)] }
         return JSONResponse.make(.object(o))
+    }
+}
+
+/// `GET /v1/activities`' cursor: where a page ended (its last activity's start and id), opaque to
+/// the caller (base64url), exact to the store's precision.
+enum ActivityPage {
+    static func cursor(_ a: ActivityRecord) -> String {
+        Data("\(a.startedAt.timeIntervalSince1970)|\(a.id)".utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func cursor(_ text: String) throws -> ActivityQuery.Cursor {
+        guard (1...512).contains(text.count), text.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_") }) else {
+            throw APIError.invalid("after", "after must be the next of a previous GET /v1/activities answer (letters, digits, - and _)")
+        }
+        // Well formed, but not a cursor Isle made.
+        let bad = APIError(.unprocessableContent, "invalidCursor", "after must be the next of a previous GET /v1/activities answer; \(text) is not one", field: "after")
+        var b64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while b64.count % 4 != 0 { b64 += "=" }
+        guard let data = Data(base64Encoded: b64), let plain = String(data: data, encoding: .utf8) else { throw bad }
+        let parts = plain.split(separator: "|", maxSplits: 1).map(String.init)
+        guard parts.count == 2, let seconds = Double(parts[0]), seconds.isFinite, !parts[1].isEmpty else { throw bad }
+        return ActivityQuery.Cursor(startedAt: Date(timeIntervalSince1970: seconds), id: parts[1])
     }
 }

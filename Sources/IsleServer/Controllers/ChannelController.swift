@@ -74,15 +74,19 @@ struct ChannelController {
     func push(_ request: Request, _ context: IsleRequestContext, event: ActivityPush.Event) async throws -> Response {
         let caller = try context.caller(.backend)
         let id = try context.parameters.decoded("channel")
+        let strict = try Strictness.requested(request)
         let push = try ActivityPush(try await Body.read(request), event: event)
         guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
         let now = services.clock.now
         let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, payload: push.payload(acceptedAt: now), requestedPriority: push.priority,
                              runAt: max(push.sendAt ?? now, now))
-        _ = try PayloadCheck(now: now).validate(job, broadcast: true)
-        let value: JSONValue = ["accepted": 1]
-        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
+        let warnings = try PayloadCheck(now: now).validate(job, broadcast: true)
+        try Strictness.enforce(warnings, strict: strict)
+        var value: JSONObject = ["accepted": 1]
+        if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: true), now: now)
         services.engine.wake(at: job.runAt)
-        return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
+        value["jobs"] = .array(ids.map { .int($0) })
+        return JSONResponse.make(.object(value), status: .accepted)
     }
 }

@@ -159,6 +159,7 @@ struct InstallationController {
     /// Push-to-start: records a `starting` activity for each installation that can start one and
     /// queues its start, in one transaction.
     func start(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
+        let strict = try Strictness.requested(request)
         let start = try StartRequest(try await Body.read(request))
         let app = try await services.app(caller.bundleID)
         guard let schema = app.schema(start.attributesType) else {
@@ -168,6 +169,7 @@ struct InstallationController {
         // One payload, typed and encoded once, for every installation.
         let template = NewPushJob(bundleID: caller.bundleID, kind: .start, payload: start.payload(acceptedAt: now), requestedPriority: .high, runAt: now)
         let warnings = try PayloadCheck(now: now).validate(template, schema: schema)
+        try Strictness.enforce(warnings, strict: strict)
         let installations = try await targets()
         var jobs: [NewPushJob] = []
         var activities: [ActivityRecord] = []

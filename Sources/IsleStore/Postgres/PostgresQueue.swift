@@ -162,11 +162,14 @@ public struct PostgresQueueTransaction: QueueTransaction {
         // Completions: each written only while its claim is still the worker's (same worker, same attempt).
         func guardArgs(_ gs: [QueueWrites.Guard]) -> [PGArg] { [.ints(gs.map(\.id)), .texts(gs.map(\.worker)), .ints(gs.map { Int64($0.attempts) })] }
         if !w.finished.isEmpty {
-            for r in try await conn.rows(PG.FinishJobs.self, guardArgs(w.finished.map(\.claim)) + [.texts(w.finished.map(\.state.rawValue)), .texts(w.finished.map { $0.reason ?? none })],
+            // An attempt without a request: status -1.
+            for r in try await conn.rows(PG.FinishJobs.self, guardArgs(w.finished.map(\.claim)) + [.texts(w.finished.map(\.state.rawValue)), .texts(w.finished.map { $0.reason ?? none }),
+                                                                                                   .ints(w.finished.map { Int64($0.answer?.status ?? -1) }), .texts(w.finished.map { $0.answer?.reason ?? none })],
                                          logger: logger) { written.insert(try r.int("id")) }
         }
         if !w.requeued.isEmpty {
-            for r in try await conn.rows(PG.RequeueJobs.self, guardArgs(w.requeued.map(\.claim)) + [.dates(w.requeued.map(\.at)), .texts(w.requeued.map(\.reason))],
+            for r in try await conn.rows(PG.RequeueJobs.self, guardArgs(w.requeued.map(\.claim)) + [.dates(w.requeued.map(\.at)), .texts(w.requeued.map(\.reason)),
+                                                                                                    .ints(w.requeued.map { Int64($0.answer?.status ?? -1) }), .texts(w.requeued.map { $0.answer?.reason ?? none })],
                                          logger: logger) { written.insert(try r.int("id")) }
         }
         if !w.deliveries.isEmpty {
@@ -356,16 +359,20 @@ extension PG {
 
     enum FinishJobs: PreparedSQL {
         static let sql = """
-            UPDATE jobs AS j SET state = t.state, last_error = NULLIF(t.reason, E'\\x01'), claimed_by = NULL, claimed_until = NULL, is_head = FALSE
-            FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[]) AS t(id, worker, attempts, state, reason)
+            UPDATE jobs AS j SET state = t.state, last_error = NULLIF(t.reason, E'\\x01'), claimed_by = NULL, claimed_until = NULL, is_head = FALSE,
+                apns_requests = j.apns_requests + (t.status >= 0)::int, last_status = CASE WHEN t.status >= 0 THEN t.status ELSE j.last_status END,
+                last_apns_reason = CASE WHEN t.status >= 0 THEN NULLIF(t.apns_reason, E'\\x01') ELSE j.last_apns_reason END
+            FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[]) AS t(id, worker, attempts, state, reason, status, apns_reason)
             WHERE j.id = t.id AND j.state = 'claimed' AND j.claimed_by = t.worker AND j.attempts = t.attempts RETURNING j.id
             """
     }
 
     enum RequeueJobs: PreparedSQL {
         static let sql = """
-            UPDATE jobs AS j SET state = 'queued', run_at = t.at, last_error = t.reason, claimed_by = NULL, claimed_until = NULL
-            FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[]) AS t(id, worker, attempts, at, reason)
+            UPDATE jobs AS j SET state = 'queued', run_at = t.at, last_error = t.reason, claimed_by = NULL, claimed_until = NULL,
+                apns_requests = j.apns_requests + (t.status >= 0)::int, last_status = CASE WHEN t.status >= 0 THEN t.status ELSE j.last_status END,
+                last_apns_reason = CASE WHEN t.status >= 0 THEN NULLIF(t.apns_reason, E'\\x01') ELSE j.last_apns_reason END
+            FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[], $6::bigint[], $7::text[]) AS t(id, worker, attempts, at, reason, status, apns_reason)
             WHERE j.id = t.id AND j.state = 'claimed' AND j.claimed_by = t.worker AND j.attempts = t.attempts RETURNING j.id
             """
     }

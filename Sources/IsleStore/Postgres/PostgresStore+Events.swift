@@ -17,7 +17,9 @@ extension PostgresStore {
         guard !events.isEmpty else { return }
         let none = "\u{1}"
         try await conn.rows(PG.InsertEvents.self, [.texts(events.map(\.bundleID)), .texts(events.map(\.type.rawValue)), .texts(events.map { $0.activityID ?? none }),
-                                                   .jsons(events.map { JSONValue.object($0.data).jsonString }), .dates(events.map(\.at))], logger: logger)
+                                                   .jsons(events.map { JSONValue.object($0.data).jsonString }), .dates(events.map(\.at)),
+                                                   .texts(events.map { $0.externalKey ?? none }), .texts(events.map { $0.installationID ?? none }), .texts(events.map { $0.userID ?? none })],
+                                 logger: logger)
     }
 
     /// Gives committed events without a place theirs (namespace 2, key 0: the events lock).
@@ -42,7 +44,8 @@ extension PostgresStore {
             throw BadRow(table: "events", id: id, column: "data", found: "JSON that is not an object")
         }
         return StoredEvent(seq: seq, event: NewEvent(bundleID: try r.string("bundle_id"), type: try BadRow.decode(try r.string("type"), as: EventType.self, table: "events", id: id, column: "type"),
-                                                     activityID: try r.optionalString("activity_id"), data: data, at: try r.date("at")))
+                                                     activityID: try r.optionalString("activity_id"), externalKey: try r.optionalString("external_key"),
+                                                     installationID: try r.optionalString("installation_id"), userID: try r.optionalString("user_id"), data: data, at: try r.date("at")))
     }
 
     public func appendEvents(_ events: [NewEvent]) async throws {
@@ -54,7 +57,7 @@ extension PostgresStore {
         let log = logger
         try await sequenceEvents()
         return try await read { conn in
-            try await conn.rows("SELECT seq, bundle_id, type, activity_id, data::text AS data, at FROM events WHERE bundle_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            try await conn.rows("SELECT seq, bundle_id, type, activity_id, data::text AS data, at, external_key, installation_id, user_id FROM events WHERE bundle_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
                                 [.text(bundleID), .int(seq), .int(max(0, limit))], logger: log).map(Self.event)
         }
     }
@@ -236,8 +239,9 @@ extension PostgresStore {
 extension PG {
     enum InsertEvents: PreparedSQL {
         static let sql = """
-            INSERT INTO events (bundle_id, type, activity_id, data, at)
-            SELECT b, t, NULLIF(a, E'\\x01'), d, at FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS e(b, t, a, d, at, n) ORDER BY n
+            INSERT INTO events (bundle_id, type, activity_id, data, at, external_key, installation_id, user_id)
+            SELECT b, t, NULLIF(a, E'\\x01'), d, at, NULLIF(k, E'\\x01'), NULLIF(i, E'\\x01'), NULLIF(u, E'\\x01')
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[], $6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS e(b, t, a, d, at, k, i, u, n) ORDER BY n
             """
     }
 }

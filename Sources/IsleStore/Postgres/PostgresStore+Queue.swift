@@ -23,6 +23,8 @@ extension PostgresStore {
                 claimedUntil: try r.optionalDate("claimed_until"), lastError: try r.optionalString("last_error"), createdAt: createdAt,
                 lane: try r.optionalString("lane"), seq: try r.optionalInt("seq"))
         job.traceParent = try r.optionalString("trace_parent")
+        job.apnsRequests = Int(try r.optionalInt("apns_requests") ?? 0)
+        job.lastAnswer = try r.optionalInt("last_status").map { APNsAnswer(status: Int($0), reason: try r.optionalString("last_apns_reason")) }
         return job
     }
 

@@ -726,7 +726,13 @@ public final class PostgresStore: IsleStore {
                 try change(&a)
                 try await Self.update(conn, a, logger: log)
                 if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
-                if let reportedBy { try await Self.insertEvents(conn, Events.activityChanged(from: old, to: a, by: reportedBy), logger: log) }
+                if let reportedBy {
+                    var user: String?
+                    if let installation = a.installationID {
+                        user = try await conn.row("SELECT user_id FROM installations WHERE bundle_id = $1 AND id = $2", [.text(a.bundleID), .text(installation)], logger: log)?.optionalString("user_id")
+                    }
+                    try await Self.insertEvents(conn, Events.activityChanged(from: old, to: a, by: reportedBy, userID: user), logger: log)
+                }
                 return a
             }
         }
@@ -814,22 +820,18 @@ public final class PostgresStore: IsleStore {
         }
     }
 
-    public func recentActivities(bundleID: String, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
-        let log = logger
-        return try await read { conn in
-            try await Self.activities(conn, where: "bundle_id = $1 AND ($2::text IS NULL OR state = $2) ORDER BY started_at DESC, id DESC LIMIT $3",
-                                      [.text(bundleID), .text(state?.rawValue), .int(max(0, limit))], logger: log)
-        }
-    }
-
-    public func findActivities(bundleID: String, keyPrefix: String?, installationID: String?, userID: String?, state: ActivityRecordState?, limit: Int) async throws -> [ActivityRecord] {
+    public func findActivities(_ q: ActivityQuery) async throws -> [ActivityRecord] {
         let log = logger
         return try await read { conn in
             try await Self.activities(conn, where: """
-                bundle_id = $1 AND ($2::text IS NULL OR state = $2) AND ($3::text IS NULL OR starts_with(external_key, $3)) AND ($4::text IS NULL OR installation_id = $4)
+                bundle_id = $1 AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[])) AND ($3::text IS NULL OR starts_with(external_key, $3))
+                AND ($4::text IS NULL OR installation_id = $4)
                 AND ($5::text IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = $1 AND user_id = $5))
-                ORDER BY started_at DESC, id DESC LIMIT $6
-                """, [.text(bundleID), .text(state?.rawValue), .text(keyPrefix), .text(installationID), .text(userID), .int(max(0, limit))], logger: log)
+                AND ($6::text IS NULL OR id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $6))
+                AND ($7::timestamptz IS NULL OR started_at < $7 OR (started_at = $7 AND id < $8))
+                ORDER BY started_at DESC, id DESC LIMIT $9
+                """, [.text(q.bundleID), .texts(q.states.map(\.rawValue)), .text(q.keyPrefix), .text(q.installationID), .text(q.userID), .text(q.topic),
+                      .date(q.after?.startedAt), .text(q.after?.id), .int(Int64(max(0, q.limit)))], logger: log)
         }
     }
 
