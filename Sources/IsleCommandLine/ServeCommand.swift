@@ -126,6 +126,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("webhook-hosts"), help: ArgumentHelp("The only hosts webhooks may point at, comma-separated (*.example.com for subdomains); these may also be private addresses (env ISLE_WEBHOOK_HOSTS; default: any host whose addresses are all public).", valueName: "hosts")) var webhookHosts: String?
     @Flag(name: .customLong("webhook-allow-private"), help: "Webhooks may reach loopback, private and link-local addresses (tests and development only; env ISLE_WEBHOOK_ALLOW_PRIVATE=true).") var webhookAllowPrivate = false
     @Option(name: .customLong("max-event-wait"), help: ArgumentHelp("Longest long poll of GET /v1/events, in seconds (env ISLE_MAX_EVENT_WAIT; default 30).", valueName: "seconds")) var maxEventWait: Double?
+    @Option(name: .customLong("webhook-disable-after"), help: ArgumentHelp("Days a webhook may keep failing before it is disabled, with a webhook.disabled event (env ISLE_WEBHOOK_DISABLE_AFTER; default 3; 0: never).", valueName: "days")) var webhookDisableAfter: Double?
     @Option(name: .customLong("keep-events"), help: ArgumentHelp("Days an event (docs/events.md) is kept for GET /v1/events and webhooks (env ISLE_KEEP_EVENTS; default 7).", valueName: "days")) var keepEvents: Double?
     @Option(name: .customLong("keep-ended-activities"), help: ArgumentHelp("Days an ended, dismissed or unreachable activity is kept (env ISLE_KEEP_ENDED_ACTIVITIES; default 30).", valueName: "days")) var keepEndedActivities: Double?
     @Option(name: .customLong("keep-stale-installations"), help: ArgumentHelp("Days an installation that reported nothing and holds no live activity is kept (env ISLE_KEEP_STALE_INSTALLATIONS; default 180).", valueName: "days")) var keepStaleInstallations: Double?
@@ -147,7 +148,7 @@ struct ServeCommand: AsyncParsableCommand {
         ("maxNewInstallationsPerAddress", "max-new-installations-per-address"), ("maxNewActivitiesPerAddress", "max-new-activities-per-address"),
         ("maxConnectionsPerAddress", "max-connections-per-address"), ("headerTimeout", "header-timeout"), ("bodyTimeout", "body-timeout"), ("idleTimeout", "idle-timeout"),
         ("secureCookies", "secure-cookies"), ("tlsCert", "tls-cert"), ("tlsKey", "tls-key"), ("trustedProxies", "trusted-proxies"), ("webhookHosts", "webhook-hosts"),
-        ("webhookAllowPrivate", "webhook-allow-private"), ("maxEventWait", "max-event-wait"), ("keepEvents", "keep-events"), ("keepEndedActivities", "keep-ended-activities"),
+        ("webhookAllowPrivate", "webhook-allow-private"), ("maxEventWait", "max-event-wait"), ("webhookDisableAfter", "webhook-disable-after"), ("keepEvents", "keep-events"), ("keepEndedActivities", "keep-ended-activities"),
         ("keepStaleInstallations", "keep-stale-installations"), ("keepUnusedActivities", "keep-unused-activities"), ("keepUnusedInstallations", "keep-unused-installations"),
     ]
     static let configKeys: Set<String> = Set(configNames.map(\.key))
@@ -367,6 +368,7 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         if let v = number(maxEventWait, "ISLE_MAX_EVENT_WAIT", "maxEventWait", "max-event-wait", 0...30, "seconds") { c.webhooks.maximumPollWait = v }
+        if let v = number(webhookDisableAfter, "ISLE_WEBHOOK_DISABLE_AFTER", "webhookDisableAfter", "webhook-disable-after", 0...365, "days") { c.webhooks.disableAfter = v * 86_400 }
         if let text = pick(webhookHosts, "ISLE_WEBHOOK_HOSTS", "webhookHosts") {
             let hosts = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             if hosts.isEmpty || hosts.contains(where: { $0.contains("/") || $0.contains(":") || $0.dropFirst($0.hasPrefix("*.") ? 2 : 0).contains("*") }) {

@@ -25,6 +25,9 @@ public enum EventType: String, Sendable, Hashable, CaseIterable, Codable {
     case appPaused = "app.paused"
     /// Isle sends for the app again.
     case appResumed = "app.resumed"
+    /// A webhook stopped receiving events: it kept failing for too long (`source` `failures`),
+    /// or the backend or an operator disabled it (`api`, `console`).
+    case webhookDisabled = "webhook.disabled"
 }
 
 /// An event about to be written, with the fact it tells.

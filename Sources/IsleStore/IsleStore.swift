@@ -169,9 +169,19 @@ public protocol EventRepository: Sendable {
     func allWebhooks() async throws -> [WebhookRecord]
     func webhook(id: String) async throws -> WebhookRecord?
     func deleteWebhook(id: String) async throws -> Bool
-    /// Writes what a sender learned (cursor, counts, failures); false when the webhook is gone.
-    /// The cursor never moves back.
+    /// Writes what a sender learned (cursor, counts, failures); false when the webhook is gone or
+    /// its settings changed since it was read (its ``WebhookRecord/revision``). The cursor never
+    /// moves back here.
     func saveWebhookProgress(_ webhook: WebhookRecord) async throws -> Bool
+    /// Writes the webhook's settings (url, event types, disabled, secrets) and bumps its revision,
+    /// if its revision is still the one in `webhook`; with `replayFrom`, its cursor moves there
+    /// (back, to send again); `resetFailure` clears its failure (enabled again). `events` are
+    /// written in the same transaction (`webhook.disabled`). False when gone or changed meanwhile.
+    func changeWebhook(_ webhook: WebhookRecord, replayFrom: Int64?, resetFailure: Bool, events: [NewEvent]) async throws -> Bool
+    /// Keeps a request to an endpoint in its log (the newest 100 per webhook are kept).
+    func recordWebhookAttempt(_ attempt: WebhookAttempt) async throws
+    /// The webhook's newest attempts first, at most `limit`.
+    func webhookAttempts(webhookID: String, limit: Int) async throws -> [WebhookAttempt]
     /// Takes or renews, for `lease`, the right to send the webhook's events: one process at a time
     /// sends an endpoint's events, so they arrive in order. False while another process holds it.
     func holdWebhook(id: String, worker: String, now: Date, lease: TimeInterval) async throws -> Bool

@@ -52,12 +52,15 @@ extension SQLiteStore {
                       lastFailureAt: (r["last_failure_at"] as Double?).map(Date.init(timeIntervalSince1970:)), lastStatus: r["last_status"], lastError: r["last_error"],
                       failingSince: (r["failing_since"] as Double?).map(Date.init(timeIntervalSince1970:)),
                       nextAttemptAt: (r["next_attempt_at"] as Double?).map(Date.init(timeIntervalSince1970:)), attempts: r["attempts"], keyID: r["key_id"])
+            .managed(eventTypes: r["event_types"], disabledAt: (r["disabled_at"] as Double?).map(Date.init(timeIntervalSince1970:)), disabledReason: r["disabled_reason"],
+                     previousSecret: r["previous_secret"], previousSecretUntil: (r["previous_secret_until"] as Double?).map(Date.init(timeIntervalSince1970:)),
+                     revision: (r["revision"] as Int64?) ?? 0)
     }
 
     public func insertWebhook(_ w: WebhookRecord) async throws {
         try await writer.write { db in
-            try db.execute(sql: "INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts, key_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           arguments: [w.id, w.bundleID, w.url, w.secret, w.createdAt.timeIntervalSince1970, w.cursor, w.delivered, w.attempts, w.keyID])
+            try db.execute(sql: "INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts, key_id, event_types) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           arguments: [w.id, w.bundleID, w.url, w.secret, w.createdAt.timeIntervalSince1970, w.cursor, w.delivered, w.attempts, w.keyID, w.eventTypesText])
         }
     }
 
@@ -76,7 +79,9 @@ extension SQLiteStore {
     public func deleteWebhook(id: String) async throws -> Bool {
         try await writer.write { db in
             try db.execute(sql: "DELETE FROM webhooks WHERE id = ?", arguments: [id])
-            return db.changesCount > 0
+            let deleted = db.changesCount > 0
+            try db.execute(sql: "DELETE FROM webhook_attempts WHERE webhook_id = ?", arguments: [id])
+            return deleted
         }
     }
 
@@ -84,10 +89,46 @@ extension SQLiteStore {
         try await writer.write { db in
             try db.execute(sql: """
                 UPDATE webhooks SET cursor = MAX(cursor, ?), delivered = ?, last_success_at = ?, last_failure_at = ?, last_status = ?, last_error = ?,
-                    failing_since = ?, next_attempt_at = ?, attempts = ? WHERE id = ?
+                    failing_since = ?, next_attempt_at = ?, attempts = ? WHERE id = ? AND revision = ?
                 """, arguments: [w.cursor, w.delivered, w.lastSuccessAt?.timeIntervalSince1970, w.lastFailureAt?.timeIntervalSince1970, w.lastStatus, w.lastError,
-                                 w.failingSince?.timeIntervalSince1970, w.nextAttemptAt?.timeIntervalSince1970, w.attempts, w.id])
+                                 w.failingSince?.timeIntervalSince1970, w.nextAttemptAt?.timeIntervalSince1970, w.attempts, w.id, w.revision])
             return db.changesCount > 0
+        }
+    }
+
+    public func changeWebhook(_ w: WebhookRecord, replayFrom: Int64?, resetFailure: Bool, events: [NewEvent]) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: """
+                UPDATE webhooks SET url = ?, event_types = ?, disabled_at = ?, disabled_reason = ?, secret = ?, previous_secret = ?, previous_secret_until = ?,
+                    cursor = COALESCE(?, cursor), revision = revision + 1,
+                    failing_since = CASE WHEN ? THEN NULL ELSE failing_since END, next_attempt_at = CASE WHEN ? THEN NULL ELSE next_attempt_at END,
+                    attempts = CASE WHEN ? THEN 0 ELSE attempts END
+                WHERE id = ? AND revision = ?
+                """, arguments: [w.url, w.eventTypesText, w.disabledAt?.timeIntervalSince1970, w.disabledReason, w.secret, w.previousSecret,
+                                 w.previousSecretUntil?.timeIntervalSince1970, replayFrom, resetFailure, resetFailure, resetFailure, w.id, w.revision])
+            guard db.changesCount > 0 else { return false }
+            try Self.insertEvents(db, events)
+            return true
+        }
+    }
+
+    public func recordWebhookAttempt(_ a: WebhookAttempt) async throws {
+        try await writer.write { db in
+            try db.execute(sql: """
+                INSERT INTO webhook_attempts (webhook_id, bundle_id, at, status, latency_ms, error, events, first_event, last_event, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [a.webhookID, a.bundleID, a.at.timeIntervalSince1970, a.status, a.latencyMS, a.error, a.events, a.firstEvent, a.lastEvent, a.kind])
+            try db.execute(sql: """
+                DELETE FROM webhook_attempts WHERE webhook_id = ? AND id <= (SELECT id FROM webhook_attempts WHERE webhook_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)
+                """, arguments: [a.webhookID, a.webhookID, WebhookAttempt.kept])
+        }
+    }
+
+    public func webhookAttempts(webhookID: String, limit: Int) async throws -> [WebhookAttempt] {
+        try readNow { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM webhook_attempts WHERE webhook_id = ? ORDER BY id DESC LIMIT ?", arguments: [webhookID, max(0, limit)]).map { r in
+                WebhookAttempt(webhookID: r["webhook_id"], bundleID: r["bundle_id"], at: Date(timeIntervalSince1970: r["at"]), status: r["status"], latencyMS: r["latency_ms"],
+                               error: r["error"], events: r["events"], firstEvent: r["first_event"], lastEvent: r["last_event"], kind: r["kind"], id: r["id"])
+            }
         }
     }
 

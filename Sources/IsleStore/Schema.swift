@@ -215,6 +215,15 @@ public enum Schema {
             // The API key that made it (nil: the console, or before keys were recorded): it stops
             // when that key is revoked (docs/events.md).
             c("key_id", .text, null: true),
+            // Webhooks managed (docs/events.md): its event types (a JSON array; null: every type),
+            // disabled, the secret before the last rotation, the settings' revision.
+            c("event_types", .text, null: true), c("disabled_at", .time, null: true), c("disabled_reason", .text, null: true),
+            c("previous_secret", .text, null: true), c("previous_secret_until", .time, null: true), c("revision", .integer, default: .integer(0)),
+        ]),
+        // Each webhook's recent requests: when, the answer, how long, which events.
+        Table(name: "webhook_attempts", columns: [
+            c("id", .rowNumber, pk: true), c("webhook_id", .text), c("bundle_id", .text), c("at", .time), c("status", .integer), c("latency_ms", .real),
+            c("error", .text, null: true), c("events", .integer), c("first_event", .integer, null: true), c("last_event", .integer, null: true), c("kind", .text),
         ]),
         // What operators did in the console: who (the admin key), what, when (docs/server.md).
         Table(name: "audit_log", columns: [
@@ -239,6 +248,7 @@ public enum Schema {
         Index(name: "activities_installation", table: "activities", columns: ["bundle_id", "installation_id", "state"]),
         // GET /v1/activities: an app's activities, newest first, paged.
         Index(name: "activities_listed", table: "activities", columns: ["bundle_id", "started_at", "id"]),
+        Index(name: "webhook_attempts_hook", table: "webhook_attempts", columns: ["webhook_id", "id"]),
         Index(name: "activities_finished", table: "activities", columns: ["started_at"], condition: "state IN ('ended', 'dismissed', 'unreachable')"),
         // Live activities nothing was pushed to (the sweep's unused-activity retention).
         Index(name: "activities_unpushed", table: "activities", columns: ["started_at"], condition: "last_timestamp IS NULL AND state IN ('starting', 'active')"),
@@ -280,6 +290,7 @@ public enum Schema {
         ("installations", "bundle_id = {app}"),
         ("idempotency", "bundle_id = {app}"),
         ("events", "bundle_id = {app}"),
+        ("webhook_attempts", "bundle_id = {app}"),
         ("webhooks", "bundle_id = {app}"),
         ("audit_log", "bundle_id = {app}"),
         ("history", "bundle_id = {app}"),
@@ -364,13 +375,24 @@ public enum Schema {
                     "ALTER TABLE jobs ADD COLUMN apns_requests \(integer) NOT NULL DEFAULT 0", "ALTER TABLE jobs ADD COLUMN last_status \(integer)",
                     "ALTER TABLE jobs ADD COLUMN last_apns_reason TEXT", indexes.first { $0.name == "activities_listed" }!.sql(in: dialect)]
         },
+        // Webhooks managed: filters, disable, secret rotation, replay, a log of attempts.
+        Change(name: "webhooks managed") { dialect in
+            let time = dialect == .postgres ? "TIMESTAMPTZ" : "REAL"
+            let integer = dialect == .postgres ? "BIGINT" : "INTEGER"
+            return ["ALTER TABLE webhooks ADD COLUMN event_types TEXT", "ALTER TABLE webhooks ADD COLUMN disabled_at \(time)", "ALTER TABLE webhooks ADD COLUMN disabled_reason TEXT",
+                    "ALTER TABLE webhooks ADD COLUMN previous_secret TEXT", "ALTER TABLE webhooks ADD COLUMN previous_secret_until \(time)",
+                    "ALTER TABLE webhooks ADD COLUMN revision \(integer) NOT NULL DEFAULT 0"] + newTables(["webhook_attempts"], dialect)
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
-    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history"]
+    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history", "webhook_attempts"]
 
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
-    static let columnsAddedLater: [String: Set<String>] = ["webhooks": ["key_id"], "events": ["external_key", "installation_id", "user_id"]]
+    static let columnsAddedLater: [String: Set<String>] = [
+        "webhooks": ["key_id", "event_types", "disabled_at", "disabled_reason", "previous_secret", "previous_secret_until", "revision"],
+        "events": ["external_key", "installation_id", "user_id"],
+    ]
 
     /// The statements that create `names` (and their indexes) as the definition has them, less
     /// the columns later changes add.

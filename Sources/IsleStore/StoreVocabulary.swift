@@ -69,6 +69,37 @@ public struct WebhookRecord: Sendable, Hashable {
     /// The API key that made it: the webhook stops when that key is revoked (nil: made in the
     /// console, or before keys were recorded; it belongs to the app).
     public var keyID: String?
+    /// The event types it receives; nil: every type. Others are skipped (its cursor moves past them).
+    public var eventTypes: [EventType]?
+    /// Disabled (by the API, the console, or after failing too long): nothing is sent until enabled.
+    public var disabledAt: Date?
+    public var disabledReason: String?
+    /// The secret before the last rotation (stored as ``secret`` is), still signing until then.
+    public var previousSecret: String?
+    public var previousSecretUntil: Date?
+    /// Bumped by every change of its settings (``EventRepository/changeWebhook(_:replayFrom:resetFailure:events:)``):
+    /// a sender's progress is saved only under the revision it read, so a replay or a disable is
+    /// never undone by a round that was under way.
+    public var revision: Int64 = 0
+
+    /// Whether the webhook receives events of `type`.
+    public func receives(_ type: EventType) -> Bool { eventTypes?.contains(type) ?? true }
+
+    /// ``eventTypes`` as stored: a JSON array of names, or nil.
+    public var eventTypesText: String? { eventTypes.map { JSONValue.array($0.map { .string($0.rawValue) }).jsonString } }
+
+    /// The record with its management columns read back (an unknown type name is left out: a
+    /// newer Isle's filter read by an older one receives fewer types, never more).
+    public func managed(eventTypes text: String?, disabledAt: Date?, disabledReason: String?, previousSecret: String?, previousSecretUntil: Date?, revision: Int64) -> WebhookRecord {
+        var w = self
+        w.eventTypes = text.flatMap { try? JSONParser.parse($0) }?.arrayValue.map { $0.compactMap { $0.stringValue.flatMap(EventType.init(rawValue:)) } }
+        w.disabledAt = disabledAt
+        w.disabledReason = disabledReason
+        w.previousSecret = previousSecret
+        w.previousSecretUntil = previousSecretUntil
+        w.revision = revision
+        return w
+    }
 
     public init(id: String, bundleID: String, url: String, secret: String, createdAt: Date, cursor: Int64, delivered: Int64 = 0, lastSuccessAt: Date? = nil,
                 lastFailureAt: Date? = nil, lastStatus: Int? = nil, lastError: String? = nil, failingSince: Date? = nil, nextAttemptAt: Date? = nil, attempts: Int = 0,
@@ -108,6 +139,41 @@ public struct WebhookRecord: Sendable, Hashable {
         lastError = error
         if failingSince == nil { failingSince = now }
         nextAttemptAt = now.addingTimeInterval(min(maximumBackoff, pow(2, Double(min(attempts - 1, 20)))))
+    }
+}
+
+/// One request to a webhook endpoint, for its log of recent attempts (`GET /v1/webhooks/{id}/attempts`).
+public struct WebhookAttempt: Sendable, Hashable {
+    /// Attempts kept per webhook (the oldest go as new ones are written).
+    public static let kept = 100
+    public var webhookID: String
+    public var bundleID: String
+    public var at: Date
+    /// The endpoint's status (0: no answer).
+    public var status: Int
+    public var latencyMS: Double
+    /// What went wrong, as the API says it (never the endpoint's body); nil for a 2xx.
+    public var error: String?
+    /// The events the request carried, and the first and last of them.
+    public var events: Int
+    public var firstEvent: Int64?
+    public var lastEvent: Int64?
+    /// `delivery` (the stream) or `redelivery` (one event sent again on request).
+    public var kind: String
+    public var id: Int64?
+    public init(webhookID: String, bundleID: String, at: Date, status: Int, latencyMS: Double, error: String?, events: Int, firstEvent: Int64?, lastEvent: Int64?,
+                kind: String, id: Int64? = nil) {
+        self.webhookID = webhookID
+        self.bundleID = bundleID
+        self.at = at
+        self.status = status
+        self.latencyMS = latencyMS
+        self.error = error
+        self.events = events
+        self.firstEvent = firstEvent
+        self.lastEvent = lastEvent
+        self.kind = kind
+        self.id = id
     }
 }
 

@@ -139,11 +139,31 @@ struct ConsoleActionsTests {
                 return page.contains(">failing<") && page.contains("no answer") && !page.contains("whsec_")
             }
             let hook = try #require(try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"]?.arrayValue?.first?["id"]?.stringValue)
+            // Its recent attempts are listed; it receives every type.
+            let listed = try await C.send(f, "GET", "/console/webhooks", cookie: cookie).text
+            #expect(listed.contains("class=\"attempts\"><ul><li>") && listed.contains(">every type<"))
+            // Disabled and enabled from the console: audited, the stream told.
+            let disabled = try await C.send(f, "POST", "/console/webhooks/\(hook)/enabled", form: ["enabled": "false"], cookie: cookie)
+            #expect(disabled.status == 303 && disabled.location == "/console/webhooks?done=webhookDisabled")
+            let page = try await C.send(f, "GET", "/console/webhooks", cookie: cookie).text
+            #expect(page.contains(">disabled<") && page.contains("disabled in the console") && page.contains(">Enable</button>"))
+            #expect(try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["enabled"] == false)
+            let stream = try await f.call("GET", "/v1/events?limit=100", key: f.backendKey).json["events"]?.arrayValue ?? []
+            #expect(stream.contains { $0["type"] == "webhook.disabled" && $0["data"]?["source"] == "console" })
+            #expect(try await C.send(f, "POST", "/console/webhooks/\(hook)/enabled", form: ["enabled": "true"], cookie: cookie).location == "/console/webhooks?done=webhookEnabled")
+            #expect(try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["enabled"] == true)
+            // One added with a filter (the types ticked).
+            let filtered = try await C.send(f, "POST", "/console/webhooks", form: ["url": "http://127.0.0.1:9/filtered", "type.push.failed": "on", "type.token.retired": "on"], cookie: cookie)
+            #expect(filtered.status == 200)
+            let views = try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"]?.arrayValue ?? []
+            #expect(views.contains { $0["eventTypes"] == ["push.failed", "token.retired"] })
+            #expect(try await C.send(f, "GET", "/console/webhooks", cookie: cookie).text.contains(">push.failed, token.retired<"))
             let deleted = try await C.send(f, "POST", "/console/webhooks/\(hook)/delete", form: [:], cookie: cookie)
             #expect(deleted.status == 303)
-            #expect(try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"] == [])
+            #expect(try await f.call("GET", "/v1/webhooks", key: f.backendKey).json["webhooks"]?.arrayValue?.count == 1)
             let audit = try await C.send(f, "GET", "/console/audit", cookie: cookie).text
             #expect(audit.contains(">webhook.create<") && audit.contains(">webhook.delete<") && audit.contains(hook))
+            #expect(audit.contains(">webhook.disable<") && audit.contains(">webhook.enable<"))
         }
     }
 

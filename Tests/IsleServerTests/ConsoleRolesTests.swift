@@ -75,6 +75,7 @@ struct ConsoleRolesTests {
                 ("/console/app/resume", [:]),
                 ("/console/webhooks", ["url": "http://127.0.0.1:9/other"]),
                 ("/console/webhooks/\(hook)/delete", [:]),
+                ("/console/webhooks/\(hook)/enabled", ["enabled": "false"]),
             ]
             for (path, form) in actions {
                 let r = try await C.send(f, "POST", path, form: form, cookie: cookie)

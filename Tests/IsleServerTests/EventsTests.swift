@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleServer
 import IsleSimulator
+import IsleStore
 import IsleTesting
 import Logging
 import Synchronization
@@ -216,6 +217,158 @@ struct EventsTests {
             try await eventually("the dismissal's event") { try await all().contains { $0["type"] == "activity.dismissed" } }
             let dismissed = try #require(try await all().first { $0["type"] == "activity.dismissed" })
             #expect(dismissed["externalKey"] == "order-8" && dismissed["installationId"] == "fixture-phone" && dismissed["userId"] == "user-43")
+        }
+    }
+
+    @Test("webhooks managed: a filter, update, disable and enable, secret rotation with an overlap, a log of attempts, replay from a cursor, redelivery of one event, all audited")
+    func webhooksManaged() async throws {
+        let receiver = WebhookReceiver()
+        let port = await receiver.start()
+        defer { receiver.stop() }
+        try await ServerFixture.with(server: Self.tune) { f in
+            @Sendable func types() -> [String] {
+                receiver.received.withLock { $0 }.flatMap { (try? JSONParser.parse($0.body))?["events"]?.arrayValue ?? [] }.compactMap { $0["type"]?.stringValue }
+            }
+            let created = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(port)/hook"), "eventTypes": ["activity.dismissed", "push.failed"]])
+            #expect(created.status == 201 && created.json["eventTypes"] == ["activity.dismissed", "push.failed"] && created.json["enabled"] == true)
+            let hook = try #require(created.json["id"]?.stringValue)
+            let oldSecret = try #require(created.json["secret"]?.stringValue)
+
+            // The filter: a delivered push is passed over, the dismissal arrives; nothing waits.
+            let (_, a1) = try await f.appStartsActivity(key: "order-1")
+            #expect(try await f.call("POST", "/v1/activities/\(a1)/update", key: f.backendKey, body: ["contentState": Pizza.state("Ana")]).status == 202)
+            try await eventually("delivered") { try await f.call("GET", "/v1/events?limit=100", key: f.backendKey).json["events"]?.arrayValue?.contains { $0["type"] == "push.delivered" } == true }
+            #expect(try await f.call("POST", "/v1/activities/\(a1)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("the dismissal arrived") { types() == ["activity.dismissed"] }
+            try await eventually("nothing waits") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["waiting"] == 0 }
+
+            // Every type again; the secret rotated with an hour's overlap: both secrets sign.
+            let changed = try await f.call("PATCH", "/v1/webhooks/\(hook)", key: f.backendKey, body: ["eventTypes": nil])
+            #expect(changed.status == 200 && changed.json["eventTypes"] == .null)
+            let rotated = try await f.call("POST", "/v1/webhooks/\(hook)/rotate-secret", key: f.backendKey, body: ["overlapSeconds": 3600])
+            #expect(rotated.status == 200)
+            let newSecret = try #require(rotated.json["secret"]?.stringValue)
+            #expect(newSecret != oldSecret && rotated.json["previousSecretValidUntil"]?.numberValue != nil)
+            let (_, a2) = try await f.appStartsActivity(key: "order-2")
+            #expect(try await f.call("POST", "/v1/activities/\(a2)/update", key: f.backendKey, body: ["contentState": Pizza.state("Bo")]).status == 202)
+            try await eventually("the delivery arrived") { types().contains("push.delivered") }
+            let overlapping = try #require(receiver.received.withLock { $0.last })
+            #expect(WebhookSignature.verify(header: overlapping.signature, body: overlapping.body, secret: newSecret, now: f.clock.now))
+            #expect(WebhookSignature.verify(header: overlapping.signature, body: overlapping.body, secret: oldSecret, now: f.clock.now))
+            // After the overlap only the new secret signs.
+            f.clock.advance(by: 3700)
+            #expect(try await f.call("POST", "/v1/activities/\(a2)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("the second dismissal arrived") { types().filter { $0 == "activity.dismissed" }.count == 2 }
+            let after = try #require(receiver.received.withLock { $0.last })
+            #expect(WebhookSignature.verify(header: after.signature, body: after.body, secret: newSecret, now: f.clock.now))
+            #expect(!WebhookSignature.verify(header: after.signature, body: after.body, secret: oldSecret, now: f.clock.now))
+
+            // Disabled: nothing is sent, the stream says so; enabled: what waited arrives. (A second
+            // webhook, enabled, shows when the dispatcher has had the event to send.)
+            let witness = WebhookReceiver()
+            let witnessPort = await witness.start()
+            defer { witness.stop() }
+            #expect(try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(witnessPort)/hook"), "eventTypes": ["activity.dismissed"]]).status == 201)
+            let disabled = try await f.call("PATCH", "/v1/webhooks/\(hook)", key: f.backendKey, body: ["enabled": false])
+            #expect(disabled.status == 200 && disabled.json["status"] == "disabled" && disabled.json["enabled"] == false)
+            let sentBefore = receiver.received.withLock { $0.count }
+            let (_, a3) = try await f.appStartsActivity(key: "order-3")
+            #expect(try await f.call("POST", "/v1/activities/\(a3)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            let stream = try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []
+            let notice = try #require(stream.first { $0["type"] == "webhook.disabled" })
+            #expect(notice["data"]?["webhookId"]?.stringValue == hook && notice["data"]?["source"] == "api")
+            try await eventually("the witness got the dismissal") { witness.eventIDs().count == 1 }
+            #expect(try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["waiting"] == 2)
+            #expect(receiver.received.withLock { $0.count } == sentBefore)
+            #expect(try await f.call("PATCH", "/v1/webhooks/\(hook)", key: f.backendKey, body: ["enabled": true]).json["enabled"] == true)
+            try await eventually("what waited arrived") { types().suffix(2) == ["webhook.disabled", "activity.dismissed"] }
+
+            // The log of attempts, newest first.
+            let log = try await f.call("GET", "/v1/webhooks/\(hook)/attempts?limit=50", key: f.backendKey).json["attempts"]?.arrayValue ?? []
+            #expect(log.count == receiver.received.withLock { $0.count })
+            #expect(log.allSatisfy { $0["status"] == 200 && $0["kind"] == "delivery" && ($0["events"]?.numberValue?.int64Value ?? 0) >= 1 })
+            #expect(log.first?["lastEventId"]?.stringValue != nil && log.first?["at"]?.numberValue != nil && log.first?["latencyMS"]?.numberValue != nil)
+
+            // Replay from a cursor: the events after it come again, in order, with their ids.
+            let all = try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []
+            let firstID = try #require(all.first?["id"]?.stringValue)
+            @Sendable func sent() -> [String] {
+                receiver.received.withLock { $0 }.flatMap { (try? JSONParser.parse($0.body))?["events"]?.arrayValue ?? [] }.compactMap { $0["id"]?.stringValue }
+            }
+            let lastID = try #require(all.last?["id"]?.stringValue)
+            let sentBefore2 = sent()
+            let replay = try await f.call("POST", "/v1/webhooks/\(hook)/replay", key: f.backendKey, body: ["after": "0"])
+            #expect(replay.status == 200 && replay.json["cursor"] == "0")
+            // Every event since the start, in order (the first one filtered out at the time too).
+            try await eventually("the replay arrived") { sent().count >= sentBefore2.count + all.count && sent().last == lastID }
+            #expect(Array(sent().suffix(all.count)) == all.compactMap { $0["id"]?.stringValue })
+            #expect(sent().contains(firstID))
+
+            // Redeliver one event, whatever the cursor.
+            let redelivered = try await f.call("POST", "/v1/webhooks/\(hook)/redeliver", key: f.backendKey, body: ["eventId": .string(firstID)])
+            #expect(redelivered.status == 200 && redelivered.json["status"] == 200 && redelivered.json["delivered"] == true)
+            #expect(try await f.call("GET", "/v1/webhooks/\(hook)/attempts?limit=1", key: f.backendKey).json["attempts"]?.arrayValue?.first?["kind"] == "redelivery")
+
+            // Refusals name the field.
+            for (method, path, body, status, field) in [
+                ("PATCH", "/v1/webhooks/\(hook)", ["eventTypes": []] as JSONValue, 400, "eventTypes"),
+                ("PATCH", "/v1/webhooks/\(hook)", ["eventTypes": ["push.nope"]], 400, "eventTypes[0]"),
+                ("PATCH", "/v1/webhooks/\(hook)", ["enabled": "yes"], 400, "enabled"),
+                ("PATCH", "/v1/webhooks/\(hook)", [:], 400, "body"),
+                ("PATCH", "/v1/webhooks/\(hook)", ["secret": "x"], 400, "secret"),
+                ("POST", "/v1/webhooks/\(hook)/rotate-secret", ["overlapSeconds": 604_801], 400, "overlapSeconds"),
+                ("POST", "/v1/webhooks/\(hook)/replay", ["after": "99999999"], 422, "after"),
+                ("POST", "/v1/webhooks/\(hook)/replay", ["after": "x"], 400, "after"),
+                ("POST", "/v1/webhooks/\(hook)/redeliver", ["eventId": "evt_99999999"], 404, nil),
+                ("POST", "/v1/webhooks/\(hook)/redeliver", ["eventId": "1"], 400, "eventId"),
+            ] as [(String, String, JSONValue, Int, String?)] {
+                let r = try await f.call(method, path, key: f.backendKey, body: body)
+                #expect(r.status == status, "\(method) \(path) \(body.jsonString): \(r.json)")
+                if let field { #expect(r.json["error"]?["field"]?.stringValue == field, "\(body.jsonString): \(r.json)") }
+            }
+            #expect(try await f.call("PATCH", "/v1/webhooks/wh_nope", key: f.backendKey, body: ["enabled": false]).status == 404)
+            #expect(try await f.call("PATCH", "/v1/webhooks/\(hook)", key: f.deviceKey, body: ["enabled": false]).status == 403)
+
+            // Every change is audited under the key that made it.
+            let audit = try await SQLiteStore(path: f.databasePath).auditLog(bundleID: Pizza.bundleID, before: nil, limit: 100).map(\.action)
+            for action in ["webhook.create", "webhook.update", "webhook.rotate", "webhook.replay", "webhook.redeliver"] { #expect(audit.contains(action), "\(action)") }
+        }
+    }
+
+    @Test("a webhook failing longer than --webhook-disable-after is disabled, and the stream says so")
+    func webhookDisabledAfterFailing() async throws {
+        let receiver = WebhookReceiver(failFirst: .max)
+        let port = await receiver.start()
+        defer { receiver.stop() }
+        try await ServerFixture.with(server: { c in
+            Self.tune(&c)
+            c.webhooks.disableAfter = 600
+        }) { f in
+            let created = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(port)/hook")])
+            let hook = try #require(created.json["id"]?.stringValue)
+            let (_, id) = try await f.appStartsActivity(key: "order-x")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("failing") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["status"] == "failing" }
+            #expect(try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["enabled"] == true)
+            // Ten minutes of failures later, the next failure disables it.
+            f.clock.advance(by: 601)
+            try await eventually("disabled") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["status"] == "disabled" }
+            let view = try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json
+            #expect(view["disabledReason"]?.stringValue?.contains("failing since") == true)
+            let events = try await f.call("GET", "/v1/events?limit=100", key: f.backendKey).json["events"]?.arrayValue ?? []
+            let notice = try #require(events.first { $0["type"] == "webhook.disabled" })
+            #expect(notice["data"]?["source"] == "failures" && notice["data"]?["webhookId"]?.stringValue == hook)
+            // Disabled, it is not tried again (a second webhook shows when the dispatcher had more to send).
+            let tries = receiver.received.withLock { $0.count }
+            let witness = WebhookReceiver()
+            let witnessPort = await witness.start()
+            defer { witness.stop() }
+            #expect(try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(witnessPort)/hook")]).status == 201)
+            f.clock.advance(by: 3600)
+            let (_, other) = try await f.appStartsActivity(key: "order-y")
+            #expect(try await f.call("POST", "/v1/activities/\(other)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("the witness got the dismissal") { witness.eventIDs().count == 1 }
+            #expect(receiver.received.withLock { $0.count } == tries)
         }
     }
 

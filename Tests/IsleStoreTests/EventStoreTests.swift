@@ -206,6 +206,63 @@ struct EventStoreTests {
         #expect(try await !s.holdWebhook(id: "wh_1", worker: "p1", now: t0, lease: 30))
     }
 
+    @Test("webhooks managed: settings change under their revision (a sender's stale progress is refused, a replay moves the cursor back), a disable writes its event in the same transaction; the newest 100 attempts are kept", arguments: StoreKind.allCases)
+    func webhooksManaged(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        var hook = WebhookRecord(id: "wh_1", bundleID: app, url: "https://example.com/h", secret: "s1", createdAt: t0, cursor: 0)
+        hook.eventTypes = [.pushFailed, .webhookDisabled]
+        try await s.insertWebhook(hook)
+        try await s.appendEvents((0..<5).map { NewEvent(bundleID: app, type: .appResumed, at: t0.addingTimeInterval(Double($0))) })
+        let last = try await s.lastEventSeq(bundleID: app)
+        // A sender read it, then its settings changed: the sender's save is refused.
+        var sender = try #require(try await s.webhook(id: "wh_1"))
+        #expect(sender.eventTypes == [.pushFailed, .webhookDisabled] && sender.revision == 0)
+        sender.acknowledged(through: last, count: 5, at: t0)
+        var edited = try #require(try await s.webhook(id: "wh_1"))
+        edited.secret = "s2"
+        edited.previousSecret = "s1"
+        edited.previousSecretUntil = t0.addingTimeInterval(3600)
+        edited.eventTypes = nil
+        #expect(try await s.changeWebhook(edited, replayFrom: nil, resetFailure: false, events: []))
+        #expect(try await !s.saveWebhookProgress(sender))
+        #expect(try await !s.changeWebhook(edited, replayFrom: nil, resetFailure: false, events: []), "a second change from the same read is refused")
+        var now = try #require(try await s.webhook(id: "wh_1"))
+        #expect(now.revision == 1 && now.cursor == 0 && now.secret == "s2" && now.previousSecret == "s1" && now.previousSecretUntil == t0.addingTimeInterval(3600) && now.eventTypes == nil)
+        // Progress under the current revision; then a replay moves the cursor back.
+        now.acknowledged(through: last, count: 5, at: t0)
+        #expect(try await s.saveWebhookProgress(now))
+        let read = try #require(try await s.webhook(id: "wh_1"))
+        #expect(try await s.changeWebhook(read, replayFrom: 2, resetFailure: false, events: []))
+        #expect(try await s.webhook(id: "wh_1")?.cursor == 2)
+        // Failing, then disabled with its event in the same write; enabling clears the failure.
+        var failing = try #require(try await s.webhook(id: "wh_1"))
+        failing.failed(status: 500, error: "the endpoint answered 500", at: t0)
+        #expect(try await s.saveWebhookProgress(failing))
+        var off = try #require(try await s.webhook(id: "wh_1"))
+        off.disabledAt = t0.addingTimeInterval(10)
+        off.disabledReason = "failing"
+        #expect(try await s.changeWebhook(off, replayFrom: nil, resetFailure: false, events: [NewEvent(bundleID: app, type: .webhookDisabled, data: ["webhookId": "wh_1"], at: t0)]))
+        #expect(try await s.events(bundleID: app, after: last, limit: 10).map(\.event.type) == [.webhookDisabled])
+        var on = try #require(try await s.webhook(id: "wh_1"))
+        #expect(on.disabledAt == t0.addingTimeInterval(10) && on.disabledReason == "failing" && on.failingSince != nil)
+        on.disabledAt = nil
+        on.disabledReason = nil
+        #expect(try await s.changeWebhook(on, replayFrom: nil, resetFailure: true, events: []))
+        let enabled = try #require(try await s.webhook(id: "wh_1"))
+        #expect(enabled.disabledAt == nil && enabled.failingSince == nil && enabled.attempts == 0 && enabled.nextAttemptAt == nil)
+        // Attempts: newest first, the newest 100 kept, gone with the webhook.
+        for i in 0..<105 {
+            try await s.recordWebhookAttempt(WebhookAttempt(webhookID: "wh_1", bundleID: app, at: t0.addingTimeInterval(Double(i)), status: i % 2 == 0 ? 200 : 0, latencyMS: 1.5,
+                                                            error: i % 2 == 0 ? nil : "no answer", events: 2, firstEvent: 1, lastEvent: 2, kind: "delivery"))
+        }
+        let kept = try await s.webhookAttempts(webhookID: "wh_1", limit: 1000)
+        #expect(kept.count == WebhookAttempt.kept)
+        #expect(kept.first?.at == t0.addingTimeInterval(104) && kept.last?.at == t0.addingTimeInterval(5))
+        #expect(kept.first?.error == nil && kept[1].error == "no answer" && kept[1].status == 0 && kept.first?.lastEvent == 2)
+        #expect(try await s.deleteWebhook(id: "wh_1"))
+        #expect(try await s.webhookAttempts(webhookID: "wh_1", limit: 10).isEmpty)
+    }
+
     @Test("operators: the open queue of an app or activity; cancel a job not in flight (its lane's next job becomes the head); retry a queued one now; the audit log pages newest first", arguments: StoreKind.allCases)
     func operatorActions(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)

@@ -981,6 +981,7 @@ struct AppRemovalTests {
         try await s.enqueue([update("b-\(app)")], idempotency: nil, now: t0.addingTimeInterval(1))  // still queued
         try await s.appendEvents([NewEvent(bundleID: app, type: .appResumed, at: t0)])
         try await s.insertWebhook(WebhookRecord(id: "wh-\(app)", bundleID: app, url: "http://127.0.0.1:9/in", secret: "s", createdAt: t0, cursor: 0))
+        try await s.recordWebhookAttempt(WebhookAttempt(webhookID: "wh-\(app)", bundleID: app, at: t0, status: 200, latencyMS: 1, error: nil, events: 1, firstEvent: 1, lastEvent: 1, kind: "delivery"))
         try await s.appendAudit(AuditEntry(bundleID: app, keyID: "key_\(app)", action: "job.cancel", at: t0))
         try await s.addHistory([HistoryPoint(bundleID: app, minute: t0, metric: "sent", count: 1)])
         #expect(try await s.pauseApp(OperatorPause(bundleID: app, keyID: "key_\(app)", reason: "r", at: t0), event: NewEvent(bundleID: app, type: .appPaused, at: t0)))

@@ -203,12 +203,44 @@ struct ConsoleController: Sendable {
             let admin = try await acting(request, context, "add webhooks")
             let form = try await Self.form(request)
             do {
-                let (hook, secret) = try await EventsController(services: services, store: store).create(bundleID: admin.bundleID, url: form["url"] ?? "", keyID: nil)
-                try await audit(admin, "webhook.create", target: hook.id, detail: hook.url)
+                // The types ticked (none: every type).
+                let types = EventType.allCases.filter { form["type.\($0.rawValue)"] != nil }
+                let (hook, secret) = try await EventsController(services: services, store: store).create(bundleID: admin.bundleID, url: form["url"] ?? "", keyID: nil,
+                                                                                                          eventTypes: types.isEmpty ? nil : types)
+                try await audit(admin, "webhook.create", target: hook.id, detail: hook.url + (types.isEmpty ? "" : "; eventTypes " + types.map(\.rawValue).joined(separator: ",")))
                 return try await webhooksPage(admin, notice: nil, created: (hook, secret))
             } catch let e as APIError {
                 return try await webhooksPage(admin, notice: nil, error: e, status: e.status)
             }
+        }
+        // Disable or enable (the API's PATCH … {"enabled"}): audited; disabling tells the stream.
+        router.post("console/webhooks/:webhook/enabled") { request, context in
+            try checkOrigin(request)
+            let admin = try await acting(request, context, "disable or enable webhooks")
+            let id = try context.parameters.require("webhook")
+            let form = try await Self.form(request)
+            let enable = form["enabled"] == "true"
+            for _ in 0..<5 {
+                guard var hook = try await store.webhook(id: id), hook.bundleID == admin.bundleID else { return redirect("/console/webhooks", .webhookNotFound) }
+                let now = services.clock.now
+                var events: [NewEvent] = []
+                if enable {
+                    guard hook.disabledAt != nil else { return redirect("/console/webhooks", .webhookEnabled) }
+                    hook.disabledAt = nil
+                    hook.disabledReason = nil
+                } else {
+                    guard hook.disabledAt == nil else { return redirect("/console/webhooks", .webhookDisabled) }
+                    hook.disabledAt = now
+                    hook.disabledReason = "disabled in the console (key \(admin.keyID))"
+                    events.append(EventsController.disabledEvent(hook, source: "console", at: now))
+                }
+                if try await store.changeWebhook(hook, replayFrom: nil, resetFailure: enable, events: events) {
+                    services.events.ring()
+                    try await audit(admin, enable ? "webhook.enable" : "webhook.disable", target: id, detail: hook.url)
+                    return redirect("/console/webhooks", enable ? .webhookEnabled : .webhookDisabled)
+                }
+            }
+            return redirect("/console/webhooks", .webhookNotFound)
         }
         router.post("console/webhooks/:webhook/delete") { request, context in
             try checkOrigin(request)
@@ -342,7 +374,11 @@ struct ConsoleController: Sendable {
 
     func webhooksPage(_ admin: Admin, notice: ConsolePages.ShownNotice?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         var views: [JSONValue] = []
-        for hook in try await store.webhooks(bundleID: admin.bundleID) { views.append(try await EventsController.view(hook, store: store)) }
+        for hook in try await store.webhooks(bundleID: admin.bundleID) {
+            var view = try await EventsController.view(hook, store: store).objectValue ?? [:]
+            view["attempts"] = .array(try await store.webhookAttempts(webhookID: hook.id, limit: 5).map(EventsController.view))
+            views.append(.object(view))
+        }
         return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error, canAct: !admin.readOnly), status: status)
     }
 

@@ -65,7 +65,7 @@ enum ConsolePages {
         case jobCancelled, jobNotCancelled, jobRetried, jobNotRetried
         case appPaused, appPausedAlready, pauseNeedsReason, appResumed, appProbed
         case appSwitched, noSuchApp, switchNeedsSession
-        case webhookDeleted, webhookNotFound
+        case webhookDeleted, webhookNotFound, webhookDisabled, webhookEnabled
 
         /// Green for what was done, amber for a pause (nothing is sent), red for what was not done.
         var tone: ShownNotice.Tone {
@@ -98,6 +98,8 @@ enum ConsolePages {
             case .switchNeedsSession: return "Switching needs a signed-in session."
             case .webhookDeleted: return "Webhook deleted."
             case .webhookNotFound: return "No such webhook of this app."
+            case .webhookDisabled: return "Webhook disabled: nothing is sent to it until it is enabled."
+            case .webhookEnabled: return "Webhook enabled: what waited is sent, in order."
             }
         }
     }
@@ -200,7 +202,7 @@ enum ConsolePages {
         }
         if let error { h += "<p class=\"error\" role=\"alert\"><b>\(e(error.code))</b>: \(e(error.message))</p>" }
         if views.isEmpty { h += "<p>No webhook yet.</p>" } else {
-            h += "<table class=\"list\" id=\"webhooks\"><thead><tr><th>URL</th><th>Status</th><th>Delivered</th><th>Waiting</th><th>Failure</th>\(canAct ? "<th></th>" : "")</tr></thead><tbody>"
+            h += "<table class=\"list\" id=\"webhooks\"><thead><tr><th>URL</th><th>Receives</th><th>Status</th><th>Delivered</th><th>Waiting</th><th>Failure</th><th>Recent attempts</th>\(canAct ? "<th></th>" : "")</tr></thead><tbody>"
             for v in views {
                 let id = v["id"]?.stringValue ?? ""
                 var failure = ""
@@ -209,9 +211,23 @@ enum ConsolePages {
                     failure = "\(status == 0 ? "no answer" : "HTTP \(status)"): \(f["error"]?.stringValue ?? ""); \(f["attempts"]?.briefDescription ?? "0") attempts"
                     if let next = f["nextAttemptAt"]?.numberValue?.doubleValue { failure += "; next at \(time(Date(timeIntervalSince1970: next)))" }
                 }
-                h += "<tr data-webhook=\"\(e(id))\"><td>\(e(v["url"]?.stringValue ?? ""))</td><td class=\"status \(e(v["status"]?.stringValue ?? ""))\">\(e(v["status"]?.stringValue ?? ""))</td><td>\(v["delivered"]?.briefDescription ?? "0")</td>"
+                if let reason = v["disabledReason"]?.stringValue { failure = reason + (failure.isEmpty ? "" : "; " + failure) }
+                let receives = v["eventTypes"]?.arrayValue.map { $0.compactMap(\.stringValue).joined(separator: ", ") } ?? "every type"
+                var attempts = ""
+                for a in v["attempts"]?.arrayValue ?? [] {
+                    let status = a["status"]?.numberValue?.int64Value ?? 0
+                    let at = (a["at"]?.numberValue?.doubleValue).map { time(Date(timeIntervalSince1970: $0)) } ?? ""
+                    attempts += "<li>\(e(at)) \(status == 0 ? "no answer" : "HTTP \(status)") · \(a["events"]?.briefDescription ?? "0") event(s) · \(a["latencyMS"]?.briefDescription ?? "") ms\(a["kind"] == "redelivery" ? " · redelivery" : "")</li>"
+                }
+                let enabled = v["enabled"] != .bool(false)
+                h += "<tr data-webhook=\"\(e(id))\"><td>\(e(v["url"]?.stringValue ?? ""))</td><td class=\"receives\">\(e(receives))</td><td class=\"status \(e(v["status"]?.stringValue ?? ""))\">\(e(v["status"]?.stringValue ?? ""))</td><td>\(v["delivered"]?.briefDescription ?? "0")</td>"
                 h += "<td>\(v["waiting"]?.briefDescription ?? "0")\(v["waitingMore"] == .bool(true) ? "+" : "")</td><td class=\"failure\">\(e(failure))</td>"
-                h += canAct ? "<td><form method=\"post\" action=\"/console/webhooks/\(e(id))/delete\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>" : "</tr>"
+                h += "<td class=\"attempts\">\(attempts.isEmpty ? "none yet" : "<ul>\(attempts)</ul>")</td>"
+                h += canAct ? """
+                    <td><form method="post" action="/console/webhooks/\(e(id))/enabled"><input type="hidden" name="enabled" value="\(enabled ? "false" : "true")">\
+                    <button type="submit" class="\(enabled ? "disable" : "enable")">\(enabled ? "Disable" : "Enable")</button></form>\
+                    <form method="post" action="/console/webhooks/\(e(id))/delete"><button type="submit" class="delete">Delete</button></form></td></tr>
+                    """ : "</tr>"
             }
             h += "</tbody></table>"
         }
@@ -219,6 +235,7 @@ enum ConsolePages {
         h += """
         <h2>Add a webhook</h2>
         <form method="post" action="/console/webhooks"><label for="url">URL</label><input id="url" name="url" placeholder="https://backend.example.com/isle-events" required>
+        <fieldset><legend>Receives (none ticked: every type)</legend>\(EventType.allCases.map { "<label class=\"check\"><input type=\"checkbox\" name=\"type.\($0.rawValue)\"> \($0.rawValue)</label>" }.joined())</fieldset>
         <button type="submit">Add</button></form>
         """
         return h
@@ -338,6 +355,8 @@ enum ConsolePages {
     static func time(_ d: Date) -> String { ISO8601DateFormatter().string(from: d) }
 
     static let css = """
+    label.check { display: inline-block; margin: 0 1.2em .2em 0; white-space: nowrap; font-weight: normal }
+    td.attempts ul { margin: 0; padding-left: 1em }
     :root { color-scheme: light dark; --fg: #1c1c1e; --bg: #fff; --muted: #6e6e73; --line: #d1d1d6; --err: #c0392b; --ok: #1e8449; --warn: #a8650a; }
     @media (prefers-color-scheme: dark) { :root { --fg: #f2f2f7; --bg: #1c1c1e; --muted: #aeaeb2; --line: #3a3a3c; --err: #ff6b5b; --ok: #5ad17a; --warn: #f0a73a; } }
     body { margin: 0; font: 15px/1.4 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
@@ -369,7 +388,7 @@ enum ConsolePages {
     .error { color: var(--err); } .ok { color: var(--ok); } .warn { color: var(--warn); } .muted { color: var(--muted); }
     p.notice { padding: 6px 10px; border-left: 4px solid currentColor; }
     tr.s200 .status { color: var(--ok); } tr.s200.device-warn .status { color: var(--warn); } span.device { display: block; font-size: 13px; } tr[class^="s4"] .status { color: var(--err); } tr[class^="s5"] .status, tr.s0 .status { color: var(--warn); }
-    td.status.failing { color: var(--err); } td.status.stopped, td.state.held { color: var(--warn); }
+    td.status.failing { color: var(--err); } td.status.stopped, td.status.disabled, td.state.held { color: var(--warn); }
     @media (max-width: 600px) { .timeline th:nth-child(8), .timeline td:nth-child(8) { display: none; } form.search { grid-template-columns: 1fr; }
       table.list { display: block; overflow-x: auto; } main { padding: 12px; } .facts th { width: auto; } }
     """

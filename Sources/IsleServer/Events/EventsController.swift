@@ -20,6 +20,11 @@ struct EventsController {
         v1.get("webhooks", use: listWebhooks)
         v1.get("webhooks/:webhook", use: showWebhook)
         v1.delete("webhooks/:webhook", use: deleteWebhook)
+        v1.patch("webhooks/:webhook", use: changeWebhook)
+        v1.post("webhooks/:webhook/rotate-secret", use: rotateSecret)
+        v1.post("webhooks/:webhook/replay", use: replay)
+        v1.post("webhooks/:webhook/redeliver", use: redeliver)
+        v1.get("webhooks/:webhook/attempts", use: attempts)
     }
 
     /// `GET /v1/events?after=<cursor>&limit=<n>&wait=<seconds>`: the app's events after the cursor
@@ -68,7 +73,8 @@ struct EventsController {
         let caller = try context.caller(.backend)
         let body = try await Body.read(request)
         try body.only(WireContract.webhookCreation)
-        let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "", keyID: caller.keyID)
+        let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "", keyID: caller.keyID,
+                                              eventTypes: try Self.eventTypes(body))
         // API-made webhooks are in the audit log too, under the key that made them.
         try await store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: "webhook.create", target: hook.id, detail: hook.url, at: services.clock.now))
         var view = try await Self.view(hook, store: store).objectValue ?? [:]
@@ -78,21 +84,17 @@ struct EventsController {
 
     /// A new webhook of the app and its secret (the API's and the console's one way to make one).
     /// `keyID`: the API key making it (nil: the console), whose revocation stops it.
-    func create(bundleID: String, url text: String, keyID: String?) async throws -> (WebhookRecord, String) {
-        let url = try Self.endpoint(text)
-        // Checked now, so the backend hears at once; and again before every round of sending.
-        // A name that does not resolve yet is taken (it is checked again before each round).
-        if case .failure(let refusal) = await WebhookTarget.check(url: url, settings: services.configuration.webhooks), refusal.code != "webhookHostUnresolvable" {
-            throw APIError(.unprocessableContent, refusal.code, refusal.message, field: "url")
-        }
+    func create(bundleID: String, url text: String, keyID: String?, eventTypes: [EventType]? = nil) async throws -> (WebhookRecord, String) {
+        let url = try await checkedEndpoint(text)
         let existing = try await store.webhooks(bundleID: bundleID)
         guard existing.count < Self.maximumWebhooks else {
             throw APIError(.conflict, "tooManyWebhooks", "an app has at most \(Self.maximumWebhooks) webhooks; delete one first")
         }
         let secret = "whsec_" + Self.random(32)
         let stored = services.configuration.masterKey?.seal(secret, bundleID: bundleID) ?? secret
-        let hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: bundleID, url: url, secret: stored, createdAt: services.clock.now,
+        var hook = WebhookRecord(id: "wh_" + Self.random(12), bundleID: bundleID, url: url, secret: stored, createdAt: services.clock.now,
                                  cursor: try await store.lastEventSeq(bundleID: bundleID), keyID: keyID)
+        hook.eventTypes = eventTypes
         try await store.insertWebhook(hook)
         services.events.ring()
         return (hook, secret)
@@ -113,7 +115,188 @@ struct EventsController {
     @Sendable func deleteWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let hook = try await own(context)
         _ = try await store.deleteWebhook(id: hook.id)
+        try await audit(context, "webhook.delete", hook, hook.url)
         return JSONResponse.make(["id": .string(hook.id), "deleted": .bool(true)])
+    }
+
+    /// `PATCH /v1/webhooks/{id}` `{url?, eventTypes?, enabled?}`: change where it goes, which
+    /// types it receives (null: every type), or disable and enable it. Enabling clears its failure
+    /// and sends what is waiting at once.
+    @Sendable func changeWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let body = try await Body.read(request)
+        try body.only(WireContract.webhookChange)
+        guard !body.object.isEmpty else { throw APIError.invalid("body", "give at least one of url, eventTypes, enabled") }
+        var url: String?
+        if let text = try body.bounded("url", 2000) { url = try await checkedEndpoint(text) }
+        let types = body.object.keys.contains("eventTypes") ? .some(try Self.eventTypes(body)) : nil as [EventType]??
+        let enabled = try body.bool("enabled")
+        let changed = try await change(context) { hook, now in
+            if let url { hook.url = url }
+            if let types { hook.eventTypes = types }
+            var events: [NewEvent] = []
+            var reset = false
+            switch enabled {
+            case false? where hook.disabledAt == nil:
+                hook.disabledAt = now
+                hook.disabledReason = "disabled through the API (key \(caller.keyID))"
+                events.append(Self.disabledEvent(hook, source: "api", at: now))
+            case true? where hook.disabledAt != nil:
+                hook.disabledAt = nil
+                hook.disabledReason = nil
+                reset = true
+            default: break
+            }
+            return (nil, reset, events)
+        }
+        var detail: [String] = []
+        if let url { detail.append("url \(url)") }
+        if let types { detail.append("eventTypes \(types.map { $0.map(\.rawValue).joined(separator: ",") } ?? "every type")") }
+        if let enabled { detail.append(enabled ? "enabled" : "disabled") }
+        try await audit(context, "webhook.update", changed, detail.joined(separator: "; "))
+        return JSONResponse.make(try await Self.view(changed, store: store))
+    }
+
+    /// `POST /v1/webhooks/{id}/rotate-secret` `{overlapSeconds?}`: a new signing secret (in this
+    /// answer only). For `overlapSeconds` (default a day, at most 7 days) requests carry a
+    /// signature with the old secret too, so receivers can switch at their own pace.
+    @Sendable func rotateSecret(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let body = try await Body.read(request)
+        try body.only(WireContract.webhookRotation)
+        let overlap = try body.number("overlapSeconds") ?? 86_400
+        guard overlap.isFinite, overlap == overlap.rounded(), (0...604_800).contains(overlap) else {
+            throw APIError.invalid("overlapSeconds", "overlapSeconds must be a whole number of seconds from 0 to 604800 (7 days)")
+        }
+        let secret = "whsec_" + Self.random(32)
+        var until: Date?
+        let changed = try await change(context) { hook, now in
+            let sealed = self.services.configuration.masterKey?.seal(secret, bundleID: hook.bundleID) ?? secret
+            hook.previousSecret = overlap > 0 ? hook.secret : nil
+            hook.previousSecretUntil = overlap > 0 ? now.addingTimeInterval(overlap) : nil
+            until = hook.previousSecretUntil
+            hook.secret = sealed
+            return (nil, false, [])
+        }
+        try await audit(context, "webhook.rotate", changed, "overlap \(Int(overlap)) s")
+        var view = try await Self.view(changed, store: store).objectValue ?? [:]
+        view["secret"] = .string(secret)
+        view["previousSecretValidUntil"] = until.map { .int(Int64($0.timeIntervalSince1970)) } ?? .null
+        return JSONResponse.make(.object(view))
+    }
+
+    /// `POST /v1/webhooks/{id}/replay` `{after}`: send the events after this cursor again (a
+    /// `next` of `GET /v1/events`, or an event's number), in order, from now on.
+    @Sendable func replay(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let body = try await Body.read(request)
+        try body.only(WireContract.webhookReplay)
+        guard let text = try body.string("after", required: true), let after = Int64(text.hasPrefix("evt_") ? String(text.dropFirst(4)) : text), after >= 0 else {
+            throw APIError.invalid("after", "after must be a cursor: a next of GET /v1/events (a whole number), or an event id (evt_<n>)")
+        }
+        let last = try await store.lastEventSeq(bundleID: caller.bundleID)
+        guard after <= last else {
+            throw APIError(.unprocessableContent, "cursorAhead", "after (\(after)) is past the app's newest event (\(last))", field: "after")
+        }
+        let changed = try await change(context) { _, _ in (after, false, []) }
+        services.events.ring()
+        try await audit(context, "webhook.replay", changed, "after \(after)")
+        return JSONResponse.make(try await Self.view(changed, store: store))
+    }
+
+    /// `POST /v1/webhooks/{id}/redeliver` `{eventId}`: send that one event to the endpoint now,
+    /// whatever its filter or cursor; answers what the endpoint answered (kept in its attempts).
+    @Sendable func redeliver(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let caller = try context.caller(.backend)
+        let hook = try await own(context)
+        let body = try await Body.read(request)
+        try body.only(WireContract.webhookRedelivery)
+        guard let text = try body.string("eventId", required: true), text.hasPrefix("evt_"), let seq = Int64(text.dropFirst(4)), seq > 0 else {
+            throw APIError.invalid("eventId", "eventId must be an event's id (evt_<n>)")
+        }
+        guard let event = try await store.events(bundleID: caller.bundleID, after: seq - 1, limit: 1).first, event.seq == seq else {
+            throw APIError.notFound("event \(text) (kept \(services.configuration.retention.events / 86_400) days)")
+        }
+        let sender = WebhookDispatcher(store: store, bell: services.events, clock: services.clock, settings: services.configuration.webhooks,
+                                       masterKey: services.configuration.masterKey, logger: services.logger)
+        let attempt = try await sender.redeliver(event, to: hook)
+        try await audit(context, "webhook.redeliver", hook, "\(text): \(attempt.status)")
+        var o: JSONObject = ["eventId": .string(text), "status": .int(Int64(attempt.status)), "latencyMS": .double(attempt.latencyMS), "delivered": .bool(attempt.error == nil)]
+        if let e = attempt.error { o["error"] = .string(e) }
+        return JSONResponse.make(.object(o))
+    }
+
+    /// `GET /v1/webhooks/{id}/attempts?limit=`: its newest requests first (the last 100 are kept).
+    @Sendable func attempts(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        let hook = try await own(context)
+        let limit = try Limits.pageSize(request, "limit", fallback: 20)
+        let list = try await store.webhookAttempts(webhookID: hook.id, limit: min(limit, WebhookAttempt.kept))
+        return JSONResponse.make(["attempts": .array(list.map(Self.view))])
+    }
+
+    static func view(_ a: WebhookAttempt) -> JSONValue {
+        var o: JSONObject = ["at": .int(Int64(a.at.timeIntervalSince1970)), "kind": .string(a.kind), "status": .int(Int64(a.status)), "latencyMS": .double((a.latencyMS * 10).rounded() / 10),
+                             "events": .int(Int64(a.events))]
+        if let f = a.firstEvent { o["firstEventId"] = .string("evt_\(f)") }
+        if let l = a.lastEvent { o["lastEventId"] = .string("evt_\(l)") }
+        if let e = a.error { o["error"] = .string(e) }
+        return .object(o)
+    }
+
+    /// Changes the caller's webhook with `edit` (given the record as it is and the time), once its
+    /// revision held; `edit` answers a cursor to replay from, whether to clear its failure, and
+    /// events to write with it. Retried when a sender changed it meanwhile.
+    func change(_ context: IsleRequestContext, _ edit: (inout WebhookRecord, Date) throws -> (Int64?, Bool, [NewEvent])) async throws -> WebhookRecord {
+        let id = try await own(context).id
+        for _ in 0..<5 {
+            guard var hook = try await store.webhook(id: id) else { throw APIError.notFound("webhook \(id)") }
+            let (replay, reset, events) = try edit(&hook, services.clock.now)
+            if try await store.changeWebhook(hook, replayFrom: replay, resetFailure: reset, events: events) {
+                if !events.isEmpty || reset || replay != nil { services.events.ring() }
+                guard let changed = try await store.webhook(id: id) else { throw APIError.notFound("webhook \(id)") }
+                return changed
+            }
+        }
+        throw APIError(.conflict, "webhookBusy", "webhook \(id) kept changing while this request tried to change it; try again", retryAfter: 1)
+    }
+
+    /// A webhook disabled by hand: the app's stream says so (docs/events.md).
+    static func disabledEvent(_ hook: WebhookRecord, source: String, at now: Date) -> NewEvent {
+        NewEvent(bundleID: hook.bundleID, type: .webhookDisabled, data: ["webhookId": .string(hook.id), "url": .string(hook.url), "source": .string(source),
+                                                                         "reason": .string(hook.disabledReason ?? "disabled")], at: now)
+    }
+
+    func audit(_ context: IsleRequestContext, _ action: String, _ hook: WebhookRecord, _ detail: String) async throws {
+        let caller = try context.caller(.backend)
+        try await store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: action, target: hook.id, detail: detail, at: services.clock.now))
+    }
+
+    /// `eventTypes`: null or absent (every type), or a non-empty list of known types.
+    static func eventTypes(_ body: Body) throws -> [EventType]? {
+        switch body.object["eventTypes"] {
+        case nil, .null?: return nil
+        case .array(let items)?:
+            let known = EventType.allCases.map(\.rawValue).joined(separator: ", ")
+            guard !items.isEmpty else { throw APIError.invalid("eventTypes", "eventTypes must name at least one type (null: every type): \(known)") }
+            var types: [EventType] = []
+            for (i, item) in items.enumerated() {
+                guard let name = item.stringValue, let type = EventType(rawValue: name) else {
+                    throw APIError.invalid("eventTypes[\(i)]", "eventTypes[\(i)] must be one of \(known)")
+                }
+                if !types.contains(type) { types.append(type) }
+            }
+            return types
+        default: throw APIError.invalid("eventTypes", "eventTypes must be an array of event types, or null for every type")
+        }
+    }
+
+    /// A URL a webhook may point at: well formed, and allowed by this server's rules now (a name
+    /// that does not resolve yet is taken; it is checked again before each round).
+    func checkedEndpoint(_ text: String) async throws -> String {
+        let url = try Self.endpoint(text)
+        if case .failure(let refusal) = await WebhookTarget.check(url: url, settings: services.configuration.webhooks), refusal.code != "webhookHostUnresolvable" {
+            throw APIError(.unprocessableContent, refusal.code, refusal.message, field: "url")
+        }
+        return url
     }
 
     func own(_ context: IsleRequestContext) async throws -> WebhookRecord {
@@ -153,6 +336,14 @@ struct EventsController {
             "waiting": .int(Int64(min(waiting, 1000))), "waitingMore": .bool(waiting > 1000),
         ]
         if let id = w.keyID { o["keyID"] = .string(id) }
+        o["eventTypes"] = w.eventTypes.map { .array($0.map { .string($0.rawValue) }) } ?? .null
+        o["enabled"] = .bool(w.disabledAt == nil)
+        if let at = w.disabledAt {
+            o["status"] = "disabled"
+            o["disabledAt"] = .int(Int64(at.timeIntervalSince1970))
+            if let r = w.disabledReason { o["disabledReason"] = .string(r) }
+        }
+        if let until = w.previousSecretUntil, w.previousSecret != nil { o["previousSecretValidUntil"] = .int(Int64(until.timeIntervalSince1970)) }
         if stopped { o["stoppedBecause"] = .string("the API key that made it was revoked; nothing is sent to it — delete it and make a new one with a current key") }
         if let t = w.lastSuccessAt { o["lastSuccessAt"] = .int(Int64(t.timeIntervalSince1970)) }
         if let since = w.failingSince {

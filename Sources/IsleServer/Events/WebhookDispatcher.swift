@@ -30,6 +30,8 @@ public struct WebhookSettings: Sendable, Hashable {
     public var allowPrivate = false
     /// The longest long poll of `GET /v1/events` (a proxy in front may cut shorter requests).
     public var maximumPollWait: TimeInterval = 30
+    /// A webhook failing this long is disabled, with a `webhook.disabled` event (0: never).
+    public var disableAfter: TimeInterval = 3 * 86_400
     public init() {}
 
     /// Whether `host` is one of ``allowedHosts`` (always, when there is no list).
@@ -133,6 +135,8 @@ final class WebhookDispatcher: Service {
     /// process holds it. Returns when to look again sooner than the next poll (a retry's time).
     func serve(_ initial: WebhookRecord) async -> Date? {
         var hook = initial
+        // Disabled: nothing is sent, nothing written, until it is enabled.
+        if hook.disabledAt != nil { return nil }
         if let at = hook.nextAttemptAt, at > clock.now { return at }
         var http: HTTPClient?
         defer { if let http { Task { try? await http.shutdown() } } }
@@ -143,7 +147,7 @@ final class WebhookDispatcher: Service {
             if try await keyRevoked(hook) { return nil }
             guard try await store.holdWebhook(id: hook.id, worker: worker, now: clock.now, lease: settings.lease) else { return nil }
             // Read again under the hold: another instance may have moved the cursor meanwhile.
-            guard let current = try await store.webhook(id: hook.id) else { return nil }
+            guard let current = try await store.webhook(id: hook.id), current.disabledAt == nil else { return nil }
             hook = current
             // Checked at every round, under this server's rules now: a webhook made before a rule
             // (or a stricter --webhook-hosts) obeys it, and a name resolving elsewhere since is seen.
@@ -159,25 +163,35 @@ final class WebhookDispatcher: Service {
             }
             let client = self.client(for: target)
             http = client
-            let secret = try masterKey.map { try $0.open(hook.secret, bundleID: hook.bundleID) } ?? hook.secret
+            let secrets = try signingSecrets(hook)
             let started = clock.now
             while !Task.isCancelled, clock.now.timeIntervalSince(started) < settings.lease / 2 {
-                let events = try await store.events(bundleID: hook.bundleID, after: hook.cursor, limit: settings.batch)
-                guard let last = events.last else { return nil }
+                let read = try await store.events(bundleID: hook.bundleID, after: hook.cursor, limit: settings.batch)
+                guard let last = read.last else { return nil }
+                // Its filter: the types it does not receive are passed over (the cursor moves on).
+                let events = read.filter { hook.receives($0.event.type) }
+                if events.isEmpty {
+                    hook.cursor = max(hook.cursor, last.seq)
+                    guard try await store.saveWebhookProgress(hook) else { return nil }
+                    continue
+                }
                 let body = JSONValue.object(["events": .array(events.map(\.json))]).jsonBytes
-                let failure = await post(body, to: hook, secret: secret, http: client)
+                let sent = clock.now
+                let failure = await post(body, to: hook, secrets: secrets, http: client)
                 if Task.isCancelled { return nil }
+                await record(hook, status: failure?.status, error: failure?.error, events: events, since: sent, kind: "delivery")
                 if let failure {
                     hook.failed(status: failure.status, error: failure.error, at: clock.now, maximumBackoff: settings.maximumBackoff)
                     metrics?.webhookFailed(app: hook.bundleID, webhook: hook.id)
                     logger.warning("webhook failed; it will be tried again", metadata: [
                         "webhook": "\(hook.id)", "app": "\(hook.bundleID)", "status": "\(failure.status)", "error": "\(failure.error)", "retry.at": "\(hook.nextAttemptAt ?? clock.now)",
                     ])
-                    _ = try await store.saveWebhookProgress(hook)
+                    guard try await store.saveWebhookProgress(hook) else { return nil }
+                    try await disableIfFailingTooLong(hook)
                     return hook.nextAttemptAt
                 }
                 hook.acknowledged(through: last.seq, count: events.count, at: clock.now)
-                guard try await store.saveWebhookProgress(hook) else { return nil }  // deleted meanwhile
+                guard try await store.saveWebhookProgress(hook) else { return nil }  // deleted or changed meanwhile
             }
             return clock.now
         } catch {
@@ -197,14 +211,68 @@ final class WebhookDispatcher: Service {
         var error: String
     }
 
-    /// One POST; nil when the endpoint answered 2xx.
-    func post(_ body: [UInt8], to hook: WebhookRecord, secret: String, http: HTTPClient) async -> Failure? {
+    /// Sends one event to `hook` now, out of its stream (its cursor does not move), and keeps the
+    /// attempt in its log. The endpoint is checked under this server's rules first.
+    func redeliver(_ event: StoredEvent, to hook: WebhookRecord) async throws -> WebhookAttempt {
+        let sent = clock.now
+        let failure: Failure?
+        switch await WebhookTarget.check(url: hook.url, settings: settings) {
+        case .failure(let refusal): failure = Failure(status: 0, error: refusal.message)
+        case .success(let target):
+            let client = self.client(for: target)
+            failure = await post(JSONValue.object(["events": .array([event.json])]).jsonBytes, to: hook, secrets: try signingSecrets(hook), http: client)
+            try? await client.shutdown()
+        }
+        await record(hook, status: failure?.status, error: failure?.error, events: [event], since: sent, kind: "redelivery")
+        return WebhookAttempt(webhookID: hook.id, bundleID: hook.bundleID, at: sent, status: failure?.status ?? 200, latencyMS: max(0, clock.now.timeIntervalSince(sent) * 1000),
+                              error: failure?.error, events: 1, firstEvent: event.seq, lastEvent: event.seq, kind: "redelivery")
+    }
+
+    /// The secrets that sign a request now: the current one, and the one before a rotation until
+    /// its overlap ends (a receiver holding either verifies the request).
+    func signingSecrets(_ hook: WebhookRecord) throws -> [String] {
+        func open(_ sealed: String) throws -> String { try masterKey.map { try $0.open(sealed, bundleID: hook.bundleID) } ?? sealed }
+        var secrets = [try open(hook.secret)]
+        if let previous = hook.previousSecret, let until = hook.previousSecretUntil, until > clock.now { secrets.append(try open(previous)) }
+        return secrets
+    }
+
+    /// The attempt, in the webhook's log (a failure to write it is logged, never fatal).
+    func record(_ hook: WebhookRecord, status: Int?, error: String?, events: [StoredEvent], since: Date, kind: String) async {
+        let attempt = WebhookAttempt(webhookID: hook.id, bundleID: hook.bundleID, at: since, status: status ?? 200, latencyMS: max(0, clock.now.timeIntervalSince(since) * 1000),
+                                     error: error, events: events.count, firstEvent: events.first?.seq, lastEvent: events.last?.seq, kind: kind)
+        do { try await store.recordWebhookAttempt(attempt) } catch {
+            logger.log(level: .forStoreFailure(.warning, error), "webhooks: could not keep an attempt in the log", metadata: ["webhook": "\(hook.id)", "error": "\(error)"])
+        }
+    }
+
+    /// A webhook failing for longer than ``WebhookSettings/disableAfter`` is disabled, and the
+    /// app's stream says so (`webhook.disabled`, in the same transaction).
+    func disableIfFailingTooLong(_ hook: WebhookRecord) async throws {
+        guard settings.disableAfter > 0, let since = hook.failingSince, clock.now.timeIntervalSince(since) >= settings.disableAfter,
+              let current = try await store.webhook(id: hook.id), current.disabledAt == nil else { return }
+        var disabled = current
+        let days = settings.disableAfter / 86_400
+        let reason = "failing since \(ISO8601DateFormatter().string(from: since)) (\(current.attempts) attempts; \(current.lastError ?? "no answer")): disabled after \(days.formatted()) day\(days == 1 ? "" : "s"); enable it once the endpoint answers"
+        disabled.disabledAt = clock.now
+        disabled.disabledReason = reason
+        let event = NewEvent(bundleID: hook.bundleID, type: .webhookDisabled, data: [
+            "webhookId": .string(hook.id), "url": .string(hook.url), "source": "failures", "reason": .string(reason), "failingSince": .int(Int64(since.timeIntervalSince1970)),
+        ], at: clock.now)
+        if try await store.changeWebhook(disabled, replayFrom: nil, resetFailure: false, events: [event]) {
+            bell.ring()
+            logger.warning("webhook disabled: it kept failing", metadata: ["webhook": "\(hook.id)", "app": "\(hook.bundleID)", "failing.since": "\(since)"])
+        }
+    }
+
+    /// One POST; nil when the endpoint answered 2xx. Signed with each of `secrets`.
+    func post(_ body: [UInt8], to hook: WebhookRecord, secrets: [String], http: HTTPClient) async -> Failure? {
         var request = HTTPClientRequest(url: hook.url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "Isle-Webhooks/1")
         request.headers.add(name: "Isle-Webhook-Id", value: hook.id)
-        request.headers.add(name: WebhookSignature.header, value: WebhookSignature.sign(body: body, secret: secret, at: clock.now))
+        request.headers.add(name: WebhookSignature.header, value: WebhookSignature.sign(body: body, secrets: secrets, at: clock.now))
         request.body = .bytes(ByteBuffer(bytes: body))
         do {
             let response = try await http.execute(request, timeout: .seconds(Int64(max(1, settings.requestTimeout))))

@@ -10,9 +10,14 @@ public enum WebhookSignature {
     public static let header = "Isle-Signature"
     public static let replayWindow: TimeInterval = 300
 
-    public static func sign(body: [UInt8], secret: String, at: Date) -> String {
+    public static func sign(body: [UInt8], secret: String, at: Date) -> String { sign(body: body, secrets: [secret], at: at) }
+
+    /// Signed with each secret, the current one first: during a rotation's overlap the header
+    /// carries a `v1` for the new secret and one for the old, and a receiver holding either
+    /// verifies the request (as Stripe's does).
+    public static func sign(body: [UInt8], secrets: [String], at: Date) -> String {
         let t = Int64(at.timeIntervalSince1970.rounded(.down))
-        return "t=\(t),v1=\(mac(body: body, secret: secret, timestamp: t))"
+        return (["t=\(t)"] + secrets.map { "v1=\(mac(body: body, secret: $0, timestamp: t))" }).joined(separator: ",")
     }
 
     static func mac(body: [UInt8], secret: String, timestamp: Int64) -> String {

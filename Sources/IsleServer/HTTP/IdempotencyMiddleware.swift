@@ -27,7 +27,7 @@ struct IdempotencyMiddleware: RouterMiddleware {
     let bodyLimit: Int
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard [.post, .put, .delete].contains(request.method), let key = request.headers[Self.header], let caller = context.caller else {
+        guard [.post, .put, .patch, .delete].contains(request.method), let key = request.headers[Self.header], let caller = context.caller else {
             return try await next(request, context)
         }
         guard !key.isEmpty, key.utf8.count <= 255, key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {

@@ -14,7 +14,11 @@ public enum WireContract {
     static let end = update + ["dismissalDate"]
     static let start = ["attributesType", "attributes", "contentState", "alert", "staleDate", "relevanceScore", "externalKey", "topics"]
     static let channelCreation = ["storagePolicy", "environment"]
-    static let webhookCreation = ["url"]
+    static let webhookCreation = ["url", "eventTypes"]
+    static let webhookChange = ["url", "eventTypes", "enabled"]
+    static let webhookRotation = ["overlapSeconds"]
+    static let webhookReplay = ["after"]
+    static let webhookRedelivery = ["eventId"]
 
     /// Every route that takes a body, as the OpenAPI document names it, with its fields.
     public static let requests: [String: [String]] = [
@@ -35,5 +39,9 @@ public enum WireContract {
         "PUT /v1/installations/{installation}/user": userBinding,
         "PUT /v1/activities/{activity}/key": keyBinding,
         "POST /v1/webhooks": webhookCreation,
+        "PATCH /v1/webhooks/{webhook}": webhookChange,
+        "POST /v1/webhooks/{webhook}/rotate-secret": webhookRotation,
+        "POST /v1/webhooks/{webhook}/replay": webhookReplay,
+        "POST /v1/webhooks/{webhook}/redeliver": webhookRedelivery,
     ]
 }

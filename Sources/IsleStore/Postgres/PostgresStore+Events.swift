@@ -76,14 +76,17 @@ extension PostgresStore {
                       lastFailureAt: try r.optionalDate("last_failure_at"), lastStatus: try r.optionalInt("last_status").map(Int.init), lastError: try r.optionalString("last_error"),
                       failingSince: try r.optionalDate("failing_since"), nextAttemptAt: try r.optionalDate("next_attempt_at"), attempts: Int(try r.int("attempts")),
                       keyID: try r.optionalString("key_id"))
+            .managed(eventTypes: try r.optionalString("event_types"), disabledAt: try r.optionalDate("disabled_at"), disabledReason: try r.optionalString("disabled_reason"),
+                     previousSecret: try r.optionalString("previous_secret"), previousSecretUntil: try r.optionalDate("previous_secret_until"),
+                     revision: try r.optionalInt("revision") ?? 0)
     }
 
     public func insertWebhook(_ w: WebhookRecord) async throws {
         let log = logger
         try await transaction { conn in
-            try await conn.rows("INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts, key_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            try await conn.rows("INSERT INTO webhooks (id, bundle_id, url, secret, created_at, cursor, delivered, attempts, key_id, event_types) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                                 [.text(w.id), .text(w.bundleID), .text(w.url), .text(w.secret), .date(w.createdAt), .int(w.cursor), .int(w.delivered), .int(w.attempts),
-                                 .text(w.keyID)], logger: log)
+                                 .text(w.keyID), .text(w.eventTypesText)], logger: log)
         }
     }
 
@@ -106,7 +109,11 @@ extension PostgresStore {
 
     public func deleteWebhook(id: String) async throws -> Bool {
         let log = logger
-        return try await transaction { conn in !(try await conn.rows("DELETE FROM webhooks WHERE id = $1 RETURNING id", [.text(id)], logger: log)).isEmpty }
+        return try await transaction { conn in
+            let deleted = !(try await conn.rows("DELETE FROM webhooks WHERE id = $1 RETURNING id", [.text(id)], logger: log)).isEmpty
+            try await conn.rows("DELETE FROM webhook_attempts WHERE webhook_id = $1", [.text(id)], logger: log)
+            return deleted
+        }
     }
 
     public func saveWebhookProgress(_ w: WebhookRecord) async throws -> Bool {
@@ -114,9 +121,50 @@ extension PostgresStore {
         return try await transaction { conn in
             !(try await conn.rows("""
                 UPDATE webhooks SET cursor = GREATEST(cursor, $1), delivered = $2, last_success_at = $3, last_failure_at = $4, last_status = $5, last_error = $6,
-                    failing_since = $7, next_attempt_at = $8, attempts = $9 WHERE id = $10 RETURNING id
+                    failing_since = $7, next_attempt_at = $8, attempts = $9 WHERE id = $10 AND revision = $11 RETURNING id
                 """, [.int(w.cursor), .int(w.delivered), .date(w.lastSuccessAt), .date(w.lastFailureAt), .int(w.lastStatus), .text(w.lastError),
-                      .date(w.failingSince), .date(w.nextAttemptAt), .int(w.attempts), .text(w.id)], logger: log)).isEmpty
+                      .date(w.failingSince), .date(w.nextAttemptAt), .int(w.attempts), .text(w.id), .int(w.revision)], logger: log)).isEmpty
+        }
+    }
+
+    public func changeWebhook(_ w: WebhookRecord, replayFrom: Int64?, resetFailure: Bool, events: [NewEvent]) async throws -> Bool {
+        let log = logger
+        return try await transaction { conn in
+            let changed = !(try await conn.rows("""
+                UPDATE webhooks SET url = $1, event_types = $2, disabled_at = $3, disabled_reason = $4, secret = $5, previous_secret = $6, previous_secret_until = $7,
+                    cursor = COALESCE($8, cursor), revision = revision + 1,
+                    failing_since = CASE WHEN $9 THEN NULL ELSE failing_since END, next_attempt_at = CASE WHEN $9 THEN NULL ELSE next_attempt_at END,
+                    attempts = CASE WHEN $9 THEN 0 ELSE attempts END
+                WHERE id = $10 AND revision = $11 RETURNING id
+                """, [.text(w.url), .text(w.eventTypesText), .date(w.disabledAt), .text(w.disabledReason), .text(w.secret), .text(w.previousSecret),
+                      .date(w.previousSecretUntil), .int(replayFrom), .bool(resetFailure), .text(w.id), .int(w.revision)], logger: log)).isEmpty
+            guard changed else { return false }
+            try await Self.insertEvents(conn, events, logger: log)
+            return true
+        }
+    }
+
+    public func recordWebhookAttempt(_ a: WebhookAttempt) async throws {
+        let log = logger
+        try await transaction { conn in
+            try await conn.rows("""
+                INSERT INTO webhook_attempts (webhook_id, bundle_id, at, status, latency_ms, error, events, first_event, last_event, kind) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                """, [.text(a.webhookID), .text(a.bundleID), .date(a.at), .int(Int64(a.status)), .double(a.latencyMS), .text(a.error), .int(Int64(a.events)),
+                      .int(a.firstEvent), .int(a.lastEvent), .text(a.kind)], logger: log)
+            try await conn.rows("""
+                DELETE FROM webhook_attempts WHERE webhook_id = $1 AND id <= (SELECT id FROM webhook_attempts WHERE webhook_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)
+                """, [.text(a.webhookID), .int(Int64(WebhookAttempt.kept))], logger: log)
+        }
+    }
+
+    public func webhookAttempts(webhookID: String, limit: Int) async throws -> [WebhookAttempt] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM webhook_attempts WHERE webhook_id = $1 ORDER BY id DESC LIMIT $2", [.text(webhookID), .int(Int64(max(0, limit)))], logger: log).map { r in
+                WebhookAttempt(webhookID: try r.string("webhook_id"), bundleID: try r.string("bundle_id"), at: try r.date("at"), status: Int(try r.int("status")),
+                               latencyMS: try r.double("latency_ms"), error: try r.optionalString("error"), events: Int(try r.int("events")),
+                               firstEvent: try r.optionalInt("first_event"), lastEvent: try r.optionalInt("last_event"), kind: try r.string("kind"), id: try r.int("id"))
+            }
         }
     }
 
