@@ -54,6 +54,7 @@ for _ in $(seq 1 100); do
   grep -q '"status":200' /tmp/isle-activity.json && break
   sleep 0.1
 done
+curl "http://127.0.0.1:18090/v1/activities?state=active&keyPrefix=order-&limit=50" -H "authorization: Bearer $BACKEND_KEY" -s > /tmp/isle-list.json
 curl -s -X POST http://127.0.0.1:18090/v1/channels -H "authorization: Bearer $BACKEND_KEY" -d '{}' > /tmp/isle-channel.json
 curl -s http://127.0.0.1:18080/devices/device-1/screen > /tmp/isle-screen.json
 python3 - <<'PY'
@@ -62,7 +63,9 @@ activity = json.load(open("/tmp/isle-activity.json"))
 assert activity["deliveries"] and activity["deliveries"][0]["status"] == 200, activity
 screen = json.load(open("/tmp/isle-screen.json"))
 assert screen["lockScreen"][0]["contentState"]["driverName"] == "Anne Johnson", screen
+listed = json.load(open("/tmp/isle-list.json"))
+assert [a["externalKey"] for a in listed["activities"]] == ["order-12345"] and "next" not in listed, ("the README's list step failed", listed)
 channel = json.load(open("/tmp/isle-channel.json"))
 assert channel.get("id"), ("the README's channel step failed", channel)
-print("server walkthrough: ok (channels included)")
+print("server walkthrough: ok (listing and channels included)")
 PY
