@@ -105,8 +105,9 @@ public enum Events {
     public static func of(_ c: JobCompletion, _ w: JobCompletion.Writes) -> [NewEvent] {
         let job = c.claim.job
         let at = c.delivery?.at ?? c.at ?? job.runAt
-        let answer = w.delivery.map { APNsAnswer(status: $0.status, reason: $0.reason) } ?? job.lastAnswer
-        let requests = job.apnsRequests + (w.delivery == nil ? 0 : 1)
+        let answered = w.delivery.flatMap(APNsAnswer.init(delivery:))
+        let answer = answered ?? job.lastAnswer
+        let requests = job.apnsRequests + (answered == nil ? 0 : 1)
         var base: JSONObject = ["jobId": .int(job.id), "kind": .string(job.kind.rawValue), "attempts": .int(Int64(requests))]
         if let ch = job.channelID { base["channelId"] = .string(ch) }
         let activity = c.claim.activity.flatMap { $0.id == job.activityID ? $0 : nil }
@@ -168,9 +169,13 @@ public enum Events {
         /// `device` (the app's report), `installationDeleted`, …: the event's `source` field.
         public var name: String
         public var at: Date
-        public init(_ name: String, at: Date) {
+        /// The user to name when the change's own read cannot: an installation being deleted is
+        /// unbound from its user before its activities end.
+        public var userID: String?
+        public init(_ name: String, at: Date, userID: String? = nil) {
             self.name = name
             self.at = at
+            self.userID = userID
         }
     }
 

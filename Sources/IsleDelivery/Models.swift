@@ -307,6 +307,13 @@ public struct APNsAnswer: Sendable, Hashable {
         self.status = status
         self.reason = reason
     }
+
+    /// APNs' answer in a delivery record; nil when APNs answered nothing (status 0: the request
+    /// failed on the way, or was refused before it left).
+    public init?(delivery: DeliveryRecord) {
+        guard delivery.status > 0 else { return nil }
+        self.init(status: delivery.status, reason: delivery.reason)
+    }
 }
 
 /// A push to enqueue.

@@ -115,8 +115,9 @@ extension SQLiteStore {
     public func recordWebhookAttempt(_ a: WebhookAttempt) async throws {
         try await writer.write { db in
             try db.execute(sql: """
-                INSERT INTO webhook_attempts (webhook_id, bundle_id, at, status, latency_ms, error, events, first_event, last_event, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [a.webhookID, a.bundleID, a.at.timeIntervalSince1970, a.status, a.latencyMS, a.error, a.events, a.firstEvent, a.lastEvent, a.kind])
+                INSERT INTO webhook_attempts (webhook_id, bundle_id, at, status, latency_ms, error, events, first_event, last_event, kind)
+                SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?)
+                """, arguments: [a.webhookID, a.bundleID, a.at.timeIntervalSince1970, a.status, a.latencyMS, a.error, a.events, a.firstEvent, a.lastEvent, a.kind, a.webhookID])
             try db.execute(sql: """
                 DELETE FROM webhook_attempts WHERE webhook_id = ? AND id <= (SELECT id FROM webhook_attempts WHERE webhook_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)
                 """, arguments: [a.webhookID, a.webhookID, WebhookAttempt.kept])

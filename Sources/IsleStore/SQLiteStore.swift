@@ -495,7 +495,8 @@ public final class SQLiteStore: IsleStore {
                 if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }
                 // After the activity's write: an activity's events are numbered in the order of its writes.
                 if let reportedBy {
-                    let user = try a.installationID.flatMap { try String.fetchOne(db, sql: "SELECT user_id FROM installations WHERE bundle_id = ? AND id = ?", arguments: [a.bundleID, $0]) }
+                    let user = try reportedBy.userID
+                        ?? a.installationID.flatMap { try String.fetchOne(db, sql: "SELECT user_id FROM installations WHERE bundle_id = ? AND id = ?", arguments: [a.bundleID, $0]) }
                     try Self.insertEvents(db, Events.activityChanged(from: old, to: a, by: reportedBy, userID: user))
                 }
                 return a

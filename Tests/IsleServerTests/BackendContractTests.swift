@@ -81,6 +81,11 @@ struct BackendContractTests {
             // Well formed but not Isle's cursor: 422 naming it.
             let forged = try await f.call("GET", "/v1/activities?after=Zm9v", key: f.backendKey)
             #expect(forged.status == 422 && forged.json["error"]?["code"] == "invalidCursor" && forged.json["error"]?["field"] == "after")
+            // A made-up cursor naming an id with NUL, or one too long: refused the same way.
+            for id in ["\0", String(repeating: "x", count: 129)] {
+                let cursor = Data("1.0|\(id)".utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+                #expect(try await f.call("GET", "/v1/activities?after=\(cursor)", key: f.backendKey).status == 422)
+            }
             // A device key cannot list.
             #expect(try await f.call("GET", "/v1/activities", key: f.deviceKey).status == 403)
         }

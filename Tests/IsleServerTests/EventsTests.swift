@@ -217,6 +217,12 @@ struct EventsTests {
             try await eventually("the dismissal's event") { try await all().contains { $0["type"] == "activity.dismissed" } }
             let dismissed = try #require(try await all().first { $0["type"] == "activity.dismissed" })
             #expect(dismissed["externalKey"] == "order-8" && dismissed["installationId"] == "fixture-phone" && dismissed["userId"] == "user-43")
+            // Deleting the installation unbinds its user and ends its activities: their events name
+            // the user it had.
+            let (_, third) = try await f.appStartsActivity(key: "order-9")
+            #expect(try await f.call("DELETE", "/v1/installations/fixture-phone", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            let ended = try #require(try await all().first { $0["type"] == "activity.ended" && $0["activityId"]?.stringValue == third })
+            #expect(ended["userId"] == "user-43" && ended["externalKey"] == "order-9" && ended["data"]?["source"] == "installationDeleted")
         }
     }
 
@@ -228,6 +234,11 @@ struct EventsTests {
         try await ServerFixture.with(server: Self.tune) { f in
             @Sendable func types() -> [String] {
                 receiver.received.withLock { $0 }.flatMap { (try? JSONParser.parse($0.body))?["events"]?.arrayValue ?? [] }.compactMap { $0["type"]?.stringValue }
+            }
+            // Events of a type received, each once (a batch may come again: at least once).
+            @Sendable func distinct(_ type: String) -> Int {
+                Set(receiver.received.withLock { $0 }.flatMap { (try? JSONParser.parse($0.body))?["events"]?.arrayValue ?? [] }
+                    .filter { $0["type"]?.stringValue == type }.compactMap { $0["id"]?.stringValue }).count
             }
             let created = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(port)/hook"), "eventTypes": ["activity.dismissed", "push.failed"]])
             #expect(created.status == 201 && created.json["eventTypes"] == ["activity.dismissed", "push.failed"] && created.json["enabled"] == true)
@@ -255,12 +266,22 @@ struct EventsTests {
             let overlapping = try #require(receiver.received.withLock { $0.last })
             #expect(WebhookSignature.verify(header: overlapping.signature, body: overlapping.body, secret: newSecret, now: f.clock.now))
             #expect(WebhookSignature.verify(header: overlapping.signature, body: overlapping.body, secret: oldSecret, now: f.clock.now))
+            // A rotation retried (its answer lost): the secret receivers still hold stays valid,
+            // the one in between is dropped.
+            let retried = try await f.call("POST", "/v1/webhooks/\(hook)/rotate-secret", key: f.backendKey, body: ["overlapSeconds": 3600])
+            let newestSecret = try #require(retried.json["secret"]?.stringValue)
+            #expect(try await f.call("POST", "/v1/activities/\(a2)/update", key: f.backendKey, body: ["contentState": Pizza.state("Cy")]).status == 202)
+            try await eventually("the second delivery arrived") { distinct("push.delivered") == 2 }
+            let twice = try #require(receiver.received.withLock { $0.last })
+            #expect(WebhookSignature.verify(header: twice.signature, body: twice.body, secret: newestSecret, now: f.clock.now))
+            #expect(WebhookSignature.verify(header: twice.signature, body: twice.body, secret: oldSecret, now: f.clock.now))
+            #expect(!WebhookSignature.verify(header: twice.signature, body: twice.body, secret: newSecret, now: f.clock.now))
             // After the overlap only the new secret signs.
             f.clock.advance(by: 3700)
             #expect(try await f.call("POST", "/v1/activities/\(a2)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
-            try await eventually("the second dismissal arrived") { types().filter { $0 == "activity.dismissed" }.count == 2 }
+            try await eventually("the second dismissal arrived") { distinct("activity.dismissed") == 2 }
             let after = try #require(receiver.received.withLock { $0.last })
-            #expect(WebhookSignature.verify(header: after.signature, body: after.body, secret: newSecret, now: f.clock.now))
+            #expect(WebhookSignature.verify(header: after.signature, body: after.body, secret: newestSecret, now: f.clock.now))
             #expect(!WebhookSignature.verify(header: after.signature, body: after.body, secret: oldSecret, now: f.clock.now))
 
             // Disabled: nothing is sent, the stream says so; enabled: what waited arrives. (A second
@@ -269,6 +290,9 @@ struct EventsTests {
             let witnessPort = await witness.start()
             defer { witness.stop() }
             #expect(try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(witnessPort)/hook"), "eventTypes": ["activity.dismissed"]]).status == 201)
+            // Caught up first: a change during a round refuses that round's progress, and its last
+            // batch would be sent again (at least once).
+            try await eventually("caught up") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["waiting"] == 0 }
             let disabled = try await f.call("PATCH", "/v1/webhooks/\(hook)", key: f.backendKey, body: ["enabled": false])
             #expect(disabled.status == 200 && disabled.json["status"] == "disabled" && disabled.json["enabled"] == false)
             let sentBefore = receiver.received.withLock { $0.count }
@@ -284,8 +308,11 @@ struct EventsTests {
             try await eventually("what waited arrived") { types().suffix(2) == ["webhook.disabled", "activity.dismissed"] }
 
             // The log of attempts, newest first.
+            // (An attempt is written once its answer is in: the receiver may count a request first.)
+            try await eventually("every request in the log") {
+                try await f.call("GET", "/v1/webhooks/\(hook)/attempts?limit=50", key: f.backendKey).json["attempts"]?.arrayValue?.count == receiver.received.withLock { $0.count }
+            }
             let log = try await f.call("GET", "/v1/webhooks/\(hook)/attempts?limit=50", key: f.backendKey).json["attempts"]?.arrayValue ?? []
-            #expect(log.count == receiver.received.withLock { $0.count })
             #expect(log.allSatisfy { $0["status"] == 200 && $0["kind"] == "delivery" && ($0["events"]?.numberValue?.int64Value ?? 0) >= 1 })
             #expect(log.first?["lastEventId"]?.stringValue != nil && log.first?["at"]?.numberValue != nil && log.first?["latencyMS"]?.numberValue != nil)
 

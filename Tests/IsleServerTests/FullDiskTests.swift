@@ -176,7 +176,12 @@ struct FullDisk {
             let inWindow = a.started >= firstRefused && a.started <= freed
             #expect(a.took <= (inWindow ? Self.limit : .seconds(10)), "an update took \(a.took)\(inWindow ? " while the disk was full" : "")")
         }
-        for p in readiness { #expect(p.took <= Self.limit, "/ready took \(p.took)") }
+        // The same rule for /ready: within 2 s while the disk is full, never a hang before or after
+        // (on a loaded machine a request before the disk filled took over 2 s, an update 3.8 s).
+        for p in readiness {
+            let inWindow = p.started >= firstRefused && p.started <= freed
+            #expect(p.took <= (inWindow ? Self.limit : .seconds(10)), "/ready took \(p.took)\(inWindow ? " while the disk was full" : "")")
+        }
         // Not ready within 2 s of the first refused write, and until space came back.
         let firstNotReady = readiness.first { $0.started >= firstRefused && $0.status != 200 }
         #expect(firstNotReady.map { $0.ended <= firstRefused + Self.limit } == true, "/ready said not ready too late")

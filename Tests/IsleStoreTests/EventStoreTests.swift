@@ -104,6 +104,11 @@ struct EventStoreTests {
         by = Dictionary(uniqueKeysWithValues: claimed.map { ($0.job.activityID!, $0) })
         #expect(by["a1"]?.job.apnsRequests == 1 && by["a1"]?.job.lastAnswer == APNsAnswer(status: 503, reason: "ServiceUnavailable"))
         #expect(try await s.complete(JobCompletion(claim: by["a1"]!, result: .retry(at: t0.addingTimeInterval(4), reason: "held: the app is paused"))))
+        // A request that got no answer (status 0: the connection failed) is not APNs' answer.
+        claimed = try await s.claim(limit: 10, now: t0.addingTimeInterval(4.5), lease: 30, worker: "w")
+        let lost = try #require(claimed.first)
+        #expect(try await s.complete(JobCompletion(claim: lost, result: .retry(at: t0.addingTimeInterval(4.6), reason: "transport"),
+                                                   delivery: delivery(lost, status: 0, reason: "transport: connection reset"))))
         claimed = try await s.claim(limit: 10, now: t0.addingTimeInterval(5), lease: 30, worker: "w")
         let last = try #require(claimed.first)
         #expect(last.job.apnsRequests == 1 && last.job.lastAnswer?.status == 503)
@@ -383,5 +388,29 @@ struct EventStoreTests {
             after = page.count == 2 ? page.last.map { ActivityQuery.Cursor(startedAt: $0.startedAt, id: $0.id) } : nil
         } while after != nil
         #expect(all == ["b2", "b1", "a3", "a2", "a1", "a0"])
+
+        // Start times no store keeps exactly (PostgreSQL: microseconds), several activities on
+        // each: pages of every size list each activity once, in order.
+        var ids: [String] = []
+        for group in 0..<4 {
+            for n in 0..<3 {
+                let id = "c\(group)\(n)"
+                ids.append(id)
+                try await s.insertActivity(ActivityRecord(id: id, bundleID: app, externalKey: "c-\(group)-\(n)", attributesType: "T", state: .active, updateToken: "t\(id)",
+                                                          startedAt: t0.addingTimeInterval(20 + Double(group) * 0.1234567 + 0.0000003)))
+            }
+        }
+        let everything = try await query(ActivityQuery(bundleID: app, keyPrefix: "c-", limit: 100))
+        #expect(Set(everything) == Set(ids) && everything.count == ids.count)
+        for size in 1...4 {
+            var paged: [String] = []
+            var cursor: ActivityQuery.Cursor?
+            repeat {
+                let page = try await s.findActivities(ActivityQuery(bundleID: app, keyPrefix: "c-", after: cursor, limit: size))
+                paged += page.map(\.id)
+                cursor = page.count == size ? page.last.map { ActivityQuery.Cursor(startedAt: $0.startedAt, id: $0.id) } : nil
+            } while cursor != nil
+            #expect(paged == everything, "\(kind): pages of \(size)")
+        }
     }
 }

@@ -228,7 +228,7 @@ public enum QueueProcedure {
         var jobWrites = QueueWrites()
         for (c, w) in zip(cs, writes) {
             let claim = QueueWrites.Guard(id: c.claim.job.id, worker: c.claim.worker, attempts: c.claim.job.attempts)
-            let answer = w.delivery.map { APNsAnswer(status: $0.status, reason: $0.reason) }
+            let answer = w.delivery.flatMap(APNsAnswer.init(delivery:))
             switch w.job {
             case .finish(let state, let reason): jobWrites.finished.append(.init(claim: claim, state: state, reason: reason, answer: answer))
             case .requeue(let at, let reason): jobWrites.requeued.append(.init(claim: claim, at: at, reason: reason, answer: answer))

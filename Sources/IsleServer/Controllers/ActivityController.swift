@@ -312,7 +312,8 @@ enum ActivityPage {
         while b64.count % 4 != 0 { b64 += "=" }
         guard let data = Data(base64Encoded: b64), let plain = String(data: data, encoding: .utf8) else { throw bad }
         let parts = plain.split(separator: "|", maxSplits: 1).map(String.init)
-        guard parts.count == 2, let seconds = Double(parts[0]), seconds.isFinite, !parts[1].isEmpty else { throw bad }
+        guard parts.count == 2, let seconds = Double(parts[0]), seconds.isFinite, !parts[1].isEmpty, parts[1].unicodeScalars.count <= Limits.id,
+              !parts[1].unicodeScalars.contains("\0") else { throw bad }
         return ActivityQuery.Cursor(startedAt: Date(timeIntervalSince1970: seconds), id: parts[1])
     }
 }

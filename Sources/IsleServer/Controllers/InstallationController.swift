@@ -128,7 +128,7 @@ struct InstallationController {
         for a in try await store.liveActivities(bundleID: bundleID, installationID: id) {
             // One that ended meanwhile (a push, the device) is left as it is.
             if (try? await store.modifyActivity(id: a.id, { r in try ActivityLifecycle.apply(.endedByApp(at: now), to: &r) }, idempotency: nil,
-                                                reportedBy: Events.Source("installationDeleted", at: now))) != nil { ended += 1 }
+                                                reportedBy: Events.Source("installationDeleted", at: now, userID: existing.userID))) != nil { ended += 1 }
         }
         if ended > 0 { services.events.ring() }
         return JSONResponse.make(["id": .string(id), "deleted": .bool(true), "activitiesEnded": .int(ended)])

@@ -171,7 +171,11 @@ struct EventsController {
         var until: Date?
         let changed = try await change(context) { hook, now in
             let sealed = self.services.configuration.masterKey?.seal(secret, bundleID: hook.bundleID) ?? secret
-            hook.previousSecret = overlap > 0 ? hook.secret : nil
+            // During an earlier rotation's overlap the secret receivers still hold is that one's
+            // old secret, not the one in between (whose answer may have been lost, and retried):
+            // it stays the previous secret.
+            let inOverlap = hook.previousSecret != nil && (hook.previousSecretUntil ?? .distantPast) > now
+            hook.previousSecret = overlap > 0 ? (inOverlap ? hook.previousSecret : hook.secret) : nil
             hook.previousSecretUntil = overlap > 0 ? now.addingTimeInterval(overlap) : nil
             until = hook.previousSecretUntil
             hook.secret = sealed
@@ -218,6 +222,10 @@ struct EventsController {
         }
         let sender = WebhookDispatcher(store: store, bell: services.events, clock: services.clock, settings: services.configuration.webhooks,
                                        masterKey: services.configuration.masterKey, logger: services.logger)
+        // A stopped webhook sends nothing (its key was revoked); a disabled one may be tried by hand.
+        if try await sender.keyRevoked(hook) {
+            throw APIError(.conflict, "webhookStopped", "webhook \(hook.id) is stopped: the API key that made it was revoked; delete it and make a new one with a current key")
+        }
         let attempt = try await sender.redeliver(event, to: hook)
         try await audit(context, "webhook.redeliver", hook, "\(text): \(attempt.status)")
         var o: JSONObject = ["eventId": .string(text), "status": .int(Int64(attempt.status)), "latencyMS": .double(attempt.latencyMS), "delivered": .bool(attempt.error == nil)]

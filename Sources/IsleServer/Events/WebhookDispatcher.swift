@@ -155,10 +155,12 @@ final class WebhookDispatcher: Service {
             switch await WebhookTarget.check(url: hook.url, settings: settings) {
             case .success(let t): target = t
             case .failure(let refusal):
+                await record(hook, status: 0, error: refusal.message, events: [], since: clock.now, kind: "delivery")
                 hook.failed(status: 0, error: refusal.message, at: clock.now, maximumBackoff: settings.maximumBackoff)
                 metrics?.webhookFailed(app: hook.bundleID, webhook: hook.id)
                 logger.warning("webhook refused: it will be checked again", metadata: ["webhook": "\(hook.id)", "app": "\(hook.bundleID)", "reason": "\(refusal.code)"])
-                _ = try await store.saveWebhookProgress(hook)
+                guard try await store.saveWebhookProgress(hook) else { return nil }
+                try await disableIfFailingTooLong(hook)
                 return hook.nextAttemptAt
             }
             let client = self.client(for: target)
@@ -177,9 +179,9 @@ final class WebhookDispatcher: Service {
                 }
                 let body = JSONValue.object(["events": .array(events.map(\.json))]).jsonBytes
                 let sent = clock.now
-                let failure = await post(body, to: hook, secrets: secrets, http: client)
+                let (status, failure) = await post(body, to: hook, secrets: secrets, http: client)
                 if Task.isCancelled { return nil }
-                await record(hook, status: failure?.status, error: failure?.error, events: events, since: sent, kind: "delivery")
+                await record(hook, status: status, error: failure?.error, events: events, since: sent, kind: "delivery")
                 if let failure {
                     hook.failed(status: failure.status, error: failure.error, at: clock.now, maximumBackoff: settings.maximumBackoff)
                     metrics?.webhookFailed(app: hook.bundleID, webhook: hook.id)
@@ -215,17 +217,17 @@ final class WebhookDispatcher: Service {
     /// attempt in its log. The endpoint is checked under this server's rules first.
     func redeliver(_ event: StoredEvent, to hook: WebhookRecord) async throws -> WebhookAttempt {
         let sent = clock.now
-        let failure: Failure?
+        let answer: (status: Int, failure: Failure?)
         switch await WebhookTarget.check(url: hook.url, settings: settings) {
-        case .failure(let refusal): failure = Failure(status: 0, error: refusal.message)
+        case .failure(let refusal): answer = (0, Failure(status: 0, error: refusal.message))
         case .success(let target):
             let client = self.client(for: target)
-            failure = await post(JSONValue.object(["events": .array([event.json])]).jsonBytes, to: hook, secrets: try signingSecrets(hook), http: client)
+            answer = await post(JSONValue.object(["events": .array([event.json])]).jsonBytes, to: hook, secrets: try signingSecrets(hook), http: client)
             try? await client.shutdown()
         }
-        await record(hook, status: failure?.status, error: failure?.error, events: [event], since: sent, kind: "redelivery")
-        return WebhookAttempt(webhookID: hook.id, bundleID: hook.bundleID, at: sent, status: failure?.status ?? 200, latencyMS: max(0, clock.now.timeIntervalSince(sent) * 1000),
-                              error: failure?.error, events: 1, firstEvent: event.seq, lastEvent: event.seq, kind: "redelivery")
+        await record(hook, status: answer.status, error: answer.failure?.error, events: [event], since: sent, kind: "redelivery")
+        return WebhookAttempt(webhookID: hook.id, bundleID: hook.bundleID, at: sent, status: answer.status, latencyMS: max(0, clock.now.timeIntervalSince(sent) * 1000),
+                              error: answer.failure?.error, events: 1, firstEvent: event.seq, lastEvent: event.seq, kind: "redelivery")
     }
 
     /// The secrets that sign a request now: the current one, and the one before a rotation until
@@ -238,8 +240,8 @@ final class WebhookDispatcher: Service {
     }
 
     /// The attempt, in the webhook's log (a failure to write it is logged, never fatal).
-    func record(_ hook: WebhookRecord, status: Int?, error: String?, events: [StoredEvent], since: Date, kind: String) async {
-        let attempt = WebhookAttempt(webhookID: hook.id, bundleID: hook.bundleID, at: since, status: status ?? 200, latencyMS: max(0, clock.now.timeIntervalSince(since) * 1000),
+    func record(_ hook: WebhookRecord, status: Int, error: String?, events: [StoredEvent], since: Date, kind: String) async {
+        let attempt = WebhookAttempt(webhookID: hook.id, bundleID: hook.bundleID, at: since, status: status, latencyMS: max(0, clock.now.timeIntervalSince(since) * 1000),
                                      error: error, events: events.count, firstEvent: events.first?.seq, lastEvent: events.last?.seq, kind: kind)
         do { try await store.recordWebhookAttempt(attempt) } catch {
             logger.log(level: .forStoreFailure(.warning, error), "webhooks: could not keep an attempt in the log", metadata: ["webhook": "\(hook.id)", "error": "\(error)"])
@@ -265,8 +267,9 @@ final class WebhookDispatcher: Service {
         }
     }
 
-    /// One POST; nil when the endpoint answered 2xx. Signed with each of `secrets`.
-    func post(_ body: [UInt8], to hook: WebhookRecord, secrets: [String], http: HTTPClient) async -> Failure? {
+    /// One POST, signed with each of `secrets`: the endpoint's status (0: no answer), and the
+    /// failure unless it answered 2xx.
+    func post(_ body: [UInt8], to hook: WebhookRecord, secrets: [String], http: HTTPClient) async -> (status: Int, failure: Failure?) {
         var request = HTTPClientRequest(url: hook.url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
@@ -279,10 +282,11 @@ final class WebhookDispatcher: Service {
             // The answer's body is read and dropped: never stored or shown (the endpoint may be
             // something the key holder wants to read through Isle).
             _ = try? await response.body.collect(upTo: 64 * 1024)
-            if (200..<300).contains(Int(response.status.code)) { return nil }
-            return Failure(status: Int(response.status.code), error: "the endpoint answered \(response.status.code)")
+            let status = Int(response.status.code)
+            if (200..<300).contains(status) { return (status, nil) }
+            return (status, Failure(status: status, error: "the endpoint answered \(status)"))
         } catch {
-            return Failure(status: 0, error: Self.describe(error))
+            return (0, Failure(status: 0, error: Self.describe(error)))
         }
     }
 

@@ -148,7 +148,8 @@ extension PostgresStore {
         let log = logger
         try await transaction { conn in
             try await conn.rows("""
-                INSERT INTO webhook_attempts (webhook_id, bundle_id, at, status, latency_ms, error, events, first_event, last_event, kind) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                INSERT INTO webhook_attempts (webhook_id, bundle_id, at, status, latency_ms, error, events, first_event, last_event, kind)
+                SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = $1)
                 """, [.text(a.webhookID), .text(a.bundleID), .date(a.at), .int(Int64(a.status)), .double(a.latencyMS), .text(a.error), .int(Int64(a.events)),
                       .int(a.firstEvent), .int(a.lastEvent), .text(a.kind)], logger: log)
             try await conn.rows("""

@@ -727,8 +727,8 @@ public final class PostgresStore: IsleStore {
                 try await Self.update(conn, a, logger: log)
                 if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
                 if let reportedBy {
-                    var user: String?
-                    if let installation = a.installationID {
+                    var user = reportedBy.userID
+                    if user == nil, let installation = a.installationID {
                         user = try await conn.row("SELECT user_id FROM installations WHERE bundle_id = $1 AND id = $2", [.text(a.bundleID), .text(installation)], logger: log)?.optionalString("user_id")
                     }
                     try await Self.insertEvents(conn, Events.activityChanged(from: old, to: a, by: reportedBy, userID: user), logger: log)
@@ -828,10 +828,13 @@ public final class PostgresStore: IsleStore {
                 AND ($4::text IS NULL OR installation_id = $4)
                 AND ($5::text IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = $1 AND user_id = $5))
                 AND ($6::text IS NULL OR id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $6))
-                AND ($7::timestamptz IS NULL OR started_at < $7 OR (started_at = $7 AND id < $8))
+                AND ($7::bigint IS NULL OR (extract(epoch FROM started_at) * 1000000)::bigint < $7
+                     OR ((extract(epoch FROM started_at) * 1000000)::bigint = $7 AND id < $8))
                 ORDER BY started_at DESC, id DESC LIMIT $9
                 """, [.text(q.bundleID), .texts(q.states.map(\.rawValue)), .text(q.keyPrefix), .text(q.installationID), .text(q.userID), .text(q.topic),
-                      .date(q.after?.startedAt), .text(q.after?.id), .int(Int64(max(0, q.limit)))], logger: log)
+                      // In whole microseconds, as PostgreSQL keeps it: a Date read back and bound
+                      // again would be truncated, sometimes a microsecond early.
+                      .int(q.after.map { Int64(($0.startedAt.timeIntervalSince1970 * 1_000_000).rounded()) }), .text(q.after?.id), .int(Int64(max(0, q.limit)))], logger: log)
         }
     }
 
@@ -1172,6 +1175,7 @@ extension PostgresStore {
             try await conn.rows("SELECT setval('job_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM jobs), 1))", logger: log)
             try await conn.rows("SELECT setval('audit_log_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM audit_log), 1))", logger: log)
             try await conn.rows("SELECT setval('events_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM events), 1))", logger: log)
+            try await conn.rows("SELECT setval('webhook_attempts_id_seq', GREATEST((SELECT COALESCE(MAX(id), 0) FROM webhook_attempts), 1))", logger: log)
         }
     }
 }
