@@ -362,6 +362,30 @@ struct EventsTests {
         }
     }
 
+    @Test("a webhook whose host the server refuses at sending time is failing, its attempts say why, and it is disabled in time too")
+    func webhookRefusedHostDisabled() async throws {
+        try await ServerFixture.with(server: { c in
+            Self.tune(&c)
+            c.webhooks.disableAfter = 600
+            c.webhooks.allowPrivate = false
+        }) { f in
+            // A webhook made under looser rules (written straight to the store: the API would refuse
+            // it now) obeys the server's rules at each round: loopback is refused, nothing is sent.
+            let hook = "wh_loose"
+            try await f.server.app.store.insertWebhook(WebhookRecord(id: hook, bundleID: Pizza.bundleID, url: "http://127.0.0.1:9/hook", secret: "whsec_x", createdAt: f.clock.now,
+                                                                     cursor: try await f.server.app.store.lastEventSeq(bundleID: Pizza.bundleID)))
+            let (_, id) = try await f.appStartsActivity(key: "order-z")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
+            try await eventually("failing") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["status"] == "failing" }
+            let attempt = try #require(try await f.call("GET", "/v1/webhooks/\(hook)/attempts", key: f.backendKey).json["attempts"]?.arrayValue?.first)
+            #expect(attempt["status"] == 0 && attempt["events"] == 0 && attempt["error"]?.stringValue?.isEmpty == false, "\(attempt)")
+            f.clock.advance(by: 601)
+            try await eventually("disabled") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["status"] == "disabled" }
+            let events = try await f.call("GET", "/v1/events?limit=100", key: f.backendKey).json["events"]?.arrayValue ?? []
+            #expect(events.contains { $0["type"] == "webhook.disabled" && $0["data"]?["source"] == "failures" })
+        }
+    }
+
     @Test("a webhook failing longer than --webhook-disable-after is disabled, and the stream says so")
     func webhookDisabledAfterFailing() async throws {
         let receiver = WebhookReceiver(failFirst: .max)
