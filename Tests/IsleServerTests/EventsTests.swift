@@ -19,10 +19,15 @@ final class WebhookReceiver: Sendable {
     }
     let received = Mutex<[Received]>([])
     let failFirst: Int
+    /// The status of a successful answer.
+    let okStatus: HTTPResponse.Status
     let task = Mutex<Task<Void, any Error>?>(nil)
     let portBox = Mutex<(Int?, [CheckedContinuation<Int, Never>])>((nil, []))
 
-    init(failFirst: Int = 0) { self.failFirst = failFirst }
+    init(failFirst: Int = 0, okStatus: HTTPResponse.Status = .ok) {
+        self.failFirst = failFirst
+        self.okStatus = okStatus
+    }
 
     func start() async -> Int {
         let router = Router()
@@ -32,7 +37,7 @@ final class WebhookReceiver: Sendable {
                 r.append(Received(body: Array(buffer: body), signature: request.headers[.init("Isle-Signature")!] ?? "", webhookID: request.headers[.init("Isle-Webhook-Id")!] ?? ""))
                 return r.count
             }
-            return Response(status: n <= self.failFirst ? .internalServerError : .ok)
+            return Response(status: n <= self.failFirst ? .internalServerError : self.okStatus)
         }
         var logger = Logger(label: "receiver")
         logger.logLevel = .critical
@@ -286,10 +291,11 @@ struct EventsTests {
 
             // Disabled: nothing is sent, the stream says so; enabled: what waited arrives. (A second
             // webhook, enabled, shows when the dispatcher has had the event to send.)
-            let witness = WebhookReceiver()
+            let witness = WebhookReceiver(okStatus: .noContent)
             let witnessPort = await witness.start()
             defer { witness.stop() }
-            #expect(try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(witnessPort)/hook"), "eventTypes": ["activity.dismissed"]]).status == 201)
+            let witnessHook = try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": .string("http://127.0.0.1:\(witnessPort)/hook"), "eventTypes": ["activity.dismissed"]])
+            #expect(witnessHook.status == 201)
             // Caught up first: a change during a round refuses that round's progress, and its last
             // batch would be sent again (at least once).
             try await eventually("caught up") { try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["waiting"] == 0 }
@@ -302,6 +308,11 @@ struct EventsTests {
             let notice = try #require(stream.first { $0["type"] == "webhook.disabled" })
             #expect(notice["data"]?["webhookId"]?.stringValue == hook && notice["data"]?["source"] == "api")
             try await eventually("the witness got the dismissal") { witness.eventIDs().count == 1 }
+            // Its log keeps what the endpoint answered: 204 is a success, and says 204.
+            let witnessID = try #require(witnessHook.json["id"]?.stringValue)
+            try await eventually("the witness's attempt logged") {
+                try await f.call("GET", "/v1/webhooks/\(witnessID)/attempts", key: f.backendKey).json["attempts"]?.arrayValue?.first?["status"] == 204
+            }
             #expect(try await f.call("GET", "/v1/webhooks/\(hook)", key: f.backendKey).json["waiting"] == 2)
             #expect(receiver.received.withLock { $0.count } == sentBefore)
             #expect(try await f.call("PATCH", "/v1/webhooks/\(hook)", key: f.backendKey, body: ["enabled": true]).json["enabled"] == true)
