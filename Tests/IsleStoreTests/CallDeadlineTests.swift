@@ -18,10 +18,11 @@ struct CallDeadlineTests {
         let removed = deadlines.add(after: .milliseconds(50)) { _ in fired.withLock { $0.append("removed") } }
         deadlines.remove(removed)
         _ = kept
-        try await eventually(within: .seconds(5), "the call past its deadline expired") { fired.withLock { $0 } == ["kept"] }
-        // Idle now: a new call starts the watcher again.
+        try await eventually("the call past its deadline expired") { fired.withLock { $0 } == ["kept"] }
+        // Idle now: a new call starts the watcher again. (Deadlines only catch a hang: a loaded
+        // machine can hold a task back for seconds.)
         _ = deadlines.add(after: .milliseconds(10)) { _ in fired.withLock { $0.append("later") } }
-        try await eventually(within: .seconds(5), "a later call expired too") { fired.withLock { $0 } == ["kept", "later"] }
+        try await eventually("a later call expired too") { fired.withLock { $0 } == ["kept", "later"] }
     }
 
     @Test("a store call that never answers is answered unavailable at statement timeout + 5 s, and its work is cancelled")
@@ -47,6 +48,6 @@ struct CallDeadlineTests {
         let took = ContinuousClock.now - start
         // Not before the deadline; the upper bound only says "bounded" (a loaded machine stretches it).
         #expect(took >= .seconds(6) && took < .seconds(30), "\(took)")
-        try await eventually(within: .seconds(5), "the stuck work was cancelled") { cancelled.withLock { $0 } }
+        try await eventually("the stuck work was cancelled") { cancelled.withLock { $0 } }
     }
 }
