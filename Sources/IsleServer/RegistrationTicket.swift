@@ -112,11 +112,18 @@ public struct RegistrationTicket: Sendable, Hashable {
         return nil
     }
 
-    static func base64url(_ bytes: [UInt8]) -> String {
+    static func base64url(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
+    static func base64urlDecode(_ s: Substring) -> [UInt8]? { Base64URL.decode(s) }
+}
+
+/// Base64url without padding (RFC 4648 §5): a JWT's parts, and the API's opaque cursors.
+enum Base64URL {
+    static func encode(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 
-    static func base64urlDecode(_ s: Substring) -> [UInt8]? {
+    /// Nil unless `s` is only the alphabet's characters and decodes.
+    static func decode(_ s: Substring) -> [UInt8]? {
         guard s.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else { return nil }
         var t = s.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while t.count % 4 != 0 { t += "=" }

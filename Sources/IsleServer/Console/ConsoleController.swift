@@ -220,27 +220,20 @@ struct ConsoleController: Sendable {
             let id = try context.parameters.require("webhook")
             let form = try await Self.form(request)
             let enable = form["enabled"] == "true"
-            for _ in 0..<5 {
-                guard var hook = try await store.webhook(id: id), hook.bundleID == admin.bundleID else { return redirect("/console/webhooks", .webhookNotFound) }
-                let now = services.clock.now
-                var events: [NewEvent] = []
-                if enable {
-                    guard hook.disabledAt != nil else { return redirect("/console/webhooks", .webhookEnabled) }
-                    hook.disabledAt = nil
-                    hook.disabledReason = nil
-                } else {
-                    guard hook.disabledAt == nil else { return redirect("/console/webhooks", .webhookDisabled) }
-                    hook.disabledAt = now
-                    hook.disabledReason = "disabled in the console (key \(admin.keyID))"
-                    events.append(EventsController.disabledEvent(hook, source: "console", at: now))
-                }
-                if try await store.changeWebhook(hook, replayFrom: nil, resetFailure: enable, events: events) {
-                    services.events.ring()
-                    try await audit(admin, enable ? "webhook.enable" : "webhook.disable", target: id, detail: hook.url)
-                    return redirect("/console/webhooks", enable ? .webhookEnabled : .webhookDisabled)
+            // As the API's PATCH does it; nothing written when it is so already.
+            guard let current = try await store.webhook(id: id), current.bundleID == admin.bundleID else { return redirect("/console/webhooks", .webhookNotFound) }
+            if (current.disabledAt == nil) != enable {
+                do {
+                    let changed = try await EventsController(services: services, store: store).change(id: id, bundleID: admin.bundleID) { hook, now in
+                        let (reset, events) = EventsController.setEnabled(enable, &hook, at: now, source: "console", by: "in the console (key \(admin.keyID))")
+                        return (nil, reset, events)
+                    }
+                    try await audit(admin, enable ? "webhook.enable" : "webhook.disable", target: id, detail: changed.url)
+                } catch let e as APIError where e.status == .notFound {
+                    return redirect("/console/webhooks", .webhookNotFound)
                 }
             }
-            return redirect("/console/webhooks", .webhookNotFound)
+            return redirect("/console/webhooks", enable ? .webhookEnabled : .webhookDisabled)
         }
         router.post("console/webhooks/:webhook/delete") { request, context in
             try checkOrigin(request)

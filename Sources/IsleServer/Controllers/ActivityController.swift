@@ -297,20 +297,15 @@ struct ActivityController {
 /// `GET /v1/activities`' cursor: where a page ended (its last activity's start and id), opaque to
 /// the caller (base64url), exact to the store's precision.
 enum ActivityPage {
-    static func cursor(_ a: ActivityRecord) -> String {
-        Data("\(a.startedAt.timeIntervalSince1970)|\(a.id)".utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-    }
+    static func cursor(_ a: ActivityRecord) -> String { Base64URL.encode(Array("\(a.startedAt.timeIntervalSince1970)|\(a.id)".utf8)) }
 
     static func cursor(_ text: String) throws -> ActivityQuery.Cursor {
-        guard (1...512).contains(text.count), text.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_") }) else {
+        guard (1...512).contains(text.count), text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
             throw APIError.invalid("after", "after must be the next of a previous GET /v1/activities answer (letters, digits, - and _)")
         }
         // Well formed, but not a cursor Isle made.
         let bad = APIError(.unprocessableContent, "invalidCursor", "after must be the next of a previous GET /v1/activities answer; \(text) is not one", field: "after")
-        var b64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while b64.count % 4 != 0 { b64 += "=" }
-        guard let data = Data(base64Encoded: b64), let plain = String(data: data, encoding: .utf8) else { throw bad }
+        guard let data = Base64URL.decode(Substring(text)), let plain = String(validating: data, as: UTF8.self) else { throw bad }
         let parts = plain.split(separator: "|", maxSplits: 1).map(String.init)
         guard parts.count == 2, let seconds = Double(parts[0]), seconds.isFinite, !parts[1].isEmpty, parts[1].unicodeScalars.count <= Limits.id,
               !parts[1].unicodeScalars.contains("\0") else { throw bad }

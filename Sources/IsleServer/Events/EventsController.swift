@@ -134,19 +134,8 @@ struct EventsController {
         let changed = try await change(context) { hook, now in
             if let url { hook.url = url }
             if let types { hook.eventTypes = types }
-            var events: [NewEvent] = []
-            var reset = false
-            switch enabled {
-            case false? where hook.disabledAt == nil:
-                hook.disabledAt = now
-                hook.disabledReason = "disabled through the API (key \(caller.keyID))"
-                events.append(Self.disabledEvent(hook, source: "api", at: now))
-            case true? where hook.disabledAt != nil:
-                hook.disabledAt = nil
-                hook.disabledReason = nil
-                reset = true
-            default: break
-            }
+            guard let enabled else { return (nil, false, []) }
+            let (reset, events) = Self.setEnabled(enabled, &hook, at: now, source: "api", by: "through the API (key \(caller.keyID))")
             return (nil, reset, events)
         }
         var detail: [String] = []
@@ -254,9 +243,14 @@ struct EventsController {
     /// revision held; `edit` answers a cursor to replay from, whether to clear its failure, and
     /// events to write with it. Retried when a sender changed it meanwhile.
     func change(_ context: IsleRequestContext, _ edit: (inout WebhookRecord, Date) throws -> (Int64?, Bool, [NewEvent])) async throws -> WebhookRecord {
-        let id = try await own(context).id
+        let hook = try await own(context)
+        return try await change(id: hook.id, bundleID: hook.bundleID, edit)
+    }
+
+    /// The same for the app's webhook `id` (the console's actions): 404 when it is not the app's.
+    func change(id: String, bundleID: String, _ edit: (inout WebhookRecord, Date) throws -> (Int64?, Bool, [NewEvent])) async throws -> WebhookRecord {
         for _ in 0..<5 {
-            guard var hook = try await store.webhook(id: id) else { throw APIError.notFound("webhook \(id)") }
+            guard var hook = try await store.webhook(id: id), hook.bundleID == bundleID else { throw APIError.notFound("webhook \(id)") }
             let (replay, reset, events) = try edit(&hook, services.clock.now)
             if try await store.changeWebhook(hook, replayFrom: replay, resetFailure: reset, events: events) {
                 if !events.isEmpty || reset || replay != nil { services.events.ring() }
@@ -265,6 +259,23 @@ struct EventsController {
             }
         }
         throw APIError(.conflict, "webhookBusy", "webhook \(id) kept changing while this request tried to change it; try again", retryAfter: 1)
+    }
+
+    /// Disables (with its `webhook.disabled` event, from `source`) or enables (its failure
+    /// cleared) `hook`; nothing when it is so already. Answers whether to clear the failure, and
+    /// the events to write with the change. The API and the console both use it.
+    static func setEnabled(_ enabled: Bool, _ hook: inout WebhookRecord, at now: Date, source: String, by who: String) -> (reset: Bool, events: [NewEvent]) {
+        switch (enabled, hook.disabledAt == nil) {
+        case (false, true):
+            hook.disabledAt = now
+            hook.disabledReason = "disabled \(who)"
+            return (false, [disabledEvent(hook, source: source, at: now)])
+        case (true, false):
+            hook.disabledAt = nil
+            hook.disabledReason = nil
+            return (true, [])
+        default: return (false, [])
+        }
     }
 
     /// A webhook disabled by hand: the app's stream says so (docs/events.md).

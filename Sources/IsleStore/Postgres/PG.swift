@@ -26,10 +26,17 @@ enum PGArg: Sendable {
     static func int(_ v: Int?) -> PGArg { .int(v.map(Int64.init)) }
 
     /// A moment PostgreSQL can hold (years 4713 BC to 294276 AD; Isle stores nothing near
-    /// either end) and that PostgresNIO's microsecond conversion cannot overflow.
+    /// either end) and that PostgresNIO's microsecond conversion cannot overflow, at the nearest
+    /// microsecond: PostgresNIO truncates, so a moment read back from PostgreSQL and bound again
+    /// would often land a microsecond early (and `started_at = $1` would miss its own row). Half a
+    /// microsecond toward the value's side of 2000-01-01 (PostgreSQL's epoch) makes its
+    /// truncation a rounding.
     static func storable(_ d: Date) -> Date {
         let t = d.timeIntervalSince1970
-        return Date(timeIntervalSince1970: t.isNaN ? 0 : min(max(t, -200_000_000_000), 6_000_000_000_000))
+        let clamped = t.isNaN ? 0 : min(max(t, -200_000_000_000), 6_000_000_000_000)
+        let epoch2000 = 946_684_800.0
+        let micros = ((clamped - epoch2000) * 1_000_000).rounded()
+        return Date(timeIntervalSince1970: epoch2000 + (micros + (micros < 0 ? -0.5 : 0.5)) / 1_000_000)
     }
 
     /// `typedNulls`: a NULL is bound with its value's type instead of none (which PostgreSQL infers

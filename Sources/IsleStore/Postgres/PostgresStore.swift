@@ -828,13 +828,12 @@ public final class PostgresStore: IsleStore {
                 AND ($4::text IS NULL OR installation_id = $4)
                 AND ($5::text IS NULL OR installation_id IN (SELECT id FROM installations WHERE bundle_id = $1 AND user_id = $5))
                 AND ($6::text IS NULL OR id IN (SELECT activity_id FROM activity_topics WHERE bundle_id = $1 AND topic = $6))
-                AND ($7::bigint IS NULL OR (extract(epoch FROM started_at) * 1000000)::bigint < $7
-                     OR ((extract(epoch FROM started_at) * 1000000)::bigint = $7 AND id < $8))
+                AND ($7::timestamptz IS NULL OR started_at < $7 OR (started_at = $7 AND id < $8))
                 ORDER BY started_at DESC, id DESC LIMIT $9
                 """, [.text(q.bundleID), .texts(q.states.map(\.rawValue)), .text(q.keyPrefix), .text(q.installationID), .text(q.userID), .text(q.topic),
-                      // In whole microseconds, as PostgreSQL keeps it: a Date read back and bound
-                      // again would be truncated, sometimes a microsecond early.
-                      .int(q.after.map { Int64(($0.startedAt.timeIntervalSince1970 * 1_000_000).rounded()) }), .text(q.after?.id), .int(Int64(max(0, q.limit)))], logger: log)
+                      // Bound at the nearest microsecond (PGArg.storable): the cursor's moment is
+                      // the row's own.
+                      .date(q.after?.startedAt), .text(q.after?.id), .int(Int64(max(0, q.limit)))], logger: log)
         }
     }
 
