@@ -65,6 +65,9 @@ let package = Package(
         // The delivery model and its pure rules: records and jobs, the lane rules, the planner, the
         // outcome resolver, the app circuit. IsleCore only: storage and HTTP depend on it, never the reverse.
         .target(name: "IsleDelivery", dependencies: ["IsleCore"], swiftSettings: swiftSettings),
+        // The API's wire (docs/server.md): its request and answer types, a strict codec over JSONValue,
+        // and the OpenAPI document made from those types. Foundation only: no NIO, no HTTP.
+        .target(name: "IsleWire", dependencies: ["IsleCore", "IsleDelivery"], swiftSettings: swiftSettings),
         // A generic HTTP/2-over-TLS server (raw swift-nio-http2, APNs-style framing) and an
         // in-process certificate authority. Knows nothing of APNs; used by fakes and sinks.
         .target(
@@ -142,7 +145,7 @@ let package = Package(
         .target(
             name: "IsleServer",
             dependencies: [
-                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleStore", "IsleHTTPAPI",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleStore", "IsleHTTPAPI", "IsleWire",
                 server("AsyncHTTPClient", "async-http-client"),
                 server("NIOSSL", "swift-nio-ssl"),
                 server("Hummingbird", "hummingbird"),
@@ -157,7 +160,6 @@ let package = Package(
                 server("ServiceLifecycle", "swift-service-lifecycle"),
                 server("Tracing", "swift-distributed-tracing"),
             ],
-            resources: [.copy("openapi.json")],
             swiftSettings: swiftSettings
         ),
         // `isle demo`: the whole system in one process, driven over HTTP like a real backend and app.
@@ -189,7 +191,7 @@ let package = Package(
         .target(
             name: "IsleCommandLine",
             dependencies: [
-                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo", "IsleHTTP2Server",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleSimulator", "IsleStore", "IsleServer", "IsleDemo", "IsleHTTP2Server", "IsleWire",
                 server("ServiceLifecycle", "swift-service-lifecycle"),
                 server("UnixSignals", "swift-service-lifecycle"),
                 server("OTel", "swift-otel"),
@@ -213,6 +215,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "IsleCoreTests", dependencies: ["IsleCore", "IsleTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "IsleWireTests", dependencies: ["IsleWire", "IsleCore", "IsleDelivery"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IsleAPNsTests",
             dependencies: [
@@ -241,7 +244,7 @@ let package = Package(
         .testTarget(
             name: "IsleServerTests",
             dependencies: [
-                "IsleServer", "IsleStore", "IsleDelivery", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleClient", "IsleClientSimulator",
+                "IsleServer", "IsleStore", "IsleDelivery", "IsleSimulator", "IsleCore", "IsleTesting", "IsleHTTP2Server", "IsleClient", "IsleClientSimulator", "IsleWire",
                 server("AsyncHTTPClient", "async-http-client"),
                 server("OTel", "swift-otel"),
                 server("Tracing", "swift-distributed-tracing"),

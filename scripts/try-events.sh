@@ -125,13 +125,13 @@ received = [json.loads(l) for l in open(d + "/received.jsonl")]
 types = [e["type"] for e in pulled]
 assert [e["id"] for e in received] == [e["id"] for e in pulled], f"the receiver's {len(received)} events differ from the pull API's {len(pulled)}"
 assert types.count("push.delivered") == delivered, f"{types.count('push.delivered')} deliveries, expected {delivered}: {types}"
-second = [e["type"] for e in pulled if e.get("activityId") == ids[1]]
+second = [e["type"] for e in pulled if e.get("activityID") == ids[1]]
 assert second[-2:] == ["token.retired", "push.failed"], second
-third = [e["type"] for e in pulled if e.get("activityId") == ids[2]]
+third = [e["type"] for e in pulled if e.get("activityID") == ids[2]]
 assert third.count("activity.ended") == 1 and third[-1] == "activity.ended", third
 # Per activity, the delivered pushes' rounds in order: nothing out of order across the crash.
 for a in ids:
-    rounds = [e["data"]["jobId"] for e in pulled if e.get("activityId") == a and e["type"] == "push.delivered"]
+    rounds = [e["data"]["jobID"] for e in pulled if e.get("activityID") == a and e["type"] == "push.delivered"]
     assert rounds == sorted(rounds), (a, rounds)
 rejected = open(d + "/received.jsonl.rejected").read().splitlines() if __import__("os").path.exists(d + "/received.jsonl.rejected") else []
 assert not rejected, f"{len(rejected)} requests with a bad signature"

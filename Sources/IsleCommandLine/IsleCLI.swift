@@ -65,7 +65,7 @@ public struct IsleCommand: AsyncParsableCommand {
         abstract: "Live Activities and widgets over APNs: push, validate, and inspect.",
         discussion: "Credentials and target can also come from the environment: ISLE_APNS_KEY (path to the .p8), ISLE_APNS_KEY_ID, ISLE_APNS_TEAM_ID, ISLE_BUNDLE_ID, ISLE_APNS_ENV (sandbox or production), ISLE_APNS_URL and ISLE_APNS_CA_CERT (a custom APNs such as Isle's simulator).",
         version: IsleVersion.text,
-        subcommands: [PushCommand.self, ValidateCommand.self, JWTCommand.self, ChannelCommand.self, SimCommand.self, DemoCommand.self, ServeCommand.self, AppCommand.self, KeyCommand.self, MasterKeyCommand.self, DbCommand.self, TicketCommand.self]
+        subcommands: [PushCommand.self, ValidateCommand.self, OpenAPICommand.self, JWTCommand.self, ChannelCommand.self, SimCommand.self, DemoCommand.self, ServeCommand.self, AppCommand.self, KeyCommand.self, MasterKeyCommand.self, DbCommand.self, TicketCommand.self]
     )
 
     public init() {}

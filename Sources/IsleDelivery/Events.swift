@@ -76,18 +76,6 @@ public struct StoredEvent: Sendable, Hashable {
 
     /// The id a backend de-duplicates by: the same for every delivery of the event.
     public var id: String { "evt_\(seq)" }
-
-    /// The event as webhooks and `GET /v1/events` carry it (docs/events.md).
-    public var json: JSONValue {
-        var o: JSONObject = ["id": .string(id), "type": .string(event.type.rawValue), "app": .string(event.bundleID)]
-        if let a = event.activityID { o["activityId"] = .string(a) }
-        if let k = event.externalKey { o["externalKey"] = .string(k) }
-        if let i = event.installationID { o["installationId"] = .string(i) }
-        if let u = event.userID { o["userId"] = .string(u) }
-        o["at"] = .int(Int64(event.at.timeIntervalSince1970.rounded(.down)))
-        o["data"] = .object(event.data)
-        return .object(o)
-    }
 }
 
 /// Where the events of a completion and of an activity's change come from: pure functions every
@@ -108,8 +96,8 @@ public enum Events {
         let answered = w.delivery.flatMap(APNsAnswer.init(delivery:))
         let answer = answered ?? job.lastAnswer
         let requests = job.apnsRequests + (answered == nil ? 0 : 1)
-        var base: JSONObject = ["jobId": .int(job.id), "kind": .string(job.kind.rawValue), "attempts": .int(Int64(requests))]
-        if let ch = job.channelID { base["channelId"] = .string(ch) }
+        var base: JSONObject = ["jobID": .int(job.id), "kind": .string(job.kind.rawValue), "attempts": .int(Int64(requests))]
+        if let ch = job.channelID { base["channelID"] = .string(ch) }
         let activity = c.claim.activity.flatMap { $0.id == job.activityID ? $0 : nil }
         let installationID = job.installationID ?? activity?.installationID
         func event(_ type: EventType, _ data: JSONObject, activityID: String? = job.activityID, installation: String? = installationID) -> NewEvent {
@@ -122,8 +110,8 @@ public enum Events {
             case .sent:
                 var d = base
                 if let delivery = w.delivery {
-                    if let id = delivery.apnsID { d["apnsId"] = .string(id.text) }
-                    if let u = delivery.apnsUniqueID { d["apnsUniqueId"] = .string(u) }
+                    if let id = delivery.apnsID { d["apnsID"] = .string(id.text) }
+                    if let u = delivery.apnsUniqueID { d["apnsUniqueID"] = .string(u) }
                     d["priority"] = .int(Int64(delivery.priority.rawValue))
                     if delivery.downgraded { d["downgraded"] = .bool(true) }
                 }
@@ -150,13 +138,13 @@ public enum Events {
         if let p = w.installation, answeredDead {
             if let (type, _) = p.deadPushToStartToken {
                 events.append(event(.tokenRetired, [
-                    "token": .string("pushToStart"), "attributesType": .string(type), "installationId": .string(p.installationID),
+                    "token": .string("pushToStart"), "attributesType": .string(type), "installationID": .string(p.installationID),
                     "apnsReason": w.delivery?.reason.map(JSONValue.string) ?? .null,
                 ], activityID: nil, installation: p.installationID))
             }
             if p.deadWidgetToken != nil {
                 events.append(event(.tokenRetired, [
-                    "token": .string("widget"), "installationId": .string(p.installationID),
+                    "token": .string("widget"), "installationID": .string(p.installationID),
                     "apnsReason": w.delivery?.reason.map(JSONValue.string) ?? .null,
                 ], activityID: nil, installation: p.installationID))
             }

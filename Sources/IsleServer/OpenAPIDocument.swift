@@ -1,14 +1,11 @@
 import Foundation
 import IsleCore
+import IsleWire
 
-/// The API's OpenAPI document (`Sources/IsleServer/openapi.json`, served at `/openapi.json`).
+/// The API's OpenAPI document, made from the wire types (IsleWire's `APIDocument`) and served at
+/// `/openapi.json`; `docs/openapi.json` is a copy kept equal by a test.
 enum OpenAPIDocument {
-    static let json: String = {
-        guard let url = Bundle.module.url(forResource: "openapi", withExtension: "json"), let text = try? String(contentsOf: url, encoding: .utf8) else {
-            return #"{"error":"the OpenAPI document is missing from the build"}"#
-        }
-        return text
-    }()
+    static let json: String = APIDocument.json.prettyJSONString
 
     /// Each documented path as segments (`{name}` matches any one segment) with its methods.
     static let routes: [(segments: [String], methods: [String])] = {

@@ -145,9 +145,9 @@ struct EventsTests {
             #expect(types.filter { $0 == "push.delivered" }.count == 9)
             #expect(types.contains("push.failed") && types.contains("token.retired") && types.contains("activity.ended") && types.contains("activity.token_rotated"))
             // Per activity, in the order things happened: the failed push before its token's retirement.
-            let second = pulled.filter { $0["activityId"]?.stringValue == ids[1] }.compactMap { $0["type"]?.stringValue }
+            let second = pulled.filter { $0["activityID"]?.stringValue == ids[1] }.compactMap { $0["type"]?.stringValue }
             #expect(Array(second.suffix(2)) == ["token.retired", "push.failed"])
-            #expect(pulled.first { $0["type"] == "push.delivered" }?["data"]?["apnsId"]?.stringValue?.count == 36)
+            #expect(pulled.first { $0["type"] == "push.delivered" }?["data"]?["apnsID"]?.stringValue?.count == 36)
 
             try await eventually("the webhook caught up") { receiver.eventIDs().count == expected }
             #expect(receiver.eventIDs() == pulled.compactMap { $0["id"]?.stringValue })
@@ -195,14 +195,14 @@ struct EventsTests {
             try await eventually("the push failed for good") { try await all().contains { $0["type"] == "push.failed" } }
 
             let events = try await all()
-            let about = events.filter { $0["activityId"]?.stringValue == id }
+            let about = events.filter { $0["activityID"]?.stringValue == id }
             #expect(about.map { $0["type"]?.stringValue ?? "" } == ["push.delivered", "token.retired", "push.failed"])
             for e in about {
                 #expect(e["externalKey"] == "order-7", "\(e)")
-                #expect(e["installationId"] == "fixture-phone", "\(e)")
+                #expect(e["installationID"] == "fixture-phone", "\(e)")
             }
             // Each names the user bound when it happened: the push failed after the new binding.
-            #expect(about.map { $0["userId"] } == ["user-42", "user-42", "user-43"])
+            #expect(about.map { $0["userID"] } == ["user-42", "user-42", "user-43"])
             let failed = try #require(about.last)
             // APNs' last answer, though the attempt that gave up sent nothing; two requests (503, 410).
             #expect(failed["data"]?["status"] == 410)
@@ -221,13 +221,13 @@ struct EventsTests {
             #expect(try await f.call("POST", "/v1/activities/\(second)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
             try await eventually("the dismissal's event") { try await all().contains { $0["type"] == "activity.dismissed" } }
             let dismissed = try #require(try await all().first { $0["type"] == "activity.dismissed" })
-            #expect(dismissed["externalKey"] == "order-8" && dismissed["installationId"] == "fixture-phone" && dismissed["userId"] == "user-43")
+            #expect(dismissed["externalKey"] == "order-8" && dismissed["installationID"] == "fixture-phone" && dismissed["userID"] == "user-43")
             // Deleting the installation unbinds its user and ends its activities: their events name
             // the user it had.
             let (_, third) = try await f.appStartsActivity(key: "order-9")
             #expect(try await f.call("DELETE", "/v1/installations/fixture-phone", key: f.deviceKey, headers: f.secretHeader()).status == 200)
-            let ended = try #require(try await all().first { $0["type"] == "activity.ended" && $0["activityId"]?.stringValue == third })
-            #expect(ended["userId"] == "user-43" && ended["externalKey"] == "order-9" && ended["data"]?["source"] == "installationDeleted")
+            let ended = try #require(try await all().first { $0["type"] == "activity.ended" && $0["activityID"]?.stringValue == third })
+            #expect(ended["userID"] == "user-43" && ended["externalKey"] == "order-9" && ended["data"]?["source"] == "installationDeleted")
         }
     }
 
@@ -306,7 +306,7 @@ struct EventsTests {
             #expect(try await f.call("POST", "/v1/activities/\(a3)/dismissed", key: f.deviceKey, headers: f.secretHeader()).status == 200)
             let stream = try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []
             let notice = try #require(stream.first { $0["type"] == "webhook.disabled" })
-            #expect(notice["data"]?["webhookId"]?.stringValue == hook && notice["data"]?["source"] == "api")
+            #expect(notice["data"]?["webhookID"]?.stringValue == hook && notice["data"]?["source"] == "api")
             try await eventually("the witness got the dismissal") { witness.eventIDs().count == 1 }
             // Its log keeps what the endpoint answered: 204 is a success, and says 204.
             let witnessID = try #require(witnessHook.json["id"]?.stringValue)
@@ -325,7 +325,7 @@ struct EventsTests {
             }
             let log = try await f.call("GET", "/v1/webhooks/\(hook)/attempts?limit=50", key: f.backendKey).json["attempts"]?.arrayValue ?? []
             #expect(log.allSatisfy { $0["status"] == 200 && $0["kind"] == "delivery" && ($0["events"]?.numberValue?.int64Value ?? 0) >= 1 })
-            #expect(log.first?["lastEventId"]?.stringValue != nil && log.first?["at"]?.numberValue != nil && log.first?["latencyMS"]?.numberValue != nil)
+            #expect(log.first?["lastEventID"]?.stringValue != nil && log.first?["at"]?.numberValue != nil && log.first?["latencyMS"]?.numberValue != nil)
 
             // Replay from a cursor: the events after it come again, in order, with their ids.
             let all = try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []
@@ -343,7 +343,7 @@ struct EventsTests {
             #expect(sent().contains(firstID))
 
             // Redeliver one event, whatever the cursor.
-            let redelivered = try await f.call("POST", "/v1/webhooks/\(hook)/redeliver", key: f.backendKey, body: ["eventId": .string(firstID)])
+            let redelivered = try await f.call("POST", "/v1/webhooks/\(hook)/redeliver", key: f.backendKey, body: ["eventID": .string(firstID)])
             #expect(redelivered.status == 200 && redelivered.json["status"] == 200 && redelivered.json["delivered"] == true)
             #expect(try await f.call("GET", "/v1/webhooks/\(hook)/attempts?limit=1", key: f.backendKey).json["attempts"]?.arrayValue?.first?["kind"] == "redelivery")
 
@@ -357,8 +357,8 @@ struct EventsTests {
                 ("POST", "/v1/webhooks/\(hook)/rotate-secret", ["overlapSeconds": 604_801], 400, "overlapSeconds"),
                 ("POST", "/v1/webhooks/\(hook)/replay", ["after": "99999999"], 422, "after"),
                 ("POST", "/v1/webhooks/\(hook)/replay", ["after": "x"], 400, "after"),
-                ("POST", "/v1/webhooks/\(hook)/redeliver", ["eventId": "evt_99999999"], 404, nil),
-                ("POST", "/v1/webhooks/\(hook)/redeliver", ["eventId": "1"], 400, "eventId"),
+                ("POST", "/v1/webhooks/\(hook)/redeliver", ["eventID": "evt_99999999"], 404, nil),
+                ("POST", "/v1/webhooks/\(hook)/redeliver", ["eventID": "1"], 400, "eventID"),
             ] as [(String, String, JSONValue, Int, String?)] {
                 let r = try await f.call(method, path, key: f.backendKey, body: body)
                 #expect(r.status == status, "\(method) \(path) \(body.jsonString): \(r.json)")
@@ -419,7 +419,7 @@ struct EventsTests {
             #expect(view["disabledReason"]?.stringValue?.contains("failing since") == true)
             let events = try await f.call("GET", "/v1/events?limit=100", key: f.backendKey).json["events"]?.arrayValue ?? []
             let notice = try #require(events.first { $0["type"] == "webhook.disabled" })
-            #expect(notice["data"]?["source"] == "failures" && notice["data"]?["webhookId"]?.stringValue == hook)
+            #expect(notice["data"]?["source"] == "failures" && notice["data"]?["webhookID"]?.stringValue == hook)
             // Disabled, it is not tried again (a second webhook shows when the dispatcher had more to send).
             let tries = receiver.received.withLock { $0.count }
             let witness = WebhookReceiver()

@@ -1,10 +1,11 @@
 import Foundation
 import IsleClient
 import IsleCore
+import IsleWire
 import Synchronization
 import Testing
 
-/// The OpenAPI document (`Sources/IsleServer/openapi.json`, OpenAPI 3.1 = JSON Schema 2020-12) as a
+/// The OpenAPI document (made from IsleWire's types; OpenAPI 3.1 = JSON Schema 2020-12) as a
 /// checker of request bodies: the keywords the document uses (`$ref`, `type`, `properties`,
 /// `required`, `additionalProperties`, `propertyNames`, `minProperties`/`maxProperties`, `items`, `minItems`/`maxItems`, `enum`,
 /// `const`, `minLength`/`maxLength`, `pattern`, the numeric bounds, `oneOf`/`anyOf`/`allOf`). A
@@ -12,10 +13,7 @@ import Testing
 struct OpenAPIConformance: Sendable {
     let document: JSONValue
 
-    static let shared: OpenAPIConformance = {
-        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Sources/IsleServer/openapi.json")
-        return OpenAPIConformance(document: try! JSONParser.parse(Array(try! Data(contentsOf: url))))
-    }()
+    static let shared = OpenAPIConformance(document: APIDocument.json)
 
     static let known: Set<String> = [
         "$ref", "type", "properties", "required", "additionalProperties", "propertyNames", "minProperties", "maxProperties", "items", "minItems", "maxItems", "enum", "const",

@@ -192,12 +192,12 @@ struct TrustModelV2Tests {
         }
     }
 
-    @Test("unstorable and unbounded input is a 400 naming the field: NUL in a body or a path id, over-long path keys")
+    @Test("unstorable and unbounded input is refused naming the field: NUL in a body (422) or a path id (400), over-long path keys")
     func unstorable() async throws {
         try await ServerFixture.with { f in
             let (_, id) = try await f.appStartsActivity(key: "nul")
             let body = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, raw: #"{"contentState":{"driverName":"a\u0000b","deliveryTimer":[1,2]}}"#)
-            #expect(body.status == 400 && body.json["error"]?["field"] == "contentState.driverName", "\(body.json.jsonString)")
+            #expect(body.status == 422 && body.json["error"]?["code"] == "unstorable" && body.json["error"]?["field"] == "contentState.driverName", "\(body.json.jsonString)")
             let path = try await f.call("GET", "/v1/activities/by-key/a%00b", key: f.backendKey)
             #expect(path.status == 400 && path.json["error"]?["field"] == "key", "\(path.json.jsonString)")
             let long = try await f.call("GET", "/v1/activities/by-key/\(String(repeating: "k", count: 300))", key: f.backendKey)

@@ -224,7 +224,7 @@ struct TrustV3Tests {
             #expect(failure == "could not connect to the endpoint", "\(failure)")
             // A stopped webhook cannot be made to send by another key of the app either.
             let first = try #require(try await f.call("GET", "/v1/events?limit=1", key: f.backendKey).json["events"]?.arrayValue?.first?["id"]?.stringValue)
-            let redelivery = try await f.call("POST", "/v1/webhooks/\(doomedID)/redeliver", key: f.backendKey, body: ["eventId": .string(first)])
+            let redelivery = try await f.call("POST", "/v1/webhooks/\(doomedID)/redeliver", key: f.backendKey, body: ["eventID": .string(first)])
             #expect(redelivery.status == 409 && redelivery.json["error"]?["code"] == "webhookStopped")
             #expect(stopped.received.withLock { $0.isEmpty })
         }

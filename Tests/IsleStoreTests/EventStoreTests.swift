@@ -57,7 +57,7 @@ struct EventStoreTests {
         let events = try await s.events(bundleID: app, after: 0, limit: 100)
         #expect(events.map(\.event.type) == [.pushDelivered, .pushFailed, .tokenRetired, .activityDismissed, .activityTokenRotated])
         #expect(events.map(\.event.activityID) == ["a0", "a1", "a2", "a3", "a0"])
-        #expect(events[0].event.data["apnsId"]?.stringValue == by["a0"]!.apnsID.text)
+        #expect(events[0].event.data["apnsID"]?.stringValue == by["a0"]!.apnsID.text)
         #expect(events[1].event.data["reason"]?.stringValue == "PayloadTooLarge" && events[1].event.data["status"] == .int(413))
         #expect(events[2].event.data["apnsReason"]?.stringValue == "Unregistered")
         #expect(events[3].event.at == t0.addingTimeInterval(5) && events[3].event.data["source"]?.stringValue == "device")
@@ -68,7 +68,7 @@ struct EventStoreTests {
         #expect(try await s.lastEventSeq(bundleID: app) == events[4].seq)
         #expect(try await s.events(bundleID: "com.example.other", after: 0, limit: 10).map(\.event.type) == [.appResumed])
         #expect(try await s.lastEventSeq(bundleID: "com.example.none") == 0)
-        #expect(events[0].json["id"]?.stringValue == "evt_\(events[0].seq)")
+        #expect(events[0].id == "evt_\(events[0].seq)")
 
         // Retention: events older than their time go.
         var retention = Retention()
@@ -130,8 +130,8 @@ struct EventStoreTests {
         #expect(events[1].data["status"] == .int(503) && events[1].data["apnsReason"] == .string("ServiceUnavailable"))
         #expect(events[1].data["attempts"] == .int(1))
         #expect(events[1].at == t0.addingTimeInterval(90))
-        let wire = try #require(try await s.events(bundleID: app, after: 0, limit: 1).first?.json)
-        #expect(wire["externalKey"] == "order-0" && wire["installationId"] == "phone" && wire["userId"] == "user-1")
+        let stored = try #require(try await s.events(bundleID: app, after: 0, limit: 1).first?.event)
+        #expect(stored.externalKey == "order-0" && stored.installationID == "phone" && stored.userID == "user-1")
     }
 
     @Test("events written concurrently are read after a cursor without a gap: a reader never steps over one committed later", arguments: StoreKind.allCases)
@@ -246,7 +246,7 @@ struct EventStoreTests {
         var off = try #require(try await s.webhook(id: "wh_1"))
         off.disabledAt = t0.addingTimeInterval(10)
         off.disabledReason = "failing"
-        #expect(try await s.changeWebhook(off, replayFrom: nil, resetFailure: false, events: [NewEvent(bundleID: app, type: .webhookDisabled, data: ["webhookId": "wh_1"], at: t0)]))
+        #expect(try await s.changeWebhook(off, replayFrom: nil, resetFailure: false, events: [NewEvent(bundleID: app, type: .webhookDisabled, data: ["webhookID": "wh_1"], at: t0)]))
         #expect(try await s.events(bundleID: app, after: last, limit: 10).map(\.event.type) == [.webhookDisabled])
         var on = try #require(try await s.webhook(id: "wh_1"))
         #expect(on.disabledAt == t0.addingTimeInterval(10) && on.disabledReason == "failing" && on.failingSince != nil)

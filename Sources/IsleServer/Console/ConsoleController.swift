@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 import NIOCore
 import Synchronization
@@ -368,8 +369,8 @@ struct ConsoleController: Sendable {
     func webhooksPage(_ admin: Admin, notice: ConsolePages.ShownNotice?, created: (WebhookRecord, String)? = nil, error: APIError? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         var views: [JSONValue] = []
         for hook in try await store.webhooks(bundleID: admin.bundleID) {
-            var view = try await EventsController.view(hook, store: store).objectValue ?? [:]
-            view["attempts"] = .array(try await store.webhookAttempts(webhookID: hook.id, limit: 5).map(EventsController.view))
+            var view = WireEncoder.encode(try await EventsController.view(hook, store: store)).objectValue ?? [:]
+            view["attempts"] = .array(try await store.webhookAttempts(webhookID: hook.id, limit: 5).map { WireEncoder.encode(EventsController.view($0)) })
             views.append(.object(view))
         }
         return page("Webhooks", ConsolePages.webhooks(views, notice: notice, created: created.map { ($0.0.id, $0.1) }, error: error, canAct: !admin.readOnly), status: status)
@@ -474,7 +475,7 @@ struct ConsoleController: Sendable {
         } catch {
             throw APIError.invalid("body", "the request is not JSON: \(error)")
         }
-        let push = try ActivityPush(Body(object: object), event: compose.event == "end" ? .end : .update)
+        let push = try ActivityPush(object, event: compose.event == "end" ? .end : .update)
         // The API's own path (validation, the live check, the job), so the two cannot differ.
         let now = services.clock.now
         let pushes = ActivityPushes(services: services, store: store)

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 
 /// Activities: the app registers them and reports tokens, dismissals and ends (device key); the
@@ -67,10 +68,12 @@ struct ActivityController {
     /// the backend started on this installation by push (docs/security.md).
     @Sendable func register(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.device)
-        let r = try ActivityRegistration(try await Body.read(request))
-        guard let installationID = r.installationID else {
+        let body = try await Body.object(request)
+        guard body["installationID"] != nil else {
             throw APIError.invalid("installationID", "an activity is registered on an installation: register it first with PUT /v1/installations/{id} (the answer holds its secret) and send installationID here with the Isle-Installation-Secret header. IsleClient does this for you")
         }
+        let r = try ActivityRegistration(try Body.decode(API.ActivityRegistration.self, body))
+        let installationID = r.installationID!
         guard let inst = try await store.installation(bundleID: caller.bundleID, id: installationID) else {
             throw APIError(.notFound, "notFound", "no installation \(installationID): register it first with PUT /v1/installations/{id}", field: "installationID")
         }
@@ -146,10 +149,7 @@ struct ActivityController {
     @Sendable func bindKey(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
         let id = try Limits.pathID(try context.parameters.decoded("activity"), "activity")
-        let body = try await Body.read(request)
-        try body.only(WireContract.keyBinding)
-        guard body.object.keys.contains("externalKey") else { throw APIError.invalid("externalKey", "give externalKey: your key for the activity (a string), or null to unbind") }
-        let key = body.object["externalKey"]?.isNull == true ? nil : try body.bounded("externalKey", Limits.externalKey, required: true)
+        let key = try await Body.read(API.KeyBinding.self, request).externalKey.value?.text
         let a = try await services.ownActivity(caller, id)
         guard a.state.acceptsPushes else { throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue); only a live activity gets a key") }
         if let key, try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).contains(where: { $0.id != id && $0.installationID != a.installationID }) {
@@ -167,9 +167,8 @@ struct ActivityController {
     @Sendable func rotateToken(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.device)
         let id = try context.parameters.decoded("activity")
-        let report = try TokenReport(try await Body.read(request))
+        let token = try await Body.read(API.TokenReport.self, request).token.text
         try await checkSecret(request, activityID: id, bundleID: caller.bundleID)
-        let token = report.token
         if let holder = try await store.activity(bundleID: caller.bundleID, updateToken: token), holder.id != id, holder.state.acceptsPushes {
             throw APIError(.conflict, "tokenInUse", "this token is already registered to another activity", field: "token")
         }
@@ -190,7 +189,7 @@ struct ActivityController {
         let report = try context.parameters.decoded("report")
         guard report == "dismissed" || report == "ended" else { throw APIError.notFound("/v1/activities/…/\(report)") }
         let id = try context.parameters.decoded("activity")
-        _ = try await Body.read(request)
+        _ = try await Body.object(request)
         try await checkSecret(request, activityID: id, bundleID: caller.bundleID)
         let now = services.clock.now
         let bundleID = caller.bundleID
@@ -223,19 +222,18 @@ struct ActivityController {
     func enqueue(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, event: ActivityPush.Event, fanOut: Bool = false,
                  _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
         let strict = try Strictness.requested(request)
-        let push = try ActivityPush(try await Body.read(request), event: event)
+        let push = try ActivityPush(try await Body.object(request), event: event)
         let now = services.clock.now
         let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: try await targets(), single: !fanOut, now: now)
         try Strictness.enforce(prepared.warnings, strict: strict)
         let live = prepared.live
-        var value: JSONObject = ["accepted": .int(prepared.jobs.count)]
-        if !prepared.warnings.isEmpty { value["warnings"] = .array(prepared.warnings) }
-        if !fanOut, live.count == 1 { value["activityID"] = .string(live[0]) }
-        if !fanOut, live.count > 1 { value["activityIDs"] = .array(live.map { .string($0) }) }
-        let ids = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: !fanOut), now: now)
-        if !fanOut { value["jobs"] = .array(ids.map { .int($0) }) }
-        return JSONResponse.make(.object(value), status: .accepted)
+        var value = API.Accepted(accepted: Int64(prepared.jobs.count), warnings: Views.findings(prepared.warnings))
+        if !fanOut, live.count == 1 { value.activityID = live[0] }
+        if !fanOut, live.count > 1 { value.activityIDs = live }
+        let ids = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, value, jobs: !fanOut), now: now)
+        if !fanOut { value.jobs = ids }
+        return JSONResponse.make(value, status: .accepted)
     }
 
     /// `GET /v1/activities`: the app's activities, newest first, filtered and paged by cursor
@@ -270,15 +268,13 @@ struct ActivityController {
                                                                  installationID: try text("installationID", max: Limits.id), userID: try text("userID", max: Limits.id),
                                                                  states: states, topic: try text("topic", max: Limits.topic), after: after, limit: limit + 1))
         let page = Array(found.prefix(limit))
-        var value: JSONObject = ["activities": .array(page.map(Views.activity))]
-        if found.count > limit, let last = page.last { value["next"] = .string(ActivityPage.cursor(last)) }
-        return JSONResponse.make(.object(value))
+        let next = found.count > limit ? page.last.map(ActivityPage.cursor) : nil
+        return JSONResponse.make(API.ActivityPage(activities: page.map(Views.activity), next: next))
     }
 
     /// The activity with a page of its delivery history: the newest `deliveries` (default 100, at
     /// most 1,000) before `before` (a delivery id), oldest first; `moreDeliveries.before` pages on.
     func view(_ a: ActivityRecord, request: Request) async throws -> Response {
-        var o = Views.activity(a).objectValue!
         let query = request.uri.queryParameters
         let limit = try Limits.pageSize(request, "deliveries")
         var before: Int64?
@@ -288,9 +284,8 @@ struct ActivityController {
         }
         let page = try await store.deliveries(activityID: a.id, before: before, limit: limit + 1)
         let shown = page.count > limit ? Array(page.dropFirst()) : page
-        o["deliveries"] = .array(shown.map(Views.delivery))
-        if page.count > limit, let oldest = shown.first?.id { o["moreDeliveries"] = ["before": .int(oldest)] }
-        return JSONResponse.make(.object(o))
+        let more = page.count > limit ? shown.first?.id.map(API.DeliveryCursor.init) : nil
+        return JSONResponse.make(API.ActivityDetail(activity: Views.activity(a), deliveries: shown.map(Views.delivery), moreDeliveries: more))
     }
 }
 

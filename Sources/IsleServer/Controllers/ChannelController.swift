@@ -3,6 +3,7 @@ import IsleAPNs
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 
 /// Broadcast channels (iOS 18): created and deleted at APNs, updated and ended through the queue
@@ -16,7 +17,7 @@ struct ChannelController {
         v1.post("channels", use: create)
         v1.get("channels") { _, context in
             let caller = try context.caller(.backend)
-            return JSONResponse.make(.array(try await store.channels(bundleID: caller.bundleID).map(Views.channel)))
+            return JSONResponse.make(try await store.channels(bundleID: caller.bundleID).map(Views.channel))
         }
         v1.delete("channels/:channel", use: delete)
         for event in ActivityPush.Event.allCases {
@@ -35,17 +36,18 @@ struct ChannelController {
 
     @Sendable func create(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
-        let creation = try ChannelCreation(try await Body.read(request))
+        let creation = try await Body.read(API.ChannelCreation.self, request)
+        let storagePolicy = creation.storagePolicy?.rawValue ?? 0
         let app = try await services.app(caller.bundleID)
         let channel: BroadcastChannel
         // A channel lives in one environment: the one asked for, else the server's default now.
-        let environment = creation.environment ?? services.engine.clients.defaultEnvironment
+        let environment = creation.environment?.environment ?? services.engine.clients.defaultEnvironment
         do {
-            channel = try await services.engine.clients.client(for: app, environment: environment).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: creation.storagePolicy)!)
+            channel = try await services.engine.clients.client(for: app, environment: environment).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy)!)
         } catch let e as APNsError {
             throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)\(Self.managementHint(services.engine.clients.target(environment), e))")
         }
-        let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: creation.storagePolicy, createdAt: services.clock.now, environment: environment)
+        let record = ChannelRecord(id: channel.id, bundleID: app.bundleID, storagePolicy: storagePolicy, createdAt: services.clock.now, environment: environment)
         let value = Views.channel(record)
         do {
             try await store.insertChannel(record, idempotency: context.idempotencyRecord(.created, value))
@@ -75,18 +77,17 @@ struct ChannelController {
         let caller = try context.caller(.backend)
         let id = try context.parameters.decoded("channel")
         let strict = try Strictness.requested(request)
-        let push = try ActivityPush(try await Body.read(request), event: event)
+        let push = try ActivityPush(try await Body.object(request), event: event)
         guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
         let now = services.clock.now
         let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, payload: push.payload(acceptedAt: now), requestedPriority: push.priority,
                              runAt: max(push.sendAt ?? now, now))
         let warnings = try PayloadCheck(now: now).validate(job, broadcast: true)
         try Strictness.enforce(warnings, strict: strict)
-        var value: JSONObject = ["accepted": 1]
-        if !warnings.isEmpty { value["warnings"] = .array(warnings) }
-        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, .object(value), jobs: true), now: now)
+        var value = API.Accepted(accepted: 1, warnings: Views.findings(warnings))
+        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
         services.engine.wake(at: job.runAt)
-        value["jobs"] = .array(ids.map { .int($0) })
-        return JSONResponse.make(.object(value), status: .accepted)
+        value.jobs = ids
+        return JSONResponse.make(value, status: .accepted)
     }
 }

@@ -3,6 +3,7 @@ import IsleAPNs
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 
 /// `GET /v1/deliveries/{apns-id}`: one APNs answer, the caller's own only.

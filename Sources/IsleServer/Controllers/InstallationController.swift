@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 
 /// Installations: the device registers itself (tokens, enablement), the backend binds its user,
@@ -38,7 +39,7 @@ struct InstallationController {
     @Sendable func register(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.device)
         let id = try Limits.pathID(try context.parameters.decoded("installation"), "installation")
-        let report = try InstallationReport(try await Body.read(request))
+        let report = try InstallationReport(try await Body.object(request))
         // A ticket from the backend may name the installation's user (the device's word alone never does).
         var ticketUser: String?
         if let text = report.ticket {
@@ -86,13 +87,8 @@ struct InstallationController {
             report.apply(to: &inst, now: now)
             if let userFromTicket { inst.userID = userFromTicket }
         }, idempotency: context.idempotentAnswer(.ok, Views.installation))
-        var value = Views.installation(inst)
-        if inst.secretHash == newHash, case .object(var o) = value {
-            // Shown once: the app keeps it (the Keychain) and sends it with every later call.
-            o["installationSecret"] = .string(newSecret)
-            value = .object(o)
-        }
-        return JSONResponse.make(value)
+        // The secret is shown once: the app keeps it (the Keychain) and sends it with every later call.
+        return JSONResponse.make(API.InstallationRegistration(installation: Views.installation(inst), installationSecret: inst.secretHash == newHash ? newSecret : nil))
     }
 
     /// `DELETE /v1/installations/{id}` (device key and the installation's secret): the person signed
@@ -103,7 +99,7 @@ struct InstallationController {
     @Sendable func delete(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.device)
         let id = try Limits.pathID(try context.parameters.decoded("installation"), "installation")
-        _ = try await Body.read(request)
+        _ = try await Body.object(request)
         let bundleID = caller.bundleID
         guard let existing = try await store.installation(bundleID: bundleID, id: id) else { throw APIError.notFound("installation \(id)") }
         guard existing.secretHash != nil else {
@@ -131,17 +127,17 @@ struct InstallationController {
                                                 reportedBy: Events.Source("installationDeleted", at: now, userID: existing.userID))) != nil { ended += 1 }
         }
         if ended > 0 { services.events.ring() }
-        return JSONResponse.make(["id": .string(id), "deleted": .bool(true), "activitiesEnded": .int(ended)])
+        return JSONResponse.make(API.InstallationDeletion(id: id, activitiesEnded: Int64(ended)))
     }
 
     /// `PUT /v1/installations/{id}/user` (backend key): the person, for push-to-start to a user's devices.
     @Sendable func bindUser(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
         let id = try context.parameters.decoded("installation")
-        let binding = try UserBinding(try await Body.read(request))
+        let userID = try await Body.read(API.UserBinding.self, request).userID.value?.text
         let bundleID = caller.bundleID
         let now = services.clock.now
-        if let user = binding.userID {
+        if let user = userID {
             let others = try await store.installations(bundleID: bundleID, userID: user).filter { $0.id != id }
             guard others.count < services.configuration.quotas.installationsPerUser else {
                 throw APIError(.conflict, "tooManyInstallations", "user \(user) has \(others.count) installations, the most Isle keeps per user (isle serve --max-installations-per-user)", field: "userID")
@@ -151,7 +147,7 @@ struct InstallationController {
         let inst = try await store.modifyInstallation(bundleID: bundleID, id: id, create: { InstallationRecord(id: id, bundleID: "", updatedAt: now) }, { inst in
             // Unknown, or another app's: nothing is written.
             guard inst.bundleID == bundleID else { throw APIError.notFound("installation \(id)") }
-            inst.userID = binding.userID
+            inst.userID = userID
         }, idempotency: context.idempotentAnswer(.ok, Views.installation))
         return JSONResponse.make(Views.installation(inst))
     }
@@ -160,7 +156,7 @@ struct InstallationController {
     /// queues its start, in one transaction.
     func start(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
         let strict = try Strictness.requested(request)
-        let start = try StartRequest(try await Body.read(request))
+        let start = try StartRequest(try await Body.read(API.Start.self, request))
         let app = try await services.app(caller.bundleID)
         guard let schema = app.schema(start.attributesType) else {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(start.attributesType) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
@@ -173,7 +169,7 @@ struct InstallationController {
         let installations = try await targets()
         var jobs: [NewPushJob] = []
         var activities: [ActivityRecord] = []
-        var started: [JSONValue] = []
+        var started: [API.StartedActivity] = []
         for i in installations {
             guard i.pushToStartTokens[start.attributesType] != nil else {
                 if installations.count == 1 { throw APIError(.conflict, "noPushToStartToken", "installation \(i.id) has no push-to-start token for \(start.attributesType)") }
@@ -190,15 +186,14 @@ struct InstallationController {
             var job = template.forActivity(a.id)
             job.installationID = i.id
             jobs.append(job)
-            started.append(["activityID": .string(a.id), "installationID": .string(i.id)])
+            started.append(API.StartedActivity(activityID: a.id, installationID: i.id))
         }
         guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(start.attributesType) activity") }
-        var value: JSONObject = ["accepted": .int(jobs.count), "activities": .array(started)]
-        if !warnings.isEmpty { value["warnings"] = .array(warnings) }
+        let value = API.StartAccepted(accepted: Int64(jobs.count), activities: started, warnings: Views.findings(warnings))
         // The activities, their start jobs and the idempotent answer: one transaction.
-        try await store.enqueue(TraceParent.stamped(jobs), creating: activities, idempotency: context.idempotencyRecord(.accepted, .object(value)), now: now)
+        try await store.enqueue(TraceParent.stamped(jobs), creating: activities, idempotency: context.idempotencyRecord(.accepted, value), now: now)
         services.engine.wake()
-        return JSONResponse.make(.object(value), status: .accepted)
+        return JSONResponse.make(value, status: .accepted)
     }
 
     /// `POST /v1/installations/{id}/widgets/reload` (backend key): a `widgets` push to the
@@ -206,14 +201,13 @@ struct InstallationController {
     @Sendable func reloadWidgets(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
         let id = try context.parameters.decoded("installation")
-        _ = try await Body.read(request)
+        _ = try await Body.object(request)
         let i = try await services.ownInstallation(caller, id)
         guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
         let now = services.clock.now
         let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, payload: .widgets(WidgetPayload()), requestedPriority: .high, runAt: now)
-        let value: JSONValue = ["accepted": 1]
-        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, value, jobs: true), now: now)
+        let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, API.Accepted(accepted: 1), jobs: true), now: now)
         services.engine.wake()
-        return JSONResponse.make(["accepted": 1, "jobs": .array(ids.map { .int($0) })], status: .accepted)
+        return JSONResponse.make(API.Accepted(accepted: 1, jobs: ids), status: .accepted)
     }
 }

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 
 /// The app's queue for its backend: unfinished pushes (`GET /v1/jobs`), cancel one that is not in
@@ -24,7 +25,7 @@ struct JobController {
                 activity = try Limits.pathID(text, "activity")
             }
             let jobs = try await store.openJobs(bundleID: caller.bundleID, activityID: activity, limit: limit)
-            return JSONResponse.make(["jobs": .array(jobs.map { Self.view($0, now: services.clock.now) })])
+            return JSONResponse.make(API.JobList(jobs: jobs.map { Self.view($0, now: services.clock.now) }))
         }
         v1.delete("jobs/:job") { _, context in
             let caller = try context.caller(.backend)
@@ -33,7 +34,7 @@ struct JobController {
                 throw try await Self.refusal(id, caller: caller, store: store, what: "cancelled")
             }
             services.engine.wake()
-            return JSONResponse.make(["id": .int(job.id), "state": .string(PushJobState.dropped.rawValue), "cancelled": .bool(true)])
+            return JSONResponse.make(API.JobCancellation(id: job.id))
         }
         v1.post("jobs/:job/retry") { _, context in
             let caller = try context.caller(.backend)
@@ -42,7 +43,7 @@ struct JobController {
                 throw try await Self.refusal(id, caller: caller, store: store, what: "sent now")
             }
             services.engine.wake()
-            return JSONResponse.make(["id": .int(id), "retried": .bool(true)])
+            return JSONResponse.make(API.JobRetry(id: id))
         }
     }
 
@@ -58,18 +59,17 @@ struct JobController {
         return APIError(.conflict, "jobNotWaiting", "job \(id) is \(state); only a \(what == "cancelled" ? "scheduled or queued" : "queued") job can be \(what)")
     }
 
-    static func view(_ j: PushJob, now: Date) -> JSONValue {
-        let waiting: String = switch j.state {
-        case .scheduled: "scheduled"
-        case .claimed: "inFlight"
-        default: j.runAt > now ? (j.attempts > 0 ? "waitingForRetry" : "waiting") : "due"
+    static func view(_ j: PushJob, now: Date) -> API.Job {
+        let waiting: API.Job.State = switch j.state {
+        case .scheduled: .scheduled
+        case .claimed: .inFlight
+        default: j.runAt > now ? (j.attempts > 0 ? .waitingForRetry : .waiting) : .due
         }
-        var o: JSONObject = ["id": .int(j.id), "kind": .string(j.kind.rawValue), "state": .string(waiting), "dueAt": Views.date(j.runAt), "attempts": .int(Int64(j.attempts)),
-                             "createdAt": Views.date(j.createdAt)]
-        if let a = j.activityID { o["activityID"] = .string(a) }
-        if let c = j.channelID { o["channelID"] = .string(c) }
-        if let i = j.installationID { o["installationID"] = .string(i) }
-        if let e = j.lastError { o["lastError"] = .string(e) }
-        return .object(o)
+        var o = API.Job(id: j.id, kind: j.kind.rawValue, state: waiting, dueAt: j.runAt, attempts: Int64(j.attempts), createdAt: j.createdAt)
+        o.activityID = j.activityID
+        o.channelID = j.channelID
+        o.installationID = j.installationID
+        o.lastError = j.lastError
+        return o
     }
 }

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 import NIOCore
 
@@ -26,7 +27,7 @@ struct OperationsController {
         router.get("/") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(string: Self.index)))
         }
-        router.get("health") { _, _ in JSONResponse.make(["status": "ok"]) }
+        router.get("health") { _, _ in JSONResponse.make(API.Health()) }
         router.get("ready", use: ready)
         router.get("metrics", use: metrics)
         router.get("openapi.json") { _, _ in
@@ -71,12 +72,12 @@ struct OperationsController {
         }
         let circuits = services.engine.circuits
         let held = Set(circuits.all.filter { $0.value.mode != .running }.keys).union(circuits.operatorPauses.keys).sorted()
-        var o: JSONObject = ["status": held.isEmpty ? "ready" : "degraded"]
+        var o = API.Readiness(status: held.isEmpty ? .ready : .degraded, apps: nil)
         if !held.isEmpty, let op = try await operatorKey(request, context) {
             let shown = op.scope == .serverAdmin ? held : held.filter { $0 == op.bundleID }
-            o["apps"] = .array(shown.map { Views.app(bundleID: $0, circuits.circuit($0), pause: circuits.operatorPause($0)) })
+            o.apps = shown.map { Views.app(bundleID: $0, circuits.circuit($0), pause: circuits.operatorPause($0)) }
         }
-        return JSONResponse.make(.object(o))
+        return JSONResponse.make(o)
     }
 
     /// The live console key the request carries (read through the API's one-second cache), as its

@@ -3,6 +3,7 @@ import Hummingbird
 import IsleCore
 import IsleHTTPAPI
 import IsleStore
+import IsleWire
 import IsleDelivery
 
 /// An app's events for its backend (docs/events.md): `GET /v1/events` (paged, long poll) and the
@@ -60,7 +61,7 @@ struct EventsController {
             let left = deadline - ContinuousClock.now
             if !page.isEmpty || left <= .zero || Task.isCancelled {
                 let next = page.last?.seq ?? after
-                return JSONResponse.make(["events": .array(page.map(\.json)), "next": .string(String(next))])
+                return JSONResponse.make(API.EventPage(events: page.map(API.Event.init), next: String(next)))
             }
             // Woken by this process's events at once; another instance's are found within a second.
             await services.events.wait(since: generation, timeout: min(left, .seconds(1)))
@@ -71,15 +72,13 @@ struct EventsController {
     /// from now on. Its signing secret is in this answer only.
     @Sendable func createWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
-        let body = try await Body.read(request)
-        try body.only(WireContract.webhookCreation)
-        let (hook, secret) = try await create(bundleID: caller.bundleID, url: try body.bounded("url", 2000, required: true) ?? "", keyID: caller.keyID,
-                                              eventTypes: try Self.eventTypes(body))
+        let body = try await Body.read(API.WebhookCreation.self, request)
+        let (hook, secret) = try await create(bundleID: caller.bundleID, url: body.url.text, keyID: caller.keyID, eventTypes: try Self.eventTypes(body.eventTypes))
         // API-made webhooks are in the audit log too, under the key that made them.
         try await store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: "webhook.create", target: hook.id, detail: hook.url, at: services.clock.now))
-        var view = try await Self.view(hook, store: store).objectValue ?? [:]
-        view["secret"] = .string(secret)
-        return JSONResponse.make(.object(view), status: .created)
+        var view = try await Self.view(hook, store: store)
+        view.secret = secret
+        return JSONResponse.make(view, status: .created)
     }
 
     /// A new webhook of the app and its secret (the API's and the console's one way to make one).
@@ -102,9 +101,9 @@ struct EventsController {
 
     @Sendable func listWebhooks(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
-        var views: [JSONValue] = []
+        var views: [API.Webhook] = []
         for hook in try await store.webhooks(bundleID: caller.bundleID) { views.append(try await Self.view(hook, store: store)) }
-        return JSONResponse.make(["webhooks": .array(views)])
+        return JSONResponse.make(API.WebhookList(webhooks: views))
     }
 
     @Sendable func showWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
@@ -116,7 +115,7 @@ struct EventsController {
         let hook = try await own(context)
         _ = try await store.deleteWebhook(id: hook.id)
         try await audit(context, "webhook.delete", hook, hook.url)
-        return JSONResponse.make(["id": .string(hook.id), "deleted": .bool(true)])
+        return JSONResponse.make(API.WebhookDeletion(id: hook.id))
     }
 
     /// `PATCH /v1/webhooks/{id}` `{url?, eventTypes?, enabled?}`: change where it goes, which
@@ -124,13 +123,17 @@ struct EventsController {
     /// and sends what is waiting at once.
     @Sendable func changeWebhook(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
-        let body = try await Body.read(request)
-        try body.only(WireContract.webhookChange)
-        guard !body.object.isEmpty else { throw APIError.invalid("body", "give at least one of url, eventTypes, enabled") }
+        let object = try await Body.object(request)
+        guard !object.isEmpty else { throw APIError.invalid("body", "give at least one of url, eventTypes, enabled") }
+        let body = try Body.decode(API.WebhookChange.self, object)
         var url: String?
-        if let text = try body.bounded("url", 2000) { url = try await checkedEndpoint(text) }
-        let types = body.object.keys.contains("eventTypes") ? .some(try Self.eventTypes(body)) : nil as [EventType]??
-        let enabled = try body.bool("enabled")
+        if let text = body.url?.text { url = try await checkedEndpoint(text) }
+        let types: [EventType]?? = switch body.eventTypes {
+        case nil: nil
+        case .clear?: .some(nil)
+        case .set(let list)?: .some(try Self.eventTypes(list))
+        }
+        let enabled = body.enabled
         let changed = try await change(context) { hook, now in
             if let url { hook.url = url }
             if let types { hook.eventTypes = types }
@@ -150,12 +153,8 @@ struct EventsController {
     /// answer only). For `overlapSeconds` (default a day, at most 7 days) requests carry a
     /// signature with the old secret too, so receivers can switch at their own pace.
     @Sendable func rotateSecret(_ request: Request, context: IsleRequestContext) async throws -> Response {
-        let body = try await Body.read(request)
-        try body.only(WireContract.webhookRotation)
-        let overlap = try body.number("overlapSeconds") ?? 86_400
-        guard overlap.isFinite, overlap == overlap.rounded(), (0...604_800).contains(overlap) else {
-            throw APIError.invalid("overlapSeconds", "overlapSeconds must be a whole number of seconds from 0 to 604800 (7 days)")
-        }
+        let body = try await Body.read(API.WebhookRotation.self, request)
+        let overlap = TimeInterval(body.overlapSeconds?.seconds ?? 86_400)
         let secret = "whsec_" + Self.random(32)
         var until: Date?
         let changed = try await change(context) { hook, now in
@@ -171,21 +170,17 @@ struct EventsController {
             return (nil, false, [])
         }
         try await audit(context, "webhook.rotate", changed, "overlap \(Int(overlap)) s")
-        var view = try await Self.view(changed, store: store).objectValue ?? [:]
-        view["secret"] = .string(secret)
-        view["previousSecretValidUntil"] = until.map { .int(Int64($0.timeIntervalSince1970)) } ?? .null
-        return JSONResponse.make(.object(view))
+        var view = try await Self.view(changed, store: store)
+        view.secret = secret
+        view.previousSecretValidUntil = until
+        return JSONResponse.make(view)
     }
 
     /// `POST /v1/webhooks/{id}/replay` `{after}`: send the events after this cursor again (a
     /// `next` of `GET /v1/events`, or an event's number), in order, from now on.
     @Sendable func replay(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
-        let body = try await Body.read(request)
-        try body.only(WireContract.webhookReplay)
-        guard let text = try body.string("after", required: true), let after = Int64(text.hasPrefix("evt_") ? String(text.dropFirst(4)) : text), after >= 0 else {
-            throw APIError.invalid("after", "after must be a cursor: a next of GET /v1/events (a whole number), or an event id (evt_<n>)")
-        }
+        let after = try await Body.read(API.WebhookReplay.self, request).after.sequence
         let last = try await store.lastEventSeq(bundleID: caller.bundleID)
         guard after <= last else {
             throw APIError(.unprocessableContent, "cursorAhead", "after (\(after)) is past the app's newest event (\(last))", field: "after")
@@ -201,11 +196,10 @@ struct EventsController {
     @Sendable func redeliver(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
         let hook = try await own(context)
-        let body = try await Body.read(request)
-        try body.only(WireContract.webhookRedelivery)
-        guard let text = try body.string("eventId", required: true), text.hasPrefix("evt_"), let seq = Int64(text.dropFirst(4)), seq > 0 else {
-            throw APIError.invalid("eventId", "eventId must be an event's id (evt_<n>)")
-        }
+        let id = try await Body.read(API.WebhookRedelivery.self, request).eventID
+        let text = id.text
+        let seq = id.sequence
+        guard seq > 0 else { throw APIError.invalid("eventID", "eventID must be an event's id (evt_<n>, from 1)") }
         guard let event = try await store.events(bundleID: caller.bundleID, after: seq - 1, limit: 1).first, event.seq == seq else {
             throw APIError.notFound("event \(text) (kept \(services.configuration.retention.events / 86_400) days)")
         }
@@ -217,9 +211,8 @@ struct EventsController {
         }
         let attempt = try await sender.redeliver(event, to: hook)
         try await audit(context, "webhook.redeliver", hook, "\(text): \(attempt.status)")
-        var o: JSONObject = ["eventId": .string(text), "status": .int(Int64(attempt.status)), "latencyMS": .double(attempt.latencyMS), "delivered": .bool(attempt.error == nil)]
-        if let e = attempt.error { o["error"] = .string(e) }
-        return JSONResponse.make(.object(o))
+        return JSONResponse.make(API.WebhookRedeliveryResult(eventID: text, status: Int64(attempt.status), latencyMS: attempt.latencyMS, delivered: attempt.error == nil,
+                                                             error: attempt.error))
     }
 
     /// `GET /v1/webhooks/{id}/attempts?limit=`: its newest requests first (the last 100 are kept).
@@ -227,16 +220,16 @@ struct EventsController {
         let hook = try await own(context)
         let limit = try Limits.pageSize(request, "limit", fallback: 20)
         let list = try await store.webhookAttempts(webhookID: hook.id, limit: min(limit, WebhookAttempt.kept))
-        return JSONResponse.make(["attempts": .array(list.map(Self.view))])
+        return JSONResponse.make(API.WebhookAttemptList(attempts: list.map(Self.view)))
     }
 
-    static func view(_ a: WebhookAttempt) -> JSONValue {
-        var o: JSONObject = ["at": .int(Int64(a.at.timeIntervalSince1970)), "kind": .string(a.kind), "status": .int(Int64(a.status)), "latencyMS": .double((a.latencyMS * 10).rounded() / 10),
-                             "events": .int(Int64(a.events))]
-        if let f = a.firstEvent { o["firstEventId"] = .string("evt_\(f)") }
-        if let l = a.lastEvent { o["lastEventId"] = .string("evt_\(l)") }
-        if let e = a.error { o["error"] = .string(e) }
-        return .object(o)
+    static func view(_ a: WebhookAttempt) -> API.WebhookAttempt {
+        var o = API.WebhookAttempt(at: a.at, kind: API.WebhookAttempt.Kind(rawValue: a.kind) ?? .delivery, status: Int64(a.status), latencyMS: (a.latencyMS * 10).rounded() / 10,
+                                   events: Int64(a.events))
+        o.firstEventID = a.firstEvent.map { "evt_\($0)" }
+        o.lastEventID = a.lastEvent.map { "evt_\($0)" }
+        o.error = a.error
+        return o
     }
 
     /// Changes the caller's webhook with `edit` (given the record as it is and the time), once its
@@ -280,7 +273,7 @@ struct EventsController {
 
     /// A webhook disabled by hand: the app's stream says so (docs/events.md).
     static func disabledEvent(_ hook: WebhookRecord, source: String, at now: Date) -> NewEvent {
-        NewEvent(bundleID: hook.bundleID, type: .webhookDisabled, data: ["webhookId": .string(hook.id), "url": .string(hook.url), "source": .string(source),
+        NewEvent(bundleID: hook.bundleID, type: .webhookDisabled, data: ["webhookID": .string(hook.id), "url": .string(hook.url), "source": .string(source),
                                                                          "reason": .string(hook.disabledReason ?? "disabled")], at: now)
     }
 
@@ -289,23 +282,15 @@ struct EventsController {
         try await store.appendAudit(AuditEntry(bundleID: caller.bundleID, keyID: caller.keyID, action: action, target: hook.id, detail: detail, at: services.clock.now))
     }
 
-    /// `eventTypes`: null or absent (every type), or a non-empty list of known types.
-    static func eventTypes(_ body: Body) throws -> [EventType]? {
-        switch body.object["eventTypes"] {
-        case nil, .null?: return nil
-        case .array(let items)?:
-            let known = EventType.allCases.map(\.rawValue).joined(separator: ", ")
-            guard !items.isEmpty else { throw APIError.invalid("eventTypes", "eventTypes must name at least one type (null: every type): \(known)") }
-            var types: [EventType] = []
-            for (i, item) in items.enumerated() {
-                guard let name = item.stringValue, let type = EventType(rawValue: name) else {
-                    throw APIError.invalid("eventTypes[\(i)]", "eventTypes[\(i)] must be one of \(known)")
-                }
-                if !types.contains(type) { types.append(type) }
-            }
-            return types
-        default: throw APIError.invalid("eventTypes", "eventTypes must be an array of event types, or null for every type")
+    /// `eventTypes`: null or absent (every type), or a non-empty list of known types (each once).
+    static func eventTypes(_ list: [EventType]?) throws -> [EventType]? {
+        guard let list else { return nil }
+        guard !list.isEmpty else {
+            throw APIError.invalid("eventTypes", "eventTypes must name at least one type (null: every type): \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
         }
+        var types: [EventType] = []
+        for type in list where !types.contains(type) { types.append(type) }
+        return types
     }
 
     /// A URL a webhook may point at: well formed, and allowed by this server's rules now (a name
@@ -342,36 +327,31 @@ struct EventsController {
     }
 
     /// An endpoint as the API shows it: where it stands, and its failures (never its secret).
-    static func view(_ w: WebhookRecord, store: any EventRepository & APIKeyRepository) async throws -> JSONValue {
+    static func view(_ w: WebhookRecord, store: any EventRepository & APIKeyRepository) async throws -> API.Webhook {
         let waiting = try await store.events(bundleID: w.bundleID, after: w.cursor, limit: 1001).count
         var stopped = false
         if let id = w.keyID {
             let key = try await store.apiKeys(bundleID: w.bundleID).first { $0.id == id }
             stopped = key == nil || key?.revokedAt != nil
         }
-        var o: JSONObject = [
-            "id": .string(w.id), "url": .string(w.url), "createdAt": .int(Int64(w.createdAt.timeIntervalSince1970)),
-            "status": .string(stopped ? "stopped" : w.failingSince != nil ? "failing" : "ok"), "cursor": .string(String(w.cursor)), "delivered": .int(w.delivered),
-            "waiting": .int(Int64(min(waiting, 1000))), "waitingMore": .bool(waiting > 1000),
-        ]
-        if let id = w.keyID { o["keyID"] = .string(id) }
-        o["eventTypes"] = w.eventTypes.map { .array($0.map { .string($0.rawValue) }) } ?? .null
-        o["enabled"] = .bool(w.disabledAt == nil)
+        var o = API.Webhook(id: w.id, url: w.url, createdAt: w.createdAt, status: stopped ? .stopped : w.failingSince != nil ? .failing : .ok, cursor: String(w.cursor),
+                            delivered: w.delivered, waiting: Int64(min(waiting, 1000)), waitingMore: waiting > 1000, eventTypes: w.eventTypes, enabled: w.disabledAt == nil)
+        o.keyID = w.keyID
         if let at = w.disabledAt {
-            o["status"] = "disabled"
-            o["disabledAt"] = .int(Int64(at.timeIntervalSince1970))
-            if let r = w.disabledReason { o["disabledReason"] = .string(r) }
+            o.status = .disabled
+            o.disabledAt = at
+            o.disabledReason = w.disabledReason
         }
-        if let until = w.previousSecretUntil, w.previousSecret != nil { o["previousSecretValidUntil"] = .int(Int64(until.timeIntervalSince1970)) }
-        if stopped { o["stoppedBecause"] = .string("the API key that made it was revoked; nothing is sent to it — delete it and make a new one with a current key") }
-        if let t = w.lastSuccessAt { o["lastSuccessAt"] = .int(Int64(t.timeIntervalSince1970)) }
+        if let until = w.previousSecretUntil, w.previousSecret != nil { o.previousSecretValidUntil = until }
+        if stopped { o.stoppedBecause = "the API key that made it was revoked; nothing is sent to it — delete it and make a new one with a current key" }
+        o.lastSuccessAt = w.lastSuccessAt
         if let since = w.failingSince {
-            var f: JSONObject = ["since": .int(Int64(since.timeIntervalSince1970)), "attempts": .int(Int64(w.attempts))]
-            if let s = w.lastStatus { f["status"] = .int(Int64(s)) }
-            if let e = w.lastError { f["error"] = .string(e) }
-            if let n = w.nextAttemptAt { f["nextAttemptAt"] = .int(Int64(n.timeIntervalSince1970)) }
-            o["failure"] = .object(f)
+            var f = API.WebhookFailure(since: since, attempts: Int64(w.attempts))
+            f.status = w.lastStatus.map(Int64.init)
+            f.error = w.lastError
+            f.nextAttemptAt = w.nextAttemptAt
+            o.failure = f
         }
-        return .object(o)
+        return o
     }
 }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 public import Foundation
 import IsleCore
 import IsleStore
+import IsleWire
 import IsleDelivery
 import Logging
 import NIOCore
@@ -177,7 +178,7 @@ final class WebhookDispatcher: Service {
                     guard try await store.saveWebhookProgress(hook) else { return nil }
                     continue
                 }
-                let body = JSONValue.object(["events": .array(events.map(\.json))]).jsonBytes
+                let body = WireEncoder.encode(API.WebhookBatch(events: events.map(API.Event.init))).jsonBytes
                 let sent = clock.now
                 let (status, failure) = await post(body, to: hook, secrets: secrets, http: client)
                 if Task.isCancelled { return nil }
@@ -222,7 +223,7 @@ final class WebhookDispatcher: Service {
         case .failure(let refusal): answer = (0, Failure(status: 0, error: refusal.message))
         case .success(let target):
             let client = self.client(for: target)
-            answer = await post(JSONValue.object(["events": .array([event.json])]).jsonBytes, to: hook, secrets: try signingSecrets(hook), http: client)
+            answer = await post(WireEncoder.encode(API.WebhookBatch(events: [API.Event(event)])).jsonBytes, to: hook, secrets: try signingSecrets(hook), http: client)
             try? await client.shutdown()
         }
         await record(hook, status: answer.status, error: answer.failure?.error, events: [event], since: sent, kind: "redelivery")
@@ -259,7 +260,7 @@ final class WebhookDispatcher: Service {
         disabled.disabledAt = clock.now
         disabled.disabledReason = reason
         let event = NewEvent(bundleID: hook.bundleID, type: .webhookDisabled, data: [
-            "webhookId": .string(hook.id), "url": .string(hook.url), "source": "failures", "reason": .string(reason), "failingSince": .int(Int64(since.timeIntervalSince1970)),
+            "webhookID": .string(hook.id), "url": .string(hook.url), "source": "failures", "reason": .string(reason), "failingSince": .int(Int64(since.timeIntervalSince1970)),
         ], at: clock.now)
         if try await store.changeWebhook(disabled, replayFrom: nil, resetFailure: false, events: [event]) {
             bell.ring()

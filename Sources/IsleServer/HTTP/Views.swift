@@ -1,48 +1,68 @@
 import Foundation
+import Hummingbird
+import HTTPTypes
 import IsleCore
-import IsleStore
 import IsleDelivery
+import IsleHTTPAPI
+import IsleStore
+import IsleWire
 
-/// The API's JSON views of stored records (the shapes `openapi.json` documents).
+/// The API's answers made from stored records: the wire types (IsleWire's `API`) the OpenAPI
+/// document states.
 enum Views {
-    static func date(_ d: Date?) -> JSONValue { d.map { .int(Int64($0.timeIntervalSince1970)) } ?? .null }
-
-    static func app(bundleID: String, _ c: AppCircuit, pause: OperatorPause? = nil) -> JSONValue {
-        var d: JSONObject
+    static func app(bundleID: String, _ c: AppCircuit, pause: OperatorPause? = nil) -> API.AppStatus {
         if let pause {
             // Paused by hand: until an operator resumes it (POST /v1/app/resume or the console).
-            return ["bundleID": .string(bundleID), "delivery": ["state": "paused", "reason": .string("paused by an operator (key \(pause.keyID)): \(pause.reason)"), "since": date(pause.at)]]
+            return API.AppStatus(bundleID: bundleID, delivery: API.AppDelivery(state: .paused, reason: "paused by an operator (key \(pause.keyID)): \(pause.reason)", since: pause.at))
         }
-        switch c.mode {
-        case .running: d = ["state": "running"]
-        case .backingOff(let until, let reason): d = ["state": "backingOff", "reason": .string(reason), "retryAt": date(until)]
-        case .paused(let until, let reason, let since): d = ["state": "paused", "reason": .string(reason), "since": date(since), "retryAt": date(until)]
+        let d: API.AppDelivery = switch c.mode {
+        case .running: API.AppDelivery(state: .running)
+        case .backingOff(let until, let reason): API.AppDelivery(state: .backingOff, reason: reason, retryAt: until)
+        case .paused(let until, let reason, let since): API.AppDelivery(state: .paused, reason: reason, since: since, retryAt: until)
         }
-        return ["bundleID": .string(bundleID), "delivery": .object(d)]
+        return API.AppStatus(bundleID: bundleID, delivery: d)
     }
 
-    static func installation(_ i: InstallationRecord) -> JSONValue {
-        ["id": .string(i.id), "bundleID": .string(i.bundleID), "userID": i.userID.map(JSONValue.string) ?? .null,
-         "pushToStartTypes": .array(i.pushToStartTokens.keys.sorted().map(JSONValue.string)), "hasWidgetToken": .bool(i.widgetToken != nil),
-         "liveActivitiesEnabled": .bool(i.liveActivitiesEnabled), "frequentPushesEnabled": .bool(i.frequentPushesEnabled), "updatedAt": date(i.updatedAt), "environment": environment(i.environment)]
+    static func installation(_ i: InstallationRecord) -> API.Installation {
+        API.Installation(id: i.id, bundleID: i.bundleID, userID: i.userID, pushToStartTypes: i.pushToStartTokens.keys.sorted(), hasWidgetToken: i.widgetToken != nil,
+                         liveActivitiesEnabled: i.liveActivitiesEnabled, frequentPushesEnabled: i.frequentPushesEnabled, updatedAt: i.updatedAt, environment: i.environment)
     }
 
-    static func activity(_ a: ActivityRecord) -> JSONValue {
-        ["id": .string(a.id), "externalKey": a.externalKey.map(JSONValue.string) ?? .null, "installationID": a.installationID.map(JSONValue.string) ?? .null,
-         "attributesType": .string(a.attributesType), "attributes": a.attributes ?? .null, "contentState": a.content ?? .null, "state": .string(a.state.rawValue),
-         "stateReason": a.stateReason.map(JSONValue.string) ?? .null, "hasToken": .bool(a.updateToken != nil), "topics": .array(a.topics.map(JSONValue.string)),
-         "relevanceScore": a.relevanceScore.map(JSONValue.double) ?? .null, "staleDate": date(a.staleDate), "startedAt": date(a.startedAt), "endedAt": date(a.endedAt),
-         "dismissedAt": date(a.dismissedAt), "environment": environment(a.environment)]
+    static func activity(_ a: ActivityRecord) -> API.Activity {
+        API.Activity(id: a.id, externalKey: a.externalKey, installationID: a.installationID, attributesType: a.attributesType, attributes: a.attributes?.objectValue,
+                     contentState: a.content?.objectValue, state: a.state, stateReason: a.stateReason, hasToken: a.updateToken != nil, topics: a.topics,
+                     relevanceScore: a.relevanceScore, staleDate: a.staleDate, startedAt: a.startedAt, endedAt: a.endedAt, dismissedAt: a.dismissedAt, environment: a.environment)
     }
 
-    static func delivery(_ d: DeliveryRecord) -> JSONValue {
-        ["id": d.id.map { .int($0) } ?? .null, "jobID": .int(d.jobID), "activityID": d.activityID.map(JSONValue.string) ?? .null, "apnsID": d.apnsID.map { .string($0.text) } ?? .null,
-         "apnsUniqueID": d.apnsUniqueID.map(JSONValue.string) ?? .null, "status": .int(d.status), "reason": d.reason.map(JSONValue.string) ?? .null,
-         "latencyMS": .double(d.latencyMS), "priority": .int(Int64(d.priority.rawValue)), "downgraded": .bool(d.downgraded), "at": date(d.at)]
+    static func delivery(_ d: DeliveryRecord) -> API.Delivery {
+        API.Delivery(id: d.id, jobID: d.jobID, activityID: d.activityID, apnsID: d.apnsID?.text, apnsUniqueID: d.apnsUniqueID, status: Int64(d.status), reason: d.reason,
+                     latencyMS: d.latencyMS, priority: d.priority.rawValue, downgraded: d.downgraded, at: d.at)
     }
 
-    static func channel(_ c: ChannelRecord) -> JSONValue { ["id": .string(c.id), "storagePolicy": .int(c.storagePolicy), "environment": environment(c.environment)] }
+    static func channel(_ c: ChannelRecord) -> API.Channel { API.Channel(id: c.id, storagePolicy: Int64(c.storagePolicy), environment: c.environment) }
 
-    /// `sandbox`, `production`, or null: the server's default (`isle serve --sandbox/--production`).
-    static func environment(_ e: PushEnvironment?) -> JSONValue { e.map { .string($0.rawValue) } ?? .null }
+    /// The validator's findings, typed.
+    static func findings(_ warnings: [JSONValue]) -> [API.Finding]? {
+        warnings.isEmpty ? nil : warnings.map {
+            API.Finding(code: $0["code"]?.stringValue ?? "", field: $0["field"]?.stringValue, message: $0["message"]?.stringValue ?? "", fix: $0["fix"]?.stringValue ?? "")
+        }
+    }
+}
+
+extension JSONResponse {
+    /// An answer of one of the API's types.
+    static func make<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) -> Response {
+        make(WireEncoder.encode(value), status: status)
+    }
+}
+
+extension IsleRequestContext {
+    /// The idempotency record of a write whose answer (of an API type) is made from what it wrote.
+    func idempotentAnswer<Record, T: Encodable>(_ status: HTTPResponse.Status, _ view: @escaping @Sendable (Record) -> T) -> IdempotentAnswer<Record>? {
+        idempotentAnswer(status) { WireEncoder.encode(view($0)) }
+    }
+
+    func idempotencyRecord<T: Encodable>(_ status: HTTPResponse.Status, _ value: T, jobs: Bool = false) -> IdempotencyRecord? {
+        idempotencyRecord(status, WireEncoder.encode(value), jobs: jobs)
+    }
 }

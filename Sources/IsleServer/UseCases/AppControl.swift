@@ -17,7 +17,7 @@ struct AppControl {
     func pause(bundleID: String, keyID: String, reason: String) async throws -> Bool {
         let now = services.clock.now
         let paused = try await store.pauseApp(OperatorPause(bundleID: bundleID, keyID: keyID, reason: reason, at: now),
-                                                      event: NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "operator", "reason": .string(reason), "keyId": .string(keyID)], at: now))
+                                                      event: NewEvent(bundleID: bundleID, type: .appPaused, data: ["cause": "operator", "reason": .string(reason), "keyID": .string(keyID)], at: now))
         services.engine.circuits.setOperatorPauses(try await store.operatorPauses())
         services.events.ring()
         if paused { services.engine.counters.metrics.appPaused(cause: "operator") }
@@ -37,7 +37,7 @@ struct AppControl {
     func resume(bundleID: String, keyID: String?) async throws -> Bool {
         let now = services.clock.now
         var data: JSONObject = ["source": "operator"]
-        if let keyID { data["keyId"] = .string(keyID) }
+        if let keyID { data["keyID"] = .string(keyID) }
         let lifted = try await store.resumeApp(bundleID: bundleID, event: NewEvent(bundleID: bundleID, type: .appResumed, data: data, at: now)) != nil
         services.engine.circuits.setOperatorPauses(try await store.operatorPauses())
         services.engine.circuits.resume(bundleID, now: now)
