@@ -129,8 +129,8 @@ extension IsleClient {
             persist()
             return
         }
-        let json = (try? JSONSerialization.jsonObject(with: answer.body)) as? [String: Any]
-        let outcome = Self.outcome(response, json: json, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
+        let read = ClientWire.Answer.read(answer.body, status: status, installation: report.kind == .installation)
+        let outcome = Self.outcome(response, answer: read, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
         apply(logged(outcome, Self.name(report.kind), frozen.method, frozen.path, status), to: report)
         wake()
     }
@@ -227,8 +227,8 @@ extension IsleClient {
             state.outbox.remove(at: j)
             if report.kind == .installation {
                 state.installationSentAt = configuration.now()
-                if let sent = frozen.request?.body, let body = try? JSONSerialization.jsonObject(with: sent) as? [String: Any],
-                   let ticket = body["ticket"] as? String, ticket == state.userTicket {
+                if let sent = frozen.request?.body, let body = try? JSONDecoder().decode(ClientWire.InstallationReport.self, from: sent),
+                   let ticket = body.ticket, ticket == state.userTicket {
                     state.userTicket = nil
                 }
                 if state.resyncPending {
@@ -380,51 +380,35 @@ extension IsleClient {
 
     /// The report as a request, from the state as it is now.
     func makeRequest(_ report: Report) -> Result<Report.Request, Refusal> {
-        var body: [String: Any] = [:]
-        let method: String
-        let path: String
         switch report.kind {
         case .installation:
-            method = "PUT"
-            path = "/v1/installations/\(state.installationID)"
-            if !state.pushToStartTokens.isEmpty { body["pushToStartTokens"] = state.pushToStartTokens }
-            if let w = state.widgetToken { body["widgetToken"] = w }
-            if let e = state.liveActivitiesEnabled { body["liveActivitiesEnabled"] = e }
-            if let f = state.frequentPushesEnabled { body["frequentPushesEnabled"] = f }
-            if let e = configuration.environment { body["environment"] = e.rawValue }
-            if let ticket = state.userTicket { body["ticket"] = ticket }
+            let body = ClientWire.InstallationReport(pushToStartTokens: state.pushToStartTokens.isEmpty ? nil : state.pushToStartTokens, widgetToken: state.widgetToken,
+                                                     liveActivitiesEnabled: state.liveActivitiesEnabled, frequentPushesEnabled: state.frequentPushesEnabled,
+                                                     environment: configuration.environment?.rawValue, ticket: state.userTicket)
+            return .success(Report.Request(method: "PUT", path: "/v1/installations/\(state.installationID)", body: ClientWire.encode(body)))
         case .register(let local, let type, let token, let key, let topics):
-            (method, path) = ("POST", "/v1/activities")
-            body = registration(local: local, type: type, key: key, topics: topics, ["token": token])
-            if let e = configuration.environment { body["environment"] = e.rawValue }
+            var body = registration(local: local, type: type, key: key, topics: topics)
+            body.token = token
+            body.environment = configuration.environment?.rawValue
+            return .success(Report.Request(method: "POST", path: "/v1/activities", body: ClientWire.encode(body)))
         case .registerChannel(let local, let type, let channel, let key, let topics):
-            (method, path) = ("POST", "/v1/activities")
-            body = registration(local: local, type: type, key: key, topics: topics, ["channelID": channel])
+            var body = registration(local: local, type: type, key: key, topics: topics)
+            body.channelID = channel
+            return .success(Report.Request(method: "POST", path: "/v1/activities", body: ClientWire.encode(body)))
         case .token(let local, let token):
             guard let id = state.serverIDs[local] else { return .failure(Refusal(status: nil, code: "notRegistered", message: "token rotation for activity \(local), which the server never registered")) }
-            method = "PUT"
-            path = "/v1/activities/\(id)/token"
-            body = ["token": token]
+            return .success(Report.Request(method: "PUT", path: "/v1/activities/\(id)/token", body: ClientWire.encode(ClientWire.TokenReport(token: token))))
         case .state(let local, let what):
             guard let id = state.serverIDs[local] else { return .failure(Refusal(status: nil, code: "notRegistered", message: "\(what) for activity \(local), which the server never registered")) }
-            method = "POST"
-            path = "/v1/activities/\(id)/\(what)"
+            // A state report has no body (the document describes none).
+            return .success(Report.Request(method: "POST", path: "/v1/activities/\(id)/\(what)", body: Data()))
         }
-        // A state report has no body (the document describes none).
-        if case .state = report.kind { return .success(Report.Request(method: method, path: path, body: Data())) }
-        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return .success(Report.Request(method: method, path: path, body: data))
     }
 
     /// A registration's body: the activity, its installation, and its key with the ticket for it.
-    func registration(local: String, type: String, key: String?, topics: [String], _ target: [String: Any]) -> [String: Any] {
-        var body = target
-        body["attributesType"] = type
-        body["installationID"] = state.installationID
-        if let key { body["externalKey"] = key }
-        if key != nil, let ticket = state.tickets[local] { body["ticket"] = ticket }
-        if !topics.isEmpty { body["topics"] = topics }
-        return body
+    func registration(local: String, type: String, key: String?, topics: [String]) -> ClientWire.ActivityRegistration {
+        ClientWire.ActivityRegistration(attributesType: type, installationID: state.installationID, externalKey: key,
+                                        topics: topics.isEmpty ? nil : topics, ticket: key == nil ? nil : state.tickets[local])
     }
 
     func perform(_ report: Report) async -> Outcome {
@@ -444,8 +428,8 @@ extension IsleClient {
             // The network, or the server away: try again later.
             return logged(.retry(after: nil), name, method, path, nil)
         }
-        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-        let outcome = Self.outcome(response, json: json, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
+        let read = ClientWire.Answer.read(data, status: response.statusCode, installation: report.kind == .installation)
+        let outcome = Self.outcome(response, answer: read, report: report, hasSecret: state.secret != nil, canRefetchTicket: configuration.ticket != nil)
         return logged(outcome, name, method, path, response.statusCode)
     }
 
@@ -485,13 +469,13 @@ extension IsleClient {
         return outcome
     }
 
-    static func outcome(_ response: HTTPURLResponse, json: [String: Any]?, report: Report, hasSecret: Bool, canRefetchTicket: Bool) -> Outcome {
-        let error = json?["error"] as? [String: Any]
-        let code = error?["code"] as? String ?? ""
-        let field = error?["field"] as? String
+    static func outcome(_ response: HTTPURLResponse, answer: ClientWire.Answer?, report: Report, hasSecret: Bool, canRefetchTicket: Bool) -> Outcome {
+        let error = answer?.error
+        let code = error?.code ?? ""
+        let field = error?.field
         switch response.statusCode {
         case 200..<300:
-            return .done(serverID: json?["id"] as? String, secret: json?["installationSecret"] as? String)
+            return .done(serverID: answer?.id, secret: answer?.installationSecret)
         case 429, 500..<600:
             // Retry-After in seconds, bounded: a server's odd value never parks the outbox for ever.
             let after = response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init).map { $0.isFinite ? min(3600, max(0, $0)) : 60 }
@@ -509,7 +493,7 @@ extension IsleClient {
         case 404 where activity(report.kind) != nil && registration(report.kind) == nil:
             return .activityUnknown
         default:
-            return .refused(Refusal(status: response.statusCode, code: code.isEmpty ? "http\(response.statusCode)" : code, message: error?["message"] as? String ?? ""))
+            return .refused(Refusal(status: response.statusCode, code: code.isEmpty ? "http\(response.statusCode)" : code, message: error?.message ?? ""))
         }
     }
 }

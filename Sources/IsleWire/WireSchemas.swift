@@ -47,6 +47,8 @@ public struct WireSchemas {
     /// The schema of `type` as a field or body of `direction`: inline for leaves and collections,
     /// a `$ref` for structs.
     public mutating func schema(_ type: any Decodable.Type, _ direction: Direction) -> JSONValue {
+        // A request may give a moment with a fraction; an answer always gives whole seconds.
+        if type == Date.self, direction == .answer { return ["type": "integer", "description": "Unix time, seconds"] }
         if let scalar = type as? any WireScalar.Type { return scalar.wireSchema }
         if let optional = type as? any WireOptionalType.Type { return Self.nullable(schema(optional.wireWrapped, direction)) }
         if let patch = type as? any WirePatchType.Type { return Self.nullable(schema(patch.wireWrapped, direction)) }

@@ -191,7 +191,7 @@ struct EventsController {
         return JSONResponse.make(try await Self.view(changed, store: store))
     }
 
-    /// `POST /v1/webhooks/{id}/redeliver` `{eventId}`: send that one event to the endpoint now,
+    /// `POST /v1/webhooks/{id}/redeliver` `{eventID}`: send that one event to the endpoint now,
     /// whatever its filter or cursor; answers what the endpoint answered (kept in its attempts).
     @Sendable func redeliver(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.backend)
@@ -199,7 +199,6 @@ struct EventsController {
         let id = try await Body.read(API.WebhookRedelivery.self, request).eventID
         let text = id.text
         let seq = id.sequence
-        guard seq > 0 else { throw APIError.invalid("eventID", "eventID must be an event's id (evt_<n>, from 1)") }
         guard let event = try await store.events(bundleID: caller.bundleID, after: seq - 1, limit: 1).first, event.seq == seq else {
             throw APIError.notFound("event \(text) (kept \(services.configuration.retention.events / 86_400) days)")
         }

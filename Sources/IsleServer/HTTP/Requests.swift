@@ -142,7 +142,9 @@ struct ActivityRegistration {
     var ticket: String?
 
     init(_ w: API.ActivityRegistration) throws {
-        guard w.token != nil || w.channelID != nil else { throw APIError.invalid("token", "token is required: the activity's update token in hex (or channelID, for an activity on a broadcast channel)") }
+        guard w.token != nil || w.channelID != nil else {
+            throw APIError(.unprocessableContent, "tokenOrChannelRequired", "token is required: the activity's update token in hex (or channelID, for an activity on a broadcast channel)", field: "token")
+        }
         ticket = w.ticket?.text
         attributesType = w.attributesType.text
         environment = w.environment?.environment

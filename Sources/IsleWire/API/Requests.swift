@@ -64,7 +64,7 @@ extension API {
             self.ticket = ticket
         }
 
-        public static var wireDescription: String? { "An activity the app started (token), or one it follows on a broadcast channel (channelID): one of the two is required." }
+        public static var wireDescription: String? { "An activity the app started (token), or one it follows on a broadcast channel (channelID): one of the two is required (else 422 tokenOrChannelRequired)." }
         public static var wireFields: [String: String] {
             ["installationID": "The installation the activity runs on (registered first with PUT /v1/installations/{id}); the request carries its secret in Isle-Installation-Secret.",
              "token": "The activity's update token (hex). Required unless channelID is given.",
@@ -74,10 +74,6 @@ extension API {
              "contentState": "At most 4096 bytes as JSON (else 422 tooLarge); checked against the schema the app registered for attributesType (422 schemaMismatch).",
              "environment": "The APNs environment of token. Absent or null: the installation's, else the server's default.",
              "ticket": "Required with externalKey (unless it links an activity the backend started by push-to-start on this installation): the backend's registration ticket naming that key. See docs/security.md."]
-        }
-        /// The rule between fields the document states: a token or a channel.
-        public static var wireExtra: JSONObject {
-            ["anyOf": [["required": ["token"], "properties": ["token": ["type": "string"]]], ["required": ["channelID"], "properties": ["channelID": ["type": "string"]]]]]
         }
     }
 
