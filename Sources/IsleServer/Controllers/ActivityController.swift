@@ -69,10 +69,10 @@ struct ActivityController {
     @Sendable func register(_ request: Request, context: IsleRequestContext) async throws -> Response {
         let caller = try context.caller(.device)
         let body = try await Body.object(request)
-        guard body["installationID"] != nil else {
+        let r: ActivityRegistration
+        do { r = try ActivityRegistration(try Body.decode(API.ActivityRegistration.self, body)) } catch let e as APIError where e.field == "installationID" && body["installationID"]?.isNull != false {
             throw APIError.invalid("installationID", "an activity is registered on an installation: register it first with PUT /v1/installations/{id} (the answer holds its secret) and send installationID here with the Isle-Installation-Secret header. IsleClient does this for you")
         }
-        let r = try ActivityRegistration(try Body.decode(API.ActivityRegistration.self, body))
         let installationID = r.installationID!
         guard let inst = try await store.installation(bundleID: caller.bundleID, id: installationID) else {
             throw APIError(.notFound, "notFound", "no installation \(installationID): register it first with PUT /v1/installations/{id}", field: "installationID")

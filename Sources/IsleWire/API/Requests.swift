@@ -37,7 +37,6 @@ extension API {
     /// `POST /v1/activities`: the app registers an activity it started, or one started by push.
     public struct ActivityRegistration: Codable, Sendable, WireDocumented {
         public var attributesType: AttributesTypeName
-        public var installationID: RecordID
         public var token: HexToken?
         public var channelID: RecordID?
         public var externalKey: ExternalKey?
@@ -47,6 +46,7 @@ extension API {
         public var relevanceScore: Double?
         public var environment: EnvironmentName?
         public var ticket: Ticket?
+        public var installationID: RecordID
 
         public init(attributesType: AttributesTypeName, installationID: RecordID, token: HexToken? = nil, channelID: RecordID? = nil, externalKey: ExternalKey? = nil,
                     topics: TopicList? = nil, attributes: JSONObject? = nil, contentState: JSONObject? = nil, relevanceScore: Double? = nil,
