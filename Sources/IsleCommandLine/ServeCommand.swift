@@ -202,7 +202,12 @@ struct ServeCommand: AsyncParsableCommand {
                         problems.append("master key: the apps' .p8 keys are encrypted at rest and no master key was given. \(DatabaseOption.masterKeyHelp)")
                         break
                     }
-                    do { _ = try key.open(app.keyPEM, bundleID: app.bundleID) } catch { problems.append("master key: it does not open \(app.bundleID)'s .p8 key: is it the key the database was sealed with?") }
+                    for stored in [app.keyPEM] + app.environmentKeys.map(\.keyPEM) {
+                        do { _ = try key.open(stored, bundleID: app.bundleID) } catch {
+                            problems.append("master key: it does not open \(app.bundleID)'s .p8 key: is it the key the database was sealed with?")
+                            break
+                        }
+                    }
                 }
             }
         } catch {
@@ -499,8 +504,10 @@ extension ServeCommand {
                 throw CLIError("database: the apps' .p8 keys are encrypted at rest and no master key was given. \(DatabaseOption.masterKeyHelp)")
             }
             for app in sealedApps {
-                do { _ = try masterKey.open(app.keyPEM, bundleID: app.bundleID) } catch {
-                    throw CLIError("master key: \(error.message); give the master key these apps were added with")
+                for stored in [app.keyPEM] + app.environmentKeys.map(\.keyPEM) {
+                    do { _ = try masterKey.open(stored, bundleID: app.bundleID) } catch {
+                        throw CLIError("master key: \(error.message); give the master key these apps were added with")
+                    }
                 }
             }
         }
@@ -518,7 +525,7 @@ struct MasterKeyCommand: ParsableCommand {
 }
 
 struct AppCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, Remove.self, TicketKeyCommand.self])
+    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, Remove.self, TicketKeyCommand.self, EnvironmentKeyCommand.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add (or replace) an app: its provider key and attributes-type schemas.")
@@ -546,9 +553,12 @@ struct AppCommand: AsyncParsableCommand {
                                    frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date())
             try await database.withStore { store in
                 try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: shown)
-                // Replacing an app keeps its ticket keys (isle app ticket-key manages them).
+                // Replacing an app keeps its ticket keys and its environments' keys (isle app
+                // ticket-key and isle app environment-key manage them).
                 var record = record
-                record.ticketKeys = try await store.app(record.bundleID)?.ticketKeys ?? []
+                let existing = try await store.app(record.bundleID)
+                record.ticketKeys = existing?.ticketKeys ?? []
+                record.environmentKeys = existing?.environmentKeys ?? []
                 try await store.upsertApp(record)
             }
             say("app \(bundleID) saved in \(shown) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")
@@ -560,7 +570,8 @@ struct AppCommand: AsyncParsableCommand {
         @OptionGroup var database: DatabaseOption
         func run() async throws {
             for a in try await database.withStore({ try await $0.apps() }) {
-                say("\(a.bundleID)  key \(a.keyID)  team \(a.teamID)  types: \(a.schemas.map(\.attributesType).joined(separator: ", "))")
+                let scoped = a.environmentKeys.sorted { $0.environment.rawValue < $1.environment.rawValue }.map { "  \($0.environment.rawValue) key \($0.keyID) team \($0.teamID)" }.joined()
+                say("\(a.bundleID)  key \(a.keyID)  team \(a.teamID)\(scoped)  types: \(a.schemas.map(\.attributesType).joined(separator: ", "))")
             }
         }
     }

@@ -41,6 +41,8 @@ struct SimCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("key"), help: ArgumentHelp("Accept this provider key (.p8) instead of generating one — e.g. the other environment's simulator's, as Apple accepts one key on both.", valueName: "file"))
     var providerKey: String?
+    @Flag(name: .customLong("scoped-key"), help: "Limit the provider key to this simulator's environment, as an environment-scoped key of Apple's is: used on the other environment's host it is refused (403 BadEnvironmentKeyIdInToken).")
+    var scopedKey = false
     @Option(name: .customLong("key-id"), help: "Key id of the generated provider key.")
     var keyID = "SIMKEY0001"
     @Option(name: .customLong("team-id"), help: "Team id of the generated provider key.")
@@ -229,7 +231,8 @@ struct SimCommand: AsyncParsableCommand {
         // The provider key, registered with the fake APNs and written as a .p8.
         let keyPath = folder + "/AuthKey_\(keyID).p8"
         do {
-            try sim.apns.register(RegisteredKey(keyID: keyID, teamID: teamID, publicKeyPEM: key.publicKey.pemRepresentation))
+            try sim.apns.register(RegisteredKey(keyID: keyID, teamID: teamID, publicKeyPEM: key.publicKey.pemRepresentation,
+                                                environment: scopedKey ? (production ? .production : .sandbox) : nil))
             // Owner-only (0600): with this key any local user could mint tokens the simulator accepts.
             // Written to a new file each start, so an older copy's looser mode does not survive.
             try? FileManager.default.removeItem(atPath: keyPath)

@@ -17,10 +17,14 @@ public struct AppRecord: Sendable, Hashable {
     /// Public keys that verify the app's registration tickets (docs/security.md): the backend keeps
     /// the private keys.
     public var ticketKeys: [TicketKey]
+    /// Keys limited to one APNs environment (Apple's environment-scoped keys): a push to that
+    /// environment is signed with its key; the others with the app's own key.
+    public var environmentKeys: [EnvironmentKey]
 
     public init(bundleID: String, teamID: String, keyID: String, keyPEM: String, frequentUpdatesDeclared: Bool = false, schemas: [ActivitySchema] = [], createdAt: Date,
-                ticketKeys: [TicketKey] = []) {
+                ticketKeys: [TicketKey] = [], environmentKeys: [EnvironmentKey] = []) {
         self.ticketKeys = ticketKeys
+        self.environmentKeys = environmentKeys
         self.bundleID = bundleID
         self.teamID = teamID
         self.keyID = keyID
@@ -31,6 +35,38 @@ public struct AppRecord: Sendable, Hashable {
     }
 
     public func schema(_ type: String) -> ActivitySchema? { schemas.first { $0.attributesType == type } }
+
+    /// The key that signs pushes to `environment`: its own, else the app's.
+    public func signingKey(for environment: PushEnvironment) -> SigningKey {
+        if let k = environmentKeys.first(where: { $0.environment == environment }) { return SigningKey(keyID: k.keyID, teamID: k.teamID, keyPEM: k.keyPEM, environment: environment) }
+        return SigningKey(keyID: keyID, teamID: teamID, keyPEM: keyPEM, environment: nil)
+    }
+}
+
+/// A provider key limited to one APNs environment (Apple lets a key be scoped to the sandbox or
+/// to production; such a key used on the other host is refused with `BadEnvironmentKeyIdInToken`).
+public struct EnvironmentKey: Sendable, Hashable {
+    public var environment: PushEnvironment
+    public var keyID: String
+    public var teamID: String
+    /// Sealed like the app's key (``AppRecord/keyPEM``).
+    public var keyPEM: String
+    public var createdAt: Date
+    public init(environment: PushEnvironment, keyID: String, teamID: String, keyPEM: String, createdAt: Date) {
+        self.environment = environment
+        self.keyID = keyID
+        self.teamID = teamID
+        self.keyPEM = keyPEM
+        self.createdAt = createdAt
+    }
+}
+
+/// The key a push is signed with: the environment's own (`environment` set), or the app's.
+public struct SigningKey: Sendable, Hashable {
+    public var keyID: String
+    public var teamID: String
+    public var keyPEM: String
+    public var environment: PushEnvironment?
 }
 
 /// A public key (P-256, PEM) that verifies registration tickets, named by `id` (the ticket's `kid`).

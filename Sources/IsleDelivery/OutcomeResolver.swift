@@ -96,7 +96,7 @@ extension APNsReason {
         case .invalidProviderToken:
             return "APNs refused the provider token (\(answer)): the key file is not the key with this key id, the key was revoked, the team id is wrong, or this machine's clock is ahead. Check the key under Certificates, Identifiers & Profiles › Keys, then run isle app add again with the right --key, --key-id and --team-id."
         case .badEnvironmentKeyIdInToken:
-            return "APNs refused this key for this environment (\(answer)): the key is limited to the other APNs environment (sandbox or production). Use a key enabled for both, or send to the environment the key allows."
+            return "APNs refused this key for this environment (\(answer)): the key is limited to the other APNs environment (sandbox or production). Give this environment a key of its own (isle app environment-key set --environment sandbox|production --key … --key-id … --team-id …), or use a key enabled for both (isle app add); pushes resume at the next probe, or at once with POST /v1/app/resume."
         case .missingProviderToken, .unrelatedKeyIdInToken:
             return "APNs refused the provider token (\(answer)): \(info?.meaning ?? rawValue). Check the app's key id and team id (isle app add)."
         case .badTopic, .topicDisallowed, .topicMismatch:

@@ -54,11 +54,14 @@ public final class APNsClients: Sendable {
         let environment = environment ?? defaultEnvironment
         let key = app.bundleID + "|" + environment.rawValue
         var replaced: APNsClient?
+        // The environment's own key (an environment-scoped key), else the app's.
+        let signing = app.signingKey(for: environment)
         let client = try clients.withLock { c throws -> APNsClient in
-            let identity = app.keyID + "|" + app.teamID + "|" + app.keyPEM
+            let identity = signing.keyID + "|" + signing.teamID + "|" + signing.keyPEM
             if let existing = c[key], existing.credentials == identity { return existing.client }
             // Made under the lock: two workers must not each make one and drop the other unclosed.
-            let credentials = try APNsCredentials(keyID: app.keyID, teamID: app.teamID, pem: try MasterKey.openKey(of: app, with: masterKey))
+            let credentials = try APNsCredentials(keyID: signing.keyID, teamID: signing.teamID,
+                                                  pem: try MasterKey.openKey(signing.keyPEM, bundleID: app.bundleID, with: masterKey))
             // Payloads were validated once, when the API accepted them (PayloadCheck); the engine's
             // stamping (timestamp, dates) keeps them valid, so the client does not validate again.
             let client = try APNsClient(configuration: .init(environment: target(environment), credentials: credentials, requestTimeout: requestTimeout, validatesPayloads: false, transport: transport),

@@ -404,7 +404,9 @@ public final class DeliveryEngine: Service {
         case .sent: .accepted(environment)
         case .pauseApp(let why):
             // Which credentials and which APNs: what the person fixing it needs to look at.
-            if case .rejected = outcome { .configuration("\(why) (key \(app.keyID), team \(app.teamID), \(environment.rawValue) APNs)") }
+            if case .rejected = outcome {
+                .configuration("\(why) (key \(app.signingKey(for: environment).keyID)\(app.signingKey(for: environment).environment == nil ? "" : ", \(environment.rawValue)'s own"), team \(app.signingKey(for: environment).teamID), \(environment.rawValue) APNs)")
+            }
             else { .configuration("\(why) (\(environment.rawValue) APNs)") }
         case .suspectToken:
             if case .liveActivity(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }

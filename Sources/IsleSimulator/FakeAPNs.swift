@@ -120,6 +120,9 @@ public final class FakeAPNs: Sendable {
         state = Mutex(State())
     }
 
+    /// The key registered under `keyID`, if any.
+    public func registeredKey(_ keyID: String) -> RegisteredKey? { state.withLock { $0.keys[keyID] } }
+
     public func register(_ key: RegisteredKey) throws(SimulatorError) {
         guard (try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM)) != nil else {
             throw SimulatorError(.invalidArgument, "publicKeyPEM is not a P-256 public key in PEM form", field: "publicKeyPEM")

@@ -66,11 +66,23 @@ public struct MasterKey: Sendable {
 
     /// The plaintext key of `app`: opened with `masterKey`, or an explanation of what to do.
     public static func openKey(of app: AppRecord, with masterKey: MasterKey?) throws(StoreError) -> String {
-        guard isSealed(app.keyPEM) else { return app.keyPEM }
+        try openKey(app.keyPEM, bundleID: app.bundleID, with: masterKey)
+    }
+
+    /// A stored key of app `bundleID` (its own, or an environment's), opened with `masterKey`.
+    public static func openKey(_ stored: String, bundleID: String, with masterKey: MasterKey?) throws(StoreError) -> String {
+        guard isSealed(stored) else { return stored }
         guard let masterKey else {
-            throw StoreError(.unavailable, "the .p8 key of \(app.bundleID) is encrypted at rest and no master key was given: set ISLE_MASTER_KEY or --master-key-file to the key it was added with")
+            throw StoreError(.unavailable, "the .p8 key of \(bundleID) is encrypted at rest and no master key was given: set ISLE_MASTER_KEY or --master-key-file to the key it was added with")
         }
-        return try masterKey.open(app.keyPEM, bundleID: app.bundleID)
+        return try masterKey.open(stored, bundleID: bundleID)
+    }
+
+    /// Refuses an app whose key, or an environment's key, is a `.p8` in clear.
+    public static func refuseClear(_ a: AppRecord) throws(StoreError) {
+        for pem in [a.keyPEM] + a.environmentKeys.map(\.keyPEM) where !isSealed(pem) && pem.contains("PRIVATE KEY") {
+            throw StoreError(.unavailable, "refusing to store the .p8 key of \(a.bundleID) in clear: seal it with the master key first")
+        }
     }
 }
 

@@ -321,16 +321,15 @@ public final class SQLiteStore: IsleStore {
     }
 
     public func upsertApp(_ a: AppRecord) async throws {
-        guard MasterKey.isSealed(a.keyPEM) || !a.keyPEM.contains("PRIVATE KEY") else {
-            throw StoreError(.unavailable, "refusing to store the .p8 key of \(a.bundleID) in clear: seal it with the master key first")
-        }
+        try MasterKey.refuseClear(a)
         let schemas = JSONValue.array(a.schemas.map(\.jsonValue)).jsonString
         try await writer.write { db in
             try db.execute(sql: """
-                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys, environment_keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
-                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys
-                """, arguments: [a.bundleID, a.teamID, a.keyID, a.keyPEM, a.frequentUpdatesDeclared, schemas, a.createdAt.timeIntervalSince1970, TicketKey.encode(a.ticketKeys)])
+                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys, environment_keys = excluded.environment_keys
+                """, arguments: [a.bundleID, a.teamID, a.keyID, a.keyPEM, a.frequentUpdatesDeclared, schemas, a.createdAt.timeIntervalSince1970, TicketKey.encode(a.ticketKeys),
+                                 EnvironmentKey.encode(a.environmentKeys)])
         }
     }
 
@@ -366,7 +365,7 @@ public final class SQLiteStore: IsleStore {
         let bundleID: String = r["bundle_id"]
         return AppRecord(bundleID: bundleID, teamID: r["team_id"], keyID: r["key_id"], keyPEM: r["key_pem"], frequentUpdatesDeclared: r["frequent_updates"],
                          schemas: try AppRecord.storedSchemas(r["schemas"], bundleID: bundleID), createdAt: Date(timeIntervalSince1970: r["created_at"]),
-                         ticketKeys: try TicketKey.decode(r["ticket_keys"], bundleID: bundleID))
+                         ticketKeys: try TicketKey.decode(r["ticket_keys"], bundleID: bundleID), environmentKeys: try EnvironmentKey.decode(r["environment_keys"], bundleID: bundleID))
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {

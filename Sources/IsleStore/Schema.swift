@@ -143,6 +143,7 @@ public enum Schema {
         Table(name: "apps", columns: [
             c("bundle_id", .text, pk: true), c("team_id", .text), c("key_id", .text), c("key_pem", .text), c("frequent_updates", .flag),
             c("schemas", .orderedJSON), c("created_at", .time), c("ticket_keys", .json, default: .json("[]")),
+            c("environment_keys", .json, default: .json("[]")),
         ]),
         Table(name: "api_keys", columns: [
             c("id", .text, pk: true), c("bundle_id", .text, references: "apps(bundle_id)"), c("scope", .text), c("secret_hash", .text, unique: true),
@@ -333,7 +334,7 @@ public enum Schema {
         Change(name: "typed moments and JSON") { dialect in
             guard dialect == .postgres else { return [] }
             return tables.filter { !addedByLaterChanges.contains($0.name) }.flatMap { table in
-                table.columns(in: .postgres).flatMap { column -> [String] in
+                table.columns(in: .postgres).filter { !(columnsAddedLater[table.name] ?? []).contains($0.name) }.flatMap { column -> [String] in
                     let alter = "ALTER TABLE \(table.name) ALTER COLUMN \(column.name)"
                     switch column.kind {
                     case .time: return ["\(alter) TYPE TIMESTAMPTZ USING to_timestamp(\(column.name))"]
@@ -383,6 +384,10 @@ public enum Schema {
                     "ALTER TABLE webhooks ADD COLUMN previous_secret TEXT", "ALTER TABLE webhooks ADD COLUMN previous_secret_until \(time)",
                     "ALTER TABLE webhooks ADD COLUMN revision \(integer) NOT NULL DEFAULT 0"] + newTables(["webhook_attempts"], dialect)
         },
+        // A key per APNs environment (Apple's environment-scoped keys), beside the app's own.
+        Change(name: "keys per environment") { dialect in
+            ["ALTER TABLE apps ADD COLUMN \(tables.first { $0.name == "apps" }!.columns.first { $0.name == "environment_keys" }!.sql(in: dialect))"]
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
@@ -390,6 +395,7 @@ public enum Schema {
 
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
     static let columnsAddedLater: [String: Set<String>] = [
+        "apps": ["environment_keys"],
         "webhooks": ["key_id", "event_types", "disabled_at", "disabled_reason", "previous_secret", "previous_secret_until", "revision"],
         "events": ["external_key", "installation_id", "user_id"],
     ]

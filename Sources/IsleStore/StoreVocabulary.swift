@@ -353,6 +353,30 @@ extension TicketKey {
     }
 }
 
+extension EnvironmentKey {
+    public static func encode(_ keys: [EnvironmentKey]) -> String {
+        JSONValue.array(keys.map {
+            ["environment": .string($0.environment.rawValue), "keyID": .string($0.keyID), "teamID": .string($0.teamID), "key": .string($0.keyPEM),
+             "createdAt": .double($0.createdAt.timeIntervalSince1970)]
+        }).jsonString
+    }
+
+    /// The `environment_keys` column of app `bundleID`; a value no version of Isle writes is a ``BadRow``.
+    public static func decode(_ text: String?, bundleID: String) throws -> [EnvironmentKey] {
+        guard let text else { return [] }
+        guard case .array(let a) = try BadRow.json(text, table: "apps", id: bundleID, column: "environment_keys") else {
+            throw BadRow(table: "apps", id: bundleID, column: "environment_keys", found: "JSON that is not an array")
+        }
+        return try a.map { v in
+            guard let env = v["environment"]?.stringValue.flatMap(PushEnvironment.init(rawValue:)), let keyID = v["keyID"]?.stringValue, let teamID = v["teamID"]?.stringValue,
+                  let pem = v["key"]?.stringValue, let created = v["createdAt"]?.numberValue?.doubleValue else {
+                throw BadRow(table: "apps", id: bundleID, column: "environment_keys", found: "a key without environment, keyID, teamID, key or createdAt")
+            }
+            return EnvironmentKey(environment: env, keyID: keyID, teamID: teamID, keyPEM: pem, createdAt: Date(timeIntervalSince1970: created))
+        }
+    }
+}
+
 /// A page of an app's activities (``ActivityRepository/findActivities(_:)``): each filter nil or
 /// empty means any; newest first by `startedAt`, then id.
 public struct ActivityQuery: Sendable, Hashable {

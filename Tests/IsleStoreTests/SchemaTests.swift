@@ -147,7 +147,13 @@ struct SchemaTests {
         let t0 = Date(timeIntervalSince1970: 1_790_000_000)
         // What that release wrote: an app with its keys, an installation, an activity, a queued
         // push, a delivery, an event, and a webhook (without the key_id it did not have).
-        try await old.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM123456", keyID: "KEY1234567", keyPEM: "isle-sealed:v1:AAAA", createdAt: t0))
+        // The app as that release wrote it (without the environment_keys it did not have).
+        try await old.pool.write { db in
+            try db.execute(sql: """
+                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys)
+                VALUES ('com.example.pizza', 'TEAM123456', 'KEY1234567', 'isle-sealed:v1:AAAA', 0, '[]', ?, '[]')
+                """, arguments: [t0.timeIntervalSince1970])
+        }
         try await old.insertAPIKey(APIKeyRecord(id: "key_old", bundleID: "com.example.pizza", scope: .backend, secretHash: "hash", createdAt: t0))
         try await old.insertActivity(ActivityRecord(id: "act-1", bundleID: "com.example.pizza", externalKey: "order-1", attributesType: "T", state: .active, updateToken: "tok-1", startedAt: t0))
         let jobs = try await old.enqueue([NewPushJob(bundleID: "com.example.pizza", kind: .update, activityID: "act-1",
@@ -163,6 +169,7 @@ struct SchemaTests {
         try await store.migrate()
         #expect(try await store.schemaCheck() == SchemaCheck(current: SQLiteStore.schemaVersion, known: SQLiteStore.schemaVersion))
         #expect(try await store.app("com.example.pizza")?.keyID == "KEY1234567")
+        #expect(try await store.app("com.example.pizza")?.environmentKeys == [], "an app from before has no key per environment")
         #expect(try await store.apiKeys(bundleID: "com.example.pizza").map(\.id) == ["key_old"])
         #expect(try await store.activity(id: "act-1")?.externalKey == "order-1")
         let hooks = try await store.webhooks(bundleID: "com.example.pizza")

@@ -477,18 +477,17 @@ public final class PostgresStore: IsleStore {
     }
 
     public func upsertApp(_ a: AppRecord) async throws {
-        guard MasterKey.isSealed(a.keyPEM) || !a.keyPEM.contains("PRIVATE KEY") else {
-            throw StoreError(.unavailable, "refusing to store the .p8 key of \(a.bundleID) in clear: seal it with the master key first")
-        }
+        try MasterKey.refuseClear(a)
         let schemas = JSONValue.array(a.schemas.map(\.jsonValue)).jsonString
         let log = logger
         try await transaction { conn in
             try await conn.rows("""
-                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                INSERT INTO apps (bundle_id, team_id, key_id, key_pem, frequent_updates, schemas, created_at, ticket_keys, environment_keys)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                 ON CONFLICT (bundle_id) DO UPDATE SET team_id = excluded.team_id, key_id = excluded.key_id, key_pem = excluded.key_pem,
-                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys
+                    frequent_updates = excluded.frequent_updates, schemas = excluded.schemas, ticket_keys = excluded.ticket_keys, environment_keys = excluded.environment_keys
                 """, [.text(a.bundleID), .text(a.teamID), .text(a.keyID), .text(a.keyPEM), .bool(a.frequentUpdatesDeclared), .orderedJSON(schemas), .date(a.createdAt),
-                      .json(TicketKey.encode(a.ticketKeys))], logger: log)
+                      .json(TicketKey.encode(a.ticketKeys)), .json(EnvironmentKey.encode(a.environmentKeys))], logger: log)
         }
     }
 
@@ -506,7 +505,8 @@ public final class PostgresStore: IsleStore {
         let bundleID = try r.string("bundle_id")
         return AppRecord(bundleID: bundleID, teamID: try r.string("team_id"), keyID: try r.string("key_id"), keyPEM: try r.string("key_pem"),
                          frequentUpdatesDeclared: try r.bool("frequent_updates"), schemas: try AppRecord.storedSchemas(try r.string("schemas"), bundleID: bundleID),
-                         createdAt: try r.date("created_at"), ticketKeys: try TicketKey.decode(try r.optionalString("ticket_keys"), bundleID: bundleID))
+                         createdAt: try r.date("created_at"), ticketKeys: try TicketKey.decode(try r.optionalString("ticket_keys"), bundleID: bundleID),
+                         environmentKeys: try EnvironmentKey.decode(try r.optionalString("environment_keys"), bundleID: bundleID))
     }
 
     public func insertAPIKey(_ k: APIKeyRecord) async throws {
