@@ -119,7 +119,8 @@ public struct DeliveryPlanner: Sendable {
             guard let channel = c.channel, channel.bundleID == job.bundleID else { return .drop("the channel no longer exists", nil) }
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
-            let priority: PushPriority = Self.wantsHighPriority(job) ? .high : .low
+            // Priority 1 (never wake the device) is a broadcast's alone, as Apple allows it.
+            let priority: PushPriority = job.requestedPriority == .powerConsiderate ? .powerConsiderate : Self.wantsHighPriority(job) ? .high : .low
             let kind: PushJobKind = job.payload.event == .end ? .end : .update
             return .send(Push(target: .broadcast(channelID: channel.id, storagePolicy: channel.storagePolicy), payload: Self.payload(job, timestamp: c.job.timestamp),
                               priority: priority, downgraded: false, patch: Self.patch(job.payload, kind: kind, now: c.now), environment: channel.environment), d)

@@ -30,7 +30,7 @@ struct WireCodecTests {
         (#"{}"#, "contentState", "contentState is required: an object"),
         (#"{"contentState":[]}"#, "contentState", "contentState must be an object"),
         (#"{"contentState":{},"colour":1}"#, "colour", "unknown field colour"),
-        (#"{"contentState":{},"priority":7}"#, "priority", "priority must be 5 or 10"),
+        (#"{"contentState":{},"priority":7}"#, "priority", "priority must be 10, 5 or 1"),
         (#"{"contentState":{},"staleDate":1790000000000}"#, "staleDate", "staleDate must be Unix seconds"),
         (#"{"contentState":{},"alert":{"title":"a"}}"#, "alert.body", "alert.body is required"),
         (#"{"contentState":{},"alert":{"title":"a","body":"b","badge":1}}"#, "alert.badge", "unknown field alert.badge"),

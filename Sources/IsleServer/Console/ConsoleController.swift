@@ -475,7 +475,7 @@ struct ConsoleController: Sendable {
         } catch {
             throw APIError.invalid("body", "the request is not JSON: \(error)")
         }
-        let push = try ActivityPush(object, event: compose.event == "end" ? .end : .update)
+        let push = try ActivityPush(object, event: compose.event == "end" ? .end : .update).toDeviceTokens()
         // The API's own path (validation, the live check, the job), so the two cannot differ.
         let now = services.clock.now
         let pushes = ActivityPushes(services: services, store: store)

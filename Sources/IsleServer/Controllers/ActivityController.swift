@@ -222,7 +222,7 @@ struct ActivityController {
     func enqueue(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, event: ActivityPush.Event, fanOut: Bool = false,
                  _ targets: () async throws -> [ActivityRecord]) async throws -> Response {
         let strict = try Strictness.requested(request)
-        let push = try ActivityPush(try await Body.object(request), event: event)
+        let push = try ActivityPush(try await Body.object(request), event: event).toDeviceTokens()
         let now = services.clock.now
         let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: try await targets(), single: !fanOut, now: now)

@@ -217,6 +217,16 @@ struct ActivityPush {
         self.sendAt = sendAt
     }
 
+    /// The push, for activities' own tokens: priority 1 is a broadcast's alone (Apple takes a
+    /// Live Activity push to a device token at 10 or 5), so it is a 422 naming the field.
+    func toDeviceTokens() throws -> ActivityPush {
+        guard priority != .powerConsiderate else {
+            throw APIError(.unprocessableContent, "priorityNotAllowed",
+                           "priority 1 is for broadcast channels (POST /v1/channels/{channel}/update); Apple takes a Live Activity push to a device token at 10 or 5", field: "priority")
+        }
+        return self
+    }
+
     /// The alert as Isle sends it.
     static func typed(_ alert: API.Alert) throws -> LiveActivityAlert {
         do { return try LiveActivityAlert(json: alert.json) } catch { throw APIError.invalid(error.field ?? "alert", error.reason) }

@@ -226,20 +226,28 @@ extension JSONObject: WireScalar {
 
 // MARK: Numbers with rules
 
-/// `priority`: 10 (send now) or 5 (send when the device's power allows).
+/// `priority`: 10 (send now), 5 (send when the device's power allows), or 1 (prioritize the
+/// device's power, never wake it: broadcast channels only, as Apple allows).
 public enum PriorityNumber: Int, WireScalar, CaseIterable {
+    case powerConsiderate = 1
     case low = 5
     case high = 10
-    public static var wireSchema: JSONValue { ["type": "integer", "enum": [5, 10]] }
+    public static var wireSchema: JSONValue { ["type": "integer", "enum": [1, 5, 10]] }
     public static var wirePlaceholder: PriorityNumber { .high }
     public init(wire value: JSONValue, field: String) throws(WireDecodingError) {
         guard let n = value.numberValue?.exactInt64Value, let p = PriorityNumber(rawValue: Int(n)) else {
-            throw WireDecodingError(field: field, reason: "\(field) must be 5 or 10")
+            throw WireDecodingError(field: field, reason: "\(field) must be 10, 5 or 1 (1: broadcast channels only)")
         }
         self = p
     }
     public var wire: JSONValue { .int(rawValue) }
-    public var priority: PushPriority { self == .high ? .high : .low }
+    public var priority: PushPriority {
+        switch self {
+        case .powerConsiderate: .powerConsiderate
+        case .low: .low
+        case .high: .high
+        }
+    }
 }
 
 /// A broadcast channel's storage policy: 0, no message stored; 1, the most recent stored.

@@ -257,7 +257,7 @@ enum PushWords {
         "alert": "Lights the screen up and shows this (title and body: text, or loc-key and loc-args).",
         "staleDate": "When the system marks the activity stale: \(date).",
         "relevanceScore": "Orders the app's activities in the Dynamic Island and on the Lock Screen.",
-        "priority": "10: send now (counts against the hourly budget); 5: when the device's power allows. Absent: Isle chooses (docs/server.md).",
+        "priority": "10: send now (counts against the hourly budget); 5: when the device's power allows; 1 (broadcast channels only: a push to an activity's token is a 422 priorityNotAllowed): prioritize the device's power, never wake it. Absent: Isle chooses (docs/server.md).",
         "sendAt": "Send at this time (Unix seconds), not now; the job waits, scheduled, until then.",
     ]
 }
