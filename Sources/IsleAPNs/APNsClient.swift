@@ -50,6 +50,12 @@ public struct APNsPush: Sendable {
         APNsPush(deviceToken: token, bundleID: bundleID, pushType: .liveactivity, payload: payload.encoded, priority: priority, expiration: expiration, apnsID: apnsID, schema: schema)
     }
 
+    /// A `controls` push that makes the app's Control Center controls reload (iOS 18; WidgetKit's
+    /// `ControlPushHandler`): `{"aps": {"content-changed": true}}` to the control push token.
+    public static func controlsReload(token: DeviceToken, bundleID: String, priority: PushPriority = .high, expiration: APNsExpiration? = nil, apnsID: APNsID? = nil) -> APNsPush {
+        APNsPush(deviceToken: token, bundleID: bundleID, pushType: .controls, payload: WidgetPayload().encoded, priority: priority, expiration: expiration, apnsID: apnsID)
+    }
+
     /// A `widgets` push that makes WidgetKit reload the app's timelines.
     public static func widgetsReload(token: DeviceToken, bundleID: String, priority: PushPriority = .high, expiration: APNsExpiration? = nil, apnsID: APNsID? = nil) -> APNsPush {
         APNsPush(deviceToken: token, bundleID: bundleID, pushType: .widgets, payload: WidgetPayload().encoded, priority: priority, expiration: expiration, apnsID: apnsID)

@@ -229,25 +229,29 @@ public actor IsleClient {
     // MARK: What the app reports
 
     /// The installation: push-to-start tokens (by attributes type), the widget push token, the
-    /// person's settings. Only what is given changes.
-    public func reportInstallation(pushToStartToken: (type: String, token: Data)? = nil, widgetToken: Data? = nil, liveActivitiesEnabled: Bool? = nil,
-                                   frequentPushesEnabled: Bool? = nil) async {
-        noteInstallation(pushToStartToken: pushToStartToken, widgetToken: widgetToken, liveActivitiesEnabled: liveActivitiesEnabled, frequentPushesEnabled: frequentPushesEnabled)
+    /// control push token (iOS 18: the token your `ControlPushHandler` gets in
+    /// `pushTokensDidChange(controls:)`, `ControlInfo.pushInfo?.token`), the person's settings.
+    /// Only what is given changes.
+    public func reportInstallation(pushToStartToken: (type: String, token: Data)? = nil, widgetToken: Data? = nil, controlsToken: Data? = nil,
+                                   liveActivitiesEnabled: Bool? = nil, frequentPushesEnabled: Bool? = nil) async {
+        noteInstallation(pushToStartToken: pushToStartToken, widgetToken: widgetToken, controlsToken: controlsToken, liveActivitiesEnabled: liveActivitiesEnabled,
+                         frequentPushesEnabled: frequentPushesEnabled)
         await holdBackgroundTime()
     }
 
-    func noteInstallation(pushToStartToken: (type: String, token: Data)? = nil, widgetToken: Data? = nil, liveActivitiesEnabled: Bool? = nil,
+    func noteInstallation(pushToStartToken: (type: String, token: Data)? = nil, widgetToken: Data? = nil, controlsToken: Data? = nil, liveActivitiesEnabled: Bool? = nil,
                           frequentPushesEnabled: Bool? = nil) {
-        let before = (state.pushToStartTokens, state.widgetToken, state.liveActivitiesEnabled, state.frequentPushesEnabled, state.environment)
+        let before = (state.pushToStartTokens, state.widgetToken, state.liveActivitiesEnabled, state.frequentPushesEnabled, state.environment, state.controlsToken)
         if let (type, token) = pushToStartToken { state.pushToStartTokens[type] = token.hex }
         if let widgetToken { state.widgetToken = widgetToken.hex }
+        if let controlsToken { state.controlsToken = controlsToken.hex }
         if let liveActivitiesEnabled { state.liveActivitiesEnabled = liveActivitiesEnabled }
         if let frequentPushesEnabled { state.frequentPushesEnabled = frequentPushesEnabled }
         state.environment = configuration.environment?.rawValue
         // Every launch reports what it reads; the server hears only what changed (or everything,
         // until the installation is registered).
         let unchanged = before.0 == state.pushToStartTokens && before.1 == state.widgetToken && before.2 == state.liveActivitiesEnabled
-            && before.3 == state.frequentPushesEnabled && before.4 == state.environment
+            && before.3 == state.frequentPushesEnabled && before.4 == state.environment && before.5 == state.controlsToken
         let due = state.installationSentAt.map { configuration.now().timeIntervalSince($0) >= configuration.installationRefresh } ?? true
         if unchanged, state.secret != nil, !due { return }
         // A day (by default) since the server last took it: send it again, and every live

@@ -89,6 +89,8 @@ struct ClientState: Codable, Sendable {
     /// The installation as the app last reported it.
     var pushToStartTokens: [String: String] = [:]
     var widgetToken: String?
+    /// The control push token (iOS 18, `ControlPushHandler`), as the app last reported it.
+    var controlsToken: String?
     var liveActivitiesEnabled: Bool?
     var frequentPushesEnabled: Bool?
     /// The APNs environment last reported (`sandbox`, `production`; nil: not said).
@@ -144,7 +146,7 @@ struct ClientState: Codable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case installationID, secret, proposedSecret, pushToStartTokens, widgetToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
+        case installationID, secret, proposedSecret, pushToStartTokens, widgetToken, controlsToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
         case registrations, installationSentAt, resyncPending, userTicket, serverTokens
     }
 
@@ -157,6 +159,7 @@ struct ClientState: Codable, Sendable {
         proposedSecret = try c.decodeIfPresent(String.self, forKey: .proposedSecret) ?? ClientState.makeSecret()
         pushToStartTokens = try c.decodeIfPresent([String: String].self, forKey: .pushToStartTokens) ?? [:]
         widgetToken = try c.decodeIfPresent(String.self, forKey: .widgetToken)
+        controlsToken = try c.decodeIfPresent(String.self, forKey: .controlsToken)
         liveActivitiesEnabled = try c.decodeIfPresent(Bool.self, forKey: .liveActivitiesEnabled)
         frequentPushesEnabled = try c.decodeIfPresent(Bool.self, forKey: .frequentPushesEnabled)
         environment = try c.decodeIfPresent(String.self, forKey: .environment)

@@ -383,7 +383,7 @@ extension IsleClient {
         switch report.kind {
         case .installation:
             let body = ClientWire.InstallationReport(pushToStartTokens: state.pushToStartTokens.isEmpty ? nil : state.pushToStartTokens, widgetToken: state.widgetToken,
-                                                     liveActivitiesEnabled: state.liveActivitiesEnabled, frequentPushesEnabled: state.frequentPushesEnabled,
+                                                     controlsToken: state.controlsToken, liveActivitiesEnabled: state.liveActivitiesEnabled, frequentPushesEnabled: state.frequentPushesEnabled,
                                                      environment: configuration.environment?.rawValue, ticket: state.userTicket)
             return .success(Report.Request(method: "PUT", path: "/v1/installations/\(state.installationID)", body: ClientWire.encode(body)))
         case .register(let local, let type, let token, let key, let topics):

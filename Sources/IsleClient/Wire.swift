@@ -11,6 +11,7 @@ enum ClientWire {
     struct InstallationReport: Codable, Equatable {
         var pushToStartTokens: [String: String]?
         var widgetToken: String?
+        var controlsToken: String?
         var liveActivitiesEnabled: Bool?
         var frequentPushesEnabled: Bool?
         var environment: String?

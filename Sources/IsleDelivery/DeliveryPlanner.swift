@@ -28,6 +28,7 @@ public struct DeliveryPlanner: Sendable {
         /// are parsed once, when the app hands them over; the records hold ``DeviceToken/hex``.
         case liveActivity(token: DeviceToken)
         case widgets(token: DeviceToken)
+        case controls(token: DeviceToken)
         case broadcast(channelID: String, storagePolicy: Int)
     }
 
@@ -95,7 +96,7 @@ public struct DeliveryPlanner: Sendable {
 
     public func deadline(_ job: PushJob, activity: ActivityRecord?) -> Deadline {
         var d = Deadline(at: job.createdAt.addingTimeInterval(jobDeadline), why: "the job's deadline (\(Self.hours(jobDeadline)) after it was accepted)")
-        if let a = activity, job.kind != .widgets {
+        if let a = activity, job.kind != .widgets, job.kind != .controls {
             let end = a.startedAt.addingTimeInterval(Self.activityLifetime)
             if end < d.at { d = Deadline(at: end, why: "the activity's 8-hour life") }
         }
@@ -115,6 +116,11 @@ public struct DeliveryPlanner: Sendable {
             let d = deadline(job, activity: nil)
             guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
             return .send(Push(target: .widgets(token: DeviceToken(parsedHex: token)), payload: [], priority: .high, downgraded: false, environment: i.environment), d)
+        case .controls:
+            guard let i = c.installation, let token = i.controlsToken else { return .fail("the installation has no control push token") }
+            let d = deadline(job, activity: nil)
+            guard c.now < d.at else { return .fail("gave up: \(d.why) passed") }
+            return .send(Push(target: .controls(token: DeviceToken(parsedHex: token)), payload: [], priority: .high, downgraded: false, environment: i.environment), d)
         case .broadcast:
             guard let channel = c.channel, channel.bundleID == job.bundleID else { return .drop("the channel no longer exists", nil) }
             let d = deadline(job, activity: nil)

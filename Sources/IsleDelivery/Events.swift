@@ -148,6 +148,12 @@ public enum Events {
                     "apnsReason": w.delivery?.reason.map(JSONValue.string) ?? .null,
                 ], activityID: nil, installation: p.installationID))
             }
+            if p.deadControlsToken != nil {
+                events.append(event(.tokenRetired, [
+                    "token": .string("controls"), "installationID": .string(p.installationID),
+                    "apnsReason": w.delivery?.reason.map(JSONValue.string) ?? .null,
+                ], activityID: nil, installation: p.installationID))
+            }
         }
         return events + c.events
     }

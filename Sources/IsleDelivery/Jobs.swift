@@ -41,7 +41,7 @@ public struct ClaimReads: Sendable {
 
     public init(_ job: PushJob, activity: ActivityRecord?, now: Date) {
         since = now.addingTimeInterval(-3600)
-        if job.kind == .start || job.kind == .widgets {
+        if job.kind == .start || job.kind == .widgets || job.kind == .controls {
             installation = job.installationID.map { (job.bundleID, $0) }
         } else if job.kind != .broadcast, DeliveryPlanner.wantsHighPriority(job), let a = activity {
             installation = a.installationID.map { (a.bundleID, $0) }
@@ -127,11 +127,14 @@ public struct InstallationPatch: Sendable, Hashable {
     public var installationID: String
     public var deadPushToStartToken: (type: String, token: String)?
     public var deadWidgetToken: String?
-    public init(bundleID: String, installationID: String, deadPushToStartToken: (type: String, token: String)? = nil, deadWidgetToken: String? = nil) {
+    public var deadControlsToken: String?
+    public init(bundleID: String, installationID: String, deadPushToStartToken: (type: String, token: String)? = nil, deadWidgetToken: String? = nil,
+                deadControlsToken: String? = nil) {
         self.bundleID = bundleID
         self.installationID = installationID
         self.deadPushToStartToken = deadPushToStartToken
         self.deadWidgetToken = deadWidgetToken
+        self.deadControlsToken = deadControlsToken
     }
     /// Removes each dead token only if the installation still holds it (a new one may have arrived
     /// since the push); answers whether anything changed.
@@ -145,12 +148,16 @@ public struct InstallationPatch: Sendable, Hashable {
             i.widgetToken = nil
             changed = true
         }
+        if let c = deadControlsToken, i.controlsToken == c {
+            i.controlsToken = nil
+            changed = true
+        }
         return changed
     }
 
     public static func == (a: Self, b: Self) -> Bool {
         a.bundleID == b.bundleID && a.installationID == b.installationID && a.deadPushToStartToken?.type == b.deadPushToStartToken?.type
-            && a.deadPushToStartToken?.token == b.deadPushToStartToken?.token && a.deadWidgetToken == b.deadWidgetToken
+            && a.deadPushToStartToken?.token == b.deadPushToStartToken?.token && a.deadWidgetToken == b.deadWidgetToken && a.deadControlsToken == b.deadControlsToken
     }
     public func hash(into h: inout Hasher) {
         h.combine(bundleID)
@@ -158,6 +165,7 @@ public struct InstallationPatch: Sendable, Hashable {
         h.combine(deadPushToStartToken?.type)
         h.combine(deadPushToStartToken?.token)
         h.combine(deadWidgetToken)
+        h.combine(deadControlsToken)
     }
 }
 

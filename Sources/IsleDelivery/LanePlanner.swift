@@ -28,7 +28,7 @@ public enum LanePlanner {
         switch kind {
         case .update: return true
         case .broadcast: return p.event == .update
-        case .start, .end, .widgets: return false
+        case .start, .end, .widgets, .controls: return false
         }
     }
 
@@ -37,7 +37,7 @@ public enum LanePlanner {
         switch kind {
         case .update: return true
         case .end, .broadcast: return payload.liveActivity?.contentState != nil
-        case .start, .widgets: return false
+        case .start, .widgets, .controls: return false
         }
     }
 

@@ -90,6 +90,9 @@ public struct InstallationRecord: Sendable, Hashable {
     /// Push-to-start tokens (hex) by attributes type.
     public var pushToStartTokens: [String: String]
     public var widgetToken: String?
+    /// The app's control push token (iOS 18 `ControlPushHandler`): `controls` pushes reload its
+    /// Control Center controls.
+    public var controlsToken: String?
     public var liveActivitiesEnabled: Bool
     public var frequentPushesEnabled: Bool
     public var updatedAt: Date
@@ -100,7 +103,9 @@ public struct InstallationRecord: Sendable, Hashable {
     /// the server's default (`isle serve --sandbox/--production`).
     public var environment: PushEnvironment?
     public init(id: String, bundleID: String, userID: String? = nil, pushToStartTokens: [String: String] = [:], widgetToken: String? = nil,
-                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date, secretHash: String? = nil, environment: PushEnvironment? = nil) {
+                liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date, secretHash: String? = nil, environment: PushEnvironment? = nil,
+                controlsToken: String? = nil) {
+        self.controlsToken = controlsToken
         self.secretHash = secretHash
         self.environment = environment
         self.id = id
@@ -180,6 +185,8 @@ public struct ActivityRecord: Sendable, Hashable {
 
 public enum PushJobKind: String, Sendable, Hashable, Codable {
     case start, update, end, widgets
+    /// A `controls` push: the app's Control Center controls reload (iOS 18).
+    case controls
     /// An update or end broadcast to a channel.
     case broadcast
 }
@@ -218,7 +225,8 @@ public enum PushJobState: String, Sendable, Hashable, Codable, CaseIterable {
 /// What a job sends, typed: built from the request and validated when Isle accepts the push,
 /// encoded once then (``encoded``), and read back from the store as this type, never as a tree
 /// of strings. Live Activity pushes — start, update and end, to a token or a broadcast channel —
-/// are IsleCore's ``LiveActivityPayload``; a widget reload is ``WidgetPayload``.
+/// are IsleCore's ``LiveActivityPayload``; a widget or control reload is ``WidgetPayload`` (both
+/// carry `{"content-changed": true}`; the job's kind says which).
 public enum JobPayload: Sendable, Hashable {
     /// Boxed (`indirect`): a fan-out's million jobs share the one payload, a reference each.
     indirect case liveActivity(LiveActivityPayload)
@@ -252,9 +260,9 @@ public enum JobPayload: Sendable, Hashable {
     }
 
     public init(kind: PushJobKind, aps: JSONObject, acceptedAt: Date) throws(PayloadDecodingError) {
-        if kind == .widgets {
+        if kind == .widgets || kind == .controls {
             guard aps["content-changed"] == .bool(true), aps.keys.count == 1 else {
-                throw PayloadDecodingError(field: nil, reason: #"a widgets push is {"content-changed": true}"#)
+                throw PayloadDecodingError(field: nil, reason: "a \(kind.rawValue) push is {\"content-changed\": true}")
             }
             self = .widgets(WidgetPayload())
             return
@@ -265,7 +273,7 @@ public enum JobPayload: Sendable, Hashable {
         case .update: p.event == .update
         case .end: p.event == .end
         case .broadcast: p.event != .start
-        case .widgets: false
+        case .widgets, .controls: false
         }
         guard fits else { throw PayloadDecodingError(field: APSKey.event, reason: "\(p.event.rawValue) is not the event of a \(kind.rawValue) job") }
         self = .liveActivity(p)

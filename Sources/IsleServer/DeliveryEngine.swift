@@ -410,7 +410,8 @@ public final class DeliveryEngine: Service {
             else { .configuration("\(why) (\(environment.rawValue) APNs)") }
         case .suspectToken:
             if case .liveActivity(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
-            else if case .widgets(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
+            else if case .widgets(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) }
+            else if case .controls(let t) = push.target { .badDeviceToken(token: t.hex, environment: push.environment ?? clients.defaultEnvironment, installation: installation) } else { nil }
         case .retry, .deadToken, .fail:
             switch outcome {
             case .unreachable(let why, _): .unavailable(why)
@@ -469,6 +470,9 @@ public final class DeliveryEngine: Service {
             case (.widgets, .widgets(let token)):
                 return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
                                      installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadWidgetToken: token.hex) })
+            case (.controls, .controls(let token)):
+                return JobCompletion(claim: c, result: .finished(.failed, reason: why), delivery: delivery,
+                                     installation: job.installationID.map { InstallationPatch(bundleID: job.bundleID, installationID: $0, deadControlsToken: token.hex) })
             case (_, .liveActivity(let token)):
                 return JobCompletion(claim: c, result: .deadToken(token: token.hex, reason: why, graceUntil: now.addingTimeInterval(planner.tokenWait)), delivery: delivery)
             default:
@@ -506,6 +510,7 @@ public final class DeliveryEngine: Service {
             let (name, pushType) = switch push.target {
             case .liveActivity: ("APNs POST /3/device", "liveactivity")
             case .widgets: ("APNs POST /3/device", "widgets")
+            case .controls: ("APNs POST /3/device", "controls")
             case .broadcast: ("APNs POST /4/broadcast", "liveactivity")
             }
             result = await tracer.withSpan(name, ofKind: .client) { span in
@@ -548,6 +553,8 @@ public final class DeliveryEngine: Service {
                                                           schema: push.attributesType.flatMap(app.schema)))
             case .widgets(let token):
                 response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: c.apnsID))
+            case .controls(let token):
+                response = try await client.send(.controlsReload(token: token, bundleID: app.bundleID, apnsID: c.apnsID))
             case .broadcast(let channelID, let storagePolicy):
                 response = try await client.broadcast(BroadcastPush(bundleID: app.bundleID, channelID: channelID, payload: push.payload, priority: push.priority,
                                                                     expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: c.apnsID))

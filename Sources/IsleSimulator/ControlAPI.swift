@@ -333,8 +333,15 @@ struct ControlAPI {
                 throw APIError(.badRequest, "invalidArgument", "widgets[\(i)] needs url or timeline", field: "widgets[\(i)]")
             }
         }
+        var controls: [String] = []
+        if let list = o["controls"] {
+            guard let kinds = list.arrayValue?.compactMap(\.stringValue), kinds.count == list.arrayValue?.count, kinds.allSatisfy({ !$0.isEmpty }) else {
+                throw APIError(.badRequest, "invalidArgument", "controls must be an array of control kinds (strings) that reload by push", field: "controls")
+            }
+            controls = kinds
+        }
         return SimulatorWorld.AppInstall(bundleID: bundle, environment: env, schemas: schemas, declaresFrequentUpdates: try bool(o, "frequentUpdates") ?? false,
-                                         localization: localization, widgets: widgets, foreground: try bool(o, "foreground") ?? true)
+                                         localization: localization, widgets: widgets, controls: controls, foreground: try bool(o, "foreground") ?? true)
     }
 }
 

@@ -17,7 +17,7 @@ public struct PushOutcome: Sendable, Hashable, Codable {
         case applied, started, ended
         case olderTimestamp, activityEnded, decodingFailed, throttled, deferredLowPriority
         case startWithoutAlert, unknownAttributesType, limitReached, tooLarge, liveActivitiesDisabled
-        case channelNotFound, widgetsReloaded, widgetReloadDeferred, noWidgets, notDelivered
+        case channelNotFound, widgetsReloaded, widgetReloadDeferred, noWidgets, controlsReloaded, notDelivered
         /// The device was offline: APNs stored the push (or, with `apns-expiration: 0`, did not).
         case storedWhileOffline, expiredWhileOffline
         /// The iOS version of the device does not have the feature the push needs.
@@ -143,6 +143,13 @@ public struct SimulatedApp: Sendable, Hashable, Codable {
     /// WidgetKit push token (iOS 26), if the app has widgets configured for push.
     public var widgetPushToken: String?
     public var widgets: [SimulatedWidget]
+    /// The kinds of the app's Control Center controls that reload by push (a `ControlPushHandler`, iOS 18).
+    public var controls: [String] = []
+    /// WidgetKit's control push token (iOS 18), when the app has controls that reload by push.
+    public var controlsPushToken: String?
+    /// How many times a `controls` push reloaded the app's controls, and the last time.
+    public var controlReloads = 0
+    public var lastControlReload: Date?
     /// Whether the app is in the foreground (its widget reloads are free then).
     public var isForeground: Bool
     /// When ActivityKit and WidgetKit hand out the app's push-to-start and widget push tokens

@@ -39,13 +39,14 @@ extension SimulatorWorld {
             let expectedTopic: String
             switch owner.kind {
             case .widgets: expectedTopic = owner.bundleID + ".push-type.widgets"
+            case .controls: expectedTopic = owner.bundleID + ".push-type.controls"
             default: expectedTopic = owner.bundleID + ".push-type.liveactivity"
             }
             if case .retired(let since) = owner.kind {
                 // A rotated-away token: no longer valid for the topic.
                 return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: since), nil)
             }
-            guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets) else {
+            guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets), (pushType == "controls") == (owner.kind == .controls) else {
                 return (DeliveryResult(status: 400, reason: "DeviceTokenNotForTopic", outcome: nil), nil)
             }
             if case .activity(let id) = owner.kind, let i = indexLocked(s, activityID: id, deviceID: owner.deviceID),
@@ -96,6 +97,22 @@ extension SimulatorWorld {
                 return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
             }
             return (DeliveryResult(status: 200, deviceID: owner.deviceID), (owner.deviceID, owner.bundleID))
+        case .controls:
+            // WidgetKit reloads the app's controls for the documented body only (Apple's
+            // "Updating controls locally and remotely": {"aps":{"content-changed":true}}).
+            guard payload["aps"]?["content-changed"] == .bool(true) else {
+                let o = PushOutcome(.notDelivered, "Ignored: a controls push reloads controls only with {\"aps\":{\"content-changed\":true}}; this one has \(payload["aps"]?.briefDescription ?? "no aps").",
+                                    field: "aps.content-changed", expected: "true", found: payload["aps"]?["content-changed"]?.briefDescription ?? "nothing")
+                s.devices[owner.deviceID]!.events.append(DeviceEvent(time: now, source: .push, apnsID: apnsID, outcome: o, message: o.sentence))
+                return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
+            }
+            guard var app = s.devices[owner.deviceID]!.apps[owner.bundleID] else { return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil) }
+            app.controlReloads += 1
+            app.lastControlReload = now
+            s.devices[owner.deviceID]!.apps[owner.bundleID] = app
+            let o = PushOutcome(.controlsReloaded, "Reloaded the Control Center controls of \(owner.bundleID) (\(app.controls.joined(separator: ", "))).")
+            s.devices[owner.deviceID]!.events.append(DeviceEvent(time: now, source: .push, apnsID: apnsID, outcome: o, message: o.sentence))
+            return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
         case .activity(let id):
             guard let i = indexLocked(s, activityID: id, deviceID: owner.deviceID) else {
                 return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil)

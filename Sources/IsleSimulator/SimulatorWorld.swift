@@ -56,7 +56,7 @@ public struct StoredPush: Sendable, Hashable, Codable {
 /// Who a token belongs to.
 struct TokenOwner: Sendable, Hashable {
     /// `retired`: rotated away or otherwise no longer valid, since that time (answers 410).
-    enum Kind: Sendable, Hashable { case activity(String), pushToStart(String), widgets, retired(Date) }
+    enum Kind: Sendable, Hashable { case activity(String), pushToStart(String), widgets, controls, retired(Date) }
     var deviceID: String
     var bundleID: String
     var kind: Kind
@@ -201,10 +201,13 @@ public final class SimulatorWorld: Sendable {
         public var declaresFrequentUpdates: Bool
         public var localization: [String: String]
         public var widgets: [SimulatedWidget.Configuration]
+        /// The kinds of its Control Center controls that reload by push (iOS 18 `ControlPushHandler`).
+        public var controls: [String]
         /// Whether the person has the app open (only a foreground app may call `Activity.request`).
         public var foreground: Bool
         public init(bundleID: String, environment: SimulatedEnvironment = .sandbox, schemas: [ActivitySchema] = [], declaresFrequentUpdates: Bool = false,
-                    localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = [], foreground: Bool = true) {
+                    localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = [], controls: [String] = [], foreground: Bool = true) {
+            self.controls = controls
             self.bundleID = bundleID
             self.environment = environment
             self.schemas = schemas
@@ -232,6 +235,7 @@ public final class SimulatorWorld: Sendable {
                 declaresFrequentUpdates: install.declaresFrequentUpdates, liveActivitiesEnabled: true, frequentUpdatesEnabled: install.declaresFrequentUpdates,
                 localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
                 widgets: install.widgets.map { SimulatedWidget(configuration: $0, addedAt: clock.now) }, isForeground: install.foreground)
+            app.controls = install.controls
             if configuration.tokensAtInstall {
                 issueInstallTokens(&s, &app, deviceID: deviceID)
             } else {
@@ -255,7 +259,7 @@ public final class SimulatorWorld: Sendable {
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
             guard let app = s.devices[deviceID]!.apps.removeValue(forKey: bundleID) else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
-            for token in Array(app.pushToStartTokens.values) + [app.widgetPushToken].compactMap({ $0 }) { retire(&s, token, at: now) }
+            for token in Array(app.pushToStartTokens.values) + [app.widgetPushToken, app.controlsPushToken].compactMap({ $0 }) { retire(&s, token, at: now) }
             for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].state != .dismissed {
                 engine.dismiss(&s.devices[deviceID]!.activities[i], at: now)
             }
@@ -645,6 +649,12 @@ public final class SimulatorWorld: Sendable {
             let token = Self.newToken(bytes: 32)
             app.widgetPushToken = token
             s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .widgets, environment: app.environment)
+        }
+        // Controls that reload by push: WidgetKit's control push token (ControlPushHandler, iOS 18).
+        if !app.controls.isEmpty, device.runs(atLeast: 18), app.controlsPushToken == nil {
+            let token = Self.newToken(bytes: 32)
+            app.controlsPushToken = token
+            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .controls, environment: app.environment)
         }
         app.tokensDueAt = nil
     }

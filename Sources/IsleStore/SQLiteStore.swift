@@ -410,14 +410,15 @@ public final class SQLiteStore: IsleStore {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
         do {
             try db.execute(sql: """
-                INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment,
+                                           controls_token)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(bundle_id, id) DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens,
                     widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled,
                     frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash,
-                    environment = excluded.environment
+                    environment = excluded.environment, controls_token = excluded.controls_token
                 """, arguments: [i.id, i.bundleID, i.userID, tokens, i.widgetToken, i.liveActivitiesEnabled, i.frequentPushesEnabled, i.updatedAt.timeIntervalSince1970, i.secretHash,
-                                 i.environment?.rawValue])
+                                 i.environment?.rawValue, i.controlsToken])
         }
     }
 
@@ -455,7 +456,8 @@ public final class SQLiteStore: IsleStore {
                                   pushToStartTokens: try BadRow.stringMap(r["push_to_start_tokens"], table: "installations", id: key, column: "push_to_start_tokens"),
                                   widgetToken: r["widget_token"], liveActivitiesEnabled: r["live_activities_enabled"], frequentPushesEnabled: r["frequent_pushes_enabled"],
                                   updatedAt: Date(timeIntervalSince1970: r["updated_at"]), secretHash: r["secret_hash"],
-                                  environment: try BadRow.decode(r["environment"] as String?, as: PushEnvironment.self, table: "installations", id: key, column: "environment"))
+                                  environment: try BadRow.decode(r["environment"] as String?, as: PushEnvironment.self, table: "installations", id: key, column: "environment"),
+                                  controlsToken: r["controls_token"])
     }
 
     // MARK: Activities

@@ -152,7 +152,7 @@ public enum Schema {
         Table(name: "installations", columns: [
             c("id", .text), c("bundle_id", .text), c("user_id", .text, null: true), c("push_to_start_tokens", .json), c("widget_token", .text, null: true),
             c("live_activities_enabled", .flag), c("frequent_pushes_enabled", .flag), c("updated_at", .time), c("secret_hash", .text, null: true),
-            c("environment", .text, null: true),
+            c("environment", .text, null: true), c("controls_token", .text, null: true),
         ], primaryKey: ["bundle_id", "id"]),
         Table(name: "activities", columns: [
             c("id", .text, pk: true),
@@ -388,6 +388,8 @@ public enum Schema {
         Change(name: "keys per environment") { dialect in
             ["ALTER TABLE apps ADD COLUMN \(tables.first { $0.name == "apps" }!.columns.first { $0.name == "environment_keys" }!.sql(in: dialect))"]
         },
+        // An installation's control push token (iOS 18 controls pushes).
+        Change(name: "control push tokens") { _ in ["ALTER TABLE installations ADD COLUMN controls_token TEXT"] },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
@@ -396,6 +398,7 @@ public enum Schema {
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
     static let columnsAddedLater: [String: Set<String>] = [
         "apps": ["environment_keys"],
+        "installations": ["controls_token"],
         "webhooks": ["key_id", "event_types", "disabled_at", "disabled_reason", "previous_secret", "previous_secret_until", "revision"],
         "events": ["external_key", "installation_id", "user_id"],
     ]

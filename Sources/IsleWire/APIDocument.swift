@@ -97,6 +97,7 @@ public enum APIDocument {
         "POST /v1/installations/{installation}/start": "startOnInstallation",
         "POST /v1/users/{user}/start": "startForUser",
         "POST /v1/installations/{installation}/widgets/reload": "reloadWidgets",
+        "POST /v1/installations/{installation}/controls/reload": "reloadControls",
         "GET /v1/activities/{activity}": "getActivity",
         "GET /v1/activities/by-key/{key}": "getActivityByKey",
         "GET /v1/deliveries/{apnsID}": "getDelivery",

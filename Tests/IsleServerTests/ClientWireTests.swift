@@ -19,11 +19,11 @@ struct ClientWireTests {
 
     @Test("every request the client writes, with every field, reads into the server's type")
     func requests() throws {
-        let report = ClientWire.InstallationReport(pushToStartTokens: ["PizzaDeliveryAttributes": Self.token], widgetToken: Self.token, liveActivitiesEnabled: true,
+        let report = ClientWire.InstallationReport(pushToStartTokens: ["PizzaDeliveryAttributes": Self.token], widgetToken: Self.token, controlsToken: Self.token, liveActivitiesEnabled: true,
                                                    frequentPushesEnabled: false, environment: "sandbox", ticket: "a.b.c")
         let r = try Self.serverReads(API.InstallationReport.self, ClientWire.encode(report))
         #expect(r.pushToStartTokens?.tokens["PizzaDeliveryAttributes"] == .some(Self.token))
-        #expect(r.widgetToken?.value?.text == Self.token && r.liveActivitiesEnabled == true && r.frequentPushesEnabled == false && r.environment == .sandbox && r.ticket?.text == "a.b.c")
+        #expect(r.widgetToken?.value?.text == Self.token && r.controlsToken?.value?.text == Self.token && r.liveActivitiesEnabled == true && r.frequentPushesEnabled == false && r.environment == .sandbox && r.ticket?.text == "a.b.c")
         // An empty report (nothing changed) is still a valid body.
         _ = try Self.serverReads(API.InstallationReport.self, ClientWire.encode(ClientWire.InstallationReport()))
 
@@ -66,7 +66,8 @@ struct ClientWireTests {
         let doc = APIDocument.json
         func properties(_ component: String) -> Set<String> { Set(doc["components"]?["schemas"]?[component]?["properties"]?.objectValue?.keys ?? []) }
         func keys<T: Encodable>(_ value: T) throws -> Set<String> { Set(try JSONParser.parse(Array(ClientWire.encode(value))).objectValue?.keys ?? []) }
-        let all = try keys(ClientWire.InstallationReport(pushToStartTokens: ["T": Self.token], widgetToken: Self.token, liveActivitiesEnabled: true, frequentPushesEnabled: true,
+        let all = try keys(ClientWire.InstallationReport(pushToStartTokens: ["T": Self.token], widgetToken: Self.token, controlsToken: Self.token, liveActivitiesEnabled: true,
+                                                         frequentPushesEnabled: true,
                                                          environment: "sandbox", ticket: "a.b.c"))
         #expect(all == properties("InstallationReport"))
         let registration = try keys(ClientWire.ActivityRegistration(attributesType: "T", installationID: "i", token: Self.token, channelID: "c", externalKey: "k", topics: ["t"],

@@ -132,7 +132,7 @@ final class ServerFixture: Sendable {
             let device = sim.world.createDevice(name: "iPhone")
             try sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema], widgets: [
                 .init(kind: "favorite", source: .fixed(WidgetTimeline(entries: [.init(date: Pizza.t0, content: ["pizza": "Diavola"])], policy: .never))),
-            ]), on: device)
+            ], controls: ["com.example.pizza.oven"]), on: device)
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-server-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
             let path = dir.appendingPathComponent("isle.sqlite").path

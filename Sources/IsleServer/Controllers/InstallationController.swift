@@ -32,6 +32,7 @@ struct InstallationController {
             }
         }
         v1.post("installations/:installation/widgets/reload", use: reloadWidgets)
+        v1.post("installations/:installation/controls/reload", use: reloadControls)
     }
 
     /// `PUT /v1/installations/{id}` (device key). The first registration answers the installation's
@@ -199,13 +200,29 @@ struct InstallationController {
     /// `POST /v1/installations/{id}/widgets/reload` (backend key): a `widgets` push to the
     /// installation's widget push token.
     @Sendable func reloadWidgets(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        try await reload(request, context, kind: .widgets) { i in
+            guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
+        }
+    }
+
+    /// `POST /v1/installations/{id}/controls/reload` (backend key): a `controls` push to the
+    /// installation's control push token (iOS 18): its Control Center controls reload.
+    @Sendable func reloadControls(_ request: Request, context: IsleRequestContext) async throws -> Response {
+        try await reload(request, context, kind: .controls) { i in
+            guard i.controlsToken != nil else {
+                throw APIError(.conflict, "noControlsToken", "the installation has not registered a control push token (the app reports it from its ControlPushHandler, iOS 18)")
+            }
+        }
+    }
+
+    /// Queues a widgets or controls reload for the caller's installation, once `check` holds.
+    func reload(_ request: Request, _ context: IsleRequestContext, kind: PushJobKind, check: (InstallationRecord) throws -> Void) async throws -> Response {
         let caller = try context.caller(.backend)
         let id = try context.parameters.decoded("installation")
         _ = try await Body.object(request)
-        let i = try await services.ownInstallation(caller, id)
-        guard i.widgetToken != nil else { throw APIError(.conflict, "noWidgetToken", "the installation has not registered a widget push token") }
+        try check(try await services.ownInstallation(caller, id))
         let now = services.clock.now
-        let job = NewPushJob(bundleID: caller.bundleID, kind: .widgets, installationID: id, payload: .widgets(WidgetPayload()), requestedPriority: .high, runAt: now)
+        let job = NewPushJob(bundleID: caller.bundleID, kind: kind, installationID: id, payload: .widgets(WidgetPayload()), requestedPriority: .high, runAt: now)
         let ids = try await store.enqueue(TraceParent.stamped([job]), idempotency: context.idempotencyRecord(.accepted, API.Accepted(accepted: 1), jobs: true), now: now)
         services.engine.wake()
         return JSONResponse.make(API.Accepted(accepted: 1, jobs: ids), status: .accepted)

@@ -87,6 +87,7 @@ struct InstallationReport {
     /// Attributes type → hex token, or nil to remove it.
     var pushToStartTokens: [String: String?] = [:]
     var widget = WidgetChange.keep
+    var controls = WidgetChange.keep
     var liveActivitiesEnabled: Bool?
     var frequentPushesEnabled: Bool?
     /// The APNs environment of the installation's tokens; nil keeps what is stored.
@@ -106,6 +107,11 @@ struct InstallationReport {
         case .clear?: widget = .clear
         case .set(let t)?: widget = .set(t.text)
         }
+        switch w.controlsToken {
+        case nil: controls = .keep
+        case .clear?: controls = .clear
+        case .set(let t)?: controls = .set(t.text)
+        }
         liveActivitiesEnabled = w.liveActivitiesEnabled
         frequentPushesEnabled = w.frequentPushesEnabled
         environment = w.environment?.environment
@@ -117,6 +123,11 @@ struct InstallationReport {
         case .keep: break
         case .clear: inst.widgetToken = nil
         case .set(let w): inst.widgetToken = w
+        }
+        switch controls {
+        case .keep: break
+        case .clear: inst.controlsToken = nil
+        case .set(let c): inst.controlsToken = c
         }
         if let liveActivitiesEnabled { inst.liveActivitiesEnabled = liveActivitiesEnabled }
         if let frequentPushesEnabled { inst.frequentPushesEnabled = frequentPushesEnabled }

@@ -573,11 +573,12 @@ public final class PostgresStore: IsleStore {
     static func writeInstallation(_ conn: PostgresConnection, _ i: InstallationRecord, onConflict: String? = nil, logger: Logger) async throws {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
         try await conn.rows("""
-            INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-            ON CONFLICT (bundle_id, id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment")
+            INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment,
+                                       controls_token)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            ON CONFLICT (bundle_id, id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment, controls_token = excluded.controls_token")
             """, [.text(i.id), .text(i.bundleID), .text(i.userID), .json(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
-                  .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue)], logger: logger)
+                  .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue), .text(i.controlsToken)], logger: logger)
     }
 
     static func installation(_ r: PGRow) throws -> InstallationRecord {
@@ -587,7 +588,8 @@ public final class PostgresStore: IsleStore {
                                   pushToStartTokens: try BadRow.stringMap(try r.string("push_to_start_tokens"), table: "installations", id: key, column: "push_to_start_tokens"),
                                   widgetToken: try r.optionalString("widget_token"), liveActivitiesEnabled: try r.bool("live_activities_enabled"),
                                   frequentPushesEnabled: try r.bool("frequent_pushes_enabled"), updatedAt: try r.date("updated_at"), secretHash: try r.optionalString("secret_hash"),
-                                  environment: try BadRow.decode(try r.optionalString("environment"), as: PushEnvironment.self, table: "installations", id: key, column: "environment"))
+                                  environment: try BadRow.decode(try r.optionalString("environment"), as: PushEnvironment.self, table: "installations", id: key, column: "environment"),
+                                  controlsToken: try r.optionalString("controls_token"))
     }
 
     public func upsertInstallation(_ i: InstallationRecord) async throws {

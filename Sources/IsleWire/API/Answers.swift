@@ -140,12 +140,14 @@ extension API {
         public var userID: String?
         public var pushToStartTypes: [String]
         public var hasWidgetToken: Bool
+        public var hasControlsToken: Bool
         public var liveActivitiesEnabled: Bool
         public var frequentPushesEnabled: Bool
         public var updatedAt: Date
         public var environment: PushEnvironment?
-        public init(id: String, bundleID: String, userID: String?, pushToStartTypes: [String], hasWidgetToken: Bool, liveActivitiesEnabled: Bool, frequentPushesEnabled: Bool,
-                    updatedAt: Date, environment: PushEnvironment?) {
+        public init(id: String, bundleID: String, userID: String?, pushToStartTypes: [String], hasWidgetToken: Bool, hasControlsToken: Bool = false, liveActivitiesEnabled: Bool,
+                    frequentPushesEnabled: Bool, updatedAt: Date, environment: PushEnvironment?) {
+            self.hasControlsToken = hasControlsToken
             self.id = id
             self.bundleID = bundleID
             self.userID = userID

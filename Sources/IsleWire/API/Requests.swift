@@ -10,15 +10,17 @@ extension API {
     public struct InstallationReport: Codable, Sendable, WireDocumented {
         public var pushToStartTokens: PushToStartTokens?
         public var widgetToken: WirePatch<HexToken>?
+        public var controlsToken: WirePatch<HexToken>?
         public var liveActivitiesEnabled: Bool?
         public var frequentPushesEnabled: Bool?
         public var environment: EnvironmentName?
         public var ticket: Ticket?
 
-        public init(pushToStartTokens: PushToStartTokens? = nil, widgetToken: WirePatch<HexToken>? = nil, liveActivitiesEnabled: Bool? = nil,
-                    frequentPushesEnabled: Bool? = nil, environment: EnvironmentName? = nil, ticket: Ticket? = nil) {
+        public init(pushToStartTokens: PushToStartTokens? = nil, widgetToken: WirePatch<HexToken>? = nil, controlsToken: WirePatch<HexToken>? = nil,
+                    liveActivitiesEnabled: Bool? = nil, frequentPushesEnabled: Bool? = nil, environment: EnvironmentName? = nil, ticket: Ticket? = nil) {
             self.pushToStartTokens = pushToStartTokens
             self.widgetToken = widgetToken
+            self.controlsToken = controlsToken
             self.liveActivitiesEnabled = liveActivitiesEnabled
             self.frequentPushesEnabled = frequentPushesEnabled
             self.environment = environment
@@ -29,6 +31,7 @@ extension API {
         public static var wireFields: [String: String] {
             ["pushToStartTokens": "Attributes type → its push-to-start token (hex), or null to forget it; at most 32 types.",
              "widgetToken": "The app's widget push token (iOS 26; hex), or null to forget it.",
+             "controlsToken": "The app's control push token (iOS 18, ControlPushHandler; hex), or null to forget it: POST /v1/installations/{id}/controls/reload pushes to it.",
              "environment": "The APNs environment of this installation's tokens: the build's aps-environment (development is the sandbox). Absent or null keeps what is stored; never said: the server's default (isle serve --sandbox/--production).",
              "ticket": "A registration ticket naming the installation's user (claim user): binds userID without the backend key. See docs/security.md."]
         }
