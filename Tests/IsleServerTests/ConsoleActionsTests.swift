@@ -19,8 +19,8 @@ struct ConsoleActionsTests {
         try await ServerFixture.with { f in
             let (a, id) = try await f.appStartsActivity(key: "order-queue")
             let (cookie, keyID, _) = try await C.signInWithKey(f)
-            // Scheduled a day ahead: on the dashboard and the activity's page, cancellable.
-            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            // Scheduled four hours ahead: on the dashboard and the activity's page, cancellable.
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 4 * 3600
             let queued = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Tomorrow"), "sendAt": .int(later)])
             let job = try #require(queued.json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
             let dashboard = try await C.send(f, "GET", "/console", cookie: cookie)
@@ -299,7 +299,7 @@ struct ConsoleActionsTests {
     func queueAPI() async throws {
         try await ServerFixture.with { f in
             let (a, id) = try await f.appStartsActivity(key: "order-api-queue")
-            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 4 * 3600
             let scheduled = try #require(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Later"), "sendAt": .int(later)])
                 .json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
             let list = try await f.call("GET", "/v1/jobs?activity=\(id)", key: f.backendKey)

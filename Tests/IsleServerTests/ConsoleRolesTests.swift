@@ -35,7 +35,7 @@ struct ConsoleRolesTests {
     func viewer() async throws {
         try await ServerFixture.with { f in
             let (_, id) = try await f.appStartsActivity(key: "order-viewer")
-            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 4 * 3600
             let job = try #require(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Tomorrow"), "sendAt": .int(later)])
                 .json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
             #expect(try await f.call("POST", "/v1/webhooks", key: f.backendKey, body: ["url": "http://127.0.0.1:9/closed"]).status == 201)
@@ -156,7 +156,7 @@ struct ConsoleRolesTests {
     func fixedNotices() async throws {
         try await ServerFixture.with { f in
             let (_, id) = try await f.appStartsActivity(key: "order-notice")
-            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 4 * 3600
             let job = try #require(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Later"), "sendAt": .int(later)])
                 .json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
             let cookie = try await C.signIn(f)
@@ -191,7 +191,7 @@ struct ConsoleRolesTests {
             let (a, id) = try await f.appStartsActivity(key: "order-figures")
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Sent now")]).status == 202)
             try await f.waitForDevice("the update") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Sent now" }
-            let later = Int64(f.clock.now.timeIntervalSince1970) + 86_400
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 4 * 3600
             #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Later"), "sendAt": .int(later)]).status == 202)
             let pizza = try await C.signIn(f)
             let tacos = try await Self.signIn(f, try await ServerSetup.createKey(store: try SQLiteStore(path: f.databasePath), bundleID: Self.tacos, scope: .viewer).secret)

@@ -224,6 +224,7 @@ struct ActivityController {
         let strict = try Strictness.requested(request)
         let push = try ActivityPush(try await Body.object(request), event: event).toDeviceTokens()
         let now = services.clock.now
+        try Scheduling.check(push.sendAt, now: now, deadline: services.configuration.jobDeadline)
         let pushes = ActivityPushes(services: services, store: store)
         let prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: try await targets(), single: !fanOut, now: now)
         try Strictness.enforce(prepared.warnings, strict: strict)

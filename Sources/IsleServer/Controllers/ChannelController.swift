@@ -80,6 +80,7 @@ struct ChannelController {
         let push = try ActivityPush(try await Body.object(request), event: event)
         guard let channel = try await store.channel(id: id), channel.bundleID == caller.bundleID else { throw APIError.notFound("channel \(id)") }
         let now = services.clock.now
+        try Scheduling.check(push.sendAt, now: now, deadline: services.configuration.jobDeadline)
         let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: id, payload: push.payload(acceptedAt: now), requestedPriority: push.priority,
                              runAt: max(push.sendAt ?? now, now))
         let warnings = try PayloadCheck(now: now).validate(job, broadcast: true)

@@ -163,8 +163,11 @@ struct InstallationController {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(start.attributesType) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
         }
         let now = services.clock.now
+        try Scheduling.check(start.sendAt, now: now, deadline: services.configuration.jobDeadline)
+        // A scheduled start (a match's kick-off) waits until then; the activity's life counts from it.
+        let runAt = max(start.sendAt ?? now, now)
         // One payload, typed and encoded once, for every installation.
-        let template = NewPushJob(bundleID: caller.bundleID, kind: .start, payload: start.payload(acceptedAt: now), requestedPriority: .high, runAt: now)
+        let template = NewPushJob(bundleID: caller.bundleID, kind: .start, payload: start.payload(acceptedAt: now), requestedPriority: .high, runAt: runAt)
         let warnings = try PayloadCheck(now: now).validate(template, schema: schema)
         try Strictness.enforce(warnings, strict: strict)
         let installations = try await targets()
@@ -182,7 +185,7 @@ struct InstallationController {
             }
             let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: start.externalKey, installationID: i.id,
                                    attributesType: start.attributesType, attributes: start.attributes, content: start.contentState, state: .starting,
-                                   relevanceScore: start.relevanceScore, startedAt: now, topics: start.topics, environment: i.environment)
+                                   relevanceScore: start.relevanceScore, startedAt: runAt, topics: start.topics, environment: i.environment)
             activities.append(a)
             var job = template.forActivity(a.id)
             job.installationID = i.id
@@ -193,7 +196,7 @@ struct InstallationController {
         let value = API.StartAccepted(accepted: Int64(jobs.count), activities: started, warnings: Views.findings(warnings))
         // The activities, their start jobs and the idempotent answer: one transaction.
         try await store.enqueue(TraceParent.stamped(jobs), creating: activities, idempotency: context.idempotencyRecord(.accepted, value), now: now)
-        services.engine.wake()
+        services.engine.wake(at: runAt)
         return JSONResponse.make(value, status: .accepted)
     }
 

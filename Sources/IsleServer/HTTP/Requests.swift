@@ -255,6 +255,18 @@ struct ActivityPush {
     static func wholeSeconds(_ d: Date) -> Date { Date(timeIntervalSince1970: d.timeIntervalSince1970.rounded(.towardZero)) }
 }
 
+/// `sendAt`: a push is sent within the job deadline of its acceptance (``ServerConfiguration/jobDeadline``),
+/// so one scheduled past it would give up when it came due: refused when accepted instead, naming the field.
+enum Scheduling {
+    static func check(_ sendAt: Date?, now: Date, deadline: TimeInterval) throws {
+        guard let sendAt, sendAt.timeIntervalSince(now) > deadline else { return }
+        let hours = deadline / 3600
+        throw APIError(.unprocessableContent, "sendAtTooLate",
+                       "sendAt is \(Int(sendAt.timeIntervalSince(now) / 60)) minutes ahead; a push is sent within \(hours.formatted(.number.precision(.fractionLength(0...1)))) hours of being accepted (the server's job deadline), so this one would give up before it was due: send the request later",
+                       field: "sendAt")
+    }
+}
+
 /// `POST /v1/installations/{id}/start`, `POST /v1/users/{user}/start`: push-to-start.
 struct StartRequest {
     var attributesType: String
@@ -265,8 +277,11 @@ struct StartRequest {
     var relevanceScore: Double?
     var externalKey: String?
     var topics: [String]
+    /// When to send it (a scheduled start); nil: now.
+    var sendAt: Date?
 
     init(_ w: API.Start) throws {
+        sendAt = w.sendAt
         attributesType = w.attributesType.text
         attributes = .object(w.attributes)
         contentState = .object(w.contentState)

@@ -172,8 +172,10 @@ extension API {
         public var relevanceScore: Double?
         public var externalKey: ExternalKey?
         public var topics: TopicList?
+        public var sendAt: Date?
         public init(attributesType: AttributesTypeName, attributes: JSONObject, contentState: JSONObject, alert: Alert, staleDate: Date? = nil, relevanceScore: Double? = nil,
-                    externalKey: ExternalKey? = nil, topics: TopicList? = nil) {
+                    externalKey: ExternalKey? = nil, topics: TopicList? = nil, sendAt: Date? = nil) {
+            self.sendAt = sendAt
             self.attributesType = attributesType
             self.attributes = attributes
             self.contentState = contentState
@@ -185,7 +187,8 @@ extension API {
         }
         public static var wireFields: [String: String] {
             ["alert": "Required: the device drops a push-to-start without one.", "externalKey": "The backend's key for the started activities.",
-             "staleDate": PushWords.fields["staleDate"]!]
+             "staleDate": PushWords.fields["staleDate"]!,
+             "sendAt": "Start at this time (Unix seconds), not now (a match's kick-off): the start waits, scheduled, until then; at most the server's job deadline ahead (8 hours by default; else 422 sendAtTooLate)."]
         }
     }
 
@@ -261,7 +264,7 @@ enum PushWords {
         "staleDate": "When the system marks the activity stale: \(date).",
         "relevanceScore": "Orders the app's activities in the Dynamic Island and on the Lock Screen.",
         "priority": "10: send now (counts against the hourly budget); 5: when the device's power allows; 1 (broadcast channels only: a push to an activity's token is a 422 priorityNotAllowed): prioritize the device's power, never wake it. Absent: Isle chooses (docs/server.md).",
-        "sendAt": "Send at this time (Unix seconds), not now; the job waits, scheduled, until then.",
+        "sendAt": "Send at this time (Unix seconds), not now; the job waits, scheduled, until then. At most the server's job deadline ahead (8 hours by default; else 422 sendAtTooLate).",
     ]
 }
 
