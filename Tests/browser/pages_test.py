@@ -209,10 +209,10 @@ def console_actions(browser, wait, activity_url):
     browser.find_element(By.CSS_SELECTOR, "form[action='/console/webhooks'] button").click()
     wait.until(lambda b: b.find_element(By.ID, "secret").text.startswith("whsec_"))
 
-    # The queue: a push scheduled for tomorrow, shown and cancelled; a push waiting for its retry
+    # The queue: a push scheduled four hours ahead (within the job deadline), shown and cancelled; a push waiting for its retry
     # after a 503, sent now.
     status, queued = call("POST", SERVER + "/v1/activities/%s/update" % activity_id,
-                          {"contentState": {"driverName": "Tomorrow", "deliveryTimer": window(30)}, "sendAt": int(time.time()) + 86400}, key=BACKEND)
+                          {"contentState": {"driverName": "Tomorrow", "deliveryTimer": window(30)}, "sendAt": int(time.time()) + 4 * 3600}, key=BACKEND)
     assert status == 202, status
     scheduled = queued["jobs"][0]
     # Four 503s in a row: after the fourth the push waits 4–8 s for its next try (the server's
