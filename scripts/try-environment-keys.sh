@@ -45,20 +45,9 @@ PIDS+=($!)
 wait_for http://127.0.0.1:18390/health
 
 # Each phone's app: an order, its installation (with its environment) and the token; then an update.
-for pair in "sandbox 18380 dev" "production 18381 tf"; do
-  set -- $pair
-  ENV=$1 CONTROL=$2 ORDER=$3
-  TOKEN=$(curl -s -X POST "http://127.0.0.1:$CONTROL/devices/device-1/apps/com.example.pizza/activities" \
-    -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"attributes\":{\"numberOfPizzas\":1,\"totalAmount\":\"\$9.00\",\"orderNumber\":\"$ORDER\"},\"contentState\":{\"driverName\":\"Bill James\",\"deliveryTimer\":[788918400,788919900]},\"waitForPushToken\":true}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["updateToken"])')
-  SECRET=$(curl -s -X PUT "http://127.0.0.1:18390/v1/installations/phone-$ENV" -H "authorization: Bearer $DEVICE_KEY" -d "{\"environment\":\"$ENV\"}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["installationSecret"])')
-  TICKET=$(isle ticket --key "$D/ticket.pem" --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key "order-$ORDER")
-  curl -sf -X POST http://127.0.0.1:18390/v1/activities -H "authorization: Bearer $DEVICE_KEY" -H "Isle-Installation-Secret: $SECRET" \
-    -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"externalKey\":\"order-$ORDER\",\"installationID\":\"phone-$ENV\",\"ticket\":\"$TICKET\"}" > /dev/null
-  curl -sf -X POST "http://127.0.0.1:18390/v1/activities/by-key/order-$ORDER/update" -H "authorization: Bearer $BACKEND_KEY" \
-    -d "{\"contentState\":{\"driverName\":\"Driver $ORDER\",\"deliveryTimer\":[788918400,788919900]},\"priority\":10}" > /dev/null
-done
+source scripts/environment-phone.sh
+environment_phone http://127.0.0.1:18390 sandbox 18380 dev 10
+environment_phone http://127.0.0.1:18390 production 18381 tf 10
 
 # The production host refuses the sandbox's key: the app pauses, saying what to do.
 for _ in $(seq 1 150); do

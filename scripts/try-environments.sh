@@ -44,20 +44,9 @@ for _ in $(seq 1 50); do said && break; sleep 0.1; done
 said || { echo "serve does not say where each environment goes:"; cat "$D/serve.log"; exit 1; }
 
 # Each phone's app: start an order, register its installation (with its environment) and the token.
-for pair in "sandbox 18280 dev" "production 18281 tf"; do
-  set -- $pair
-  ENV=$1 CONTROL=$2 ORDER=$3
-  TOKEN=$(curl -s -X POST "http://127.0.0.1:$CONTROL/devices/device-1/apps/com.example.pizza/activities" \
-    -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"attributes\":{\"numberOfPizzas\":1,\"totalAmount\":\"\$9.00\",\"orderNumber\":\"$ORDER\"},\"contentState\":{\"driverName\":\"Bill James\",\"deliveryTimer\":[788918400,788919900]},\"waitForPushToken\":true}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["updateToken"])')
-  SECRET=$(curl -s -X PUT "http://127.0.0.1:18290/v1/installations/phone-$ENV" -H "authorization: Bearer $DEVICE_KEY" -d "{\"environment\":\"$ENV\"}" \
-    | python3 -c 'import json,sys; a=json.load(sys.stdin); assert a["environment"]=="'"$ENV"'", a; print(a["installationSecret"])')
-  TICKET=$(isle ticket --key "$D/ticket.pem" --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key "order-$ORDER")
-  curl -sf -X POST http://127.0.0.1:18290/v1/activities -H "authorization: Bearer $DEVICE_KEY" -H "Isle-Installation-Secret: $SECRET" \
-    -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"externalKey\":\"order-$ORDER\",\"installationID\":\"phone-$ENV\",\"ticket\":\"$TICKET\"}" > /dev/null
-  curl -sf -X POST "http://127.0.0.1:18290/v1/activities/by-key/order-$ORDER/update" -H "authorization: Bearer $BACKEND_KEY" \
-    -d "{\"contentState\":{\"driverName\":\"Driver $ORDER\",\"deliveryTimer\":[788918400,788919900]}}" > /dev/null
-done
+source scripts/environment-phone.sh
+environment_phone http://127.0.0.1:18290 sandbox 18280 dev
+environment_phone http://127.0.0.1:18290 production 18281 tf
 
 # Each update reached its own phone, through its own host.
 for pair in "sandbox 18280 dev" "production 18281 tf"; do
