@@ -372,9 +372,9 @@ extension API {
         public var failingSince: Date?
         public init() {}
         public static var wireFields: [String: String] {
-            ["jobID": "push.*: the job", "kind": "push.*: update, end, start, broadcast, widgets", "attempts": "push.*: the requests APNs answered for it",
+            ["jobID": "push.*: the job", "kind": "push.*: update, end, start, broadcast, widgets, controls", "attempts": "push.*: the requests APNs answered for it",
              "status": "push.failed: APNs' last HTTP status", "apnsReason": "push.failed, token.retired: APNs' last reason", "reason": "push.failed: why it failed; app.paused, webhook.disabled: why",
-             "token": "token.retired: update, pushToStart or widget", "source": "activity.*, app.resumed, webhook.disabled: who (device, operator, api, console, failures, …)",
+             "token": "token.retired: update, pushToStart, widget or controls", "source": "activity.*, app.resumed, webhook.disabled: who (device, operator, api, console, failures, …)",
              "cause": "app.paused: configuration, apnsUnavailable or operator", "probeAt": "app.paused: when Isle tries APNs again"]
         }
     }
