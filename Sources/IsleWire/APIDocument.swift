@@ -15,8 +15,6 @@ public enum APIDocument {
         case query(String, JSONValue, String)
         case idempotencyKey, idempotencyKeyChecked, installationSecret, installationSecretAtRegistration, strict
 
-        static func path(_ name: String, _ schema: JSONValue) -> Parameter { .pathSchema(name, schema) }
-
         var json: JSONValue {
             switch self {
             case .path(let name, let type):

@@ -88,12 +88,16 @@ public struct WireSchemas {
     }
 
     private mutating func component(_ type: any Decodable.Type, _ direction: Direction) -> String {
+        // One component per type, named by the type: a type is either a request's or an answer's
+        // (their optional fields differ), and two types never share a name.
         let id = ObjectIdentifier(type)
-        if let name = names[id], directions[name] == direction { return name }
-        var name = String(describing: type)
-        if let taken = directions[name], taken != direction || names[id] == nil { name += direction == .request ? "Input" : "Output" }
-        if directions[name] != nil { return name }
-        names[id] = names[id] ?? name
+        let name = String(describing: type)
+        if let known = names[id] {
+            precondition(directions[known] == direction, "\(name) is used in a request and in an answer: give each its own type")
+            return known
+        }
+        precondition(directions[name] == nil, "two API types are named \(name)")
+        names[id] = name
         directions[name] = direction
         components[name] = ["type": "object"]  // a placeholder while its fields are read (a type may refer to itself)
         let recorder = Recorder()

@@ -157,9 +157,6 @@ public struct EventID: WireText {
     public var sequence: Int64 { Int64(text.dropFirst(4)) ?? 0 }
 }
 
-/// Free text an answer carries (a reason, an error): any string.
-public typealias Text = String
-
 // MARK: Lists and maps with rules
 
 /// `topics`: at most 32 names.
