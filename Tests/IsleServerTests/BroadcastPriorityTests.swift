@@ -24,7 +24,8 @@ struct BroadcastPriorityTests {
             let channel = try #require(created.json["id"]?.stringValue, "\(created.json.jsonString)")
             let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
                                                    contentState: Pizza.state("Bill James"), pushType: .channel(channel))
-            let sent = try await f.call("POST", "/v1/channels/\(channel)/update", key: f.backendKey, body: ["contentState": Pizza.state("quietly"), "priority": 1])
+            // A channel id is base64 (it may hold / and +): percent-encoded in the path.
+            let sent = try await f.call("POST", "/v1/channels/\(channel.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)/update", key: f.backendKey, body: ["contentState": Pizza.state("quietly"), "priority": 1])
             #expect(sent.status == 202, "\(sent.json.jsonString)")
             try await eventually("the broadcast went out at priority 1 and APNs took it") {
                 f.sim.apns.requestLog.contains { r in r.path.hasPrefix("/4/broadcasts") && r.status == 200 && r.headers.contains { $0 == ["apns-priority", "1"] } }

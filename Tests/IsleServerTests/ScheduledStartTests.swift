@@ -39,7 +39,8 @@ struct ScheduledStartTests {
             let update = try await f.call("POST", "/v1/activities/by-key/match-1/update", key: f.backendKey, body: ["contentState": Pizza.state("x"), "sendAt": .int(late)])
             #expect(update.status == 422 && update.json["error"]?["code"] == "sendAtTooLate", "\(update.json.jsonString)")
             let channel = try #require(try await f.call("POST", "/v1/channels", key: f.backendKey, body: [:]).json["id"]?.stringValue)
-            let broadcast = try await f.call("POST", "/v1/channels/\(channel)/update", key: f.backendKey, body: ["contentState": Pizza.state("x"), "sendAt": .int(late)])
+            // A channel id is base64 (it may hold / and +): percent-encoded in the path.
+            let broadcast = try await f.call("POST", "/v1/channels/\(channel.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)/update", key: f.backendKey, body: ["contentState": Pizza.state("x"), "sendAt": .int(late)])
             #expect(broadcast.status == 422 && broadcast.json["error"]?["code"] == "sendAtTooLate", "\(broadcast.json.jsonString)")
         }
     }
