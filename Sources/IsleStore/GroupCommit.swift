@@ -38,7 +38,20 @@ final class GroupCommit: Sendable {
     /// Why the last commit failed, while no commit has succeeded since.
     var lastFailure: String? { failure.withLock { $0 } }
 
-    /// Writes are known to work again (a probe of the disk succeeded, or a commit).
+    /// Writes are known to work again: a commit succeeded and the disk has room for new data.
+    ///
+    /// A commit alone does not say so: on a full disk SQLite can still commit into the space its
+    /// log already holds (after a checkpoint the log is written again from its start), so some
+    /// commits succeed and the next ones fail. `/ready` would flap between 200 and 503 while the
+    /// disk stays full; a file beside the database that must be written and synced first keeps it
+    /// at 503 until space really came back.
+    func commitSucceeded() {
+        guard failure.withLock({ $0 != nil }) else { return }
+        guard !faults.take(.diskProbe), SQLiteStore.diskTakesWrites(beside: pool.path) else { return }
+        clearFailure()
+    }
+
+    /// Writes are known to work again.
     func clearFailure() {
         guard failure.withLock({ f -> Bool in defer { f = nil }; return f != nil }) else { return }
         logger?.notice("the database takes writes again; requests and deliveries resume")
@@ -49,7 +62,7 @@ final class GroupCommit: Sendable {
     func recordFailure(_ why: String) -> Bool {
         let news = failure.withLock { f -> Bool in defer { f = why }; return f == nil }
         if news {
-            logger?.error("the database cannot take writes (is its disk full?); writes get 503 with Retry-After and /ready says not ready until one succeeds",
+            logger?.error("the database cannot take writes (is its disk full?); writes get 503 with Retry-After and /ready says not ready until the disk has room again",
                           metadata: ["reason": "\(why)"])
         }
         return logger != nil
@@ -86,7 +99,7 @@ final class GroupCommit: Sendable {
                     }
                     try faults.check(.commit)
                     try writer.commit()
-                    self.clearFailure()
+                    self.commitSucceeded()
                     return batch.map { _ in .success(()) }
                 } catch let failed as OneWriteFailed where GroupCommit.isStorageFailure(failed.error) {
                     // The disk, not the write: every write would fail the same way, so the batch
@@ -109,6 +122,7 @@ final class GroupCommit: Sendable {
                         }
                     }
                     try writer.commit()
+                    self.commitSucceeded()
                     return results
                 }
             } catch {

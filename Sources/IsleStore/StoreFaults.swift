@@ -23,7 +23,8 @@ public final class StoreFaults: Sendable {
         case prune
         /// SQLite: a batch's commit fails, as on a full disk (``SQLiteStore/ping()`` then checks the disk).
         case commit
-        /// SQLite: the disk check of ``SQLiteStore/ping()`` fails, as on a full disk.
+        /// SQLite: the disk check (of ``SQLiteStore/ping()``, or after a commit while writes were
+        /// failing) fails, as on a full disk.
         case diskProbe
     }
 
@@ -38,6 +39,12 @@ public final class StoreFaults: Sendable {
         guard times > 0 else { return }
         remaining.withLock { $0[point, default: 0] += times }
         armed.add(times, ordering: .sequentiallyConsistent)
+    }
+
+    /// `point` behaves again, however many times it was armed for.
+    public func disarm(_ point: Point) {
+        let left = remaining.withLock { $0.removeValue(forKey: point) ?? 0 }
+        if left > 0 { armed.subtract(left, ordering: .sequentiallyConsistent) }
     }
 
     /// How many times a point has misbehaved.

@@ -191,6 +191,26 @@ struct DeliveryCoreRegressionTests {
         }
     }
 
+    @Test("2e. on a disk still full, a commit that succeeds in the space the log already holds does not make /ready say ready; space back does")
+    func commitOnFullDiskKeepsNotReady() async throws {
+        try await ServerFixture.with { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-full")
+            f.faults.arm(.commit, times: 1)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("lost")).status == 503)
+            // The next commits succeed (SQLite reused its log's space) but the disk has no room for
+            // anything new: the write is kept and delivered, and readiness stays off meanwhile.
+            f.faults.arm(.diskProbe, times: 1_000)
+            let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: Self.plain("kept"))
+            #expect(r.status == 202)
+            #expect(f.faults.injected >= 2, "the commit's disk check ran")
+            #expect(try await f.call("GET", "/ready").status == 503)
+            try await eventually("the update delivered") { try f.deviceActivity(a.id)?.contentState["driverName"] == "kept" }
+            #expect(try await f.call("GET", "/ready").status == 503)
+            f.faults.disarm(.diskProbe)
+            try await eventually(within: .seconds(10), "/ready back once the disk has room") { try await f.call("GET", "/ready").status == 200 }
+        }
+    }
+
     @Test("4a. an APNs outage of two hours loses nothing (v1 gave up after 10 tries, 4–8 minutes): the end goes out when APNs is back")
     func outageRetriedByTime() async throws {
         try await ServerFixture.with { f in
