@@ -130,6 +130,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("keep-events"), help: ArgumentHelp("Days an event (docs/events.md) is kept for GET /v1/events and webhooks (env ISLE_KEEP_EVENTS; default 7).", valueName: "days")) var keepEvents: Double?
     @Option(name: .customLong("keep-ended-activities"), help: ArgumentHelp("Days an ended, dismissed or unreachable activity is kept (env ISLE_KEEP_ENDED_ACTIVITIES; default 30).", valueName: "days")) var keepEndedActivities: Double?
     @Option(name: .customLong("keep-stale-installations"), help: ArgumentHelp("Days an installation that reported nothing and holds no live activity is kept (env ISLE_KEEP_STALE_INSTALLATIONS; default 180).", valueName: "days")) var keepStaleInstallations: Double?
+    @Option(name: .customLong("topic-idle"), help: ArgumentHelp("Hours a topic's broadcast channel may go without a broadcast (and with no live follower) before it is closed, unless the topic sets its own (env ISLE_TOPIC_IDLE; default 24).", valueName: "hours")) var topicIdle: Double?
+    @Option(name: .customLong("channel-limit"), help: ArgumentHelp("Broadcast channels per app and APNs environment (env ISLE_CHANNEL_LIMIT; default 10000, Apple's limit). At the limit the idlest topic channel with no live follower is closed to make room.", valueName: "n")) var channelLimit: Int?
     @Option(name: .customLong("keep-unused-activities"), help: ArgumentHelp("Days a live activity nothing was ever pushed to is kept after it started (env ISLE_KEEP_UNUSED_ACTIVITIES; default 1; at least 0.5).", valueName: "days")) var keepUnusedActivities: Double?
     @Option(name: .customLong("keep-unused-installations"), help: ArgumentHelp("Days an installation with no user and no activity is kept after it last reported (env ISLE_KEEP_UNUSED_INSTALLATIONS; default 7).", valueName: "days")) var keepUnusedInstallations: Double?
 
@@ -150,6 +152,7 @@ struct ServeCommand: AsyncParsableCommand {
         ("secureCookies", "secure-cookies"), ("tlsCert", "tls-cert"), ("tlsKey", "tls-key"), ("trustedProxies", "trusted-proxies"), ("webhookHosts", "webhook-hosts"),
         ("webhookAllowPrivate", "webhook-allow-private"), ("maxEventWait", "max-event-wait"), ("webhookDisableAfter", "webhook-disable-after"), ("keepEvents", "keep-events"), ("keepEndedActivities", "keep-ended-activities"),
         ("keepStaleInstallations", "keep-stale-installations"), ("keepUnusedActivities", "keep-unused-activities"), ("keepUnusedInstallations", "keep-unused-installations"),
+        ("topicIdle", "topic-idle"), ("channelLimit", "channel-limit"),
     ]
     static let configKeys: Set<String> = Set(configNames.map(\.key))
     /// A flag's name in the file ("apns-ca-cert") as its key ("apnsCACert").
@@ -385,6 +388,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let v = number(keepEvents, "ISLE_KEEP_EVENTS", "keepEvents", "keep-events", 1...3650, "days") { c.retention.events = v * 86_400 }
         if let v = number(keepEndedActivities, "ISLE_KEEP_ENDED_ACTIVITIES", "keepEndedActivities", "keep-ended-activities", 1...3650, "days") { c.retention.endedActivities = v * 86_400 }
         if let v = number(keepStaleInstallations, "ISLE_KEEP_STALE_INSTALLATIONS", "keepStaleInstallations", "keep-stale-installations", 1...3650, "days") { c.retention.staleInstallations = v * 86_400 }
+        if let v = number(topicIdle, "ISLE_TOPIC_IDLE", "topicIdle", "topic-idle", 1.0 / 60...720, "hours") { c.topicIdle = v * 3600 }
+        if let v = whole(channelLimit, "ISLE_CHANNEL_LIMIT", "channelLimit", "channel-limit", 1...10_000, "1 to 10000 (Apple's limit)") { c.channelLimit = v }
         if let v = number(keepUnusedActivities, "ISLE_KEEP_UNUSED_ACTIVITIES", "keepUnusedActivities", "keep-unused-activities", 0.5...3650, "days") { c.retention.unusedActivities = v * 86_400 }
         if let v = number(keepUnusedInstallations, "ISLE_KEEP_UNUSED_INSTALLATIONS", "keepUnusedInstallations", "keep-unused-installations", 1...3650, "days") { c.retention.unusedInstallations = v * 86_400 }
         if let text = pick(webhookAllowPrivate ? "true" : nil, "ISLE_WEBHOOK_ALLOW_PRIVATE", "webhookAllowPrivate") {

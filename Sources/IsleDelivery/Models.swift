@@ -209,6 +209,53 @@ public struct ChannelRecord: Sendable, Hashable {
     }
 }
 
+/// A topic a backend opened as an audience (docs/server.md, "Topics as audiences"): its followers
+/// on iOS 18 and later share a broadcast channel per APNs environment, made on demand; the rest
+/// are reached by token.
+public struct TopicRecord: Sendable, Hashable {
+    public var bundleID: String
+    public var topic: String
+    /// The storage policy of the topic's channels (0: no storage, 1: the most recent message).
+    public var storagePolicy: Int
+    /// A channel with no push for this long and no live follower is closed.
+    public var closeAfterIdle: TimeInterval
+    public var createdAt: Date
+    /// When the backend ended it (its channels close once the end went out); nil: open.
+    public var endedAt: Date?
+    /// Its last update or end.
+    public var lastPushAt: Date?
+
+    public init(bundleID: String, topic: String, storagePolicy: Int, closeAfterIdle: TimeInterval, createdAt: Date, endedAt: Date? = nil, lastPushAt: Date? = nil) {
+        self.bundleID = bundleID
+        self.topic = topic
+        self.storagePolicy = storagePolicy
+        self.closeAfterIdle = closeAfterIdle
+        self.createdAt = createdAt
+        self.endedAt = endedAt
+        self.lastPushAt = lastPushAt
+    }
+}
+
+/// A topic's broadcast channel in one APNs environment.
+public struct TopicChannel: Sendable, Hashable {
+    public var channelID: String
+    public var bundleID: String
+    public var topic: String
+    public var environment: PushEnvironment
+    public var createdAt: Date
+    /// Its last broadcast (or its creation).
+    public var lastUsedAt: Date
+
+    public init(channelID: String, bundleID: String, topic: String, environment: PushEnvironment, createdAt: Date, lastUsedAt: Date) {
+        self.channelID = channelID
+        self.bundleID = bundleID
+        self.topic = topic
+        self.environment = environment
+        self.createdAt = createdAt
+        self.lastUsedAt = lastUsedAt
+    }
+}
+
 public enum PushJobState: String, Sendable, Hashable, Codable, CaseIterable {
     /// Waiting for its `sendAt`; it takes its place in its activity's order when it comes due.
     case scheduled

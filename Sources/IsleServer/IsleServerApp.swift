@@ -37,7 +37,8 @@ public final class IsleServerApp: Service {
         clients = APNsClients(targets: configuration.apnsTargets, defaultEnvironment: configuration.defaultEnvironment, requestTimeout: configuration.requestTimeout, transport: configuration.apnsTransport,
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
-        let services = APIServices(lookups: store, engine: engine, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
+        let topics = TopicAudiences(store: store, clients: clients, apps: engine.apps, configuration: configuration, clock: clock, logger: logger)
+        let services = APIServices(lookups: store, engine: engine, topics: topics, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
                                                                    authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock),
                                                                    apiKeys: APIKeyDirectory(store: store),
@@ -54,7 +55,7 @@ public final class IsleServerApp: Service {
         let connections = ConnectionLimiter(perAddress: configuration.quotas.connectionsPerAddress, exempt: configuration.trustedProxies)
         self.connections = connections
         // Stopped in reverse order: the history writes last, after the engine's last completions.
-        var running: [any Service] = [engine.history, engine, webhooks]
+        var running: [any Service] = [engine.history, engine, webhooks, topics]
         if let tls { running.append(TLSReloader(credentials: tls, interval: configuration.tlsReloadInterval, logger: logger)) }
         application = Application(router: router,
                                   server: HTTPServerBuilder { responder in
@@ -84,6 +85,7 @@ public final class IsleServerApp: Service {
             .add(middleware: IdempotencyMiddleware(store: store, clock: services.clock, bodyLimit: Limits.body))
         operations.addRoutes(to: v1)
         InstallationController(services: services, store: store).addRoutes(to: v1)
+        TopicController(services: services, store: store).addRoutes(to: v1)
         ActivityController(services: services, store: store).addRoutes(to: v1)
         ChannelController(services: services, store: store).addRoutes(to: v1)
         DeliveryController(services: services, store: store).addRoutes(to: v1)

@@ -64,6 +64,12 @@ public struct ServerConfiguration: Sendable {
     public var retryMaximumDelay: TimeInterval = 15 * 60
     /// How long after it was accepted a push can still matter.
     public var jobDeadline: TimeInterval = 8 * 3600
+    /// A topic's channel with no broadcast for this long and no live follower is closed, unless
+    /// the topic says otherwise (docs/server.md, "Topics as audiences").
+    public var topicIdle: TimeInterval = 24 * 3600
+    /// Channels per app and APNs environment: Apple allows 10,000. At the limit the idlest topic
+    /// channel with no live follower is closed to make room; with none, a new one is refused.
+    public var channelLimit = 10_000
     /// When an app's configuration is wrong or APNs keeps failing: how the app pauses and backs off.
     public var circuit = AppCircuit.Settings()
     /// Seeds the retry jitter (nil: random). Tests and soak runs set it to replay a run.

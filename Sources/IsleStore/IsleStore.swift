@@ -14,7 +14,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 ///
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
-public protocol IsleRegistry: Pruning, AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, DeliveryHistory,
+public protocol IsleRegistry: Pruning, AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, TopicRepository, DeliveryHistory,
     IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository, HistoryRepository {
     /// Creates the schema or brings an older one forward. A database written by a newer Isle
     /// (a schema version this binary does not know) is refused with `.refused`, and left as it is.
@@ -139,6 +139,38 @@ public protocol ChannelRepository: ChannelLookup {
     func channels(bundleID: String) async throws -> [ChannelRecord]
     func deleteChannel(id: String, idempotency: IdempotencyRecord?) async throws
 
+}
+
+/// Topics opened as audiences and their broadcast channels, one per APNs environment
+/// (docs/server.md, "Topics as audiences").
+public protocol TopicRepository: Sendable {
+    /// Opens a topic, or changes an open or ended one's settings (which opens it again).
+    func putTopic(_ topic: TopicRecord, idempotency: IdempotencyRecord?) async throws
+    func topic(bundleID: String, topic: String) async throws -> TopicRecord?
+    /// The app's topics, by name.
+    func topics(bundleID: String) async throws -> [TopicRecord]
+    /// The topic's channels, one per environment at most.
+    func topicChannels(bundleID: String, topic: String) async throws -> [TopicChannel]
+    /// Stores `channel` as the topic's channel in `link.environment`, unless the topic has one
+    /// there already (another request made it first): the one that stands is returned.
+    func addTopicChannel(_ link: TopicChannel, channel: ChannelRecord) async throws -> TopicChannel
+    /// The topic was pushed to: its channels were used now.
+    func topicPushed(bundleID: String, topic: String, at: Date) async throws
+    /// Marks the topic ended (its channels close once nothing is queued for them).
+    func endTopic(bundleID: String, topic: String, at: Date) async throws
+    /// Forgets the topic; its channels stay until ``removeTopicChannel(channelID:)`` (closed at APNs first).
+    func deleteTopic(bundleID: String, topic: String, idempotency: IdempotencyRecord?) async throws
+    /// A closed topic channel goes, with its `channels` row.
+    func removeTopicChannel(channelID: String) async throws
+    /// The app's channels in an environment (its own and its topics'): Apple allows 10,000.
+    func channelCount(bundleID: String, environment: PushEnvironment, defaultEnvironment: PushEnvironment) async throws -> Int
+    /// Topic channels to close now: an ended topic's (or a forgotten one's) with nothing queued for
+    /// it, and any with no broadcast for its topic's idle time and no live follower (an activity
+    /// on it that takes pushes, started less than `lifetime` ago).
+    func closableTopicChannels(now: Date, lifetime: TimeInterval, limit: Int) async throws -> [TopicChannel]
+    /// The app's least recently used topic channel in `environment` with no live follower, to
+    /// make room under the channel limit.
+    func idlestTopicChannel(bundleID: String, environment: PushEnvironment, now: Date, lifetime: TimeInterval) async throws -> TopicChannel?
 }
 
 /// What APNs answered, and the priority-10 sends the hourly budget counts.

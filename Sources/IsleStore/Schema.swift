@@ -103,9 +103,11 @@ public enum Schema {
         public var condition: String?
         /// The one dialect that has this index (nil: both).
         public var only: Dialect?
+        /// No two rows share its columns' values.
+        public var unique = false
 
         public func sql(in dialect: Dialect) -> String {
-            var s = "CREATE INDEX \(name) ON \(table)(\(columns.joined(separator: ", ")))"
+            var s = "CREATE \(unique ? "UNIQUE " : "")INDEX \(name) ON \(table)(\(columns.joined(separator: ", ")))"
             if var c = condition {
                 // SQLite uses a partial index only when the query's WHERE has the index's terms as
                 // written, and Isle's SQLite queries test flags as `= 1`.
@@ -170,6 +172,15 @@ public enum Schema {
         Table(name: "channels", columns: [
             c("id", .text, pk: true), c("bundle_id", .text), c("storage_policy", .integer), c("created_at", .time),
             c("last_timestamp", .integer, null: true), c("environment", .text, null: true),
+        ]),
+        // Topics a backend opened as audiences (docs/server.md, "Topics as audiences"), and the
+        // broadcast channel each has per APNs environment (a row of `channels` too).
+        Table(name: "topics", columns: [
+            c("bundle_id", .text), c("topic", .text), c("storage_policy", .integer), c("close_after_idle", .integer), c("created_at", .time),
+            c("ended_at", .time, null: true), c("last_push_at", .time, null: true),
+        ], primaryKey: ["bundle_id", "topic"]),
+        Table(name: "topic_channels", columns: [
+            c("channel_id", .text, pk: true), c("bundle_id", .text), c("topic", .text), c("environment", .text), c("created_at", .time), c("last_used_at", .time),
         ]),
         Table(name: "jobs", columns: [
             c("id", .rowNumber, pk: true), c("bundle_id", .text), c("kind", .text), c("activity_id", .text, null: true),
@@ -253,9 +264,11 @@ public enum Schema {
         Index(name: "activities_finished", table: "activities", columns: ["started_at"], condition: "state IN ('ended', 'dismissed', 'unreachable')"),
         // Live activities nothing was pushed to (the sweep's unused-activity retention).
         Index(name: "activities_unpushed", table: "activities", columns: ["started_at"], condition: "last_timestamp IS NULL AND state IN ('starting', 'active')"),
-        Index(name: "activities_channel", table: "activities", columns: ["channel_id"], only: .postgres),
+        Index(name: "activities_channel", table: "activities", columns: ["channel_id"]),
         Index(name: "activity_topics_lookup", table: "activity_topics", columns: ["bundle_id", "topic"]),
         Index(name: "channels_app", table: "channels", columns: ["bundle_id"]),
+        Index(name: "topic_channels_topic", table: "topic_channels", columns: ["bundle_id", "topic", "environment"], unique: true),
+        Index(name: "topic_channels_used", table: "topic_channels", columns: ["last_used_at"]),
         Index(name: "jobs_ready", table: "jobs", columns: ["run_at", "seq"], condition: "is_head AND state = 'queued'"),
         Index(name: "jobs_lane_open", table: "jobs", columns: ["lane", "seq"], condition: "state IN ('queued', 'claimed')"),
         Index(name: "jobs_scheduled", table: "jobs", columns: ["run_at", "id"], condition: "state = 'scheduled'"),
@@ -287,6 +300,8 @@ public enum Schema {
         ("activity_topics", "bundle_id = {app}"),
         ("jobs", "bundle_id = {app}"),
         ("activities", "bundle_id = {app}"),
+        ("topic_channels", "bundle_id = {app}"),
+        ("topics", "bundle_id = {app}"),
         ("channels", "bundle_id = {app}"),
         ("installations", "bundle_id = {app}"),
         ("idempotency", "bundle_id = {app}"),
@@ -390,10 +405,15 @@ public enum Schema {
         },
         // An installation's control push token (iOS 18 controls pushes).
         Change(name: "control push tokens") { _ in ["ALTER TABLE installations ADD COLUMN controls_token TEXT"] },
+        // Topics as audiences: a broadcast channel per topic and environment.
+        // (PostgreSQL had the index of activities by channel already.)
+        Change(name: "topic channels") { dialect in
+            newTables(["topics", "topic_channels"], dialect) + (dialect == .sqlite ? [indexes.first { $0.name == "activities_channel" }!.sql(in: dialect)] : [])
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
-    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history", "webhook_attempts"]
+    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history", "webhook_attempts", "topics", "topic_channels"]
 
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
     static let columnsAddedLater: [String: Set<String>] = [

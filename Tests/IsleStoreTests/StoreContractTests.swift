@@ -963,6 +963,9 @@ struct AppRemovalTests {
                                                   updateToken: "tok-\(app)", startedAt: t0, topics: ["t"]))
         try await s.insertActivity(ActivityRecord(id: "b-\(app)", bundleID: app, externalKey: "k2", attributesType: "T", state: .active, updateToken: "tok2-\(app)", startedAt: t0))
         try await s.insertChannel(ChannelRecord(id: "ch-\(app)", bundleID: app, storagePolicy: 0, createdAt: t0), idempotency: nil)
+        try await s.putTopic(TopicRecord(bundleID: app, topic: "t", storagePolicy: 1, closeAfterIdle: 3600, createdAt: t0), idempotency: nil)
+        _ = try await s.addTopicChannel(TopicChannel(channelID: "tch-\(app)", bundleID: app, topic: "t", environment: .sandbox, createdAt: t0, lastUsedAt: t0),
+                                        channel: ChannelRecord(id: "tch-\(app)", bundleID: app, storagePolicy: 1, createdAt: t0, environment: .sandbox))
         let update = { (activity: String) in
             NewPushJob(bundleID: app, kind: .update, activityID: activity, payload: .update(["x": 1], alert: self.ping, at: self.t0), runAt: self.t0)
         }

@@ -12,7 +12,7 @@ import IsleDelivery
 struct ActivityController {
     let services: APIServices
     /// The store as this needs it, and no more.
-    let store: any ActivityRepository & InstallationRepository & ChannelRepository & DeliveryHistory & JobIntake
+    let store: any ActivityRepository & InstallationRepository & ChannelRepository & TopicRepository & DeliveryHistory & JobIntake
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         // Device
@@ -42,9 +42,7 @@ struct ActivityController {
             v1.post("topics/:topic/\(event.rawValue)") { request, context in
                 let caller = try context.caller(.backend)
                 let topic = try context.parameters.decoded("topic")
-                return try await enqueue(request, context, caller, event: event, fanOut: true) {
-                    try await store.pushTargets(bundleID: caller.bundleID, topic: topic)
-                }
+                return try await enqueueTopic(request, context, caller, topic: topic, event: event)
             }
         }
         v1.get("activities", use: list)
@@ -234,6 +232,46 @@ struct ActivityController {
         if !fanOut, live.count > 1 { value.activityIDs = live }
         let ids = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, value, jobs: !fanOut), now: now)
         if !fanOut { value.jobs = ids }
+        return JSONResponse.make(value, status: .accepted)
+    }
+
+    /// `POST /v1/topics/{topic}/update|end`: one broadcast per channel of the topic (its followers
+    /// on iOS 18 and later) and a push per token to the rest, validated once and queued in one
+    /// transaction (docs/server.md, "Topics as audiences"). An end also ends the topic: its
+    /// channels close once the end went out.
+    func enqueueTopic(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, topic name: String, event: ActivityPush.Event) async throws -> Response {
+        guard !name.isEmpty, name.unicodeScalars.count <= Limits.topic else { throw APIError.invalid("topic", "a topic is 1 to \(Limits.topic) characters") }
+        let strict = try Strictness.requested(request)
+        let push = try ActivityPush(try await Body.object(request), event: event).toDeviceTokens()
+        let now = services.clock.now
+        try Scheduling.check(push.sendAt, now: now, deadline: services.configuration.jobDeadline)
+        let topic = try await store.topic(bundleID: caller.bundleID, topic: name)
+        // An ended topic's channels are closing: nothing more goes to them.
+        let channels = topic?.endedAt == nil ? try await store.topicChannels(bundleID: caller.bundleID, topic: name) : []
+        let onChannels = Set(channels.map(\.channelID))
+        let followers = try await store.pushTargets(bundleID: caller.bundleID, topic: name)
+        let pushes = ActivityPushes(services: services, store: store)
+        var prepared = try await pushes.prepare(bundleID: caller.bundleID, push: push, to: followers, single: false, now: now)
+        var channelFollowers = 0
+        if !onChannels.isEmpty {
+            let before = prepared.jobs.count
+            let broadcastFollowers = Set(followers.lazy.filter { $0.channelID.map(onChannels.contains) == true }.map(\.id))
+            prepared.jobs.removeAll { $0.activityID.map(broadcastFollowers.contains) == true }
+            channelFollowers = before - prepared.jobs.count
+            for c in channels {
+                let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: c.channelID, payload: push.payload(acceptedAt: now),
+                                     requestedPriority: push.priority, runAt: prepared.runAt)
+                for w in try PayloadCheck(now: now).validate(job, broadcast: true) where !prepared.warnings.contains(w) { prepared.warnings.append(w) }
+                prepared.jobs.append(job)
+            }
+        }
+        try Strictness.enforce(prepared.warnings, strict: strict)
+        let audience = API.Audience(broadcasts: Int64(channels.count), channelFollowers: Int64(channelFollowers), tokenFollowers: Int64(prepared.jobs.count - channels.count))
+        let value = API.Accepted(accepted: Int64(prepared.jobs.count), warnings: Views.findings(prepared.warnings), audience: audience)
+        _ = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, value), now: now)
+        if let topic {
+            if event == .end { try await store.endTopic(bundleID: caller.bundleID, topic: topic.topic, at: now) } else { try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now) }
+        }
         return JSONResponse.make(value, status: .accepted)
     }
 

@@ -42,8 +42,12 @@ struct ChannelController {
         let channel: BroadcastChannel
         // A channel lives in one environment: the one asked for, else the server's default now.
         let environment = creation.environment?.environment ?? services.engine.clients.defaultEnvironment
+        // Within the channel limit: an idle topic channel nobody follows makes room, else 409.
+        try await services.topics.makeRoom(app: app, environment: environment)
         do {
             channel = try await services.engine.clients.client(for: app, environment: environment).createChannel(bundleID: app.bundleID, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy)!)
+        } catch let e as APNsError where e.response?.reason == .cannotCreateChannelConfig {
+            throw TopicAudiences.limitReached(app, environment, "APNs answered CannotCreateChannelConfig: the app has 10,000 channels in \(environment.rawValue), some not made by this server")
         } catch let e as APNsError {
             throw APIError(.badGateway, "apnsRejected", "APNs did not create the channel: \(e.message)\(Self.managementHint(services.engine.clients.target(environment), e))")
         }

@@ -13,6 +13,8 @@ struct APIServices: Sendable {
     /// controller holds its own narrow view of the store besides.
     let lookups: any AppLookup & ActivityRepository & InstallationRepository & JobIntake
     let engine: DeliveryEngine
+    /// Topics' broadcast channels: made on demand, closed when due.
+    let topics: TopicAudiences
     let clock: any WallClock
     let logger: Logger
     /// Where pushes go (APNs production, sandbox, or a custom server such as isle sim).

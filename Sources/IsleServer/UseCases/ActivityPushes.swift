@@ -38,7 +38,13 @@ struct ActivityPushes {
         if single, let a = activities.first, !a.state.acceptsPushes {
             throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue)\(a.stateReason.map { ": \($0)" } ?? ""); Isle sends nothing more to it")
         }
-        let jobs = activities.lazy.filter(\.state.acceptsPushes).map { template.forActivity($0.id) }
+        // An activity started with pushType .channel has no token of its own: its channel (or
+        // its topic) reaches it, a push by id or key cannot.
+        let onChannel = { (a: ActivityRecord) in a.updateToken == nil && a.channelID != nil && a.state == .active }
+        if single, let a = activities.first(where: onChannel), activities.filter(\.state.acceptsPushes).allSatisfy(onChannel) {
+            throw APIError(.conflict, "activityOnChannel", "the activity gets its updates from broadcast channel \(a.channelID!)\(a.topics.first.map { " (topic \($0))" } ?? ""): update the topic (POST /v1/topics/{topic}/update) or the channel (POST /v1/channels/{channel}/update)")
+        }
+        let jobs = activities.lazy.filter { $0.state.acceptsPushes && !(single && onChannel($0)) }.map { template.forActivity($0.id) }
         return Prepared(jobs: Array(jobs), live: single ? jobs.compactMap(\.activityID) : [], warnings: warnings, runAt: runAt)
     }
 

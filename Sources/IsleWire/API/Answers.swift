@@ -220,7 +220,9 @@ extension API {
         public var activityIDs: [String]?
         public var warnings: [Finding]?
         public var jobs: [Int64]?
-        public init(accepted: Int64, activityID: String? = nil, activityIDs: [String]? = nil, warnings: [Finding]? = nil, jobs: [Int64]? = nil) {
+        public var audience: Audience?
+        public init(accepted: Int64, activityID: String? = nil, activityIDs: [String]? = nil, warnings: [Finding]? = nil, jobs: [Int64]? = nil, audience: Audience? = nil) {
+            self.audience = audience
             self.accepted = accepted
             self.activityID = activityID
             self.activityIDs = activityIDs
@@ -231,7 +233,84 @@ extension API {
         public static var wireFields: [String: String] {
             ["accepted": "How many pushes were queued.", "activityID": "The activity, when one was addressed.", "activityIDs": "The activities, when a key names several.",
              "warnings": "The validator's warnings (absent: none); with Isle-Strict: true they are a 422 instead.",
-             "jobs": "The queued jobs' ids (GET /v1/jobs; DELETE /v1/jobs/{job}); absent from a replayed answer of a fan-out."]
+             "jobs": "The queued jobs' ids (GET /v1/jobs; DELETE /v1/jobs/{job}); absent from a replayed answer of a fan-out.",
+             "audience": "A topic's two legs: its broadcasts and the followers they reach, and the followers reached by token (absent for other targets)."]
+        }
+    }
+
+    /// How a topic update reaches its followers: one broadcast per channel, a push per token.
+    public struct Audience: Codable, Sendable, WireDocumented {
+        public var broadcasts: Int64
+        public var channelFollowers: Int64
+        public var tokenFollowers: Int64
+        public init(broadcasts: Int64, channelFollowers: Int64, tokenFollowers: Int64) {
+            self.broadcasts = broadcasts
+            self.channelFollowers = channelFollowers
+            self.tokenFollowers = tokenFollowers
+        }
+        public static var wireFields: [String: String] {
+            ["broadcasts": "Broadcasts queued: one per channel of the topic (an APNs environment each).",
+             "channelFollowers": "Live followers on those channels (iOS 18 and later): the broadcasts reach them.",
+             "tokenFollowers": "Live followers reached by a push to their own token (before iOS 18, or with no channel)."]
+        }
+    }
+
+    /// A topic opened as an audience, with its channels.
+    public struct TopicView: Codable, Sendable, WireDocumented {
+        public var topic: String
+        public var storagePolicy: Int64
+        public var closeAfterIdle: Int64
+        public var createdAt: Date
+        public var endedAt: Date?
+        public var lastPushAt: Date?
+        public var channels: [TopicChannelView]
+        public var channelFollowers: Int64
+        public var tokenFollowers: Int64
+        public init(topic: String, storagePolicy: Int64, closeAfterIdle: Int64, createdAt: Date, endedAt: Date?, lastPushAt: Date?, channels: [TopicChannelView],
+                    channelFollowers: Int64, tokenFollowers: Int64) {
+            self.topic = topic
+            self.storagePolicy = storagePolicy
+            self.closeAfterIdle = closeAfterIdle
+            self.createdAt = createdAt
+            self.endedAt = endedAt
+            self.lastPushAt = lastPushAt
+            self.channels = channels
+            self.channelFollowers = channelFollowers
+            self.tokenFollowers = tokenFollowers
+        }
+        public static var wireFields: [String: String] {
+            ["closeAfterIdle": "Seconds without a broadcast after which a channel with no live follower is closed.",
+             "endedAt": "When the backend ended it: its channels close once the end went out; null while open.",
+             "channels": "Its broadcast channels, one per APNs environment at most, made when a follower first asked.",
+             "channelFollowers": "Live followers on its channels.", "tokenFollowers": "Live followers reached by token."]
+        }
+    }
+
+    public struct TopicChannelView: Codable, Sendable {
+        public var channelID: String
+        public var environment: PushEnvironment
+        public var createdAt: Date
+        public var lastUsedAt: Date
+        public init(channelID: String, environment: PushEnvironment, createdAt: Date, lastUsedAt: Date) {
+            self.channelID = channelID
+            self.environment = environment
+            self.createdAt = createdAt
+            self.lastUsedAt = lastUsedAt
+        }
+    }
+
+    /// `POST /v1/topics/{topic}/channel`: the channel the app starts or subscribes its activity with.
+    public struct FollowChannel: Codable, Sendable, WireDocumented {
+        public var topic: String
+        public var channelID: String
+        public var environment: PushEnvironment
+        public init(topic: String, channelID: String, environment: PushEnvironment) {
+            self.topic = topic
+            self.channelID = channelID
+            self.environment = environment
+        }
+        public static var wireFields: [String: String] {
+            ["channelID": "Start the activity with pushType .channel(channelID) (iOS 18 and later) and register it with this channelID and the topic."]
         }
     }
 

@@ -278,6 +278,23 @@ public struct OverlapSeconds: WireScalar, Hashable {
     public var wire: JSONValue { .int(seconds) }
 }
 
+/// How long a topic's channel may go without a broadcast before it is closed: 1 minute to 30 days.
+public struct IdleSeconds: WireScalar, Hashable {
+    public static let minimum: Int64 = 60
+    public static let maximum: Int64 = 2_592_000
+    public var seconds: Int64
+    public static var wireSchema: JSONValue { ["type": "integer", "minimum": .int(minimum), "maximum": .int(maximum)] }
+    public static var wirePlaceholder: IdleSeconds { IdleSeconds(seconds: minimum) }
+    public init(seconds: Int64) { self.seconds = seconds }
+    public init(wire value: JSONValue, field: String) throws(WireDecodingError) {
+        guard let n = value.numberValue?.exactInt64Value, n >= Self.minimum, n <= Self.maximum else {
+            throw WireDecodingError(field: field, reason: "\(field) must be a whole number of seconds from \(Self.minimum) (1 minute) to \(Self.maximum) (30 days)")
+        }
+        seconds = n
+    }
+    public var wire: JSONValue { .int(seconds) }
+}
+
 // MARK: Vocabularies
 
 /// The APNs environment a request names: `development` (the entitlement's name) is the sandbox.

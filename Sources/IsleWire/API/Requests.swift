@@ -206,6 +206,30 @@ extension API {
         }
     }
 
+    /// `PUT /v1/topics/{topic}`: the backend opens a topic as an audience (or changes its settings).
+    public struct TopicSettings: Codable, Sendable, WireDocumented {
+        public var storagePolicy: StoragePolicyNumber?
+        public var closeAfterIdle: IdleSeconds?
+        public init(storagePolicy: StoragePolicyNumber? = nil, closeAfterIdle: IdleSeconds? = nil) {
+            self.storagePolicy = storagePolicy
+            self.closeAfterIdle = closeAfterIdle
+        }
+        public static var wireDescription: String? {
+            "Opens the topic as an audience: followers on iOS 18 and later get its broadcast channel (one per APNs environment, made when the first follower asks), the rest are reached by token. Putting an ended topic opens it again."
+        }
+        public static var wireFields: [String: String] {
+            ["storagePolicy": "The channels' storage policy: 0 (default) keeps no message for an offline device, 1 the most recent.",
+             "closeAfterIdle": "A channel with no broadcast for this many seconds and no live follower is closed (default: the server's --topic-idle, 24 hours)."]
+        }
+    }
+
+    /// `POST /v1/topics/{topic}/channel` (device key): the topic's channel for this installation's environment.
+    public struct TopicChannelRequest: Codable, Sendable, WireDocumented {
+        public var installationID: RecordID
+        public init(installationID: RecordID) { self.installationID = installationID }
+        public static var wireFields: [String: String] { ["installationID": "The installation asking (with its Isle-Installation-Secret): the channel is its APNs environment's."] }
+    }
+
     /// `POST /v1/webhooks`.
     public struct WebhookCreation: Codable, Sendable, WireDocumented {
         public var url: WebhookURL
