@@ -1,0 +1,169 @@
+import Foundation
+import IsleCore
+import IsleServer
+import IsleSimulator
+import IsleTesting
+import Testing
+
+/// Topics as audiences (docs/server.md, "Topics as audiences"), through the server against the
+/// simulated phones: followers on iOS 18 and later share the topic's channel, older ones are
+/// reached by token, and one backend call reaches all of them.
+@Suite("Topics as audiences")
+struct TopicAudienceTests {
+    static let topic = "match-42"
+
+    /// A phone on `os` with the pizza app, in the foreground.
+    static func phone(_ f: ServerFixture, _ name: String, os: String) throws -> String {
+        let id = try f.sim.world.createDevice(name: name, osVersion: os, model: "iPhone 15")
+        try f.sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: id)
+        return id
+    }
+
+    /// What IsleClient's follow does: on iOS 18 and later the topic's channel, else a token.
+    static func follow(_ f: ServerFixture, device: String, installation: String, channelFirst: Bool) async throws -> (device: String, activity: String, isle: String, channel: String?) {
+        let secret = try await f.installation(installation)
+        var channel: String?
+        if channelFirst {
+            let asked = try await f.call("POST", "/v1/topics/\(topic)/channel", key: f.deviceKey, body: ["installationID": .string(installation)],
+                                         headers: [("Isle-Installation-Secret", secret)])
+            #expect(asked.status == 200, "\(asked.json.jsonString)")
+            channel = asked.json["channelID"]?.stringValue
+        }
+        let a: SimulatedActivity
+        var body: JSONObject = ["attributesType": "PizzaDeliveryAttributes", "topics": [.string(topic)], "attributes": Pizza.attributes, "contentState": Pizza.state("Kick-off")]
+        if let channel {
+            a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                contentState: Pizza.state("Kick-off"), pushType: .channel(channel))
+            body["channelID"] = .string(channel)
+        } else {
+            a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                contentState: Pizza.state("Kick-off"))
+            body["token"] = .string(try await f.sim.world.waitForPushToken(activityID: a.id, on: device))
+        }
+        let r = try await f.register(.object(body), installation: installation)
+        #expect(r.status == 201, "\(r.json.jsonString)")
+        return (device, a.id, r.json["id"]?.stringValue ?? "", channel)
+    }
+
+    static func shows(_ f: ServerFixture, _ followers: [(device: String, activity: String, isle: String, channel: String?)], _ driver: String) async throws {
+        try await eventually(within: .seconds(20), "every follower shows \(driver)") {
+            try followers.allSatisfy { p in try f.sim.world.device(p.device).activities.first { $0.id == p.activity }?.contentState["driverName"]?.stringValue == driver }
+        }
+    }
+
+    @Test("iOS 17 and iOS 18 followers: one call, one broadcast and a push per token, both legs counted; every phone shows each update; the end closes the channel")
+    func mixedVersions() async throws {
+        try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(100) }) { f in
+            // Not open yet: a follower is told so (and follows by token).
+            _ = try await f.installation("early")
+            let early = try await f.call("POST", "/v1/topics/\(Self.topic)/channel", key: f.deviceKey, body: ["installationID": "early"], headers: f.secretHeader("early"))
+            #expect(early.status == 404 && early.json["error"]?["code"] == "topicNotOpen", "\(early.json.jsonString)")
+            let opened = try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey, body: ["storagePolicy": 1, "closeAfterIdle": 3600])
+            #expect(opened.status == 200 && opened.json["channels"]?.arrayValue?.isEmpty == true, "\(opened.json.jsonString)")
+            #expect(try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey, body: ["closeAfterIdle": 5]).json["error"]?["field"] == "closeAfterIdle")
+
+            // Two phones on iOS 18 ask at once: one channel is made, both get it.
+            let new = [try Self.phone(f, "new-1", os: "18.0"), try Self.phone(f, "new-2", os: "26.0")]
+            let old = [try Self.phone(f, "old-1", os: "17.2"), try Self.phone(f, "old-2", os: "16.4")]
+            async let n1 = Self.follow(f, device: new[0], installation: "inst-new-1", channelFirst: true)
+            async let n2 = Self.follow(f, device: new[1], installation: "inst-new-2", channelFirst: true)
+            let onChannel = try await [n1, n2]
+            #expect(onChannel[0].channel != nil && onChannel[0].channel == onChannel[1].channel)
+            let channel = try #require(onChannel[0].channel)
+            guard case .found = f.sim.world.readChannel(bundleID: Pizza.bundleID, id: channel) else { Issue.record("APNs has no such channel"); return }
+            var everyone = onChannel
+            for (i, d) in old.enumerated() { everyone.append(try await Self.follow(f, device: d, installation: "inst-old-\(i)", channelFirst: false)) }
+            let followers = everyone
+            // An older phone cannot start on a channel: the simulator refuses as ActivityKit does.
+            #expect(throws: SimulatorError.self) {
+                _ = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: old[0], attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                    contentState: Pizza.state("x"), pushType: .channel(channel))
+            }
+
+            for (n, score) in ["1–0", "1–1", "2–1"].enumerated() {
+                let r = try await f.call("POST", "/v1/topics/\(Self.topic)/update", key: f.backendKey, body: ["contentState": Pizza.state(score), "alert": ["title": "Goal", "body": .string(score)]])
+                #expect(r.status == 202, "\(r.json.jsonString)")
+                #expect(r.json["accepted"] == 3 && r.json["audience"] == ["broadcasts": 1, "channelFollowers": 2, "tokenFollowers": 2], "update \(n): \(r.json.jsonString)")
+                try await Self.shows(f, followers, score)
+            }
+            // The server's records follow both legs.
+            for p in followers {
+                try await eventually("\(p.isle)'s record follows") { try await f.call("GET", "/v1/activities/\(p.isle)", key: f.backendKey).json["contentState"]?["driverName"] == "2–1" }
+            }
+            // An activity on the channel has no token: by id it is refused, saying what reaches it.
+            let byID = try await f.call("POST", "/v1/activities/\(followers[0].isle)/update", key: f.backendKey, body: ["contentState": Pizza.state("x")])
+            #expect(byID.status == 409 && byID.json["error"]?["code"] == "activityOnChannel", "\(byID.json.jsonString)")
+            // Events for both legs: the broadcast (its channel) and each token push (its activity).
+            try await eventually("delivery events of both legs") {
+                let events = try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []
+                let delivered = events.filter { $0["type"] == "push.delivered" }
+                return delivered.filter { $0["data"]?["channelID"]?.stringValue == channel }.count == 3
+                    && Set(delivered.compactMap { $0["activityID"]?.stringValue ?? $0["data"]?["activityID"]?.stringValue }).isSuperset(of: followers[2...].map(\.isle))
+            }
+            let view = try await f.call("GET", "/v1/topics/\(Self.topic)", key: f.backendKey)
+            #expect(view.json["channelFollowers"] == 2 && view.json["tokenFollowers"] == 2 && view.json["channels"]?.arrayValue?.first?["channelID"]?.stringValue == channel, "\(view.json.jsonString)")
+
+            // The end: every phone's activity ends; the topic ends; its channel closes once the end went out.
+            let end = try await f.call("POST", "/v1/topics/\(Self.topic)/end", key: f.backendKey, body: ["contentState": Pizza.state("Full time")])
+            #expect(end.status == 202 && end.json["audience"]?["broadcasts"] == 1, "\(end.json.jsonString)")
+            try await eventually(within: .seconds(20), "every follower ended") {
+                try followers.allSatisfy { p in try f.sim.world.device(p.device).activities.first { $0.id == p.activity }?.state == .ended }
+            }
+            try await eventually(within: .seconds(20), "the channel closed at APNs and in Isle") {
+                guard case .failure = f.sim.world.readChannel(bundleID: Pizza.bundleID, id: channel) else { return false }
+                return try await f.call("GET", "/v1/topics/\(Self.topic)", key: f.backendKey).json["channels"]?.arrayValue?.isEmpty == true
+            }
+            let ended = try await f.call("POST", "/v1/topics/\(Self.topic)/channel", key: f.deviceKey, body: ["installationID": "inst-new-1"], headers: f.secretHeader("inst-new-1"))
+            #expect(ended.status == 409 && ended.json["error"]?["code"] == "topicEnded", "\(ended.json.jsonString)")
+            // Opened again, a new channel is made for the next follower.
+            #expect(try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey).status == 200)
+            let again = try await f.call("POST", "/v1/topics/\(Self.topic)/channel", key: f.deviceKey, body: ["installationID": "inst-new-1"], headers: f.secretHeader("inst-new-1"))
+            #expect(again.status == 200 && again.json["channelID"]?.stringValue != channel, "\(again.json.jsonString)")
+            // Closed by the backend: its channel goes at once.
+            #expect(try await f.call("DELETE", "/v1/topics/\(Self.topic)", key: f.backendKey).status == 204)
+            #expect(try await f.call("GET", "/v1/topics/\(Self.topic)", key: f.backendKey).status == 404)
+            #expect(try await f.call("GET", "/v1/channels", key: f.backendKey).json.arrayValue?.isEmpty == true)
+        }
+    }
+
+    @Test("the channel limit: the idlest topic channel nobody follows is closed to make room; with none, 409 channelLimit; an idle channel with a live follower stays until it has none")
+    func channelLimit() async throws {
+        try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(100); $0.channelLimit = 2 }) { f in
+            let phone = try Self.phone(f, "new", os: "18.2")
+            for t in ["a", "b", "c"] { #expect(try await f.call("PUT", "/v1/topics/\(t)", key: f.backendKey, body: ["closeAfterIdle": 60]).status == 200) }
+            let secret = try await f.installation("inst")
+            func ask(_ topic: String) async throws -> ServerFixture.Answer {
+                try await f.call("POST", "/v1/topics/\(topic)/channel", key: f.deviceKey, body: ["installationID": "inst"], headers: [("Isle-Installation-Secret", secret)])
+            }
+            let a = try await ask("a")
+            f.clock.advance(by: 1)
+            let b = try await ask("b")
+            #expect(a.status == 200 && b.status == 200)
+            let bChannel = try #require(b.json["channelID"]?.stringValue)
+            // A follower on b's channel.
+            let act = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: phone, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                                      contentState: Pizza.state("x"), pushType: .channel(bChannel))
+            let reg = try await f.register(["attributesType": "PizzaDeliveryAttributes", "channelID": .string(bChannel), "topics": ["b"]], installation: "inst")
+            #expect(reg.status == 201)
+            // At the limit, the app's own channel makes room by closing a's (idlest, unfollowed).
+            let own = try await f.call("POST", "/v1/channels", key: f.backendKey, body: ["storagePolicy": 0])
+            #expect(own.status == 201, "\(own.json.jsonString)")
+            #expect(try await f.call("GET", "/v1/topics/a", key: f.backendKey).json["channels"]?.arrayValue?.isEmpty == true)
+            // Now b has a live follower and the other is the app's own: c is refused, and told to use tokens.
+            let c = try await ask("c")
+            #expect(c.status == 409 && c.json["error"]?["code"] == "channelLimit", "\(c.json.jsonString)")
+            // Idle past its time, b stays while its follower lives…
+            f.clock.advance(by: 120)
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(try await f.call("GET", "/v1/topics/b", key: f.backendKey).json["channels"]?.arrayValue?.count == 1)
+            // …and closes once it has none.
+            _ = act
+            #expect(try await f.call("POST", "/v1/activities/\(reg.json["id"]?.stringValue ?? "")/ended", key: f.deviceKey, headers: f.secretHeader("inst")).status == 200)
+            try await eventually(within: .seconds(20), "b's idle channel closed") {
+                try await f.call("GET", "/v1/topics/b", key: f.backendKey).json["channels"]?.arrayValue?.isEmpty == true
+            }
+            guard case .failure = f.sim.world.readChannel(bundleID: Pizza.bundleID, id: bChannel) else { Issue.record("b's channel is still at APNs"); return }
+            #expect(try await ask("c").status == 200)
+        }
+    }
+}
