@@ -35,6 +35,18 @@ enum ClientWire {
         var token: String
     }
 
+    /// `POST /v1/topics/{topic}/channel`: the topic's channel for this installation.
+    struct TopicChannelRequest: Codable, Equatable {
+        var installationID: String
+    }
+
+    /// Its answer: the channel to start the activity on.
+    struct FollowChannel: Codable, Equatable {
+        var topic: String
+        var channelID: String
+        var environment: String
+    }
+
     /// The answer to an installation's registration: its fields, and its secret once.
     struct InstallationAnswer: Codable, Equatable {
         var id: String

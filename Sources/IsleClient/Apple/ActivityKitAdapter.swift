@@ -87,6 +87,33 @@ public struct ActivityKitAdapter<Attributes: ActivityAttributes>: LiveActivityKi
     public var frequentPushEnablementUpdates: AsyncStream<Bool> { forward(FrequentPushPump()) }
 }
 
+@available(iOS 16.2, *)
+extension IsleClient {
+    /// Starts an activity of `Attributes` that follows `topic`, in one call (docs/client.md,
+    /// "Following a topic"): on iOS 18 and later on the topic's broadcast channel
+    /// (`pushType: .channel(id)`) when the server has one for it, otherwise with a token; then
+    /// tracks it under the topic. The backend's `POST /v1/topics/{topic}/update` reaches it either way.
+    @MainActor
+    public func follow<Attributes: ActivityAttributes>(topic: String, attributes: Attributes, content: ActivityContent<Attributes.ContentState>,
+                                                       externalKey: String? = nil, ticket: String? = nil,
+                                                       otherTopics: [String] = []) async throws -> Following<ActivityKitAdapter<Attributes>.Handle> {
+        try await follow(topic: topic, externalKey: externalKey, ticket: ticket, otherTopics: otherTopics) { pushType in
+            let activity: Activity<Attributes>
+            switch pushType {
+            case .channel(let id):
+                if #available(iOS 18.0, *) {
+                    activity = try Activity.request(attributes: attributes, content: content, pushType: .channel(id))
+                } else {
+                    activity = try Activity.request(attributes: attributes, content: content, pushType: .token)
+                }
+            case .token:
+                activity = try Activity.request(attributes: attributes, content: content, pushType: .token)
+            }
+            return ActivityKitAdapter<Attributes>.Handle(id: activity.id, externalKey: externalKey, topics: [topic] + otherTopics, ticket: ticket)
+        }
+    }
+}
+
 /// The app's closures that name an activity for the server.
 @available(iOS 16.1, *)
 struct ActivityNames<Attributes: ActivityAttributes>: Sendable {
