@@ -270,7 +270,10 @@ struct ActivityController {
         let value = API.Accepted(accepted: Int64(prepared.jobs.count), warnings: Views.findings(prepared.warnings), audience: audience)
         _ = try await pushes.commit(prepared, idempotency: context.idempotencyRecord(.accepted, value), now: now)
         if let topic {
-            if event == .end { try await store.endTopic(bundleID: caller.bundleID, topic: topic.topic, at: now) } else { try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now) }
+            if event == .end {
+                try await store.endTopic(bundleID: caller.bundleID, topic: topic.topic, at: now)
+                services.topics.topicEnded()
+            } else { try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now) }
         }
         return JSONResponse.make(value, status: .accepted)
     }

@@ -6,6 +6,7 @@ import IsleHTTPAPI
 import IsleStore
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// Topics as audiences (docs/server.md, "Topics as audiences"): a topic's broadcast channel per
 /// APNs environment, made at APNs when the first follower asks for it, within the app's channel
@@ -20,6 +21,9 @@ final class TopicAudiences: Service {
     let configuration: ServerConfiguration
     let clock: any WallClock
     let logger: Logger
+    /// Until when the sweep runs every second: a topic just ended, and its channels close once
+    /// its end went out (seconds, not a whole sweep interval, later).
+    let endingUntil = Mutex<ContinuousClock.Instant?>(nil)
 
     init(store: any Store, clients: APNsClients, apps: AppCache, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
         self.store = store
@@ -109,11 +113,23 @@ final class TopicAudiences: Service {
         }
     }
 
+    /// A topic ended: its channels are looked at every second for the next minute.
+    func topicEnded() {
+        endingUntil.withLock { $0 = ContinuousClock.now + .seconds(60) }
+    }
+
     func run() async throws {
         await cancelWhenGracefulShutdown {
+            // Looks every second whether a sweep is due: at each sweep interval, and every second
+            // for a minute after a topic ended (no database read in between).
+            var last = ContinuousClock.now
             while !Task.isCancelled {
-                try? await Task.sleep(for: self.configuration.sweepInterval)
+                try? await Task.sleep(for: min(.seconds(1), self.configuration.sweepInterval))
                 if Task.isCancelled { break }
+                let now = ContinuousClock.now
+                let ending = self.endingUntil.withLock { $0.map { $0 > now } ?? false }
+                guard ending || now - last >= self.configuration.sweepInterval else { continue }
+                last = now
                 await self.sweep()
             }
         }
