@@ -1,0 +1,205 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import IsleCore
+import IsleTesting
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A topic as an audience (docs/server.md, "Topics as audiences"): `--followers` simulated
+/// activities follow one topic, `--channel-share` of them on the topic's broadcast channel (an
+/// iOS 18+ phone) and the rest by token (an iOS 17 phone); one backend call updates them all.
+/// Measured from the call to the server counting its last send, then to every simulated activity
+/// showing the new state; the server's CPU for the whole audience from /proc/PID/stat. Then the
+/// same audience all on tokens, for comparison (and the token leg's share of the first run's CPU).
+struct AudienceBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audience",
+        abstract: "One topic update to a mixed audience (broadcast channel + tokens), with isle serve and isle sim as child processes.")
+
+    @Option(help: "Activities following the topic.") var followers = 100_000
+    @Option(help: "The share of them on iOS 18 and later, on the topic's broadcast channel (0…1).") var channelShare = 0.8
+    @Flag(inversion: .prefixedNo, help: "Also run the same audience all on tokens.") var compareTokens = true
+    @Option(help: "isle serve --concurrency.") var concurrency = 256
+    @Option(help: "Give up after this many seconds waiting for one update.") var maxSeconds: Double = 300
+
+    struct Figures {
+        var sentSeconds: Double
+        var shownSeconds: Double
+        var serverCPU: Double
+        var tokens: Int
+        var onChannel: Int
+    }
+
+    func run() async throws {
+        let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
+        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build --traits Server -c release --product isle)") }
+        guard (1...200_000).contains(followers), (0...1).contains(channelShare) else { throw ValidationError("--followers 1…200000, --channel-share 0…1") }
+        print("isle serve and isle sim as child processes (\(ProcessInfo.processInfo.activeProcessorCount) cores); CPU from /proc/PID/stat")
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        defer { _ = http.shutdown() }
+        let onChannel = Int((Double(followers) * channelShare).rounded())
+        let mixed = try await measure(isle: isle, http: http, onChannel: onChannel)
+        Self.report("mixed", mixed)
+        if compareTokens {
+            let tokens = try await measure(isle: isle, http: http, onChannel: 0)
+            Self.report("all on tokens", tokens)
+            let perToken = tokens.serverCPU / Double(tokens.tokens)
+            print(String(format: "the token leg's share of the mixed run's server CPU: %.0f %% (%d token pushes at %.0f µs each, as the all-token run spent); mixed / all-token: %.2f× the time, %.2f× the CPU",
+                         100 * perToken * Double(mixed.tokens) / mixed.serverCPU, mixed.tokens, perToken * 1e6, mixed.shownSeconds / tokens.shownSeconds, mixed.serverCPU / tokens.serverCPU))
+        }
+    }
+
+    static func report(_ name: String, _ f: Figures) {
+        print(String(format: "%@: %d followers (%d on the channel, %d by token): backend call → server's last send %.2f s, → every simulated activity showing it %.2f s; server CPU %.2f s for the whole audience (%.1f µs per follower)",
+                     name, f.onChannel + f.tokens, f.onChannel, f.tokens, f.sentSeconds, f.shownSeconds, f.serverCPU, f.serverCPU * 1e6 / Double(f.onChannel + f.tokens)))
+    }
+
+    func measure(isle: String, http: HTTPClient, onChannel: Int) async throws -> Figures {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-audience-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ports = try (0..<3).map { _ in try freeLoopbackPort() }
+        let schema = #"{"attributesType":"ScoreAttributes","attributes":{"match":"string"},"contentState":{"home":"int","away":"int"}}"#
+        try schema.write(toFile: dir + "/schema.json", atomically: true, encoding: .utf8)
+        var children: [Child] = []
+        defer { for c in children { c.stop() } }
+        let sim = try Child.start(isle, ["sim", "--dir", dir + "/sim", "--single-host", "--apns-port", "\(ports[0])", "--control-port", "\(ports[1])",
+                                         "--device", "new", "--app", "com.example.scores", "--schema", dir + "/schema.json",
+                                         "--low-priority-delay", "0", "--per-token-limit", "0",
+                                         "--max-activities-per-app", "400000", "--max-activities-per-device", "400000", "--hourly-budget", "100000000"],
+                                  log: dir + "/sim.log")
+        children.append(sim)
+        let control = "http://127.0.0.1:\(ports[1])"
+        do { try await SplitBench.waitFor(http, control + "/devices") } catch {
+            throw ValidationError("isle sim did not start: \(((try? String(contentsOfFile: dir + "/sim.log", encoding: .utf8)) ?? "").suffix(1000))")
+        }
+        // The older phone: iOS 17, no broadcast channels.
+        let old = try await SplitBench.json(http, "POST", control + "/devices", key: nil, body: ["name": "old", "osVersion": "17.5", "model": "iPhone 14"])["id"]?.stringValue ?? ""
+        let schemaJSON = try JSONParser.parse(Array(schema.utf8))
+        _ = try await SplitBench.json(http, "POST", control + "/devices/\(old)/apps", key: nil, body: ["bundleID": "com.example.scores", "schemas": [schemaJSON]])
+
+        var env = ProcessInfo.processInfo.environment
+        env["ISLE_MASTER_KEY_FILE"] = dir + "/master.key"
+        env["ISLE_DATABASE"] = dir + "/isle.sqlite"
+        for key in env.keys where key.hasPrefix("OTEL_") { env[key] = nil }
+        let masterKey = try Child.output(isle, ["master-key"], environment: env)
+        try masterKey.write(toFile: dir + "/master.key", atomically: true, encoding: .utf8)
+        chmod(dir + "/master.key", 0o600)
+        _ = try Child.output(isle, ["app", "add", "--bundle-id", "com.example.scores", "--key", dir + "/sim/AuthKey_SIMKEY0001.p8", "--key-id", "SIMKEY0001",
+                                    "--team-id", "SIMTEAM001", "--schema", dir + "/schema.json"], environment: env)
+        let backend = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "backend"], environment: env)
+        let device = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "device"], environment: env)
+        let server = try Child.start(isle, ["serve", "--port", "\(ports[2])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-ca-cert", dir + "/sim/ca.pem",
+                                            "--concurrency", "\(concurrency)", "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
+                                            "--max-live-activities-per-installation", "100000", "--max-new-installations-per-address", "0", "--max-new-activities-per-address", "0",
+                                            "--log-level", "error"],
+                                     environment: env, log: dir + "/serve.log")
+        children.append(server)
+        let base = "http://127.0.0.1:\(ports[2])"
+        do { try await SplitBench.waitFor(http, base + "/health") } catch {
+            throw ValidationError("isle serve did not start: \(((try? String(contentsOfFile: dir + "/serve.log", encoding: .utf8)) ?? "").suffix(1000))")
+        }
+        _ = try await SplitBench.json(http, "PUT", base + "/v1/topics/match", key: backend, body: ["storagePolicy": 1])
+        let newSecret = try await SplitBench.json(http, "PUT", base + "/v1/installations/phone-new", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
+        let oldSecret = try await SplitBench.json(http, "PUT", base + "/v1/installations/phone-old", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
+        var channel: String?
+        if onChannel > 0 {
+            channel = try await SplitBench.json(http, "POST", base + "/v1/topics/match/channel", key: device, body: ["installationID": "phone-new"],
+                                                headers: [("Isle-Installation-Secret", newSecret)])["channelID"]?.stringValue
+        }
+        let tokens = followers - onChannel
+        let started = ContinuousClock.now
+        // iOS 18+: on the channel, on the new phone; the rest by token: a fifth on the old phone, the
+        // remainder (an all-token run) on the new phone with tokens.
+        try await follow(http, control: control, base: base, device: device, phone: "device-1", installation: "phone-new", secret: newSecret, count: onChannel, channel: channel)
+        let oldCount = min(tokens, followers - Int((Double(followers) * channelShare).rounded()))
+        try await follow(http, control: control, base: base, device: device, phone: old, installation: "phone-old", secret: oldSecret, count: oldCount, channel: nil)
+        try await follow(http, control: control, base: base, device: device, phone: "device-1", installation: "phone-new", secret: newSecret, count: tokens - oldCount, channel: nil)
+        print(String(format: "%d followers registered in %.0f s (%d on the channel, %d by token)", followers, SplitBench.seconds(ContinuousClock.now - started), onChannel, tokens))
+
+        let broadcasts = channel == nil ? 0 : 1
+        // Warm-up: one update through both legs (connections, caches).
+        try await update(http, base: base, backend: backend, home: 1, sends: tokens + broadcasts)
+        let before = try SplitBench.cpu(of: server.pid)
+        let t0 = ContinuousClock.now
+        try await update(http, base: base, backend: backend, home: 2, sends: tokens + broadcasts)
+        let sent = SplitBench.seconds(ContinuousClock.now - t0)
+        let cpu = try SplitBench.cpu(of: server.pid) - before
+        // Every simulated activity shows the new score (read from the simulator's phones).
+        var shown = Double.nan
+        let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
+        while ContinuousClock.now < deadline {
+            var behind = 0
+            for phone in ["device-1", old] {
+                let d = try await Self.big(http, control + "/devices/" + phone)
+                for a in d["activities"]?.arrayValue ?? [] {
+                    let home: Int64? = a["contentState"]?["home"]?.numberValue?.int64Value
+                    let live: Bool = a["state"]?.stringValue == "active"
+                    if live, home != 2 { behind += 1 }
+                }
+            }
+            if behind == 0 {
+                shown = SplitBench.seconds(ContinuousClock.now - t0)
+                break
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        guard shown.isFinite else { throw ValidationError("not every simulated activity showed the update within \(maxSeconds) s") }
+        return Figures(sentSeconds: sent, shownSeconds: shown, serverCPU: cpu, tokens: tokens, onChannel: onChannel)
+    }
+
+    /// One topic update, and its `sends` deliveries counted sent by the server.
+    func update(_ http: HTTPClient, base: String, backend: String, home: Int, sends: Int) async throws {
+        let before = try await SplitBench.sent(http, base)
+        let accepted = try await SplitBench.json(http, "POST", base + "/v1/topics/match/update", key: backend,
+                                                 body: ["contentState": ["home": .int(Int64(home)), "away": 0], "alert": ["title": "Goal", "body": "scored"]])
+        guard accepted["accepted"]?.numberValue?.int64Value == Int64(sends) else { throw ValidationError("the update: \(accepted.jsonString)") }
+        let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
+        while ContinuousClock.now < deadline {
+            if try await SplitBench.sent(http, base) >= before + sends { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw ValidationError("the update's \(sends) sends did not finish within \(maxSeconds) s")
+    }
+
+    /// Starts `count` activities on `phone` (on `channel`, or with a token) and registers each as following "match".
+    func follow(_ http: HTTPClient, control: String, base: String, device: String, phone: String, installation: String, secret: String, count: Int, channel: String?) async throws {
+        guard count > 0 else { return }
+        let next = Counter()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<16 {
+                group.addTask {
+                    while true {
+                        let i = next.take()
+                        guard i < count else { return }
+                        var request: JSONObject = ["attributesType": "ScoreAttributes", "attributes": ["match": .string("m-\(i)")], "contentState": ["home": 0, "away": 0]]
+                        var registration: JSONObject = ["attributesType": "ScoreAttributes", "installationID": .string(installation), "topics": ["match"]]
+                        if let channel {
+                            request["pushType"] = ["channel": .string(channel)]
+                            registration["channelID"] = .string(channel)
+                        } else {
+                            request["waitForPushToken"] = true
+                        }
+                        let started = try await SplitBench.json(http, "POST", control + "/devices/\(phone)/apps/com.example.scores/activities", key: nil, body: .object(request))
+                        if channel == nil {
+                            guard let token = started["updateToken"]?.stringValue else { throw ValidationError("the simulator gave no token: \(started.jsonString)") }
+                            registration["token"] = .string(token)
+                        }
+                        _ = try await SplitBench.json(http, "POST", base + "/v1/activities", key: device, body: .object(registration), headers: [("Isle-Installation-Secret", secret)])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// A GET whose answer may be large (a phone with 100,000 activities).
+    static func big(_ http: HTTPClient, _ url: String) async throws -> JSONValue {
+        let response = try await http.execute(HTTPClientRequest(url: url), timeout: .seconds(120))
+        return try JSONParser.parse(Array(buffer: try await response.body.collect(upTo: 1 << 30)))
+    }
+}
