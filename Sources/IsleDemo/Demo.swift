@@ -63,6 +63,12 @@ public struct Demo: Sendable {
           "attributes":   { "numberOfPizzas": "int", "totalAmount": "string", "orderNumber": "string" },
           "contentState": { "driverName": "string", "deliveryTimer": "dateRange" } }
         """
+    /// Match night (step 8): a match's score, followed by fans.
+    static let matchSchemaText = """
+        { "attributesType": "MatchAttributes",
+          "attributes":   { "home": "string", "away": "string" },
+          "contentState": { "home": "int", "away": "int" } }
+        """
     static let keyID = "DEMOKEY000"
     static let teamID = "DEMOTEAM00"
 
@@ -94,7 +100,7 @@ public struct Demo: Sendable {
             let ticketKey = P256.Signing.PrivateKey()
             let ticketKeyID = "tk_pizzashop"
             try await store.upsertApp(AppRecord(bundleID: Self.bundleID, teamID: Self.teamID, keyID: Self.keyID, keyPEM: masterKey.seal(key.pemRepresentation, bundleID: Self.bundleID),
-                                                schemas: [try ActivitySchema(jsonText: Self.schemaText)], createdAt: start,
+                                                schemas: [try ActivitySchema(jsonText: Self.schemaText), try ActivitySchema(jsonText: Self.matchSchemaText)], createdAt: start,
                                                 ticketKeys: [TicketKey(id: ticketKeyID, publicKeyPEM: ticketKey.publicKey.pemRepresentation, createdAt: start)]))
             let ticket: @Sendable (String) -> String? = { order in
                 try? RegistrationTicket(bundleID: Self.bundleID, expires: clock.now.addingTimeInterval(3600), externalKey: order).signed(with: ticketKey, keyID: ticketKeyID)

@@ -59,3 +59,58 @@ final class DemoApp: Sendable {
         runner.cancel()
     }
 }
+
+/// A fan's phone at match night: the app's match activity, started with IsleClient's
+/// `follow(topic:)` — on the match's broadcast channel on iOS 18 and later, with a token before.
+final class FanApp: Sendable {
+    /// The match's `ActivityAttributes`.
+    struct MatchAttributes: Codable, Sendable {
+        var home: String
+        var away: String
+    }
+    /// Its `ContentState`: the score.
+    struct Score: Codable, Sendable, Equatable {
+        var home: Int
+        var away: Int
+    }
+    typealias Kit = SimulatedActivityKit<MatchAttributes, Score>
+
+    let kit: Kit
+    let client: IsleClient
+    let runner: Task<Void, Never>
+    /// The phone runs iOS 18 or later (`IsleClient.Capabilities.current.broadcastChannels` on a phone).
+    let channels: Bool
+
+    init(world: SimulatorWorld, device: String, bundleID: String, serverURL: URL, deviceKey: String, storage: String, channels: Bool,
+         log: @escaping @Sendable (IsleClient.LogEntry) -> Void) async throws {
+        kit = Kit(world: world, deviceID: device, bundleID: bundleID, attributesType: "MatchAttributes")
+        var configuration = IsleClient.Configuration(serverURL: serverURL, deviceKey: deviceKey, environment: .sandbox)
+        configuration.firstRetry = 0.1
+        configuration.maximumRetry = 2
+        configuration.requestTimeout = 10
+        configuration.log = log
+        let client = try IsleClient(configuration: configuration, storage: FileStorage(path: storage))
+        self.client = client
+        self.channels = channels
+        runner = Task { await client.run() }
+    }
+
+    /// `isle.follow(topic:attributes:content:)`, as the app calls it on a phone.
+    @MainActor
+    func follow(topic: String, home: String, away: String) async throws -> Following<SimulatedLiveActivities<MatchAttributes, Score>.Handle> {
+        let kit = self.kit
+        return try await client.follow(topic: topic, channels: channels) { pushType in
+            let attributes = MatchAttributes(home: home, away: away)
+            let handle = switch pushType {
+            case .channel(let id): try kit.request(attributes: attributes, content: Score(home: 0, away: 0), pushType: .channel(id))
+            case .token: try kit.request(attributes: attributes, content: Score(home: 0, away: 0), pushType: .token)
+            }
+            return SimulatedLiveActivities(kit).handle(handle)
+        }
+    }
+
+    func stop() async {
+        await client.stop()
+        runner.cancel()
+    }
+}

@@ -1,5 +1,7 @@
 import AsyncHTTPClient
 import Foundation
+import IsleClient
+import IsleClientSimulator
 import IsleCore
 import IsleSimulator
 import NIOCore
@@ -71,6 +73,7 @@ actor Script {
         try await step5()
         try await step6()
         try await step7()
+        try await step8()
         await app?.stop()
         let metrics = try await call(.GET, e.server + "/metrics")
         try await showDeviceEvents()
@@ -257,6 +260,69 @@ actor Script {
         }
         view.screen(s)
         try check(s.widgets.first?.pizza == "Diavola", "the widget shows its new timeline entry: Diavola", found: s.widgets.first?.pizza ?? "nothing")
+    }
+
+    /// Match night: two fans' phones, one on iOS 17 and one on iOS 18, follow a match with
+    /// IsleClient's `follow(topic:)`; one backend call scores for both — a broadcast to the match's
+    /// channel (iOS 18) and a push to the older phone's token (docs/server.md, "Topics as audiences").
+    func step8() async throws {
+        try await begin(8, "Match night: phones on iOS 17 and iOS 18 follow a match; one backend call scores for both")
+        let topic = "match-night"
+        _ = try await backend(.PUT, "/v1/topics/\(topic)", ["storagePolicy": 1], expect: 200,
+                              says: "open the match as an audience: a broadcast channel for iOS 18 and later (made when the first fan asks), tokens before")
+        let schemas = [try JSONParser.parse(Array(Demo.schemaText.utf8)), try JSONParser.parse(Array(Demo.matchSchemaText.utf8))]
+        guard let serverURL = URL(string: e.server) else { throw fail("a server URL", found: e.server) }
+        var fans: [(name: String, device: String, app: FanApp, following: Following<SimulatedLiveActivities<FanApp.MatchAttributes, FanApp.Score>.Handle>)] = []
+        for (name, os, model) in [("Ana's iPhone", "17.5", "iPhone 14"), ("Ben's iPhone", "18.2", "iPhone 16")] {
+            let d = try await control(.POST, "/devices", ["name": .string(name), "osVersion": .string(os), "model": .string(model)], expect: 201,
+                                      says: "\(name), on iOS \(os)", actor: "setup")
+            let id = d.json["id"]?.stringValue ?? ""
+            _ = try await control(.POST, "/devices/\(id)/apps", ["bundleID": .string(Self.bundleID), "schemas": .array(schemas)], expect: 201,
+                                  says: "the app installed on \(name)", actor: "setup")
+            let view = self.view
+            let app = try await FanApp(world: world, device: id, bundleID: Self.bundleID, serverURL: serverURL, deviceKey: e.deviceKey,
+                                       storage: appStorage + "-\(id)", channels: (Int(os.split(separator: ".")[0]) ?? 0) >= 18) { entry in
+                view.sdk(report: entry.report, method: entry.method, path: entry.path, status: entry.status, outcome: entry.outcome)
+            }
+            let following = try await app.follow(topic: topic, home: "Pizzeria FC", away: "Calzone United")
+            switch following.pushType {
+            case .channel(let channel): view.activityKit("isle.follow(topic: \"\(topic)\", …) → Activity.request(…, pushType: .channel(\"\(channel)\"))", says: "\(name) follows the match on its broadcast channel")
+            case .token: view.activityKit("isle.follow(topic: \"\(topic)\", …) → Activity.request(…, pushType: .token)", says: "\(name) follows the match by token (no broadcast channels before iOS 18)")
+            }
+            fans.append((name, id, app, following))
+        }
+        try check(fans[0].following.pushType == .token, "the iOS 17 phone follows by token", found: "\(fans[0].following.pushType)")
+        guard case .channel = fans[1].following.pushType else { throw fail("the iOS 18 phone follows on the match's channel", found: "\(fans[1].following.pushType) \(fans[1].following.tokenReason ?? "")") }
+        view.check(ok: true, "the iOS 18 phone follows on the match's channel", found: nil)
+        for fan in fans {
+            _ = try await until("\(fan.name)'s app registered its activity") { () async -> Bool? in
+                let id = await fan.app.client.serverID(of: fan.following.activity.id), pending = await fan.app.client.pendingReports
+                return id != nil && pending == 0 ? true : nil
+            }
+        }
+        // The channel's creation went to APNs' channel-management host as the first fan asked.
+        requestCursor = try await requestLog().count
+        let r = try await backend(.POST, "/v1/topics/\(topic)/update", ["contentState": ["home": 1, "away": 0], "alert": ["title": "Goal!", "body": "Pizzeria FC 1–0 Calzone United"]],
+                                  says: "one call: the score")
+        let audience = r.json["audience"]
+        try check(audience == ["broadcasts": 1, "channelFollowers": 1, "tokenFollowers": 1], "one broadcast for the iOS 18 phone, one token push for the iOS 17 phone",
+                  found: audience?.jsonString ?? r.text)
+        let requests = try await until("the fake APNs receives the broadcast and the token push") { () async throws -> [WireRecord]? in
+            let log = try await self.requestLog()
+            return log.count - self.requestCursor >= 2 ? Array(log[self.requestCursor...]) : nil
+        }
+        requestCursor += requests.count
+        for w in requests { view.wire(w, compact: nil) }
+        try check(requests.allSatisfy { $0.status == 200 }, "APNs accepts both", found: requests.map { "\($0.status) \($0.reason ?? "")" }.joined(separator: ", "))
+        for fan in fans {
+            _ = try await until("\(fan.name) shows 1–0") { () async throws -> Bool? in
+                let d = try await self.control(.GET, "/devices/\(fan.device)")
+                let a = d.json["activities"]?.arrayValue?.first { $0["id"]?.stringValue == fan.following.activity.id }
+                return a?["contentState"]?["home"] == 1 ? true : nil
+            }
+            view.check(ok: true, "\(fan.name) shows Pizzeria FC 1–0 Calzone United", found: nil)
+            await fan.app.stop()
+        }
     }
 
     // MARK: Steps, checks and time

@@ -23,6 +23,7 @@ struct AudienceBench: AsyncParsableCommand {
     @Option(help: "Activities following the topic.") var followers = 100_000
     @Option(help: "The share of them on iOS 18 and later, on the topic's broadcast channel (0…1).") var channelShare = 0.8
     @Flag(inversion: .prefixedNo, help: "Also run the same audience all on tokens.") var compareTokens = true
+    @Option(help: "Activities per simulated phone (each phone its own installation, as on real phones; fewer phones, more per phone).") var perPhone = 500
     @Option(help: "isle serve --concurrency.") var concurrency = 256
     @Option(help: "Give up after this many seconds waiting for one update.") var maxSeconds: Double = 300
 
@@ -42,23 +43,28 @@ struct AudienceBench: AsyncParsableCommand {
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         defer { _ = http.shutdown() }
         let onChannel = Int((Double(followers) * channelShare).rounded())
-        let mixed = try await measure(isle: isle, http: http, onChannel: onChannel)
+        let mixed = try await measure(isle: isle, http: http, followers: followers, onChannel: onChannel)
         Self.report("mixed", mixed)
-        if compareTokens {
-            let tokens = try await measure(isle: isle, http: http, onChannel: 0)
-            Self.report("all on tokens", tokens)
-            let perToken = tokens.serverCPU / Double(tokens.tokens)
-            print(String(format: "the token leg's share of the mixed run's server CPU: %.0f %% (%d token pushes at %.0f µs each, as the all-token run spent); mixed / all-token: %.2f× the time, %.2f× the CPU",
-                         100 * perToken * Double(mixed.tokens) / mixed.serverCPU, mixed.tokens, perToken * 1e6, mixed.shownSeconds / tokens.shownSeconds, mixed.serverCPU / tokens.serverCPU))
+        guard compareTokens else { return }
+        let tokens = try await measure(isle: isle, http: http, followers: followers, onChannel: 0)
+        Self.report("all on tokens", tokens)
+        print(String(format: "mixed / all on tokens: %.2f× the time, %.2f× the server CPU", mixed.sentSeconds / tokens.sentSeconds, mixed.serverCPU / tokens.serverCPU))
+        if onChannel > 0, onChannel < followers {
+            // The token leg's share: the mixed run beside its channel's followers alone.
+            let channelOnly = try await measure(isle: isle, http: http, followers: onChannel, onChannel: onChannel)
+            Self.report("the channel's followers alone", channelOnly)
+            let leg = mixed.serverCPU - channelOnly.serverCPU
+            print(String(format: "the token leg of the mixed run: %.2f s of its %.2f s server CPU (%.0f %%), %.0f µs per token push; all on tokens: %.0f µs per follower",
+                         leg, mixed.serverCPU, 100 * leg / mixed.serverCPU, leg * 1e6 / Double(mixed.tokens), tokens.serverCPU * 1e6 / Double(tokens.tokens)))
         }
     }
 
     static func report(_ name: String, _ f: Figures) {
-        print(String(format: "%@: %d followers (%d on the channel, %d by token): backend call → server's last send %.2f s, → every simulated activity showing it %.2f s; server CPU %.2f s for the whole audience (%.1f µs per follower)",
+        print(String(format: "%@: %d followers (%d on the channel, %d by token): backend call → the last simulated phone showing it %.2f s (the server's last APNs 200; isle sim applies a push before it answers, and every activity was then read back showing it, in %.1f s); server CPU %.2f s for the whole audience (%.1f µs per follower)",
                      name, f.onChannel + f.tokens, f.onChannel, f.tokens, f.sentSeconds, f.shownSeconds, f.serverCPU, f.serverCPU * 1e6 / Double(f.onChannel + f.tokens)))
     }
 
-    func measure(isle: String, http: HTTPClient, onChannel: Int) async throws -> Figures {
+    func measure(isle: String, http: HTTPClient, followers: Int, onChannel: Int) async throws -> Figures {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-audience-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -68,7 +74,7 @@ struct AudienceBench: AsyncParsableCommand {
         var children: [Child] = []
         defer { for c in children { c.stop() } }
         let sim = try Child.start(isle, ["sim", "--dir", dir + "/sim", "--single-host", "--apns-port", "\(ports[0])", "--control-port", "\(ports[1])",
-                                         "--device", "new", "--app", "com.example.scores", "--schema", dir + "/schema.json",
+                                         
                                          "--low-priority-delay", "0", "--per-token-limit", "0",
                                          "--max-activities-per-app", "400000", "--max-activities-per-device", "400000", "--hourly-budget", "100000000"],
                                   log: dir + "/sim.log")
@@ -77,11 +83,6 @@ struct AudienceBench: AsyncParsableCommand {
         do { try await SplitBench.waitFor(http, control + "/devices") } catch {
             throw ValidationError("isle sim did not start: \(((try? String(contentsOfFile: dir + "/sim.log", encoding: .utf8)) ?? "").suffix(1000))")
         }
-        // The older phone: iOS 17, no broadcast channels.
-        let old = try await SplitBench.json(http, "POST", control + "/devices", key: nil, body: ["name": "old", "osVersion": "17.5", "model": "iPhone 14"])["id"]?.stringValue ?? ""
-        let schemaJSON = try JSONParser.parse(Array(schema.utf8))
-        _ = try await SplitBench.json(http, "POST", control + "/devices/\(old)/apps", key: nil, body: ["bundleID": "com.example.scores", "schemas": [schemaJSON]])
-
         var env = ProcessInfo.processInfo.environment
         env["ISLE_MASTER_KEY_FILE"] = dir + "/master.key"
         env["ISLE_DATABASE"] = dir + "/isle.sqlite"
@@ -104,22 +105,37 @@ struct AudienceBench: AsyncParsableCommand {
             throw ValidationError("isle serve did not start: \(((try? String(contentsOfFile: dir + "/serve.log", encoding: .utf8)) ?? "").suffix(1000))")
         }
         _ = try await SplitBench.json(http, "PUT", base + "/v1/topics/match", key: backend, body: ["storagePolicy": 1])
-        let newSecret = try await SplitBench.json(http, "PUT", base + "/v1/installations/phone-new", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
-        let oldSecret = try await SplitBench.json(http, "PUT", base + "/v1/installations/phone-old", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
-        var channel: String?
-        if onChannel > 0 {
-            channel = try await SplitBench.json(http, "POST", base + "/v1/topics/match/channel", key: device, body: ["installationID": "phone-new"],
-                                                headers: [("Isle-Installation-Secret", newSecret)])["channelID"]?.stringValue
-        }
         let tokens = followers - onChannel
         let started = ContinuousClock.now
-        // iOS 18+: on the channel, on the new phone; the rest by token: a fifth on the old phone, the
-        // remainder (an all-token run) on the new phone with tokens.
-        try await follow(http, control: control, base: base, device: device, phone: "device-1", installation: "phone-new", secret: newSecret, count: onChannel, channel: channel)
+        // Phones of --per-phone activities each, its own installation: iOS 26 for the channel's
+        // followers, iOS 17.5 (no broadcast channels) for a fifth of the audience, iOS 26 with tokens
+        // for the rest of an all-token run.
         let oldCount = min(tokens, followers - Int((Double(followers) * channelShare).rounded()))
-        try await follow(http, control: control, base: base, device: device, phone: old, installation: "phone-old", secret: oldSecret, count: oldCount, channel: nil)
-        try await follow(http, control: control, base: base, device: device, phone: "device-1", installation: "phone-new", secret: newSecret, count: tokens - oldCount, channel: nil)
-        print(String(format: "%d followers registered in %.0f s (%d on the channel, %d by token)", followers, SplitBench.seconds(ContinuousClock.now - started), onChannel, tokens))
+        let schemaJSON = try JSONParser.parse(Array(schema.utf8))
+        var groups: [(phones: [Phone], count: Int, channel: Bool)] = []
+        var channel: String?
+        var made = 0
+        for (count, os, onTheChannel) in [(onChannel, "26.0", true), (oldCount, "17.5", false), (tokens - oldCount, "26.0", false)] where count > 0 {
+            var phones: [Phone] = []
+            for _ in 0..<((count + perPhone - 1) / perPhone) {
+                let n = made
+                made += 1
+                let id = try await SplitBench.json(http, "POST", control + "/devices", key: nil, body: ["name": .string("fan-\(n)"), "osVersion": .string(os), "model": "iPhone 15"])["id"]?.stringValue ?? ""
+                _ = try await SplitBench.json(http, "POST", control + "/devices/\(id)/apps", key: nil, body: ["bundleID": "com.example.scores", "schemas": [schemaJSON]])
+                let secret = try await SplitBench.json(http, "PUT", base + "/v1/installations/fan-\(n)", key: device, body: ["liveActivitiesEnabled": true])["installationSecret"]?.stringValue ?? ""
+                phones.append(Phone(device: id, installation: "fan-\(n)", secret: secret))
+            }
+            if onTheChannel, channel == nil, let first = phones.first {
+                channel = try await SplitBench.json(http, "POST", base + "/v1/topics/match/channel", key: device, body: ["installationID": .string(first.installation)],
+                                                    headers: [("Isle-Installation-Secret", first.secret)])["channelID"]?.stringValue
+            }
+            groups.append((phones, count, onTheChannel))
+        }
+        for g in groups {
+            try await follow(http, control: control, base: base, device: device, phones: g.phones, count: g.count, channel: g.channel ? channel : nil)
+        }
+        let allPhones = groups.flatMap(\.phones)
+        print(String(format: "%d followers on %d phones registered in %.0f s (%d on the channel, %d by token)", followers, allPhones.count, SplitBench.seconds(ContinuousClock.now - started), onChannel, tokens))
 
         let broadcasts = channel == nil ? 0 : 1
         // Warm-up: one update through both legs (connections, caches).
@@ -129,26 +145,20 @@ struct AudienceBench: AsyncParsableCommand {
         try await update(http, base: base, backend: backend, home: 2, sends: tokens + broadcasts)
         let sent = SplitBench.seconds(ContinuousClock.now - t0)
         let cpu = try SplitBench.cpu(of: server.pid) - before
-        // Every simulated activity shows the new score (read from the simulator's phones).
-        var shown = Double.nan
-        let deadline = ContinuousClock.now + .seconds(Int64(maxSeconds))
-        while ContinuousClock.now < deadline {
-            var behind = 0
-            for phone in ["device-1", old] {
-                let d = try await Self.big(http, control + "/devices/" + phone)
-                for a in d["activities"]?.arrayValue ?? [] {
-                    let home: Int64? = a["contentState"]?["home"]?.numberValue?.int64Value
-                    let live: Bool = a["state"]?.stringValue == "active"
-                    if live, home != 2 { behind += 1 }
-                }
+        // Every simulated activity shows the new score: read back from the simulator's phones once
+        // (isle sim applies each push before it answers, so the last 200 was the last phone).
+        let checking = ContinuousClock.now
+        var behind = 0
+        for phone in allPhones {
+            let d = try await Self.big(http, control + "/devices/" + phone.device)
+            for a in d["activities"]?.arrayValue ?? [] {
+                let home: Int64? = a["contentState"]?["home"]?.numberValue?.int64Value
+                let live: Bool = a["state"]?.stringValue == "active"
+                if live, home != 2 { behind += 1 }
             }
-            if behind == 0 {
-                shown = SplitBench.seconds(ContinuousClock.now - t0)
-                break
-            }
-            try await Task.sleep(for: .milliseconds(50))
         }
-        guard shown.isFinite else { throw ValidationError("not every simulated activity showed the update within \(maxSeconds) s") }
+        guard behind == 0 else { throw ValidationError("\(behind) simulated activities do not show the update after the server's last send") }
+        let shown = SplitBench.seconds(ContinuousClock.now - checking)
         return Figures(sentSeconds: sent, shownSeconds: shown, serverCPU: cpu, tokens: tokens, onChannel: onChannel)
     }
 
@@ -166,8 +176,14 @@ struct AudienceBench: AsyncParsableCommand {
         throw ValidationError("the update's \(sends) sends did not finish within \(maxSeconds) s")
     }
 
-    /// Starts `count` activities on `phone` (on `channel`, or with a token) and registers each as following "match".
-    func follow(_ http: HTTPClient, control: String, base: String, device: String, phone: String, installation: String, secret: String, count: Int, channel: String?) async throws {
+    struct Phone: Sendable {
+        var device: String
+        var installation: String
+        var secret: String
+    }
+
+    /// Starts `count` activities on `phones`, --per-phone each (on `channel`, or with a token), and registers each as following "match".
+    func follow(_ http: HTTPClient, control: String, base: String, device: String, phones: [Phone], count: Int, channel: String?) async throws {
         guard count > 0 else { return }
         let next = Counter()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -176,6 +192,7 @@ struct AudienceBench: AsyncParsableCommand {
                     while true {
                         let i = next.take()
                         guard i < count else { return }
+                        let phone = phones[i / perPhone], installation = phone.installation, secret = phone.secret
                         var request: JSONObject = ["attributesType": "ScoreAttributes", "attributes": ["match": .string("m-\(i)")], "contentState": ["home": 0, "away": 0]]
                         var registration: JSONObject = ["attributesType": "ScoreAttributes", "installationID": .string(installation), "topics": ["match"]]
                         if let channel {
@@ -184,7 +201,7 @@ struct AudienceBench: AsyncParsableCommand {
                         } else {
                             request["waitForPushToken"] = true
                         }
-                        let started = try await SplitBench.json(http, "POST", control + "/devices/\(phone)/apps/com.example.scores/activities", key: nil, body: .object(request))
+                        let started = try await SplitBench.json(http, "POST", control + "/devices/\(phone.device)/apps/com.example.scores/activities", key: nil, body: .object(request))
                         if channel == nil {
                             guard let token = started["updateToken"]?.stringValue else { throw ValidationError("the simulator gave no token: \(started.jsonString)") }
                             registration["token"] = .string(token)

@@ -14,7 +14,7 @@ import Testing
         #expect(r.status == 0, "stderr: \(r.err)")
         let events = try r.out.split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }
         let steps = events.filter { $0["type"] == "step" }.compactMap { $0["step"]?.numberValue?.doubleValue }
-        #expect(steps == [0, 1, 2, 3, 4, 5, 6, 7])
+        #expect(steps == [0, 1, 2, 3, 4, 5, 6, 7, 8])
         let checks = events.filter { $0["type"] == "check" }
         #expect(checks.count >= 20)
         #expect(checks.allSatisfy { $0["ok"] == .bool(true) })

@@ -258,12 +258,16 @@ struct ActivityController {
             let broadcastFollowers = Set(followers.lazy.filter { $0.channelID.map(onChannels.contains) == true }.map(\.id))
             prepared.jobs.removeAll { $0.activityID.map(broadcastFollowers.contains) == true }
             channelFollowers = before - prepared.jobs.count
+            // The broadcasts first: queued (and so claimed) before the token pushes, each reaches
+            // most of the audience at once.
+            var broadcasts: [NewPushJob] = []
             for c in channels {
                 let job = NewPushJob(bundleID: caller.bundleID, kind: .broadcast, channelID: c.channelID, payload: push.payload(acceptedAt: now),
                                      requestedPriority: push.priority, runAt: prepared.runAt)
                 for w in try PayloadCheck(now: now).validate(job, broadcast: true) where !prepared.warnings.contains(w) { prepared.warnings.append(w) }
-                prepared.jobs.append(job)
+                broadcasts.append(job)
             }
+            prepared.jobs.insert(contentsOf: broadcasts, at: 0)
         }
         try Strictness.enforce(prepared.warnings, strict: strict)
         let audience = API.Audience(broadcasts: Int64(channels.count), channelFollowers: Int64(channelFollowers), tokenFollowers: Int64(prepared.jobs.count - channels.count))
