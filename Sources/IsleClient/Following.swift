@@ -83,7 +83,8 @@ extension IsleClient {
         return .token(reason: "the server answered \(response.statusCode)")
     }
 
-    /// Starts a Live Activity that follows `topic`, in one call: on iOS 18 and later it asks the
+    /// Starts a Live Activity that follows `topic`, in one call: on iOS 18 and later (`channels`;
+    /// nil: ``Configuration/capabilities``) it asks the
     /// server for the topic's broadcast channel and `start`s the activity on it; before iOS 18, or
     /// when the topic has no channel for it (not open, ended, the channel limit, offline), with a
     /// token. Either way the activity is then tracked under the topic, so the backend's
@@ -94,11 +95,11 @@ extension IsleClient {
     /// platforms ``follow(topic:attributes:content:externalKey:ticket:otherTopics:)`` does it for you.
     @MainActor
     public func follow<H: LiveActivityHandle>(topic: String, externalKey: String? = nil, ticket: String? = nil, otherTopics: [String] = [],
-                                             channels: Bool = Capabilities.current.broadcastChannels,
+                                             channels: Bool? = nil,
                                              start: @MainActor (FollowPushType) async throws -> H) async throws -> Following<H> {
         var pushType = FollowPushType.token
         var reason: String?
-        if channels {
+        if channels ?? configuration.capabilities.broadcastChannels {
             switch await self.pushType(forTopic: topic) {
             case .channel(let id): pushType = .channel(id)
             case .token(let why): reason = why

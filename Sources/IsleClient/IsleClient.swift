@@ -59,6 +59,9 @@ public actor IsleClient {
         public var backgroundTransport: (any BackgroundTransport)?
         /// The clock for the refresh above; a test's own.
         public var now: @Sendable () -> Date = { Date() }
+        /// What the system offers, reported with the installation (the server starts an activity
+        /// on a topic's broadcast channel only where the system has them): the running system's.
+        public var capabilities: Capabilities = .current
 
         public init(serverURL: URL, deviceKey: String, environment: Environment? = Environment.ofRunningBuild(),
                     ticket: (@Sendable (TicketRequest) async throws -> String?)? = nil, log: (@Sendable (LogEntry) -> Void)? = nil,
@@ -258,6 +261,18 @@ public actor IsleClient {
         // activity's registration after it (the server may have lost them; it answers the ones it has).
         if due, state.secret != nil { state.resyncPending = true }
         add(.installation, lane: ClientState.installationLane)
+    }
+
+    /// The topics this installation follows for starts (a favourite team, a line): the backend's
+    /// `POST /v1/topics/{topic}/start` starts an activity on every installation following the
+    /// topic, on the topic's broadcast channel on iOS 18 and later (docs/client.md, "Following a
+    /// topic"). Replaces the list the server has; at most 32.
+    public func followForStarts(topics: [String]) async {
+        let unique = topics.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        guard state.startTopics != unique else { return }
+        state.startTopics = unique
+        add(.installation, lane: ClientState.installationLane)
+        await holdBackgroundTime()
     }
 
     /// The backend's user ticket for this installation (a registration ticket with a `user` claim,

@@ -91,6 +91,8 @@ struct ClientState: Codable, Sendable {
     var widgetToken: String?
     /// The control push token (iOS 18, `ControlPushHandler`), as the app last reported it.
     var controlsToken: String?
+    /// The topics the installation follows for starts (nil: never said).
+    var startTopics: [String]?
     var liveActivitiesEnabled: Bool?
     var frequentPushesEnabled: Bool?
     /// The APNs environment last reported (`sandbox`, `production`; nil: not said).
@@ -147,7 +149,7 @@ struct ClientState: Codable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case installationID, secret, proposedSecret, pushToStartTokens, widgetToken, controlsToken, liveActivitiesEnabled, frequentPushesEnabled, environment, serverIDs, registered, lastTokens, types, reportedStates, outbox, refused, tickets, refusals
-        case registrations, installationSentAt, resyncPending, userTicket, serverTokens
+        case registrations, installationSentAt, resyncPending, userTicket, serverTokens, startTopics
     }
 
     /// Reads what any earlier version of the SDK saved: a field it did not know takes its default,
@@ -177,6 +179,7 @@ struct ClientState: Codable, Sendable {
         resyncPending = try c.decodeIfPresent(Bool.self, forKey: .resyncPending) ?? false
         userTicket = try c.decodeIfPresent(String.self, forKey: .userTicket)
         serverTokens = try c.decodeIfPresent([String: String].self, forKey: .serverTokens) ?? [:]
+        startTopics = try c.decodeIfPresent([String].self, forKey: .startTopics)
     }
 
     /// A registration report for every live activity the server should have (not ended, not

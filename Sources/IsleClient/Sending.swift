@@ -384,7 +384,8 @@ extension IsleClient {
         case .installation:
             let body = ClientWire.InstallationReport(pushToStartTokens: state.pushToStartTokens.isEmpty ? nil : state.pushToStartTokens, widgetToken: state.widgetToken,
                                                      controlsToken: state.controlsToken, liveActivitiesEnabled: state.liveActivitiesEnabled, frequentPushesEnabled: state.frequentPushesEnabled,
-                                                     environment: configuration.environment?.rawValue, ticket: state.userTicket)
+                                                     environment: configuration.environment?.rawValue, ticket: state.userTicket,
+                                                     broadcastChannels: configuration.capabilities.broadcastChannels, topics: state.startTopics)
             return .success(Report.Request(method: "PUT", path: "/v1/installations/\(state.installationID)", body: ClientWire.encode(body)))
         case .register(let local, let type, let token, let key, let topics):
             var body = registration(local: local, type: type, key: key, topics: topics)

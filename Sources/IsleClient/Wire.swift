@@ -16,6 +16,8 @@ enum ClientWire {
         var frequentPushesEnabled: Bool?
         var environment: String?
         var ticket: String?
+        var broadcastChannels: Bool?
+        var topics: [String]?
     }
 
     /// `POST /v1/activities`: an activity on its update token, or on a broadcast channel.

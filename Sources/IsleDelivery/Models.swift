@@ -102,9 +102,17 @@ public struct InstallationRecord: Sendable, Hashable {
     /// The APNs environment of the installation's tokens (its build's `aps-environment`); nil:
     /// the server's default (`isle serve --sandbox/--production`).
     public var environment: PushEnvironment?
+    /// The system has broadcast channels (iOS 18 and later), as the app reported; nil: not said
+    /// (a push-to-start then asks for a token, which every version gives).
+    public var broadcastChannels: Bool?
+    /// The topics the installation follows for starts (a favourite team): `POST
+    /// /v1/topics/{topic}/start` starts an activity on each installation following the topic.
+    public var topics: [String]
     public init(id: String, bundleID: String, userID: String? = nil, pushToStartTokens: [String: String] = [:], widgetToken: String? = nil,
                 liveActivitiesEnabled: Bool = true, frequentPushesEnabled: Bool = false, updatedAt: Date, secretHash: String? = nil, environment: PushEnvironment? = nil,
-                controlsToken: String? = nil) {
+                controlsToken: String? = nil, broadcastChannels: Bool? = nil, topics: [String] = []) {
+        self.broadcastChannels = broadcastChannels
+        self.topics = topics
         self.controlsToken = controlsToken
         self.secretHash = secretHash
         self.environment = environment

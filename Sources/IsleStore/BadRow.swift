@@ -38,6 +38,18 @@ public struct BadRow: Error, CustomStringConvertible, Sendable {
         return out
     }
 
+    /// A JSON array of strings (an installation's topics); nil or SQL NULL: none.
+    public static func strings(_ text: String?, table: String, id: String, column: String) throws -> [String] {
+        guard let text else { return [] }
+        guard case .array(let items) = try json(text, table: table, id: id, column: column) else {
+            throw BadRow(table: table, id: id, column: column, found: "JSON that is not an array")
+        }
+        return try items.map { v in
+            guard let s = v.stringValue else { throw BadRow(table: table, id: id, column: column, found: "an item that is not a string") }
+            return s
+        }
+    }
+
     /// `raw` as the integer-backed enum `T` (a priority), or this error.
     public static func decode<T: RawRepresentable>(_ raw: Int, as: T.Type, table: String, id: String, column: String) throws -> T where T.RawValue == Int {
         guard let value = T(rawValue: raw) else { throw BadRow(table: table, id: id, column: column, found: "\(raw)") }

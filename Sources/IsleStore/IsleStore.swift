@@ -89,6 +89,8 @@ public protocol InstallationRepository: Sendable {
                             _ change: @escaping @Sendable (inout InstallationRecord) throws -> Void,
                             idempotency: IdempotentAnswer<InstallationRecord>?) async throws -> InstallationRecord
     func installation(bundleID: String, id: String) async throws -> InstallationRecord?
+    /// The installations following `topic` for starts (their reported `topics`).
+    func installations(bundleID: String, topic: String) async throws -> [InstallationRecord]
     func installations(bundleID: String, userID: String) async throws -> [InstallationRecord]
 
 }

@@ -411,14 +411,14 @@ public final class SQLiteStore: IsleStore {
         do {
             try db.execute(sql: """
                 INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment,
-                                           controls_token)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                           controls_token, broadcast_channels, topics)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(bundle_id, id) DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens,
                     widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled,
                     frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash,
-                    environment = excluded.environment, controls_token = excluded.controls_token
+                    environment = excluded.environment, controls_token = excluded.controls_token, broadcast_channels = excluded.broadcast_channels, topics = excluded.topics
                 """, arguments: [i.id, i.bundleID, i.userID, tokens, i.widgetToken, i.liveActivitiesEnabled, i.frequentPushesEnabled, i.updatedAt.timeIntervalSince1970, i.secretHash,
-                                 i.environment?.rawValue, i.controlsToken])
+                                 i.environment?.rawValue, i.controlsToken, i.broadcastChannels, Self.topicsJSON(i.topics)])
         }
     }
 
@@ -457,7 +457,19 @@ public final class SQLiteStore: IsleStore {
                                   widgetToken: r["widget_token"], liveActivitiesEnabled: r["live_activities_enabled"], frequentPushesEnabled: r["frequent_pushes_enabled"],
                                   updatedAt: Date(timeIntervalSince1970: r["updated_at"]), secretHash: r["secret_hash"],
                                   environment: try BadRow.decode(r["environment"] as String?, as: PushEnvironment.self, table: "installations", id: key, column: "environment"),
-                                  controlsToken: r["controls_token"])
+                                  controlsToken: r["controls_token"], broadcastChannels: r["broadcast_channels"],
+                                  topics: try BadRow.strings(r["topics"], table: "installations", id: key, column: "topics"))
+    }
+
+    /// An installation's topics as stored: a JSON array, or NULL for none.
+    static func topicsJSON(_ topics: [String]) -> String? { topics.isEmpty ? nil : JSONValue.array(topics.map(JSONValue.string)).jsonString }
+
+    public func installations(bundleID: String, topic: String) async throws -> [InstallationRecord] {
+        try readNow { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT * FROM installations WHERE bundle_id = ? AND topics IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(installations.topics) WHERE value = ?) ORDER BY id
+                """), arguments: [bundleID, topic]).map(Self.installation)
+        }
     }
 
     // MARK: Activities

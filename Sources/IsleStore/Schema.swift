@@ -155,6 +155,8 @@ public enum Schema {
             c("id", .text), c("bundle_id", .text), c("user_id", .text, null: true), c("push_to_start_tokens", .json), c("widget_token", .text, null: true),
             c("live_activities_enabled", .flag), c("frequent_pushes_enabled", .flag), c("updated_at", .time), c("secret_hash", .text, null: true),
             c("environment", .text, null: true), c("controls_token", .text, null: true),
+            // What the app reported: the system has broadcast channels (iOS 18); the topics it follows for starts.
+            c("broadcast_channels", .flag, null: true), c("topics", .json, null: true),
         ], primaryKey: ["bundle_id", "id"]),
         Table(name: "activities", columns: [
             c("id", .text, pk: true),
@@ -410,6 +412,10 @@ public enum Schema {
         Change(name: "topic channels") { dialect in
             newTables(["topics", "topic_channels"], dialect) + (dialect == .sqlite ? [indexes.first { $0.name == "activities_channel" }!.sql(in: dialect)] : [])
         },
+        // Starts for an audience: the installation's broadcast channels (iOS 18) and followed topics.
+        Change(name: "installation capabilities and topics") { dialect in
+            ["ALTER TABLE installations ADD COLUMN broadcast_channels \(Kind.flag.type(in: dialect))", "ALTER TABLE installations ADD COLUMN topics \(Kind.json.type(in: dialect))"]
+        },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
@@ -418,7 +424,7 @@ public enum Schema {
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
     static let columnsAddedLater: [String: Set<String>] = [
         "apps": ["environment_keys"],
-        "installations": ["controls_token"],
+        "installations": ["controls_token", "broadcast_channels", "topics"],
         "webhooks": ["key_id", "event_types", "disabled_at", "disabled_reason", "previous_secret", "previous_secret_until", "revision"],
         "events": ["external_key", "installation_id", "user_id"],
     ]

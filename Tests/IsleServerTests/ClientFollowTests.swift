@@ -3,6 +3,7 @@ import IsleClient
 import IsleClientSimulator
 import IsleCore
 import IsleSimulator
+import IsleStore
 import IsleTesting
 import Testing
 
@@ -24,7 +25,13 @@ struct ClientFollowTests {
         let device = try f.sim.world.createDevice(name: "phone-\(os)", osVersion: os, model: "iPhone 15")
         try f.sim.world.install(.init(bundleID: Pizza.bundleID, schemas: [Pizza.schema]), on: device)
         let kit = Kit(world: f.sim.world, deviceID: device, bundleID: Pizza.bundleID, attributesType: "PizzaDeliveryAttributes")
-        let client = try await ClientTests.client(f, storage: ClientTests.storagePath())
+        var c = IsleClient.Configuration(serverURL: URL(string: "http://127.0.0.1:\(await f.server.port)")!, deviceKey: f.deviceKey, environment: nil)
+        c.firstRetry = 0.05
+        c.maximumRetry = 0.5
+        c.requestTimeout = 5
+        // What the simulated phone's system offers (on a phone: the running system's).
+        c.capabilities.broadcastChannels = (Int(os.split(separator: ".")[0]) ?? 0) >= 18
+        let client = try IsleClient(configuration: c, storage: FileStorage(path: ClientTests.storagePath()))
         return Phone(device: device, kit: kit, client: client, runner: Task { await client.run() })
     }
 
@@ -74,6 +81,18 @@ struct ClientFollowTests {
             _ = f.sim.world.deleteChannel(bundleID: Pizza.bundleID, id: cupChannel)
             let refused = try await Self.follow(new, topic: "cup", channels: true)
             #expect(refused.pushType == .token && refused.tokenReason?.contains("did not start the activity on the topic's channel") == true, "\(refused.tokenReason ?? "")")
+            // Topics followed for starts, and what the system offers, reach the server with the installation.
+            await new.client.followForStarts(topics: ["derby", "cup", "derby"])
+            await old.client.followForStarts(topics: ["derby"])
+            let store = try SQLiteStore(path: f.databasePath)
+            for (client, channels, topics) in [(new.client, true, ["derby", "cup"]), (old.client, false, ["derby"])] {
+                let id = await client.installationID
+                try await eventually("the installation's topics and capability") {
+                    let i = try await store.installation(bundleID: Pizza.bundleID, id: id)
+                    return i?.topics == topics && i?.broadcastChannels == channels
+                }
+            }
+            #expect(Set(try await store.installations(bundleID: Pizza.bundleID, topic: "derby").map(\.id)) == Set([await new.client.installationID, await old.client.installationID]))
             for p in [new, old] {
                 await p.client.stop()
                 p.runner.cancel()

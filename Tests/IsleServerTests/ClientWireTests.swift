@@ -68,7 +68,7 @@ struct ClientWireTests {
         func keys<T: Encodable>(_ value: T) throws -> Set<String> { Set(try JSONParser.parse(Array(ClientWire.encode(value))).objectValue?.keys ?? []) }
         let all = try keys(ClientWire.InstallationReport(pushToStartTokens: ["T": Self.token], widgetToken: Self.token, controlsToken: Self.token, liveActivitiesEnabled: true,
                                                          frequentPushesEnabled: true,
-                                                         environment: "sandbox", ticket: "a.b.c"))
+                                                         environment: "sandbox", ticket: "a.b.c", broadcastChannels: true, topics: ["t"]))
         #expect(all == properties("InstallationReport"))
         let registration = try keys(ClientWire.ActivityRegistration(attributesType: "T", installationID: "i", token: Self.token, channelID: "c", externalKey: "k", topics: ["t"],
                                                                     environment: "sandbox", ticket: "a.b.c"))

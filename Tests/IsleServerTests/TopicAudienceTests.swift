@@ -166,4 +166,59 @@ struct TopicAudienceTests {
             #expect(try await ask("c").status == 200)
         }
     }
+
+    @Test("starting an audience: a scheduled push-to-start to a topic's installations starts the iOS 18 phone on the topic's channel (input-push-channel) and the iOS 17 one with a token; the next topic update reaches both")
+    func startAudience() async throws {
+        try await ServerFixture.with { f in
+            #expect(try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey, body: ["storagePolicy": 1]).status == 200)
+            var made: [(device: String, installation: String, secret: String)] = []
+            for (n, os) in ["17.4", "18.1"].enumerated() {
+                let device = try Self.phone(f, "fan-\(n)", os: os)
+                let pts = try #require(try f.sim.world.app(Pizza.bundleID, on: device).pushToStartTokens["PizzaDeliveryAttributes"])
+                let installation = "fan-\(n)"
+                let r = try await f.call("PUT", "/v1/installations/\(installation)", key: f.deviceKey,
+                                         body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(pts)], "broadcastChannels": .bool(os.hasPrefix("18")), "topics": [.string(Self.topic)]])
+                #expect(r.status == 200 && r.json["topics"] == [.string(Self.topic)] && r.json["broadcastChannels"] == .bool(os.hasPrefix("18")), "\(r.json.jsonString)")
+                made.append((device, installation, r.json["installationSecret"]?.stringValue ?? ""))
+            }
+            let phones = made
+            // An installation following nothing is not started.
+            _ = try await f.installation("bystander")
+            let kickOff = Int64(f.clock.now.timeIntervalSince1970) + 3600
+            let start = try await f.call("POST", "/v1/topics/\(Self.topic)/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Kick-off"),
+                "alert": ["title": "Derby", "body": "Kick-off"], "externalKey": "derby", "sendAt": .int(kickOff)])
+            #expect(start.status == 202 && start.json["accepted"] == 2, "\(start.json.jsonString)")
+            let started = start.json["activities"]?.arrayValue ?? []
+            let onChannel = started.first { $0["installationID"] == "fan-1" }?["channelID"]?.stringValue
+            #expect(onChannel != nil && started.first { $0["installationID"] == "fan-0" }?["channelID"] == .null, "\(started)")
+            let view = try await f.call("GET", "/v1/topics/\(Self.topic)", key: f.backendKey)
+            #expect(view.json["channels"]?.arrayValue?.first?["channelID"]?.stringValue == onChannel, "the start made the topic's channel: \(view.json.jsonString)")
+            f.clock.advance(by: 3600)
+            try await eventually(within: .seconds(20), "both phones started the match") {
+                try phones.allSatisfy { p in try f.sim.world.device(p.device).activities.contains { $0.startedBy == .push && $0.contentState["driverName"] == "Kick-off" } }
+            }
+            let new = try #require(try f.sim.world.device(phones[1].device).activities.first { $0.startedBy == .push })
+            #expect(new.channelID == onChannel && new.updateToken == nil, "the iOS 18 phone's activity is on the channel")
+            // The iOS 17 phone's app hands back the started activity's token (IsleClient does), linked by key.
+            let old = try #require(try f.sim.world.device(phones[0].device).activities.first { $0.startedBy == .push })
+            let token = try await f.sim.world.waitForPushToken(activityID: old.id, on: phones[0].device)
+            let linked = try await f.call("POST", "/v1/activities", key: f.deviceKey, body: ["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "derby",
+                                                                                         "installationID": "fan-0"], headers: [("Isle-Installation-Secret", phones[0].secret)])
+            #expect(linked.status == 200, "linked to the started record: \(linked.json.jsonString)")
+            let score = try await f.call("POST", "/v1/topics/\(Self.topic)/update", key: f.backendKey, body: ["contentState": Pizza.state("1–0")])
+            #expect(score.json["audience"] == ["broadcasts": 1, "channelFollowers": 1, "tokenFollowers": 1], "\(score.json.jsonString)")
+            try await eventually(within: .seconds(20), "both phones show the score") {
+                try f.sim.world.device(phones[1].device).activities.first { $0.id == new.id }?.contentState["driverName"] == "1–0"
+                    && f.sim.world.device(phones[0].device).activities.first { $0.id == old.id }?.contentState["driverName"] == "1–0"
+            }
+            // A start to a user with the topic: the same choice per installation.
+            #expect(try await f.call("PUT", "/v1/installations/fan-1/user", key: f.backendKey, body: ["userID": "ben"]).status == 200)
+            let userStart = try await f.call("POST", "/v1/users/ben/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Second half"),
+                "alert": ["title": "Derby", "body": "Second half"], "topics": [.string(Self.topic)]])
+            #expect(userStart.json["activities"]?.arrayValue?.first?["channelID"]?.stringValue == onChannel, "\(userStart.json.jsonString)")
+        }
+    }
 }
+

@@ -98,4 +98,24 @@ struct TopicStoreTests {
         #expect(["ch-idle", "ch-forgotten", "ch-ended"].contains(idlest?.channelID ?? ""), "\(String(describing: idlest))")
         #expect(try await s.idlestTopicChannel(bundleID: app, environment: .production, now: now, lifetime: lifetime) == nil)
     }
+
+    @Test("installations following a topic for starts, with their broadcast-channel capability, kept across writes", arguments: StoreKind.allCases)
+    func installationTopics(_ kind: StoreKind) async throws {
+        let s = try await kind.make()
+        try await s.upsertApp(AppRecord(bundleID: app, teamID: "TEAM000001", keyID: "KEY0000001", keyPEM: "-", createdAt: t0))
+        try await s.upsertInstallation(InstallationRecord(id: "a", bundleID: app, updatedAt: t0, broadcastChannels: true, topics: ["ars", "che"]))
+        try await s.upsertInstallation(InstallationRecord(id: "b", bundleID: app, updatedAt: t0, broadcastChannels: false, topics: ["che"]))
+        try await s.upsertInstallation(InstallationRecord(id: "c", bundleID: app, updatedAt: t0))
+        try await s.upsertInstallation(InstallationRecord(id: "d", bundleID: "com.example.other", updatedAt: t0, topics: ["che"]))
+        #expect(try await s.installations(bundleID: app, topic: "che").map(\.id) == ["a", "b"])
+        #expect(try await s.installations(bundleID: app, topic: "ars").map(\.id) == ["a"])
+        #expect(try await s.installations(bundleID: app, topic: "spurs").isEmpty)
+        let a = try #require(try await s.installation(bundleID: app, id: "a"))
+        #expect(a.broadcastChannels == true && a.topics == ["ars", "che"])
+        #expect(try await s.installation(bundleID: app, id: "c")?.broadcastChannels == nil)
+        // A later write replaces the list.
+        _ = try await s.modifyInstallation(bundleID: app, id: "a", create: { a }, { $0.topics = [] })
+        #expect(try await s.installations(bundleID: app, topic: "ars").isEmpty)
+    }
 }
+

@@ -11,7 +11,7 @@ import IsleDelivery
 struct InstallationController {
     let services: APIServices
     /// The store as this needs it, and no more.
-    let store: any InstallationRepository & ActivityRepository & JobIntake
+    let store: any InstallationRepository & ActivityRepository & TopicRepository & JobIntake
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         v1.put("installations/:installation", use: register)
@@ -28,6 +28,16 @@ struct InstallationController {
             return try await start(request, context, caller) {
                 let all = try await store.installations(bundleID: caller.bundleID, userID: user)
                 guard !all.isEmpty else { throw APIError.notFound("installations of user \(user)") }
+                return all
+            }
+        }
+        // An audience: every installation following the topic (its reported topics).
+        v1.post("topics/:topic/start") { request, context in
+            let caller = try context.caller(.backend)
+            let topic = try TopicController.name(context)
+            return try await start(request, context, caller, topic: topic) {
+                let all = try await store.installations(bundleID: caller.bundleID, topic: topic)
+                guard !all.isEmpty else { throw APIError(.notFound, "notFound", "no installation follows the topic \(topic) (the app reports the topics it follows in PUT /v1/installations/{id}, topics)", field: "topic") }
                 return all
             }
         }
@@ -154,10 +164,15 @@ struct InstallationController {
     }
 
     /// Push-to-start: records a `starting` activity for each installation that can start one and
-    /// queues its start, in one transaction.
-    func start(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
+    /// queues its start, in one transaction. With a topic (the first of `topics` that is open as an
+    /// audience, or the audience's own), an installation on iOS 18 and later starts its activity on
+    /// the topic's channel (`input-push-channel`); the others with `input-push-token`
+    /// (docs/server.md, "Starting an audience").
+    func start(_ request: Request, _ context: IsleRequestContext, _ caller: Caller, topic audience: String? = nil,
+               _ targets: () async throws -> [InstallationRecord]) async throws -> Response {
         let strict = try Strictness.requested(request)
-        let start = try StartRequest(try await Body.read(API.Start.self, request))
+        var start = try StartRequest(try await Body.read(API.Start.self, request))
+        if let audience, !start.topics.contains(audience) { start.topics.insert(audience, at: 0) }
         let app = try await services.app(caller.bundleID)
         guard let schema = app.schema(start.attributesType) else {
             throw APIError(.notFound, "unknownAttributesType", "\(caller.bundleID) has no attributes type \(start.attributesType) (names are case-sensitive); registered: \(app.schemas.map(\.attributesType).joined(separator: ", "))", field: "attributesType")
@@ -171,6 +186,15 @@ struct InstallationController {
         let warnings = try PayloadCheck(now: now).validate(template, schema: schema)
         try Strictness.enforce(warnings, strict: strict)
         let installations = try await targets()
+        // The topic whose channel a start on iOS 18 joins: the audience's, else the first open one.
+        var channelTopic: TopicRecord?
+        for name in audience.map({ [$0] }) ?? start.topics {
+            if let t = try await store.topic(bundleID: caller.bundleID, topic: name), t.endedAt == nil {
+                channelTopic = t
+                break
+            }
+        }
+        var channels: [PushEnvironment: String] = [:]
         var jobs: [NewPushJob] = []
         var activities: [ActivityRecord] = []
         var started: [API.StartedActivity] = []
@@ -183,14 +207,23 @@ struct InstallationController {
                 if installations.count == 1 { throw APIError(.conflict, "liveActivitiesDisabled", "the person turned Live Activities off on installation \(i.id)") }
                 continue
             }
+            var channel: String?
+            if let channelTopic, i.broadcastChannels == true {
+                let environment = i.environment ?? services.engine.clients.defaultEnvironment
+                if channels[environment] == nil {
+                    channels[environment] = try await services.topics.channel(app: app, topic: channelTopic, environment: environment).channelID
+                }
+                channel = channels[environment]
+            }
             let a = ActivityRecord(id: "act_" + UUID().uuidString.lowercased(), bundleID: caller.bundleID, externalKey: start.externalKey, installationID: i.id,
                                    attributesType: start.attributesType, attributes: start.attributes, content: start.contentState, state: .starting,
-                                   relevanceScore: start.relevanceScore, startedAt: runAt, topics: start.topics, environment: i.environment)
+                                   channelID: channel, relevanceScore: start.relevanceScore, startedAt: runAt, topics: start.topics, environment: i.environment)
             activities.append(a)
-            var job = template.forActivity(a.id)
+            var job = channel.map { NewPushJob(bundleID: caller.bundleID, kind: .start, activityID: a.id, payload: start.payload(acceptedAt: now, channel: $0),
+                                               requestedPriority: .high, runAt: runAt) } ?? template.forActivity(a.id)
             job.installationID = i.id
             jobs.append(job)
-            started.append(API.StartedActivity(activityID: a.id, installationID: i.id))
+            started.append(API.StartedActivity(activityID: a.id, installationID: i.id, channelID: channel))
         }
         guard !jobs.isEmpty else { throw APIError(.conflict, "noPushToStartToken", "none of the user's installations can start a \(start.attributesType) activity") }
         let value = API.StartAccepted(accepted: Int64(jobs.count), activities: started, warnings: Views.findings(warnings))

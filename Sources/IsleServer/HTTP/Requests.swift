@@ -94,6 +94,9 @@ struct InstallationReport {
     var environment: PushEnvironment?
     /// The backend's registration ticket naming the installation's user (``RegistrationTicket``).
     var ticket: String?
+    var broadcastChannels: Bool?
+    /// The topics it follows for starts; nil keeps what is stored.
+    var topics: [String]?
 
     init(_ object: JSONObject) throws {
         if object["userID"] != nil {
@@ -115,6 +118,8 @@ struct InstallationReport {
         liveActivitiesEnabled = w.liveActivitiesEnabled
         frequentPushesEnabled = w.frequentPushesEnabled
         environment = w.environment?.environment
+        broadcastChannels = w.broadcastChannels
+        topics = w.topics?.names
     }
 
     func apply(to inst: inout InstallationRecord, now: Date) {
@@ -132,6 +137,8 @@ struct InstallationReport {
         if let liveActivitiesEnabled { inst.liveActivitiesEnabled = liveActivitiesEnabled }
         if let frequentPushesEnabled { inst.frequentPushesEnabled = frequentPushesEnabled }
         if let environment { inst.environment = environment }
+        if let broadcastChannels { inst.broadcastChannels = broadcastChannels }
+        if let topics { inst.topics = topics }
         inst.updatedAt = now
     }
 }
@@ -297,6 +304,15 @@ struct StartRequest {
     func payload(acceptedAt now: Date) -> JobPayload {
         var p = push
         p.timestamp = now
+        return .liveActivity(p)
+    }
+
+    /// The start on a broadcast channel (iOS 18): `input-push-channel` in place of `input-push-token`.
+    func payload(acceptedAt now: Date, channel: String) -> JobPayload {
+        var p = push
+        p.timestamp = now
+        p.inputPushToken = false
+        p.inputPushChannel = channel
         return .liveActivity(p)
     }
 }

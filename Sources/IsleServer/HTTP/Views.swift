@@ -26,7 +26,8 @@ enum Views {
     static func installation(_ i: InstallationRecord) -> API.Installation {
         API.Installation(id: i.id, bundleID: i.bundleID, userID: i.userID, pushToStartTypes: i.pushToStartTokens.keys.sorted(), hasWidgetToken: i.widgetToken != nil,
                          hasControlsToken: i.controlsToken != nil,
-                         liveActivitiesEnabled: i.liveActivitiesEnabled, frequentPushesEnabled: i.frequentPushesEnabled, updatedAt: i.updatedAt, environment: i.environment)
+                         liveActivitiesEnabled: i.liveActivitiesEnabled, frequentPushesEnabled: i.frequentPushesEnabled, updatedAt: i.updatedAt, environment: i.environment,
+                         broadcastChannels: i.broadcastChannels, topics: i.topics)
     }
 
     static func activity(_ a: ActivityRecord) -> API.Activity {

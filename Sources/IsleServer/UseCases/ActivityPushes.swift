@@ -40,7 +40,7 @@ struct ActivityPushes {
         }
         // An activity started with pushType .channel has no token of its own: its channel (or
         // its topic) reaches it, a push by id or key cannot.
-        let onChannel = { (a: ActivityRecord) in a.updateToken == nil && a.channelID != nil && a.state == .active }
+        let onChannel = { (a: ActivityRecord) in a.updateToken == nil && a.channelID != nil && a.state.acceptsPushes }
         if single, let a = activities.first(where: onChannel), activities.filter(\.state.acceptsPushes).allSatisfy(onChannel) {
             throw APIError(.conflict, "activityOnChannel", "the activity gets its updates from broadcast channel \(a.channelID!)\(a.topics.first.map { " (topic \($0))" } ?? ""): update the topic (POST /v1/topics/{topic}/update) or the channel (POST /v1/channels/{channel}/update)")
         }

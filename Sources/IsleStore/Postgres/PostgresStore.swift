@@ -574,11 +574,12 @@ public final class PostgresStore: IsleStore {
         let tokens = JSONValue.object(JSONObject(i.pushToStartTokens.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })).jsonString
         try await conn.rows("""
             INSERT INTO installations (id, bundle_id, user_id, push_to_start_tokens, widget_token, live_activities_enabled, frequent_pushes_enabled, updated_at, secret_hash, environment,
-                                       controls_token)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-            ON CONFLICT (bundle_id, id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment, controls_token = excluded.controls_token")
+                                       controls_token, broadcast_channels, topics)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            ON CONFLICT (bundle_id, id) \(onConflict ?? "DO UPDATE SET user_id = excluded.user_id, push_to_start_tokens = excluded.push_to_start_tokens, widget_token = excluded.widget_token, live_activities_enabled = excluded.live_activities_enabled, frequent_pushes_enabled = excluded.frequent_pushes_enabled, updated_at = excluded.updated_at, secret_hash = excluded.secret_hash, environment = excluded.environment, controls_token = excluded.controls_token, broadcast_channels = excluded.broadcast_channels, topics = excluded.topics")
             """, [.text(i.id), .text(i.bundleID), .text(i.userID), .json(tokens), .text(i.widgetToken), .bool(i.liveActivitiesEnabled), .bool(i.frequentPushesEnabled),
-                  .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue), .text(i.controlsToken)], logger: logger)
+                  .date(i.updatedAt), .text(i.secretHash), .text(i.environment?.rawValue), .text(i.controlsToken), .bool(i.broadcastChannels),
+                  .json(SQLiteStore.topicsJSON(i.topics))], logger: logger)
     }
 
     static func installation(_ r: PGRow) throws -> InstallationRecord {
@@ -589,7 +590,8 @@ public final class PostgresStore: IsleStore {
                                   widgetToken: try r.optionalString("widget_token"), liveActivitiesEnabled: try r.bool("live_activities_enabled"),
                                   frequentPushesEnabled: try r.bool("frequent_pushes_enabled"), updatedAt: try r.date("updated_at"), secretHash: try r.optionalString("secret_hash"),
                                   environment: try BadRow.decode(try r.optionalString("environment"), as: PushEnvironment.self, table: "installations", id: key, column: "environment"),
-                                  controlsToken: try r.optionalString("controls_token"))
+                                  controlsToken: try r.optionalString("controls_token"), broadcastChannels: try r.row["broadcast_channels"].decode(Bool?.self),
+                                  topics: try BadRow.strings(try r.optionalString("topics"), table: "installations", id: key, column: "topics"))
     }
 
     public func upsertInstallation(_ i: InstallationRecord) async throws {
@@ -623,6 +625,13 @@ public final class PostgresStore: IsleStore {
         let log = logger
         return try await read { conn in
             try await conn.row("SELECT * FROM installations WHERE bundle_id = $1 AND id = $2", [.text(bundleID), .text(id)], logger: log).map(Self.installation)
+        }
+    }
+
+    public func installations(bundleID: String, topic: String) async throws -> [InstallationRecord] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("SELECT * FROM installations WHERE bundle_id = $1 AND topics ? $2 ORDER BY id", [.text(bundleID), .text(topic)], logger: log).map(Self.installation)
         }
     }
 

@@ -145,8 +145,12 @@ extension API {
         public var frequentPushesEnabled: Bool
         public var updatedAt: Date
         public var environment: PushEnvironment?
+        public var broadcastChannels: Bool?
+        public var topics: [String]
         public init(id: String, bundleID: String, userID: String?, pushToStartTypes: [String], hasWidgetToken: Bool, hasControlsToken: Bool = false, liveActivitiesEnabled: Bool,
-                    frequentPushesEnabled: Bool, updatedAt: Date, environment: PushEnvironment?) {
+                    frequentPushesEnabled: Bool, updatedAt: Date, environment: PushEnvironment?, broadcastChannels: Bool? = nil, topics: [String] = []) {
+            self.broadcastChannels = broadcastChannels
+            self.topics = topics
             self.hasControlsToken = hasControlsToken
             self.id = id
             self.bundleID = bundleID
@@ -158,7 +162,11 @@ extension API {
             self.updatedAt = updatedAt
             self.environment = environment
         }
-        public static var wireFields: [String: String] { ["pushToStartTypes": "The attributes types it holds a push-to-start token for."] }
+        public static var wireFields: [String: String] {
+            ["pushToStartTypes": "The attributes types it holds a push-to-start token for.",
+             "broadcastChannels": "The system has broadcast channels (iOS 18 and later), as the app reported; null: not said.",
+             "topics": "The topics it follows for starts."]
+        }
     }
 
     /// `PUT /v1/installations/{installation}`: the installation's fields, and its secret once.
@@ -326,12 +334,17 @@ extension API {
         }
     }
 
-    public struct StartedActivity: Codable, Sendable {
+    public struct StartedActivity: Codable, Sendable, WireDocumented {
         public var activityID: String
         public var installationID: String
-        public init(activityID: String, installationID: String) {
+        public var channelID: String?
+        public init(activityID: String, installationID: String, channelID: String? = nil) {
             self.activityID = activityID
             self.installationID = installationID
+            self.channelID = channelID
+        }
+        public static var wireFields: [String: String] {
+            ["channelID": "The topic's broadcast channel the activity starts on (input-push-channel, iOS 18 and later); null: it starts with input-push-token and hands back its update token."]
         }
     }
 

@@ -15,9 +15,14 @@ extension API {
         public var frequentPushesEnabled: Bool?
         public var environment: EnvironmentName?
         public var ticket: Ticket?
+        public var broadcastChannels: Bool?
+        public var topics: TopicList?
 
         public init(pushToStartTokens: PushToStartTokens? = nil, widgetToken: WirePatch<HexToken>? = nil, controlsToken: WirePatch<HexToken>? = nil,
-                    liveActivitiesEnabled: Bool? = nil, frequentPushesEnabled: Bool? = nil, environment: EnvironmentName? = nil, ticket: Ticket? = nil) {
+                    liveActivitiesEnabled: Bool? = nil, frequentPushesEnabled: Bool? = nil, environment: EnvironmentName? = nil, ticket: Ticket? = nil,
+                    broadcastChannels: Bool? = nil, topics: TopicList? = nil) {
+            self.broadcastChannels = broadcastChannels
+            self.topics = topics
             self.pushToStartTokens = pushToStartTokens
             self.widgetToken = widgetToken
             self.controlsToken = controlsToken
@@ -33,7 +38,9 @@ extension API {
              "widgetToken": "The app's widget push token (iOS 26; hex), or null to forget it.",
              "controlsToken": "The app's control push token (iOS 18, ControlPushHandler; hex), or null to forget it: POST /v1/installations/{id}/controls/reload pushes to it.",
              "environment": "The APNs environment of this installation's tokens: the build's aps-environment (development is the sandbox). Absent or null keeps what is stored; never said: the server's default (isle serve --sandbox/--production).",
-             "ticket": "A registration ticket naming the installation's user (claim user): binds userID without the backend key. See docs/security.md."]
+             "ticket": "A registration ticket naming the installation's user (claim user): binds userID without the backend key. See docs/security.md.",
+             "broadcastChannels": "The system has broadcast channels (iOS 18 and later): a push-to-start with a topic then puts the activity on the topic's channel (input-push-channel).",
+             "topics": "The topics this installation follows for starts (a favourite team), replacing those stored: POST /v1/topics/{topic}/start starts an activity on each installation following the topic."]
         }
     }
 
