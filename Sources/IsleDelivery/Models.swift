@@ -217,6 +217,33 @@ public struct ChannelRecord: Sendable, Hashable {
     }
 }
 
+/// An activity renewed past the system's 8-hour end (docs/server.md, "Activities that outlive 8
+/// hours"): before the end a successor is started by push-to-start with the activity's attributes
+/// and content, under its key; the activity ends once the successor's token is back.
+public struct RenewalRecord: Sendable, Hashable {
+    public var activityID: String
+    public var bundleID: String
+    /// Renewed while the activity's end would come before this.
+    public var renewUntil: Date
+    /// The successor's start alert (Apple asks for one with every push-to-start): `{"title", "body", "sound"?}`.
+    public var alert: JSONValue
+    public var createdAt: Date
+    /// The activity started to follow this one (set before its start is queued).
+    public var successorID: String?
+    /// The activity this one follows.
+    public var predecessorID: String?
+
+    public init(activityID: String, bundleID: String, renewUntil: Date, alert: JSONValue, createdAt: Date, successorID: String? = nil, predecessorID: String? = nil) {
+        self.activityID = activityID
+        self.bundleID = bundleID
+        self.renewUntil = renewUntil
+        self.alert = alert
+        self.createdAt = createdAt
+        self.successorID = successorID
+        self.predecessorID = predecessorID
+    }
+}
+
 /// A topic a backend opened as an audience (docs/server.md, "Topics as audiences"): its followers
 /// on iOS 18 and later share a broadcast channel per APNs environment, made on demand; the rest
 /// are reached by token.

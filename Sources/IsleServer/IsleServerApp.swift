@@ -38,7 +38,8 @@ public final class IsleServerApp: Service {
                               masterKey: configuration.masterKey, clock: clock, logger: logger)
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
         let topics = TopicAudiences(store: store, clients: clients, apps: engine.apps, configuration: configuration, clock: clock, logger: logger)
-        let services = APIServices(lookups: store, engine: engine, topics: topics, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
+        let renewals = Renewals(store: store, engine: engine, configuration: configuration, clock: clock, logger: logger)
+        let services = APIServices(lookups: store, engine: engine, topics: topics, renewals: renewals, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
                                                                    authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock),
                                                                    apiKeys: APIKeyDirectory(store: store),
@@ -55,7 +56,7 @@ public final class IsleServerApp: Service {
         let connections = ConnectionLimiter(perAddress: configuration.quotas.connectionsPerAddress, exempt: configuration.trustedProxies)
         self.connections = connections
         // Stopped in reverse order: the history writes last, after the engine's last completions.
-        var running: [any Service] = [engine.history, engine, webhooks, topics]
+        var running: [any Service] = [engine.history, engine, webhooks, topics, renewals]
         if let tls { running.append(TLSReloader(credentials: tls, interval: configuration.tlsReloadInterval, logger: logger)) }
         application = Application(router: router,
                                   server: HTTPServerBuilder { responder in

@@ -67,6 +67,9 @@ public struct ServerConfiguration: Sendable {
     /// A topic's channel with no broadcast for this long and no live follower is closed, unless
     /// the topic says otherwise (docs/server.md, "Topics as audiences").
     public var topicIdle: TimeInterval = 24 * 3600
+    /// How long before the system's 8-hour end a renewed activity's successor is started
+    /// (docs/server.md, "Activities that outlive 8 hours").
+    public var renewalLead: TimeInterval = 30 * 60
     /// Channels per app and APNs environment: Apple allows 10,000. At the limit the idlest topic
     /// channel with no live follower is closed to make room; with none, a new one is refused.
     public var channelLimit = 10_000

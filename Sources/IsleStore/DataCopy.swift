@@ -4,7 +4,7 @@ import IsleDelivery
 /// Moving an installation's data between stores (`isle db copy`): every table, row by row, with
 /// each value as the source stores it. The tables are copied in this order (references first).
 public enum DataCopy {
-    public static let tables = ["apps", "api_keys", "installations", "activities", "activity_topics", "channels", "topics", "topic_channels", "jobs", "deliveries", "high_priority_sends", "idempotency", "events", "webhooks", "webhook_attempts", "audit_log", "app_pauses", "history"]
+    public static let tables = ["apps", "api_keys", "installations", "activities", "activity_topics", "channels", "topics", "topic_channels", "renewals", "jobs", "deliveries", "high_priority_sends", "idempotency", "events", "webhooks", "webhook_attempts", "audit_log", "app_pauses", "history"]
 
     /// One stored value.
     public enum Value: Sendable, Hashable {

@@ -14,7 +14,7 @@ public typealias IsleStore = IsleRegistry & IsleQueue
 ///
 /// Writes that depend on what is stored (`modifyActivity`, `modifyInstallation`,
 /// `linkStartedActivity`) read and write in one transaction, so two of them never undo each other.
-public protocol IsleRegistry: Pruning, AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, TopicRepository, DeliveryHistory,
+public protocol IsleRegistry: Pruning, AppRepository, APIKeyRepository, InstallationRepository, ActivityRepository, ChannelRepository, TopicRepository, RenewalRepository, DeliveryHistory,
     IdempotencyRepository, EventRepository, AuditRepository, OperatorPauseRepository, HistoryRepository {
     /// Creates the schema or brings an older one forward. A database written by a newer Isle
     /// (a schema version this binary does not know) is refused with `.refused`, and left as it is.
@@ -173,6 +173,21 @@ public protocol TopicRepository: Sendable {
     /// The app's least recently used topic channel in `environment` with no live follower, to
     /// make room under the channel limit.
     func idlestTopicChannel(bundleID: String, environment: PushEnvironment, now: Date, lifetime: TimeInterval) async throws -> TopicChannel?
+}
+
+/// Activities renewed past the system's 8 hours (docs/server.md, "Activities that outlive 8 hours").
+public protocol RenewalRepository: Sendable {
+    /// Sets (or changes) the activity's renewal; its successor and predecessor links are kept.
+    func putRenewal(_ r: RenewalRecord, idempotency: IdempotencyRecord?) async throws
+    func renewal(activityID: String) async throws -> RenewalRecord?
+    /// Stops renewing the activity (its successor, if started, is left as it is).
+    func deleteRenewal(activityID: String, idempotency: IdempotencyRecord?) async throws
+    /// Renewals due now: the activity takes pushes, its 8 hours (`lifetime`) end within `lead`,
+    /// `renewUntil` is after that end, and it has no successor yet (or one whose start never got
+    /// queued), oldest end first.
+    func dueRenewals(now: Date, lifetime: TimeInterval, lead: TimeInterval, limit: Int) async throws -> [RenewalRecord]
+    /// Names the successor unless one is named: the one that stands is returned.
+    func setSuccessor(activityID: String, successorID: String) async throws -> String
 }
 
 /// What APNs answered, and the priority-10 sends the hourly budget counts.

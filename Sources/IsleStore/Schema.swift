@@ -184,6 +184,12 @@ public enum Schema {
         Table(name: "topic_channels", columns: [
             c("channel_id", .text, pk: true), c("bundle_id", .text), c("topic", .text), c("environment", .text), c("created_at", .time), c("last_used_at", .time),
         ]),
+        // Long-lived activities (docs/server.md, "Activities that outlive 8 hours"): renewed by a
+        // successor started before the system's 8-hour end, until renew_until.
+        Table(name: "renewals", columns: [
+            c("activity_id", .text, pk: true), c("bundle_id", .text), c("renew_until", .time), c("alert", .json), c("created_at", .time),
+            c("successor_id", .text, null: true), c("predecessor_id", .text, null: true),
+        ]),
         Table(name: "jobs", columns: [
             c("id", .rowNumber, pk: true), c("bundle_id", .text), c("kind", .text), c("activity_id", .text, null: true),
             c("installation_id", .text, null: true), c("channel_id", .text, null: true), c("aps", .text), c("has_alert", .flag),
@@ -304,6 +310,7 @@ public enum Schema {
         ("activities", "bundle_id = {app}"),
         ("topic_channels", "bundle_id = {app}"),
         ("topics", "bundle_id = {app}"),
+        ("renewals", "bundle_id = {app}"),
         ("channels", "bundle_id = {app}"),
         ("installations", "bundle_id = {app}"),
         ("idempotency", "bundle_id = {app}"),
@@ -416,10 +423,12 @@ public enum Schema {
         Change(name: "installation capabilities and topics") { dialect in
             ["ALTER TABLE installations ADD COLUMN broadcast_channels \(Kind.flag.type(in: dialect))", "ALTER TABLE installations ADD COLUMN topics \(Kind.json.type(in: dialect))"]
         },
+        // Activities renewed past the system's 8 hours.
+        Change(name: "renewals") { dialect in newTables(["renewals"], dialect) },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
-    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history", "webhook_attempts", "topics", "topic_channels"]
+    static let addedByLaterChanges: Set<String> = ["events", "webhooks", "audit_log", "app_pauses", "history", "webhook_attempts", "topics", "topic_channels", "renewals"]
 
     /// Columns a later change adds to a table an earlier change created: that change leaves them out.
     static let columnsAddedLater: [String: Set<String>] = [

@@ -964,6 +964,7 @@ struct AppRemovalTests {
         try await s.insertActivity(ActivityRecord(id: "b-\(app)", bundleID: app, externalKey: "k2", attributesType: "T", state: .active, updateToken: "tok2-\(app)", startedAt: t0))
         try await s.insertChannel(ChannelRecord(id: "ch-\(app)", bundleID: app, storagePolicy: 0, createdAt: t0), idempotency: nil)
         try await s.putTopic(TopicRecord(bundleID: app, topic: "t", storagePolicy: 1, closeAfterIdle: 3600, createdAt: t0), idempotency: nil)
+        try await s.putRenewal(RenewalRecord(activityID: "a-\(app)", bundleID: app, renewUntil: t0.addingTimeInterval(86_400), alert: ["title": "T", "body": "B"], createdAt: t0), idempotency: nil)
         _ = try await s.addTopicChannel(TopicChannel(channelID: "tch-\(app)", bundleID: app, topic: "t", environment: .sandbox, createdAt: t0, lastUsedAt: t0),
                                         channel: ChannelRecord(id: "tch-\(app)", bundleID: app, storagePolicy: 1, createdAt: t0, environment: .sandbox))
         let update = { (activity: String) in

@@ -12,7 +12,7 @@ import IsleDelivery
 struct ActivityController {
     let services: APIServices
     /// The store as this needs it, and no more.
-    let store: any ActivityRepository & InstallationRepository & ChannelRepository & TopicRepository & DeliveryHistory & JobIntake
+    let store: any ActivityRepository & InstallationRepository & ChannelRepository & TopicRepository & RenewalRepository & DeliveryHistory & JobIntake
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         // Device
@@ -45,6 +45,29 @@ struct ActivityController {
                 return try await enqueueTopic(request, context, caller, topic: topic, event: event)
             }
         }
+        v1.put("activities/:activity/renewal") { request, context in
+            let caller = try context.caller(.backend)
+            return try await renew(request, context, try await services.ownActivity(caller, try Limits.pathID(try context.parameters.decoded("activity"), "activity")))
+        }
+        v1.put("activities/by-key/:key/renewal") { request, context in
+            let caller = try context.caller(.backend)
+            let key = try context.parameters.decoded("key")
+            // The newest live activity with the key (a renewal's successor, once it is live).
+            var newest = try await store.liveActivities(bundleID: caller.bundleID, externalKey: key).max(by: { $0.startedAt < $1.startedAt })
+            if newest == nil { newest = try await store.activity(bundleID: caller.bundleID, externalKey: key) }
+            guard let a = newest else { throw APIError.notFound("activity with key \(key)") }
+            return try await renew(request, context, a)
+        }
+        v1.delete("activities/:activity/renewal") { request, context in
+            let caller = try context.caller(.backend)
+            let a = try await services.ownActivity(caller, try Limits.pathID(try context.parameters.decoded("activity"), "activity"))
+            _ = try await Body.object(request)
+            guard try await store.renewal(activityID: a.id) != nil else { throw APIError(.notFound, "notFound", "activity \(a.id) is not being renewed") }
+            var record = context.idempotency
+            record?.status = 204
+            try await store.deleteRenewal(activityID: a.id, idempotency: record)
+            return Response(status: .noContent)
+        }
         v1.get("activities", use: list)
         v1.get("activities/:activity") { request, context in
             let caller = try context.caller(.backend)
@@ -56,6 +79,28 @@ struct ActivityController {
             guard let a = try await store.activity(bundleID: caller.bundleID, externalKey: key) else { throw APIError.notFound("activity with key \(key)") }
             return try await view(a, request: request)
         }
+    }
+
+    /// `PUT /v1/activities/{id}/renewal` (or by key): renew the live activity past its 8 hours.
+    func renew(_ request: Request, _ context: IsleRequestContext, _ a: ActivityRecord) async throws -> Response {
+        let settings = try await Body.read(API.RenewalSettings.self, request)
+        _ = try ActivityPush.typed(settings.alert)
+        let now = services.clock.now
+        guard a.state.acceptsPushes else { throw APIError(.conflict, "activityNotLive", "the activity is \(a.state.rawValue); only a live activity is renewed") }
+        guard settings.renewUntil > now else { throw APIError(.unprocessableContent, "renewUntilPast", "renewUntil must be in the future", field: "renewUntil") }
+        guard settings.renewUntil <= now.addingTimeInterval(30 * 86_400) else {
+            throw APIError(.unprocessableContent, "renewUntilTooLate", "renewUntil is at most 30 days ahead; renew again later", field: "renewUntil")
+        }
+        guard let installationID = a.installationID, let installation = try await store.installation(bundleID: a.bundleID, id: installationID),
+              installation.pushToStartTokens[a.attributesType] != nil else {
+            throw APIError(.conflict, "cannotRenew", "a successor is started by push-to-start on the activity's installation, which has no push-to-start token for \(a.attributesType) (iOS 17.2 and later; IsleClient reports it)")
+        }
+        let existing = try await store.renewal(activityID: a.id)
+        let record = RenewalRecord(activityID: a.id, bundleID: a.bundleID, renewUntil: settings.renewUntil, alert: settings.alert.json, createdAt: existing?.createdAt ?? now,
+                                   successorID: existing?.successorID, predecessorID: existing?.predecessorID)
+        let value = API.Renewal(activityID: a.id, renewUntil: settings.renewUntil, successorID: record.successorID, predecessorID: record.predecessorID)
+        try await store.putRenewal(record, idempotency: context.idempotencyRecord(.ok, value))
+        return JSONResponse.make(value)
     }
 
     // MARK: Device
@@ -101,6 +146,10 @@ struct ActivityController {
            let started = try await store.linkStartedActivity(bundleID: caller.bundleID, externalKey: key, attributesType: r.attributesType, installationID: installationID,
                                                               token: token, topics: r.topics, idempotency: context.idempotentAnswer(.ok, Views.activity)) {
             try await services.wakeLane(started.id)
+            // A renewal's successor is live: its predecessor ends now.
+            do { try await services.renewals.successorLinked(started) } catch {
+                services.logger.warning("could not end a renewed activity's predecessor; it ends at its 8 hours", metadata: ["activity": "\(started.id)", "error": "\(error)"])
+            }
             return JSONResponse.make(Views.activity(started))
         }
         // Any other key comes from the backend: its ticket names the key (and maybe the installation).

@@ -15,6 +15,8 @@ struct APIServices: Sendable {
     let engine: DeliveryEngine
     /// Topics' broadcast channels: made on demand, closed when due.
     let topics: TopicAudiences
+    /// Activities renewed past the system's 8 hours.
+    let renewals: Renewals
     let clock: any WallClock
     let logger: Logger
     /// Where pushes go (APNs production, sandbox, or a custom server such as isle sim).

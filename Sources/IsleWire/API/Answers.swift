@@ -263,6 +263,24 @@ extension API {
         }
     }
 
+    /// An activity's renewal past the system's 8 hours.
+    public struct Renewal: Codable, Sendable, WireDocumented {
+        public var activityID: String
+        public var renewUntil: Date
+        public var successorID: String?
+        public var predecessorID: String?
+        public init(activityID: String, renewUntil: Date, successorID: String?, predecessorID: String?) {
+            self.activityID = activityID
+            self.renewUntil = renewUntil
+            self.successorID = successorID
+            self.predecessorID = predecessorID
+        }
+        public static var wireFields: [String: String] {
+            ["successorID": "The activity started to follow it, once its renewal came due; null before.",
+             "predecessorID": "The activity it follows (it was started as a renewal); null for the first."]
+        }
+    }
+
     /// A topic opened as an audience, with its channels.
     public struct TopicView: Codable, Sendable, WireDocumented {
         public var topic: String

@@ -199,6 +199,23 @@ extension API {
         }
     }
 
+    /// `PUT /v1/activities/{activity}/renewal`: renew the activity past the system's 8-hour end.
+    public struct RenewalSettings: Codable, Sendable, WireDocumented {
+        public var renewUntil: Date
+        public var alert: Alert
+        public init(renewUntil: Date, alert: Alert) {
+            self.renewUntil = renewUntil
+            self.alert = alert
+        }
+        public static var wireDescription: String? {
+            "Before the system ends the activity (8 hours after it started), Isle starts a successor by push-to-start on its installation with its attributes and current content, under its key and topics, and ends the activity at once when the successor's token is back; repeated until renewUntil."
+        }
+        public static var wireFields: [String: String] {
+            ["renewUntil": "Renew while the activity would end before this (Unix seconds; at most 30 days ahead).",
+             "alert": "The successor's start alert: Apple asks for one with every push-to-start (the person sees it)."]
+        }
+    }
+
     /// `POST /v1/channels`.
     public struct ChannelCreation: Codable, Sendable, WireDocumented {
         public var storagePolicy: StoragePolicyNumber?

@@ -1,0 +1,74 @@
+import Foundation
+import IsleCore
+import IsleSimulator
+import IsleStore
+import IsleTesting
+import Testing
+
+/// Activities that outlive 8 hours (docs/server.md): before the system's end a successor is
+/// started by push-to-start with the activity's attributes and current content, under its key;
+/// once its token is back the old one ends at once, and the backend's by-key updates reach the
+/// successor without noticing. On the simulated clock.
+@Suite("Activities that outlive 8 hours")
+struct RenewalTests {
+    @Test("a renewed activity keeps its key and state across the 8-hour end: the successor starts 30 minutes before, the old one ends when its token is back, the next by-key update reaches the successor")
+    func renewal() async throws {
+        try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(100) }) { f in
+            let (first, firstID) = try await f.appStartsActivity(key: "flight-1", topics: ["flights"])
+            let pts = try #require(try f.sim.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"])
+            #expect(try await f.call("PUT", "/v1/installations/fixture-phone", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(pts)]],
+                                     headers: f.secretHeader()).status == 200)
+            #expect(try await f.call("POST", "/v1/activities/by-key/flight-1/update", key: f.backendKey, body: ["contentState": Pizza.state("Over the Atlantic")]).status == 202)
+            try await eventually("the update shown") { try f.deviceActivity(first.id)?.contentState["driverName"] == "Over the Atlantic" }
+            // Bad requests are refused by name.
+            let past = try await f.call("PUT", "/v1/activities/by-key/flight-1/renewal", key: f.backendKey,
+                                        body: ["renewUntil": .int(Int64(f.clock.now.timeIntervalSince1970) - 1), "alert": ["title": "Still flying", "body": "Your flight continues"]])
+            #expect(past.status == 422 && past.json["error"]?["field"] == "renewUntil", "\(past.json.jsonString)")
+            let noAlert = try await f.call("PUT", "/v1/activities/by-key/flight-1/renewal", key: f.backendKey, body: ["renewUntil": .int(Int64(f.clock.now.timeIntervalSince1970) + 3600)])
+            #expect(noAlert.status == 400 && noAlert.json["error"]?["field"] == "alert", "\(noAlert.json.jsonString)")
+            let renew = try await f.call("PUT", "/v1/activities/by-key/flight-1/renewal", key: f.backendKey,
+                                         body: ["renewUntil": .int(Int64(f.clock.now.timeIntervalSince1970) + 20 * 3600), "alert": ["title": "Still flying", "body": "Your flight continues"]])
+            #expect(renew.status == 200 && renew.json["activityID"]?.stringValue == firstID && renew.json["successorID"] == .null, "\(renew.json.jsonString)")
+
+            // 7 hours: nothing yet.
+            f.clock.advance(by: 7 * 3600)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try f.sim.world.device(f.device).activities.filter { $0.startedBy == .push }.isEmpty, "no successor before the renewal's lead")
+            // 7 h 31 min: the successor starts, with the old one's attributes and content.
+            f.clock.advance(by: 31 * 60)
+            try await f.waitForDevice("the successor starts") { d in d.activities.contains { $0.startedBy == .push && $0.state == .active } }
+            let successor = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
+            #expect(successor.contentState["driverName"] == "Over the Atlantic" && successor.attributes == Pizza.attributes)
+            #expect(successor.lastAlert?.title == "Still flying")
+            // The app hands back its token (IsleClient does): linked by the key, and the old one ends at once.
+            let token = try await f.sim.world.waitForPushToken(activityID: successor.id, on: f.device)
+            let linked = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(token), "externalKey": "flight-1"], ticket: "")
+            #expect(linked.status == 200, "\(linked.json.jsonString)")
+            let successorID = try #require(linked.json["id"]?.stringValue)
+            #expect(successorID != firstID)
+            try await eventually("the old activity ends, dismissed at once") {
+                let old = try f.deviceActivity(first.id)
+                return old == nil || old?.state == .dismissed || old?.state == .ended
+            }
+            try await eventually("the server records the old one's end") {
+                let state = try await f.call("GET", "/v1/activities/\(firstID)", key: f.backendKey).json["state"]?.stringValue
+                return state == "ended" || state == "dismissed"
+            }
+            let store = try SQLiteStore(path: f.databasePath)
+            #expect(try await store.renewal(activityID: firstID)?.successorID == successorID)
+            #expect(try await store.renewal(activityID: successorID)?.predecessorID == firstID)
+            // Past the first one's 8 hours: the backend's next update by key reaches the successor.
+            f.clock.advance(by: 45 * 60)
+            let next = try await f.call("POST", "/v1/activities/by-key/flight-1/update", key: f.backendKey, body: ["contentState": Pizza.state("Descending")])
+            #expect(next.status == 202 && next.json["activityID"]?.stringValue == successorID, "\(next.json.jsonString)")
+            try await eventually("the successor shows it") { try f.deviceActivity(successor.id)?.contentState["driverName"] == "Descending" }
+            let byKey = try await f.call("GET", "/v1/activities/by-key/flight-1", key: f.backendKey)
+            #expect(byKey.json["id"]?.stringValue == successorID && byKey.json["topics"] == ["flights"], "\(byKey.json.jsonString)")
+            // Stopped: no third one.
+            #expect(try await f.call("DELETE", "/v1/activities/\(successorID)/renewal", key: f.backendKey).status == 204)
+            f.clock.advance(by: 7 * 3600)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try f.sim.world.device(f.device).activities.filter { $0.startedBy == .push }.count == 1)
+        }
+    }
+}
