@@ -130,6 +130,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("keep-events"), help: ArgumentHelp("Days an event (docs/events.md) is kept for GET /v1/events and webhooks (env ISLE_KEEP_EVENTS; default 7).", valueName: "days")) var keepEvents: Double?
     @Option(name: .customLong("keep-ended-activities"), help: ArgumentHelp("Days an ended, dismissed or unreachable activity is kept (env ISLE_KEEP_ENDED_ACTIVITIES; default 30).", valueName: "days")) var keepEndedActivities: Double?
     @Option(name: .customLong("keep-stale-installations"), help: ArgumentHelp("Days an installation that reported nothing and holds no live activity is kept (env ISLE_KEEP_STALE_INSTALLATIONS; default 180).", valueName: "days")) var keepStaleInstallations: Double?
+    @Option(name: .customLong("clock-url"), help: ArgumentHelp("Take the time from the control API of an isle sim on its virtual clock (its GET /clock) instead of the system clock, for end-to-end tests of time rules; loopback only, never in production (env ISLE_CLOCK_URL).", valueName: "url")) var clockURL: String?
     @Option(name: .customLong("topic-idle"), help: ArgumentHelp("Hours a topic's broadcast channel may go without a broadcast (and with no live follower) before it is closed, unless the topic sets its own (env ISLE_TOPIC_IDLE; default 24).", valueName: "hours")) var topicIdle: Double?
     @Option(name: .customLong("channel-limit"), help: ArgumentHelp("Broadcast channels per app and APNs environment (env ISLE_CHANNEL_LIMIT; default 10000, Apple's limit). At the limit the idlest topic channel with no live follower is closed to make room.", valueName: "n")) var channelLimit: Int?
     @Option(name: .customLong("keep-unused-activities"), help: ArgumentHelp("Days a live activity nothing was ever pushed to is kept after it started (env ISLE_KEEP_UNUSED_ACTIVITIES; default 1; at least 0.5).", valueName: "days")) var keepUnusedActivities: Double?
@@ -152,7 +153,7 @@ struct ServeCommand: AsyncParsableCommand {
         ("secureCookies", "secure-cookies"), ("tlsCert", "tls-cert"), ("tlsKey", "tls-key"), ("trustedProxies", "trusted-proxies"), ("webhookHosts", "webhook-hosts"),
         ("webhookAllowPrivate", "webhook-allow-private"), ("maxEventWait", "max-event-wait"), ("webhookDisableAfter", "webhook-disable-after"), ("keepEvents", "keep-events"), ("keepEndedActivities", "keep-ended-activities"),
         ("keepStaleInstallations", "keep-stale-installations"), ("keepUnusedActivities", "keep-unused-activities"), ("keepUnusedInstallations", "keep-unused-installations"),
-        ("topicIdle", "topic-idle"), ("channelLimit", "channel-limit"),
+        ("topicIdle", "topic-idle"), ("channelLimit", "channel-limit"), ("clockURL", "clock-url"),
     ]
     static let configKeys: Set<String> = Set(configNames.map(\.key))
     /// A flag's name in the file ("apns-ca-cert") as its key ("apnsCACert").
@@ -388,6 +389,13 @@ struct ServeCommand: AsyncParsableCommand {
         if let v = number(keepEvents, "ISLE_KEEP_EVENTS", "keepEvents", "keep-events", 1...3650, "days") { c.retention.events = v * 86_400 }
         if let v = number(keepEndedActivities, "ISLE_KEEP_ENDED_ACTIVITIES", "keepEndedActivities", "keep-ended-activities", 1...3650, "days") { c.retention.endedActivities = v * 86_400 }
         if let v = number(keepStaleInstallations, "ISLE_KEEP_STALE_INSTALLATIONS", "keepStaleInstallations", "keep-stale-installations", 1...3650, "days") { c.retention.staleInstallations = v * 86_400 }
+        if let text = pick(clockURL, "ISLE_CLOCK_URL", "clockURL") {
+            if let u = URL(string: text), u.scheme == "http", ["127.0.0.1", "localhost", "::1", "[::1]"].contains(u.host ?? "") {
+                c.clockURL = text
+            } else {
+                problems.append("clock-url: \"\(text)\" must be an isle sim control API on this machine, such as http://127.0.0.1:8480")
+            }
+        }
         if let v = number(topicIdle, "ISLE_TOPIC_IDLE", "topicIdle", "topic-idle", 1.0 / 60...720, "hours") { c.topicIdle = v * 3600 }
         if let v = whole(channelLimit, "ISLE_CHANNEL_LIMIT", "channelLimit", "channel-limit", 1...10_000, "1 to 10000 (Apple's limit)") { c.channelLimit = v }
         if let v = number(keepUnusedActivities, "ISLE_KEEP_UNUSED_ACTIVITIES", "keepUnusedActivities", "keep-unused-activities", 0.5...3650, "days") { c.retention.unusedActivities = v * 86_400 }
@@ -426,9 +434,15 @@ struct ServeCommand: AsyncParsableCommand {
 
     /// `jsonLogs`: the banner is a log record too (every line of the output is one JSON object).
     static func serve(_ c: ServerConfiguration, store: any IsleStore, shown: String, logger: Logger, tracing: ServeTracing? = nil, more: [any Service] = [], jsonLogs: Bool = false) async throws {
-        let app = IsleServerApp(configuration: c, store: store, logger: logger)
+        // A simulated clock (end-to-end tests): the server's time is the simulator's.
+        var followed: SimulatorClock?
+        if let url = c.clockURL {
+            do { followed = try await SimulatorClock.follow(url, logger: logger) } catch { throw CLIError("clock-url: \(error)") }
+            logger.warning("the server's clock follows the simulator at \(url) (--clock-url): for tests only")
+        }
+        let app = IsleServerApp(configuration: c, store: store, clock: followed?.clock ?? SystemWallClock(), logger: logger)
         // Stopped in reverse order: the span exporter last, after the server's last spans.
-        let services: [any Service] = (tracing.map { [$0.service] } ?? []) + more + [app]
+        let services: [any Service] = (tracing.map { [$0.service] } ?? []) + more + (followed.map { [$0] } ?? []) + [app]
         let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }

@@ -232,8 +232,14 @@ public struct RenewalRecord: Sendable, Hashable {
     public var successorID: String?
     /// The activity this one follows.
     public var predecessorID: String?
+    /// The successor's attributes and content when the server has none of the activity's own.
+    public var attributes: JSONValue?
+    public var contentState: JSONValue?
 
-    public init(activityID: String, bundleID: String, renewUntil: Date, alert: JSONValue, createdAt: Date, successorID: String? = nil, predecessorID: String? = nil) {
+    public init(activityID: String, bundleID: String, renewUntil: Date, alert: JSONValue, createdAt: Date, successorID: String? = nil, predecessorID: String? = nil,
+                attributes: JSONValue? = nil, contentState: JSONValue? = nil) {
+        self.attributes = attributes
+        self.contentState = contentState
         self.activityID = activityID
         self.bundleID = bundleID
         self.renewUntil = renewUntil

@@ -92,6 +92,9 @@ public struct ServerConfiguration: Sendable {
     public var accessLog = AccessLogSwitch(false)
     /// The build, for `isle_build_info` (`isle serve` sets it from `isle --version`).
     public var build: (version: String, commit: String) = ("dev", "unknown")
+    /// Follow an `isle sim --virtual-clock`'s clock (its control API) instead of the system's:
+    /// for end-to-end tests only (``SimulatorClock``).
+    public var clockURL: String?
     /// How often the certificate files are looked at for a renewal.
     public var tlsReloadInterval: Duration = .seconds(10)
     /// Reverse proxies whose `X-Forwarded-For` names the client (per-address limits, sign-in

@@ -8,9 +8,10 @@ extension SQLiteStore: RenewalRepository {
     public func putRenewal(_ r: RenewalRecord, idempotency: IdempotencyRecord?) async throws {
         try await writer.write { db in
             try db.execute(sql: """
-                INSERT INTO renewals (activity_id, bundle_id, renew_until, alert, created_at, successor_id, predecessor_id) VALUES (?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (activity_id) DO UPDATE SET renew_until = excluded.renew_until, alert = excluded.alert
-                """, arguments: [r.activityID, r.bundleID, r.renewUntil.timeIntervalSince1970, r.alert.jsonString, r.createdAt.timeIntervalSince1970, r.successorID, r.predecessorID])
+                INSERT INTO renewals (activity_id, bundle_id, renew_until, alert, created_at, successor_id, predecessor_id, attributes, content_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (activity_id) DO UPDATE SET renew_until = excluded.renew_until, alert = excluded.alert, attributes = excluded.attributes, content_state = excluded.content_state
+                """, arguments: [r.activityID, r.bundleID, r.renewUntil.timeIntervalSince1970, r.alert.jsonString, r.createdAt.timeIntervalSince1970, r.successorID, r.predecessorID,
+                                 r.attributes?.jsonString, r.contentState?.jsonString])
             if let idempotency { try Self.insertIdempotency(db, idempotency) }
         }
     }
@@ -19,7 +20,9 @@ extension SQLiteStore: RenewalRepository {
         let id: String = r["activity_id"]
         return RenewalRecord(activityID: id, bundleID: r["bundle_id"], renewUntil: Date(timeIntervalSince1970: r["renew_until"]),
                              alert: try BadRow.json(r["alert"], table: "renewals", id: id, column: "alert"), createdAt: Date(timeIntervalSince1970: r["created_at"]),
-                             successorID: r["successor_id"], predecessorID: r["predecessor_id"])
+                             successorID: r["successor_id"], predecessorID: r["predecessor_id"],
+                             attributes: try (r["attributes"] as String?).map { try BadRow.json($0, table: "renewals", id: id, column: "attributes") },
+                             contentState: try (r["content_state"] as String?).map { try BadRow.json($0, table: "renewals", id: id, column: "content_state") })
     }
 
     public func renewal(activityID: String) async throws -> RenewalRecord? {

@@ -189,6 +189,9 @@ public enum Schema {
         Table(name: "renewals", columns: [
             c("activity_id", .text, pk: true), c("bundle_id", .text), c("renew_until", .time), c("alert", .json), c("created_at", .time),
             c("successor_id", .text, null: true), c("predecessor_id", .text, null: true),
+            // The backend's attributes and content for the successor, when the server has none of
+            // the activity's own (IsleClient never sends them: ActivityKit keeps them).
+            c("attributes", .json, null: true), c("content_state", .json, null: true),
         ]),
         Table(name: "jobs", columns: [
             c("id", .rowNumber, pk: true), c("bundle_id", .text), c("kind", .text), c("activity_id", .text, null: true),

@@ -95,9 +95,21 @@ struct ActivityController {
               installation.pushToStartTokens[a.attributesType] != nil else {
             throw APIError(.conflict, "cannotRenew", "a successor is started by push-to-start on the activity's installation, which has no push-to-start token for \(a.attributesType) (iOS 17.2 and later; IsleClient reports it)")
         }
+        // The successor is started with the activity's attributes and content: the backend's when
+        // the server has none (an app registered it by token alone).
+        guard let full = try await store.activity(id: a.id) else { throw APIError.notFound("activity \(a.id)") }
+        let schema = try await services.app(a.bundleID).schema(a.attributesType)
+        let attributes = try ActivityRegistration.checkedObject(settings.attributes.map { .object($0) }, "attributes", schema: schema?.attributes)
+        let content = try ActivityRegistration.checkedObject(settings.contentState.map { .object($0) }, "contentState", schema: schema?.contentState)
+        guard full.attributes != nil || attributes != nil else {
+            throw APIError(.unprocessableContent, "attributesRequired", "the server has no attributes of this activity (the app registered it by its token; IsleClient never sends them): give them in attributes, for its successor", field: "attributes")
+        }
+        guard full.content != nil || content != nil else {
+            throw APIError(.unprocessableContent, "contentStateRequired", "nothing was pushed to this activity yet, so the server has no content for its successor: give it in contentState", field: "contentState")
+        }
         let existing = try await store.renewal(activityID: a.id)
         let record = RenewalRecord(activityID: a.id, bundleID: a.bundleID, renewUntil: settings.renewUntil, alert: settings.alert.json, createdAt: existing?.createdAt ?? now,
-                                   successorID: existing?.successorID, predecessorID: existing?.predecessorID)
+                                   successorID: existing?.successorID, predecessorID: existing?.predecessorID, attributes: attributes, contentState: content)
         let value = API.Renewal(activityID: a.id, renewUntil: settings.renewUntil, successorID: record.successorID, predecessorID: record.predecessorID)
         try await store.putRenewal(record, idempotency: context.idempotencyRecord(.ok, value))
         return JSONResponse.make(value)

@@ -57,11 +57,16 @@ final class Renewals: Service {
         // the same one, whose second insert is refused, never a second successor.
         let successorID = try await store.setSuccessor(activityID: old.id, successorID: "act_" + UUID().uuidString.lowercased())
         let alert = try LiveActivityAlert(json: r.alert)
-        var payload = LiveActivityPayload(event: .start, timestamp: now, contentState: old.content ?? [:], alert: alert, attributesType: old.attributesType,
-                                          attributes: old.attributes ?? [:], inputPushToken: old.channelID == nil, inputPushChannel: old.channelID)
+        // The activity's last content (what the phone shows), else the backend's; its attributes, else the backend's.
+        guard let attributes = old.attributes ?? r.attributes, let content = old.content ?? r.contentState else {
+            logger.notice("an activity cannot be renewed: the server has no attributes or content for its successor", metadata: ["activity": "\(old.id)"])
+            return
+        }
+        var payload = LiveActivityPayload(event: .start, timestamp: now, contentState: content, alert: alert, attributesType: old.attributesType,
+                                          attributes: attributes, inputPushToken: old.channelID == nil, inputPushChannel: old.channelID)
         payload.relevanceScore = old.relevanceScore
         let successor = ActivityRecord(id: successorID, bundleID: old.bundleID, externalKey: old.externalKey, installationID: installationID, attributesType: old.attributesType,
-                                       attributes: old.attributes, content: old.content, state: .starting, channelID: old.channelID, relevanceScore: old.relevanceScore,
+                                       attributes: attributes, content: content, state: .starting, channelID: old.channelID, relevanceScore: old.relevanceScore,
                                        startedAt: now, topics: old.topics, environment: old.environment)
         var start = NewPushJob(bundleID: old.bundleID, kind: .start, activityID: successorID, payload: .liveActivity(payload), requestedPriority: .high, runAt: now)
         start.installationID = installationID
@@ -94,8 +99,10 @@ final class Renewals: Service {
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
+            // Every second (the renewals table is small): a successor is started within a second of
+            // its time, on the server's clock.
             while !Task.isCancelled {
-                try? await Task.sleep(for: self.configuration.sweepInterval)
+                try? await Task.sleep(for: min(.seconds(1), self.configuration.sweepInterval))
                 if Task.isCancelled { break }
                 await self.sweep()
             }

@@ -11,9 +11,10 @@ extension PostgresStore: RenewalRepository {
         let log = logger
         try await transaction { conn in
             try await conn.rows("""
-                INSERT INTO renewals (activity_id, bundle_id, renew_until, alert, created_at, successor_id, predecessor_id) VALUES ($1, $2, $3, $4, $5, $6, $7)
-                ON CONFLICT (activity_id) DO UPDATE SET renew_until = excluded.renew_until, alert = excluded.alert
-                """, [.text(r.activityID), .text(r.bundleID), .date(r.renewUntil), .json(r.alert.jsonString), .date(r.createdAt), .text(r.successorID), .text(r.predecessorID)], logger: log)
+                INSERT INTO renewals (activity_id, bundle_id, renew_until, alert, created_at, successor_id, predecessor_id, attributes, content_state) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                ON CONFLICT (activity_id) DO UPDATE SET renew_until = excluded.renew_until, alert = excluded.alert, attributes = excluded.attributes, content_state = excluded.content_state
+                """, [.text(r.activityID), .text(r.bundleID), .date(r.renewUntil), .json(r.alert.jsonString), .date(r.createdAt), .text(r.successorID), .text(r.predecessorID),
+                      .json(r.attributes?.jsonString), .json(r.contentState?.jsonString)], logger: log)
             if let idempotency { try await Self.insertIdempotency(conn, idempotency, logger: log) }
         }
     }
@@ -22,7 +23,9 @@ extension PostgresStore: RenewalRepository {
         let id = try r.string("activity_id")
         return RenewalRecord(activityID: id, bundleID: try r.string("bundle_id"), renewUntil: try r.date("renew_until"),
                              alert: try BadRow.json(try r.string("alert"), table: "renewals", id: id, column: "alert"), createdAt: try r.date("created_at"),
-                             successorID: try r.optionalString("successor_id"), predecessorID: try r.optionalString("predecessor_id"))
+                             successorID: try r.optionalString("successor_id"), predecessorID: try r.optionalString("predecessor_id"),
+                             attributes: try r.optionalString("attributes").map { try BadRow.json($0, table: "renewals", id: id, column: "attributes") },
+                             contentState: try r.optionalString("content_state").map { try BadRow.json($0, table: "renewals", id: id, column: "content_state") })
     }
 
     public func renewal(activityID: String) async throws -> RenewalRecord? {

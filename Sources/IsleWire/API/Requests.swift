@@ -203,16 +203,22 @@ extension API {
     public struct RenewalSettings: Codable, Sendable, WireDocumented {
         public var renewUntil: Date
         public var alert: Alert
-        public init(renewUntil: Date, alert: Alert) {
+        public var attributes: JSONObject?
+        public var contentState: JSONObject?
+        public init(renewUntil: Date, alert: Alert, attributes: JSONObject? = nil, contentState: JSONObject? = nil) {
             self.renewUntil = renewUntil
             self.alert = alert
+            self.attributes = attributes
+            self.contentState = contentState
         }
         public static var wireDescription: String? {
             "Before the system ends the activity (8 hours after it started), Isle starts a successor by push-to-start on its installation with its attributes and current content, under its key and topics, and ends the activity at once when the successor's token is back; repeated until renewUntil."
         }
         public static var wireFields: [String: String] {
             ["renewUntil": "Renew while the activity would end before this (Unix seconds; at most 30 days ahead).",
-             "alert": "The successor's start alert: Apple asks for one with every push-to-start (the person sees it)."]
+             "alert": "The successor's start alert: Apple asks for one with every push-to-start (the person sees it).",
+             "attributes": "The activity's attributes, for the successor: required when the server has none (IsleClient never sends them; ActivityKit keeps them).",
+             "contentState": "The content for the successor when nothing was pushed to the activity yet (after that, its last pushed content is used)."]
         }
     }
 
