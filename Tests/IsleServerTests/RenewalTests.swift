@@ -71,4 +71,39 @@ struct RenewalTests {
             #expect(try f.sim.world.device(f.device).activities.filter { $0.startedBy == .push }.count == 1)
         }
     }
+
+    @Test("with IsleClient on the phone: the app registers by token alone, the backend renews with the attributes; the successor appears, IsleClient hands back its token, the old one ends, and the next update by key reaches the successor")
+    func renewalWithIsleClient() async throws {
+        try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(100) }) { f in
+            let (kit, client, runner) = try await ClientTests.app(f)
+            let first = try kit.request(attributes: ClientTests.attributes, content: ClientTests.state)
+            guard case .registered(let firstID) = await client.registration(of: first.id) else { Issue.record("not registered"); return }
+            // IsleClient reported the push-to-start token with the installation.
+            let store = try SQLiteStore(path: f.databasePath)
+            let installation = await client.installationID
+            try await eventually("the push-to-start token reported") { try await store.installation(bundleID: Pizza.bundleID, id: installation)?.pushToStartTokens.isEmpty == false }
+            #expect(try await f.call("POST", "/v1/activities/by-key/order-12345/update", key: f.backendKey, body: ["contentState": Pizza.state("Over the Atlantic"), "priority": 10]).status == 202)
+            let renew = try await f.call("PUT", "/v1/activities/by-key/order-12345/renewal", key: f.backendKey,
+                                         body: ["renewUntil": .int(Int64(f.clock.now.timeIntervalSince1970) + 20 * 3600), "alert": ["title": "Still on its way", "body": "Your order continues"],
+                                                "attributes": Pizza.attributes])
+            #expect(renew.status == 200, "\(renew.json.jsonString)")
+            f.clock.advance(by: 7 * 3600 + 31 * 60)
+            // The successor appears; IsleClient registers its token under the key; the server links it.
+            try await f.waitForDevice("the successor starts") { d in d.activities.contains { $0.startedBy == .push && $0.state == .active } }
+            let successor = try #require(try f.sim.world.device(f.device).activities.first { $0.startedBy == .push })
+            guard case .registered(let successorID) = await client.registration(of: successor.id) else { Issue.record("the successor was not registered"); return }
+            #expect(successorID != firstID)
+            try await eventually("the server ends the old one") {
+                let state = try await f.call("GET", "/v1/activities/\(firstID)", key: f.backendKey).json["state"]?.stringValue
+                return state == "ended" || state == "dismissed"
+            }
+            #expect(try f.deviceActivity(first.id).map { $0.state == .ended || $0.state == .dismissed } ?? true, "ended on the phone too")
+            let next = try await f.call("POST", "/v1/activities/by-key/order-12345/update", key: f.backendKey, body: ["contentState": Pizza.state("Landing"), "priority": 10])
+            #expect(next.json["activityID"]?.stringValue == successorID, "\(next.json.jsonString)")
+            try await eventually("the successor shows it") { try f.deviceActivity(successor.id)?.contentState["driverName"] == "Landing" }
+            await client.stop()
+            runner.cancel()
+        }
+    }
 }
+

@@ -104,9 +104,6 @@ struct ActivityController {
         guard full.attributes != nil || attributes != nil else {
             throw APIError(.unprocessableContent, "attributesRequired", "the server has no attributes of this activity (the app registered it by its token; IsleClient never sends them): give them in attributes, for its successor", field: "attributes")
         }
-        guard full.content != nil || content != nil else {
-            throw APIError(.unprocessableContent, "contentStateRequired", "nothing was pushed to this activity yet, so the server has no content for its successor: give it in contentState", field: "contentState")
-        }
         let existing = try await store.renewal(activityID: a.id)
         let record = RenewalRecord(activityID: a.id, bundleID: a.bundleID, renewUntil: settings.renewUntil, alert: settings.alert.json, createdAt: existing?.createdAt ?? now,
                                    successorID: existing?.successorID, predecessorID: existing?.predecessorID, attributes: attributes, contentState: content)

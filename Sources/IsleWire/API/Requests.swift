@@ -218,7 +218,7 @@ extension API {
             ["renewUntil": "Renew while the activity would end before this (Unix seconds; at most 30 days ahead).",
              "alert": "The successor's start alert: Apple asks for one with every push-to-start (the person sees it).",
              "attributes": "The activity's attributes, for the successor: required when the server has none (IsleClient never sends them; ActivityKit keeps them).",
-             "contentState": "The content for the successor when nothing was pushed to the activity yet (after that, its last pushed content is used)."]
+             "contentState": "The content for the successor if nothing has been pushed to the activity by then (otherwise its last pushed content is used)."]
         }
     }
 
