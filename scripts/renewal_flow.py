@@ -6,53 +6,15 @@ old one ends; the backend's next update by key reaches the successor.
 
     python3 renewal_flow.py SERVER CONTROL BACKEND_KEY DEVICE_KEY TICKET
 """
-import json
 import sys
-import time
-import urllib.error
-import urllib.request
+
+from flow_http import Flow
 
 SERVER, CONTROL, BACKEND, DEVICE, TICKET = sys.argv[1:6]
+flow = Flow("renewal_flow", SERVER, CONTROL, BACKEND, DEVICE)
+call, backend, device, check, eventually = flow.call, flow.backend, flow.device, flow.check, flow.eventually
 BUNDLE = "com.example.pizza"
 ATTRIBUTES = {"numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": "F1"}
-
-
-def call(method, url, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            text = r.read()
-            return r.status, (json.loads(text) if text else None)
-    except urllib.error.HTTPError as e:
-        text = e.read()
-        return e.code, (json.loads(text) if text else None)
-
-
-def backend(method, path, body=None):
-    return call(method, SERVER + path, body, {"authorization": "Bearer " + BACKEND})
-
-
-def device(method, path, body=None, secret=None):
-    return call(method, SERVER + path, body, {"authorization": "Bearer " + DEVICE, "isle-installation-secret": secret or ""})
-
-
-def check(condition, what):
-    if not condition:
-        raise SystemExit("renewal_flow: FAILED: " + what)
-
-
-def eventually(what, predicate, within=20):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    _, log = call("GET", CONTROL + "/requests")
-    for r in (log or [])[-4:]:
-        print("  fake APNs: %s %s → %s %s %s" % (r["method"], r["path"], r["status"], r.get("reason") or "", (r.get("outcome") or {}).get("sentence") or ""))
-    raise SystemExit("renewal_flow: FAILED (after %ss): %s" % (within, what))
 
 
 def state(driver):

@@ -6,52 +6,16 @@ follow(topic:) does: the topic's channel on iOS 18 and later, a token before.
 """
 import json
 import sys
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
+
+from flow_http import Flow
 
 SERVER, CONTROL, BACKEND, DEVICE, SCHEMA_FILE = sys.argv[1:6]
+flow = Flow("topics_flow", SERVER, CONTROL, BACKEND, DEVICE)
+call, backend, device, check, eventually = flow.call, flow.backend, flow.device, flow.check, flow.eventually
 BUNDLE = "com.example.pizza"
 TOPIC = "derby-2026"
 ATTRIBUTES = {"numberOfPizzas": 1, "totalAmount": "$9.00", "orderNumber": "1"}
-
-
-def call(method, url, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as r:
-            text = r.read()
-            return r.status, (json.loads(text) if text else None)
-    except urllib.error.HTTPError as e:
-        text = e.read()
-        return e.code, (json.loads(text) if text else None)
-
-
-def backend(method, path, body=None):
-    return call(method, SERVER + path, body, {"authorization": "Bearer " + BACKEND})
-
-
-def device(method, path, body=None, secret=None):
-    headers = {"authorization": "Bearer " + DEVICE}
-    if secret:
-        headers["isle-installation-secret"] = secret
-    return call(method, SERVER + path, body, headers)
-
-
-def check(condition, what):
-    if not condition:
-        raise SystemExit("topics_flow: FAILED: " + what)
-
-
-def eventually(what, predicate, within=20):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit("topics_flow: FAILED (after %ss): %s" % (within, what))
 
 
 def state(score):

@@ -74,7 +74,6 @@ struct AudienceBench: AsyncParsableCommand {
         var children: [Child] = []
         defer { for c in children { c.stop() } }
         let sim = try Child.start(isle, ["sim", "--dir", dir + "/sim", "--single-host", "--apns-port", "\(ports[0])", "--control-port", "\(ports[1])",
-                                         
                                          "--low-priority-delay", "0", "--per-token-limit", "0",
                                          "--max-activities-per-app", "400000", "--max-activities-per-device", "400000", "--hourly-budget", "100000000"],
                                   log: dir + "/sim.log")
@@ -87,13 +86,7 @@ struct AudienceBench: AsyncParsableCommand {
         env["ISLE_MASTER_KEY_FILE"] = dir + "/master.key"
         env["ISLE_DATABASE"] = dir + "/isle.sqlite"
         for key in env.keys where key.hasPrefix("OTEL_") { env[key] = nil }
-        let masterKey = try Child.output(isle, ["master-key"], environment: env)
-        try masterKey.write(toFile: dir + "/master.key", atomically: true, encoding: .utf8)
-        chmod(dir + "/master.key", 0o600)
-        _ = try Child.output(isle, ["app", "add", "--bundle-id", "com.example.scores", "--key", dir + "/sim/AuthKey_SIMKEY0001.p8", "--key-id", "SIMKEY0001",
-                                    "--team-id", "SIMTEAM001", "--schema", dir + "/schema.json"], environment: env)
-        let backend = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "backend"], environment: env)
-        let device = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "device"], environment: env)
+        let (backend, device) = try SplitBench.addApp(isle: isle, dir: dir, environment: env)
         let server = try Child.start(isle, ["serve", "--port", "\(ports[2])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-ca-cert", dir + "/sim/ca.pem",
                                             "--concurrency", "\(concurrency)", "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
                                             "--max-live-activities-per-installation", "100000", "--max-new-installations-per-address", "0", "--max-new-activities-per-address", "0",
@@ -146,8 +139,9 @@ struct AudienceBench: AsyncParsableCommand {
         try await update(http, base: base, backend: backend, home: 2, sends: tokens + broadcasts)
         let cpu = try SplitBench.cpu(of: server.pid) - before
         let simCPU = try SplitBench.cpu(of: sim.pid) - simBefore
-        // The last APNs answer of this update, as the server recorded it (its clock is this machine's).
-        let last = try Child.output("/usr/bin/sqlite3", [dir + "/isle.sqlite", "SELECT MAX(at) FROM deliveries WHERE status = 200"])
+        // The last APNs answer of this update, as the server recorded it (its clock is this
+        // machine's): a delivery's time is when it was sent, its latency how long the answer took.
+        let last = try Child.output("/usr/bin/sqlite3", [dir + "/isle.sqlite", "SELECT MAX(at + latency_ms / 1000.0) FROM deliveries WHERE status = 200"])
         guard let lastAt = Double(last) else { throw ValidationError("no delivery recorded: \(last)") }
         let sent = lastAt - t0.timeIntervalSince1970
         print(String(format: "  isle sim's CPU meanwhile: %.2f s", simCPU))

@@ -129,13 +129,7 @@ struct SplitBench: AsyncParsableCommand {
             env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = "4096"
             env["OTEL_BSP_SCHEDULE_DELAY"] = "200"
         }
-        let masterKey = try Child.output(isle, ["master-key"], environment: env)
-        try masterKey.write(toFile: dir + "/master.key", atomically: true, encoding: .utf8)
-        chmod(dir + "/master.key", 0o600)
-        _ = try Child.output(isle, ["app", "add", "--bundle-id", "com.example.scores", "--key", dir + "/sim/AuthKey_SIMKEY0001.p8", "--key-id", "SIMKEY0001",
-                                    "--team-id", "SIMTEAM001", "--schema", dir + "/schema.json"], environment: env)
-        let backend = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "backend"], environment: env)
-        let device = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "device"], environment: env)
+        let (backend, device) = try Self.addApp(isle: isle, dir: dir, environment: env)
         let server = try Child.start(isle, ["serve", "--port", "\(ports[4])", "--apns-url", "https://127.0.0.1:\(ports[0])", "--apns-broadcast-url", "https://127.0.0.1:\(ports[1])",
                                             "--apns-management-url", "https://127.0.0.1:\(ports[2])", "--apns-ca-cert", dir + "/sim/ca.pem", "--concurrency", "\(concurrency)",
                                             "--backend-rate", "off", "--device-rate", "off", "--installation-rate", "off", "--address-rate", "off",
@@ -638,6 +632,19 @@ struct SplitBench: AsyncParsableCommand {
         return nil
     }
 
+
+    /// `isle master-key`, `isle app add` (com.example.scores, the simulator's key in `dir/sim`, the
+    /// schema in `dir`) and a backend and a device key, as an operator sets a server up.
+    static func addApp(isle: String, dir: String, environment env: [String: String]) throws -> (backend: String, device: String) {
+        let masterKey = try Child.output(isle, ["master-key"], environment: env)
+        try masterKey.write(toFile: dir + "/master.key", atomically: true, encoding: .utf8)
+        chmod(dir + "/master.key", 0o600)
+        _ = try Child.output(isle, ["app", "add", "--bundle-id", "com.example.scores", "--key", dir + "/sim/AuthKey_SIMKEY0001.p8", "--key-id", "SIMKEY0001",
+                                    "--team-id", "SIMTEAM001", "--schema", dir + "/schema.json"], environment: env)
+        let backend = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "backend"], environment: env)
+        let device = try Child.output(isle, ["key", "create", "--bundle-id", "com.example.scores", "--scope", "device"], environment: env)
+        return (backend, device)
+    }
 
     static func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
 }
