@@ -138,8 +138,10 @@ struct HTTP2TransportTests {
         try await RecordingAPNsServer.withServer(maxConcurrentStreams: 1) { sink in
             sink.setResponder { _ in HTTP2ServerResponse(status: 200, delay: .milliseconds(2)) }
             let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 3 }
-            // One request first, so the connection knows the server's limit before the burst.
-            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
+            // One request first, so the connection knows the server's limit before the burst (its
+            // timeout, as the burst's, only catches a request never answered: a loaded run of the
+            // whole suite has kept one waiting past 10 s).
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(90)).status == 200)
             let outcomes = try await Self.burst(transport, sink, count: 120, inFlight: 30)
             try await transport.shutdown()
             let failures = outcomes.compactMap { if case .failure(let e) = $0.result { "\(e)" } else { nil } }
