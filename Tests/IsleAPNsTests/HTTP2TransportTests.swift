@@ -276,10 +276,10 @@ struct HTTP2TransportTests {
     func idleClose() async throws {
         try await RecordingAPNsServer.withServer { sink in
             let transport = try Self.transport(sink) { $0.idleTimeout = .milliseconds(200) }
-            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(90)).status == 200)
             #expect(transport.connectionsOpened == 1)
             try await eventually(within: .seconds(10), "the idle connection closed") { transport.connectionCount == 0 }
-            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(10)).status == 200)
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(90)).status == 200)
             #expect(transport.connectionsOpened == 2)
             try await transport.shutdown()
         }
@@ -446,14 +446,14 @@ struct HTTP2TransportPingTests {
             let transport = try NIOHTTP2Transport(configuration: configuration)
             var request = try HTTP2TransportTests.request(sink)
             request.url = request.url.replacingOccurrences(of: ":\(sink.server.port)/", with: ":\(relay.port)/")
-            #expect(try await transport.execute(request, timeout: .seconds(10)).status == 200)
+            #expect(try await transport.execute(request, timeout: .seconds(90)).status == 200)
             #expect(transport.connectionCount == 1)
             relay.freeze(true)
             try await eventually(within: .seconds(15), "the silent connection closed") { transport.connectionCount == 0 }
             relay.freeze(false)
             var again = try HTTP2TransportTests.request(sink)
             again.url = request.url
-            #expect(try await transport.execute(again, timeout: .seconds(10)).status == 200)
+            #expect(try await transport.execute(again, timeout: .seconds(90)).status == 200)
             #expect(transport.connectionsOpened == 2)
             try await transport.shutdown()
         }
