@@ -31,6 +31,10 @@ TOKEN=$(curl -s http://127.0.0.1:18080/devices/device-1 | python3 -c 'import jso
 MODE=$(stat -c %a /tmp/isle-sim/AuthKey_SIMKEY0001.p8)
 [ "$MODE" = 600 ] || { echo "the simulator's provider key is mode $MODE, not 600"; exit 1; }
 
+# A strict TLS client (Python 3.13's default verification) accepts its certificates, by name and by address.
+python3 scripts/strict-tls.py /tmp/isle-sim/ca.pem 18443 localhost
+python3 scripts/strict-tls.py /tmp/isle-sim/ca.pem 18443 127.0.0.1
+
 # --- README: push to it with isle push --------------------------------------------------------
 export ISLE_APNS_URL=https://127.0.0.1:18443 ISLE_APNS_CA_CERT=/tmp/isle-sim/ca.pem
 export ISLE_APNS_BROADCAST_URL=https://127.0.0.1:18444 ISLE_APNS_MANAGEMENT_URL=https://127.0.0.1:18445

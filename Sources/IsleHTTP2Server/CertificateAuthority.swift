@@ -49,6 +49,9 @@ public struct CertificateAuthority: Sendable {
         now: Date = Date()
     ) throws -> (certificatePEM: String, privateKeyPEM: String) {
         let leafKey = P256.Signing.PrivateKey()
+        // The issuing CA's key identifier: strict verifiers (OpenSSL's X509_V_FLAG_X509_STRICT,
+        // Python's default since 3.13) refuse a leaf without an Authority Key Identifier.
+        let authorityKeyID = try certificate.extensions.subjectKeyIdentifier?.keyIdentifier ?? SubjectKeyIdentifier(hash: certificate.publicKey).keyIdentifier
         let subject = try DistinguishedName {
             OrganizationName("Isle")
             CommonName(dnsNames.first ?? "localhost")
@@ -70,6 +73,7 @@ public struct CertificateAuthority: Sendable {
                 try ExtendedKeyUsage([.serverAuth])
                 SubjectAlternativeNames(names)
                 SubjectKeyIdentifier(hash: Certificate.PublicKey(leafKey.publicKey))
+                AuthorityKeyIdentifier(keyIdentifier: authorityKeyID)
             },
             issuerPrivateKey: Certificate.PrivateKey(key)
         )
