@@ -74,3 +74,24 @@ after = json.load(open("/tmp/isle-sim-after.json"))
 assert after["activities"][0]["state"] == "ended", after["activities"][0]["state"]
 print("simulator walkthrough: ok")
 PY
+
+# --- For scripts: --json prints one line with where everything is (any free ports here) ---------
+J=$(mktemp -d)
+.build/debug/isle sim --json --dir "$J/sim" --apns-port 0 --control-port 0 --device CI --app com.example.pizza \
+  --schema Examples/PizzaDeliveryAttributes.schema.json > "$J/out" 2> "$J/err" &
+JSIM=$!
+trap 'kill $SIM $JSIM 2>/dev/null; wait $SIM $JSIM 2>/dev/null || true; rm -rf "$J"' EXIT
+for _ in $(seq 1 100); do [ -s "$J/out" ] && break; sleep 0.1; done
+python3 - "$J/out" <<'PY'
+import json, sys, urllib.request
+line = open(sys.argv[1]).readline()
+info = json.loads(line)
+for key in ["apnsURL", "broadcastURL", "managementURL", "controlURL", "caPath", "keyPath", "keyID", "teamID", "environment", "devices"]:
+    assert key in info, (key, info)
+assert info["devices"][0]["app"] == "com.example.pizza" and info["devices"][0]["id"] == "device-1", info["devices"]
+with urllib.request.urlopen(info["controlURL"] + "/health", timeout=5) as r:
+    assert r.status == 200
+print("isle sim --json: one line, and its control API answers at %s" % info["controlURL"])
+PY
+kill $JSIM; wait $JSIM 2>/dev/null || true
+rm -rf "$J"

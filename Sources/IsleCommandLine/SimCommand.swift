@@ -36,6 +36,8 @@ struct SimCommand: AsyncParsableCommand {
     var certificate: String?
     @Option(name: .customLong("cert-key"), help: ArgumentHelp("The private key (PEM) for --cert.", valueName: "file"))
     var certificateKey: String?
+    @Flag(name: .customLong("json"), help: "Print where it listens as one JSON line (apnsURL, broadcastURL, managementURL, controlURL, caPath, keyPath, keyID, teamID, environment, virtualClock, devices) instead of the prose, for scripts.")
+    var json = false
     @Flag(name: .customLong("virtual-clock"), help: "Start a virtual clock at now that only moves through POST /clock/advance.")
     var virtualClock = false
 
@@ -245,12 +247,14 @@ struct SimCommand: AsyncParsableCommand {
         }
 
         var deviceLine = ""
+        var devices: [JSONValue] = []
         var phonePath = "phone/<device id>"
         if let deviceName {
             let device: String
             do { device = try sim.world.createDevice(name: deviceName, osVersion: osVersion, model: model) } catch { throw CLIError("--os-version/--model: \(error.message)") }
             deviceLine = "  device:   \(device) (\(deviceName), \(model), iOS \(osVersion))"
             phonePath = "phone/\(device)"
+            var described: JSONObject = ["id": .string(device), "name": .string(deviceName), "model": .string(model), "osVersion": .string(osVersion)]
             if let app {
                 var parsed: [ActivitySchema] = []
                 for path in schemas { parsed.append(try Inputs.schema(path)!) }
@@ -258,14 +262,26 @@ struct SimCommand: AsyncParsableCommand {
                     let installed = try sim.world.install(.init(bundleID: app, environment: c.environment, schemas: parsed, declaresFrequentUpdates: frequentUpdates), on: device)
                     deviceLine += "\n  app:      \(app)"
                     for (type, token) in installed.pushToStartTokens.sorted(by: { $0.key < $1.key }) { deviceLine += "\n  push-to-start token (\(type)): \(token)" }
+                    described["app"] = .string(app)
+                    described["pushToStartTokens"] = .object(JSONObject(installed.pushToStartTokens.sorted(by: { $0.key < $1.key }).map { ($0.key, JSONValue.string($0.value)) }))
                 } catch { throw CLIError("--app: \(error.message)") }
             }
+            devices.append(.object(described))
         }
 
         let group = ServiceGroup(configuration: .init(services: [sim], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             let control = await sim.controlURL()
+            if json {
+                let line: JSONValue = ["environment": .string(c.environment.rawValue), "virtualClock": .bool(virtualClock), "apnsURL": .string(sim.apnsURL),
+                                       "broadcastURL": .string(sim.broadcastURL), "managementURL": .string(sim.managementURL), "controlURL": .string(control),
+                                       "caPath": .string(folder + "/ca.pem"), "keyPath": .string(keyPath), "keyID": .string(keyID), "teamID": .string(teamID),
+                                       "kept": .array(reused.map(JSONValue.string)), "devices": .array(devices)]
+                say(line.jsonString)
+                try await tasks.next()
+                return
+            }
             say("""
                 Isle simulator (\(c.environment.rawValue)\(virtualClock ? ", virtual clock" : ""))
                   APNs:     \(sim.apnsURL)   (HTTP/2 + TLS; device pushes)
