@@ -54,6 +54,7 @@ SECRET_OPERATIONS = {
     ("PUT", "/v1/activities/{activity}/token"),
     ("POST", "/v1/activities/{activity}/dismissed"),
     ("POST", "/v1/activities/{activity}/ended"),
+    ("POST", "/v1/topics/{topic}/channel"),
 }
 # Fresh Idempotency-Keys for requests whose secret is refused (see map_case).
 FRESH_KEYS = itertools.count(1)
