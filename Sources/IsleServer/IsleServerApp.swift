@@ -20,6 +20,12 @@ import Synchronization
 public final class IsleServerApp: Service {
     public let store: any IsleStore
     public let engine: DeliveryEngine
+    let topics: TopicAudiences
+    let renewals: Renewals
+    /// Sweeps finished since start: of topic channels to close, and of renewals due (what a test
+    /// waits on to see that a sweep ran and did nothing).
+    public var topicSweeps: Int { topics.sweeps.load(ordering: .relaxed) }
+    public var renewalSweeps: Int { renewals.sweeps.load(ordering: .relaxed) }
     public let configuration: ServerConfiguration
     let clients: APNsClients
     let clock: any WallClock
@@ -39,6 +45,8 @@ public final class IsleServerApp: Service {
         engine = DeliveryEngine(store: store, configuration: configuration, clients: clients, clock: clock, logger: logger)
         let topics = TopicAudiences(store: store, clients: clients, apps: engine.apps, configuration: configuration, clock: clock, logger: logger)
         let renewals = Renewals(store: store, engine: engine, configuration: configuration, clock: clock, logger: logger)
+        self.topics = topics
+        self.renewals = renewals
         let services = APIServices(lookups: store, engine: engine, topics: topics, renewals: renewals, clock: clock, logger: logger, environmentName: configuration.apnsDescription,
                                                                    configuration: configuration,
                                                                    authFailures: KeyedRateLimiter(configuration.authFailureLimit, what: "this address sent wrong keys: it", clock: clock),

@@ -31,8 +31,9 @@ struct RenewalTests {
             #expect(renew.status == 200 && renew.json["activityID"]?.stringValue == firstID && renew.json["successorID"] == .null, "\(renew.json.jsonString)")
 
             // 7 hours: nothing yet.
+            let swept = f.server.app.renewalSweeps
             f.clock.advance(by: 7 * 3600)
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("two renewal sweeps after the clock moved") { f.server.app.renewalSweeps >= swept + 2 }
             #expect(try f.sim.world.device(f.device).activities.filter { $0.startedBy == .push }.isEmpty, "no successor before the renewal's lead")
             // 7 h 31 min: the successor starts, with the old one's attributes and content.
             f.clock.advance(by: 31 * 60)
@@ -66,8 +67,9 @@ struct RenewalTests {
             #expect(byKey.json["id"]?.stringValue == successorID && byKey.json["topics"] == ["flights"], "\(byKey.json.jsonString)")
             // Stopped: no third one.
             #expect(try await f.call("DELETE", "/v1/activities/\(successorID)/renewal", key: f.backendKey).status == 204)
+            let sweptLater = f.server.app.renewalSweeps
             f.clock.advance(by: 7 * 3600)
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("two renewal sweeps after the clock moved") { f.server.app.renewalSweeps >= sweptLater + 2 }
             #expect(try f.sim.world.device(f.device).activities.filter { $0.startedBy == .push }.count == 1)
         }
     }

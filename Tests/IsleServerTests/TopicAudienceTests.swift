@@ -153,8 +153,9 @@ struct TopicAudienceTests {
             let c = try await ask("c")
             #expect(c.status == 409 && c.json["error"]?["code"] == "channelLimit", "\(c.json.jsonString)")
             // Idle past its time, b stays while its follower lives…
+            let swept = f.server.app.topicSweeps
             f.clock.advance(by: 120)
-            try await Task.sleep(for: .milliseconds(400))
+            try await eventually("two topic sweeps after the clock moved") { f.server.app.topicSweeps >= swept + 2 }
             #expect(try await f.call("GET", "/v1/topics/b", key: f.backendKey).json["channels"]?.arrayValue?.count == 1)
             // …and closes once it has none.
             _ = act

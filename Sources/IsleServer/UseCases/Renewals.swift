@@ -5,6 +5,7 @@ import IsleHTTPAPI
 import IsleStore
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// Activities that outlive 8 hours (docs/server.md, "Activities that outlive 8 hours"): the system
 /// ends a Live Activity 8 hours after it started, so before that (`renewalLead`) an activity the
@@ -21,6 +22,8 @@ final class Renewals: Service {
     let configuration: ServerConfiguration
     let clock: any WallClock
     let logger: Logger
+    /// Sweeps finished (``IsleServerApp``'s count, for tests).
+    let sweeps = Atomic<Int>(0)
 
     init(store: any Store, engine: DeliveryEngine, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
         self.store = store
@@ -105,6 +108,7 @@ final class Renewals: Service {
                 try? await Task.sleep(for: min(.seconds(1), self.configuration.sweepInterval))
                 if Task.isCancelled { break }
                 await self.sweep()
+                self.sweeps.add(1, ordering: .relaxed)
             }
         }
     }

@@ -24,6 +24,8 @@ final class TopicAudiences: Service {
     /// Until when the sweep runs every second: a topic just ended, and its channels close once
     /// its end went out (seconds, not a whole sweep interval, later).
     let endingUntil = Mutex<ContinuousClock.Instant?>(nil)
+    /// Sweeps finished (``IsleServerApp``'s count, for tests).
+    let sweeps = Atomic<Int>(0)
 
     init(store: any Store, clients: APNsClients, apps: AppCache, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
         self.store = store
@@ -131,6 +133,7 @@ final class TopicAudiences: Service {
                 guard ending || now - last >= self.configuration.sweepInterval else { continue }
                 last = now
                 await self.sweep()
+                self.sweeps.add(1, ordering: .relaxed)
             }
         }
     }
