@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI's release check: build the tarball, check its files' modes and owners, check the binary needs
-# no Swift library (ldd), run `isle --version` and `isle demo` from the unpacked tarball in an empty
-# directory, then follow the installation lines at the top of its isle.service as written, in a
+# no Swift library (ldd), run `isle --version`, `isle demo` and `isle sim` (with curl pushing to it)
+# from the unpacked tarball in an empty directory, then follow the installation lines at the top of its isle.service as written, in a
 # temporary root, and run the installed unit's server until GET /ready answers and SIGTERM stops it.
 #   scripts/check-release.sh            # builds dist/isle-….tar.gz with scripts/release.sh first
 #   scripts/check-release.sh TARBALL    # checks a tarball built before (no build)
@@ -11,6 +11,7 @@ set -euo pipefail
 TARBALL=""
 if [ $# -gt 0 ]; then TARBALL=$(realpath "$1"); fi
 cd "$(dirname "$0")/.."
+REPO_ROOT=$PWD
 [ -n "$TARBALL" ] || TARBALL=$(bash scripts/release.sh | tail -1)
 
 fail() { echo "release check: $*" >&2; exit 1; }
@@ -45,6 +46,11 @@ fi
 EMPTY=$(mktemp -d)
 (cd "$EMPTY" && env -i PATH=/usr/bin:/bin HOME="$EMPTY" "$BIN" --version | grep -q "^isle .*(commit ") || { echo "release check: isle --version does not name its commit"; exit 1; }
 (cd "$EMPTY" && env -i PATH=/usr/bin:/bin HOME="$EMPTY" "$BIN" demo > "$WORK/demo.log" 2>&1) || { tail -20 "$WORK/demo.log"; echo "release check: isle demo failed from the tarball"; exit 1; }
+# isle sim from the tarball, for a team without Swift: started in the empty directory, a third-party
+# client (curl --http2, with the tarball's isle jwt) pushes a start, an update, an end, a widgets push
+# and a broadcast to it, and the simulated phone shows each (scripts/try-third-party.sh).
+(cd "$EMPTY" && env -i PATH=/usr/bin:/bin HOME="$EMPTY" bash "$REPO_ROOT/scripts/try-third-party.sh" --only curl "$BIN") > "$WORK/sim.log" 2>&1 \
+  || { tail -40 "$WORK/sim.log"; echo "release check: isle sim from the tarball did not take a third-party client's pushes"; exit 1; }
 rm -rf "$EMPTY"; EMPTY=""
 
 # --- The installation lines of isle.service, as written, in a temporary root ---------------------

@@ -46,7 +46,7 @@ isle push update --token "$TOKEN" --priority 10 \
 # --- README: or with any client: curl over HTTP/2 with a JWT from isle jwt ---------------------
 curl --http2 --cacert /tmp/isle-sim/ca.pem \
   -H "authorization: bearer $(isle jwt)" -H "apns-push-type: liveactivity" \
-  -H "apns-topic: com.example.pizza.push-type.liveactivity" -H "apns-priority: 5" \
+  -H "apns-topic: com.example.pizza.push-type.liveactivity" -H "apns-priority: 10" \
   -d "{\"aps\":{\"timestamp\":$(date +%s),\"event\":\"update\",\"content-state\":{\"driverName\":\"Curl\",\"deliveryTimer\":[788918400,788919900]}}}" \
   "https://127.0.0.1:18443/3/device/$TOKEN" -s -o /dev/null -w "%{http_code} HTTP/%{http_version}\n" | tee /tmp/isle-sim-curl.txt
 grep -q "^200 HTTP/2" /tmp/isle-sim-curl.txt
@@ -95,3 +95,31 @@ print("isle sim --json: one line, and its control API answers at %s" % info["con
 PY
 kill $JSIM; wait $JSIM 2>/dev/null || true
 rm -rf "$J"
+
+# --- A library with a fixed host and the team's own CA: --hostname, --ca-cert/--ca-key -------------
+# The team's CA (made here with openssl); the simulator's certificate for Apple's sandbox name is
+# signed by it, and a strict verifier that trusts only that CA accepts it under that name.
+T=$(mktemp -d)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 -subj "/O=Example Team/CN=Example Team CI Root" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" -addext "subjectKeyIdentifier=hash" \
+  -keyout "$T/team-ca-key.pem" -out "$T/team-ca.pem" 2>/dev/null
+.build/debug/isle sim --json --dir "$T/sim" --apns-port 0 --control-port 0 --hostname api.sandbox.push.apple.com \
+  --ca-cert "$T/team-ca.pem" --ca-key "$T/team-ca-key.pem" > "$T/out" 2> "$T/err" &
+TSIM=$!
+trap 'kill $SIM $TSIM 2>/dev/null; wait $SIM $TSIM 2>/dev/null || true; rm -rf "$T"' EXIT
+for _ in $(seq 1 100); do [ -s "$T/out" ] && break; kill -0 $TSIM 2>/dev/null || break; sleep 0.1; done
+[ -s "$T/out" ] || { cat "$T/err"; echo "isle sim --hostname --ca-cert did not start"; exit 1; }
+TPORT=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["apnsURL"].rsplit(":",1)[1])' "$T/out")
+python3 scripts/strict-tls.py "$T/team-ca.pem" "$TPORT" api.sandbox.push.apple.com
+cmp -s "$T/team-ca.pem" "$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["caPath"])' "$T/out")" \
+  || { echo "the caPath of isle sim --ca-cert is not the team's CA"; exit 1; }
+# A name the certificate does not carry is refused by the same verifier.
+if python3 scripts/strict-tls.py "$T/team-ca.pem" "$TPORT" api.push.apple.com >/dev/null 2>&1; then
+  echo "a strict verifier accepted the simulator's certificate for a name it was not given"; exit 1
+fi
+echo "isle sim --hostname api.sandbox.push.apple.com --ca-cert: a strict verifier trusting only the team's CA accepts it"
+# A CA that is not a CA is refused with the flag's name.
+if .build/debug/isle sim --dir "$T/sim2" --ca-cert "$T/team-ca.pem" --ca-key /dev/null > "$T/bad" 2>&1; then echo "isle sim took an empty --ca-key"; exit 1; fi
+grep -q -- "--ca-key" "$T/bad" || { cat "$T/bad"; echo "the --ca-key error does not name the flag"; exit 1; }
+kill $TSIM; wait $TSIM 2>/dev/null || true
+rm -rf "$T"

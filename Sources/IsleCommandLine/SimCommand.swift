@@ -36,6 +36,12 @@ struct SimCommand: AsyncParsableCommand {
     var certificate: String?
     @Option(name: .customLong("cert-key"), help: ArgumentHelp("The private key (PEM) for --cert.", valueName: "file"))
     var certificateKey: String?
+    @Option(name: .customLong("hostname"), parsing: .singleValue, help: ArgumentHelp("Another DNS name for the server certificate, beside localhost, 127.0.0.1 and ::1 (repeat for more) — e.g. api.sandbox.push.apple.com for a library whose APNs host is fixed, resolved to 127.0.0.1 on the test machine.", valueName: "name"))
+    var hostnames: [String] = []
+    @Option(name: .customLong("ca-cert"), help: ArgumentHelp("Sign the server certificate with this CA (PEM) — one your machines already trust — instead of a CA of the simulator's; with --ca-key.", valueName: "file"))
+    var caCertificate: String?
+    @Option(name: .customLong("ca-key"), help: ArgumentHelp("The private key (PEM) of --ca-cert.", valueName: "file"))
+    var caKey: String?
     @Flag(name: .customLong("json"), help: "Print where it listens as one JSON line (apnsURL, broadcastURL, managementURL, controlURL, caPath, keyPath, keyID, teamID, environment, virtualClock, devices) instead of the prose, for scripts.")
     var json = false
     @Flag(name: .customLong("virtual-clock"), help: "Start a virtual clock at now that only moves through POST /clock/advance.")
@@ -99,10 +105,52 @@ struct SimCommand: AsyncParsableCommand {
     var tokenAfterForceQuit = false
     @Flag(name: .customLong("token-while-terminated"), help: "Hand a push-started activity its update token while its app is not running (by default it waits until the app is opened, as developers report).")
     var tokenWhileTerminated = false
-    @Option(name: .customLong("widget-daily-budget")) var widgetDailyBudget = 70
+    @Option(name: .customLong("widget-daily-budget"), help: "Most widget reloads per widget per 24 h; each widget draws its budget (seeded) from --widget-daily-budget-min to this (WidgetKit: 40 to 70 for a widget viewed often).")
+    var widgetDailyBudget = 70
+    @Option(name: .customLong("widget-daily-budget-min"), help: "Fewest reloads a widget's daily budget is drawn with (equal to --widget-daily-budget: a fixed budget).")
+    var widgetDailyBudgetMinimum: Int?
+
+    // Never kinder than Apple (docs/simulator.md): each seeded by --seed, each default the stricter reading.
+    @Flag(name: .customLong("lenient"), help: "Turn off every 'never kinder than Apple' choice below (widget pushes inside the 200, a fixed widget budget, no GOAWAY for errors, no connection-rate limit, no token changes by themselves, no reordering, no priority-5 loss, always the newest stored push); the options after it then change single ones.")
+    var lenient = false
+    @Option(name: .customLong("widget-push-delay-max"), help: "A widgets push reloads a seeded 1 s to this many seconds after APNs' 200 (WidgetKit delivers them opportunistically; 0: inside the 200).")
+    var widgetPushDelayMaximum: Double?
+    @Option(name: .customLong("connection-error-limit"), help: "Error points on one connection (a 4xx but 410: 1; BadDeviceToken: 4) that bring a GOAWAY (APNs drops connections with too many errors; 0: never).")
+    var connectionErrorLimit: Int?
+    @Option(name: .customLong("connection-rate-limit"), help: "New connections per --connection-rate-window before more are closed at once (APNs treats rapid connect/disconnect as a denial of service; 0: no limit).")
+    var connectionRateLimit: Int?
+    @Option(name: .customLong("connection-rate-window"), help: "Seconds of the connection-rate window.")
+    var connectionRateWindow: Double?
+    @Option(name: .customLong("token-rotation"), help: ArgumentHelp("Hours after which an activity's push token changes by itself, drawn (seeded) from MIN-MAX, or off (Apple: it may change throughout the activity).", valueName: "MIN-MAX|off"))
+    var tokenRotation: String?
+    @Option(name: .customLong("push-to-start-token-rotation"), help: ArgumentHelp("The same for push-to-start and widget push tokens (Apple: they may change over time).", valueName: "MIN-MAX|off"))
+    var pushToStartTokenRotation: String?
+    @Option(name: .customLong("reorder"), help: "Share (0–1) of Live Activity pushes APNs holds a moment, so a later push to the same token may arrive first (Apple: APNs may reorder).")
+    var reorder: Double?
+    @Option(name: .customLong("reorder-delay-max"), help: "Longest such hold, in seconds.")
+    var reorderDelayMaximum: Double?
+    @Option(name: .customLong("low-priority-loss"), help: "Share (0–1) of priority-5 pushes never delivered (Apple: in some cases not delivered).")
+    var lowPriorityLoss: Double?
+    @Option(name: .customLong("stored-not-newest"), help: "Share (0–1) of pushes to an offline device where APNs keeps the earlier stored push instead of the newer (Apple: in most cases the latest).")
+    var storedNotNewest: Double?
+
+    /// `MIN-MAX` hours (or `off`) as a range of seconds.
+    static func hours(_ text: String, flag: String) throws -> ClosedRange<TimeInterval>? {
+        if text == "off" { return nil }
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, let lo = Double(parts[0]), let hi = Double(parts[1]), lo.isFinite, hi.isFinite, lo > 0, hi >= lo, hi <= 24 * 365 else {
+            throw CLIError("\(flag) \(text): expected MIN-MAX hours such as 1-7 (MIN above 0, MAX at least MIN), or off")
+        }
+        return (lo * 3600)...(hi * 3600)
+    }
 
     func validate() throws {
         if (certificate == nil) != (certificateKey == nil) { throw CLIError("--cert and --cert-key go together") }
+        if (caCertificate == nil) != (caKey == nil) { throw CLIError("--ca-cert and --ca-key go together") }
+        if certificate != nil, caCertificate != nil || !hostnames.isEmpty { throw CLIError("--cert serves a certificate as it is; --ca-cert and --hostname make one, so they do not go with it") }
+        for name in hostnames where !CertificateAuthority.isValidDNSName(name) {
+            throw CLIError("--hostname \(name): not a DNS name (letters, digits, hyphens and dots, such as api.sandbox.push.apple.com; a leading *. for a wildcard)")
+        }
         if (deviceName == nil) && (app != nil || !schemas.isEmpty) { throw CLIError("--app and --schema need --device") }
         for (name, v) in [("--hourly-budget", hourlyBudget), ("--frequent-hourly-budget", frequentHourlyBudget), ("--max-activities-per-app", maxPerApp), ("--max-activities-per-device", maxPerDevice), ("--widget-daily-budget", widgetDailyBudget)] where v < 1 {
             throw CLIError("\(name) must be at least 1")
@@ -114,38 +162,52 @@ struct SimCommand: AsyncParsableCommand {
         if !(pushToStartWindow > 0 && pushToStartWindow <= 7 * 86400) { throw CLIError("--push-to-start-window must be more than 0 and at most 604800 seconds") }
         if let m = lowPriorityDelayMaximum, m < (lowPriorityDelay ?? 0) { throw CLIError("--low-priority-delay-max must be at least --low-priority-delay") }
         if ![apnsPort, broadcastPort, managementPort, controlPort].allSatisfy({ (0...65535).contains($0) }) { throw CLIError("ports are 0…65535") }
+        for (name, p) in [("--reorder", reorder), ("--low-priority-loss", lowPriorityLoss), ("--stored-not-newest", storedNotNewest)] {
+            if let p, !(p >= 0 && p <= 1) { throw CLIError("\(name) must be a share from 0 to 1, such as 0.05") }
+        }
+        for (name, v) in [("--widget-push-delay-max", widgetPushDelayMaximum), ("--connection-rate-window", connectionRateWindow), ("--reorder-delay-max", reorderDelayMaximum)] {
+            if let v, !(v >= 0 && v <= 86_400) { throw CLIError("\(name) must be from 0 to 86400 seconds") }
+        }
+        for (name, v) in [("--connection-error-limit", connectionErrorLimit), ("--connection-rate-limit", connectionRateLimit)] {
+            if let v, v < 0 { throw CLIError("\(name) must be 0 (off) or more") }
+        }
+        if let m = widgetDailyBudgetMinimum, !(1...widgetDailyBudget).contains(m) { throw CLIError("--widget-daily-budget-min must be from 1 to --widget-daily-budget (\(widgetDailyBudget))") }
+        if connectionRateWindow == 0 { throw CLIError("--connection-rate-window must be more than 0") }
+        if let t = tokenRotation { _ = try Self.hours(t, flag: "--token-rotation") }
+        if let t = pushToStartTokenRotation { _ = try Self.hours(t, flag: "--push-to-start-token-rotation") }
         if singleHost, broadcastPort != 0 || managementPort != 0 { throw CLIError("--single-host serves everything on --apns-port; leave out --broadcast-port and --management-port") }
     }
 
-    /// The server certificate (chain and key) kept in `folder`, made with a CA (`ca.pem`) the first
-    /// time; made again when a file is missing or older than 300 days (it is valid for a year).
-    /// `again`: the folder's were used.
-    static func serverCertificate(in folder: String) throws -> (chain: String, key: String, again: Bool) {
-        let (caPath, certPath, keyPath) = (folder + "/ca.pem", folder + "/server-cert.pem", folder + "/server-key.pem")
+    /// The CA kept in `folder` (`ca.pem`, and its key `ca-key.pem`, owner-only), made the first
+    /// time and again when a file is missing, unreadable or older than 9 years (it is valid for 10).
+    /// The server certificate is issued from it at each start, for the names asked for then, so a
+    /// server that trusts `ca.pem` keeps working across restarts. `again`: the folder's CA was used.
+    static func keptCertificateAuthority(in folder: String) throws -> (ca: CertificateAuthority, again: Bool) {
+        let (caPath, keyPath) = (folder + "/ca.pem", folder + "/ca-key.pem")
         let fresh = { (path: String) -> Bool in
             guard let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date else { return false }
-            return Date().timeIntervalSince(modified) < 300 * 86_400
+            return Date().timeIntervalSince(modified) < 9 * 365 * 86_400
         }
-        if [caPath, certPath, keyPath].allSatisfy(fresh),
-           let chain = try? String(contentsOfFile: certPath, encoding: .utf8), let key = try? String(contentsOfFile: keyPath, encoding: .utf8) {
-            return (chain, key, true)
+        if fresh(caPath), fresh(keyPath), let cert = try? String(contentsOfFile: caPath, encoding: .utf8), let key = try? String(contentsOfFile: keyPath, encoding: .utf8),
+           let ca = try? CertificateAuthority(certificatePEM: cert, privateKeyPEM: key) {
+            return (ca, true)
         }
         let ca: CertificateAuthority
-        let leaf: (certificatePEM: String, privateKeyPEM: String)
+        let keyText: String
         do {
             ca = try CertificateAuthority(commonName: "Isle Simulator CA")
-            leaf = try ca.issueServerCertificate()
-        } catch { throw CLIError("cannot make the simulator's certificate: \(error)") }
-        for (path, text, mode) in [(caPath, ca.certificatePEM, 0o644), (certPath, leaf.certificatePEM, 0o644), (keyPath, leaf.privateKeyPEM, 0o600)] {
+            keyText = try ca.privateKeyPEM()
+        } catch { throw CLIError("cannot make the simulator's CA: \(error)") }
+        // Earlier versions kept the server certificate itself here; it is issued at each start now.
+        for old in ["/server-cert.pem", "/server-key.pem"] { try? FileManager.default.removeItem(atPath: folder + old) }
+        for (path, text, mode) in [(keyPath, keyText, 0o600), (caPath, ca.certificatePEM, 0o644)] {
             try? FileManager.default.removeItem(atPath: path)
             let body = text.hasSuffix("\n") ? text : text + "\n"
             guard FileManager.default.createFile(atPath: path, contents: Data(body.utf8), attributes: [.posixPermissions: mode]) else {
                 throw CLIError("--dir: cannot write \(path)")
             }
         }
-        // As written, so a later start reads the same text back.
-        let pem = { (text: String) in text.hasSuffix("\n") ? text : text + "\n" }
-        return (pem(leaf.certificatePEM), pem(leaf.privateKeyPEM), false)
+        return (ca, false)
     }
 
     func run() async throws {
@@ -168,15 +230,22 @@ struct SimCommand: AsyncParsableCommand {
         if let certificate, let certificateKey {
             c.certificateChainPEM = String(decoding: try Inputs.read(certificate, flag: "--cert"), as: UTF8.self)
             c.privateKeyPEM = String(decoding: try Inputs.read(certificateKey, flag: "--cert-key"), as: UTF8.self)
+        } else if let caCertificate, let caKey {
+            // The team's CA: the server certificate chains to a root its machines already trust.
+            do {
+                c.certificateAuthority = try CertificateAuthority(certificatePEM: String(decoding: try Inputs.read(caCertificate, flag: "--ca-cert"), as: UTF8.self),
+                                                                  privateKeyPEM: String(decoding: try Inputs.read(caKey, flag: "--ca-key"), as: UTF8.self))
+            } catch let e as CertificateAuthorityError {
+                throw CLIError("--\(e.field == "caKey" ? "ca-key" : "ca-cert"): \(e.reason)")
+            }
         } else if dir != nil {
-            // A folder of one's own keeps its CA and server certificate across restarts: a server
-            // configured with its ca.pem keeps trusting the simulator started again there.
-            let (chain, privateKey, again) = try Self.serverCertificate(in: folder)
-            c.certificateChainPEM = chain
-            c.privateKeyPEM = privateKey
-            c.caCertificatePath = nil
+            // A folder of one's own keeps its CA across restarts: a server configured with its
+            // ca.pem keeps trusting the simulator started again there.
+            let (ca, again) = try Self.keptCertificateAuthority(in: folder)
+            c.certificateAuthority = ca
             if again { reused.append("CA") }
         }
+        c.hostnames = hostnames
         if realistic { c.device = .realistic(seed: seed) }
         c.device.seed = seed
         if let lowPriorityDelay {
@@ -203,6 +272,19 @@ struct SimCommand: AsyncParsableCommand {
         c.device.budgetPerApp = !budgetPerActivity
         c.device.perTokenWindow = perTokenWindow
         c.device.widgetDailyReloadBudget = widgetDailyBudget
+        c.device.widgetDailyReloadBudgetMinimum = min(c.device.widgetDailyReloadBudgetMinimum, widgetDailyBudget)
+        if lenient { c.device.disableLeeway() }
+        if let m = widgetDailyBudgetMinimum { c.device.widgetDailyReloadBudgetMinimum = m }
+        if let v = widgetPushDelayMaximum { c.device.widgetPushDelayMaximum = v }
+        if let v = connectionErrorLimit { c.device.connectionErrorLimit = v }
+        if let v = connectionRateLimit { c.device.connectionRateLimit = v }
+        if let v = connectionRateWindow { c.device.connectionRateWindow = v }
+        if let t = tokenRotation { c.device.activityTokenRotation = try Self.hours(t, flag: "--token-rotation") }
+        if let t = pushToStartTokenRotation { c.device.pushToStartTokenRotation = try Self.hours(t, flag: "--push-to-start-token-rotation") }
+        if let v = reorder { c.device.reorderProbability = v }
+        if let v = reorderDelayMaximum { c.device.reorderDelayMaximum = v }
+        if let v = lowPriorityLoss { c.device.lowPriorityLossProbability = v }
+        if let v = storedNotNewest { c.device.storedPushNotNewestProbability = v }
 
         // A provider key: the one given (read before anything starts), the one this --dir already
         // holds, or one made now.

@@ -61,6 +61,9 @@ public struct HTTP2ServerResponse: Sendable {
     }
 }
 
+/// A connection the server's `admit` refused: closed before TLS.
+struct ConnectionRefused: Error {}
+
 /// A plain HTTP/2-over-TLS server (ALPN `h2`) on raw swift-nio-http2, for fakes and sinks.
 ///
 /// ``bind(configuration:logger:handler:)`` binds at once so the port is known; ``run()`` serves
@@ -81,6 +84,9 @@ public final class HTTP2TLSServer: Service {
         public var maxConcurrentStreams: Int
         /// Largest request body accepted; larger bodies are cut off and the stream reset.
         public var maxBodySize: Int
+        /// Asked for each new connection as it is accepted: false closes it at once, before TLS
+        /// (a server that blocks a client opening connections too fast).
+        public var admit: (@Sendable () -> Bool)?
 
         public init(host: String = "127.0.0.1", port: Int = 0, certificateChainPEM: String, privateKeyPEM: String, maxConcurrentStreams: Int = 1000, maxBodySize: Int = 1 << 20) {
             self.host = host
@@ -151,6 +157,10 @@ public final class HTTP2TLSServer: Service {
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: configuration.host, port: configuration.port) { channel in
                 channel.eventLoop.makeCompletedFuture { () throws -> Connection in
+                    if let admit = configuration.admit, !admit() {
+                        channel.close(promise: nil)
+                        throw ConnectionRefused()
+                    }
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     let multiplexer = try channel.pipeline.syncOperations.configureAsyncHTTP2Pipeline(mode: .server, configuration: http2Configuration) { stream in
                         stream.eventLoop.makeCompletedFuture { () throws -> Stream in

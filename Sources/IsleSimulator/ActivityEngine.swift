@@ -43,6 +43,10 @@ struct ActivityEngine {
         if stateSize + a.attributes.jsonBytes.count > configuration.maximumActivityDataSize {
             return PushOutcome(.tooLarge, "Dropped: content-state and attributes together are \(stateSize + a.attributes.jsonBytes.count) bytes; ActivityKit allows \(configuration.maximumActivityDataSize).")
         }
+        // "In some cases, not delivered" (Apple, apns-priority): a seeded share of priority 5 is lost.
+        if priority < 10, configuration.lowPriorityLossProbability > 0, Double.random(in: 0..<1, using: &random) < configuration.lowPriorityLossProbability {
+            return PushOutcome(.lostLowPriority, "Not delivered: APNs delivers priority \(priority) opportunistically and, in some cases, not at all (Apple, apns-priority); this one never reached the device (seeded, docs/simulator.md). Send what must arrive at priority 10, and keep state a later push can correct.")
+        }
         if priority >= 10 {
             let perApp = configuration.budgetPerApp
             var log = perApp ? appBudget : a.budgetLog
@@ -67,6 +71,7 @@ struct ActivityEngine {
         var applied = apply(aps, activity: &a, app: app, at: now)
         if let t = Self.apsDate(aps["timestamp"])?.timeIntervalSince1970, t > 1e11 {
             applied.sentence += " Flagged: timestamp \(aps["timestamp"]!.briefDescription) looks like milliseconds: every later update in seconds will be ignored as older."
+            applied.code = .flagged
         }
         return flagged(applied, aps["content-state"], attributesType: a.attributesType, app: app)
     }
@@ -87,6 +92,7 @@ struct ActivityEngine {
         guard let first = late.first, let v = first.value.numberValue?.doubleValue else { return outcome }
         var o = outcome
         let shown = Date(timeIntervalSinceReferenceDate: v)
+        o.code = .flagged
         o.sentence += " Flagged: \(first.path) = \(first.value.briefDescription) decodes as \(Clock.text(shown)), about 31 years late — it looks like Unix time; send \(Int64(saturating: v - ActivityKitEncoding.referenceDateOffset))."
         o.field = first.path
         o.expected = "seconds since 2001-01-01"

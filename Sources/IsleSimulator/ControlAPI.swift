@@ -31,6 +31,58 @@ struct ControlAPI {
         return try await JSONBody.read(&request, limit: 4 << 20).object
     }
 
+    /// `GET /events`' filters: `device`, `apnsID`, `token`, `activity`, `outcome` and `source`
+    /// (comma-separated lists), `after` (a cursor from an earlier answer), `limit` (1–10000).
+    static func eventQuery(_ parameters: Parameters) throws -> EventQuery {
+        let known: Set<String> = ["device", "apnsID", "token", "activity", "outcome", "source", "after", "limit", "wait"]
+        for (name, _) in parameters where !known.contains(String(name)) {
+            throw APIError(.badRequest, "invalidArgument", "unknown query parameter \(name); GET /events takes \(known.sorted().joined(separator: ", "))", field: String(name))
+        }
+        func one(_ name: String) throws -> String? {
+            let values = parameters.getAll(name)
+            guard values.count <= 1 else { throw APIError(.badRequest, "invalidArgument", "\(name) is given more than once", field: name) }
+            guard let first = values.first else { return nil }
+            let v = String(first)
+            guard !v.isEmpty else { throw APIError(.badRequest, "invalidArgument", "\(name) is empty", field: name) }
+            return v
+        }
+        var q = EventQuery(deviceID: try one("device"), apnsID: try one("apnsID"), token: try one("token"), activityID: try one("activity"))
+        if let list = try one("outcome") {
+            var codes: Set<PushOutcome.Code> = []
+            for name in list.split(separator: ",") {
+                guard let code = PushOutcome.Code(rawValue: String(name)) else {
+                    throw APIError(.badRequest, "invalidArgument", "outcome \(name) is not an outcome; they are \(PushOutcome.Code.allCases.map(\.rawValue).joined(separator: ", "))", field: "outcome")
+                }
+                codes.insert(code)
+            }
+            q.outcomes = codes
+        }
+        if let list = try one("source") {
+            var sources: Set<DeviceEvent.Source> = []
+            for name in list.split(separator: ",") {
+                guard let source = DeviceEvent.Source(rawValue: String(name)) else {
+                    throw APIError(.badRequest, "invalidArgument", "source \(name) is not push, app, user or system", field: "source")
+                }
+                sources.insert(source)
+            }
+            q.sources = sources
+        }
+        if let after = try one("after") {
+            guard let cursor = EventCursor(text: after) else {
+                throw APIError(.badRequest, "invalidArgument", "after must be the cursor of an earlier answer (such as device-1=4,device-2=0)", field: "after")
+            }
+            q.after = cursor
+        }
+        if let limit = try one("limit") {
+            guard let n = Int(limit), (1...10_000).contains(n) else { throw APIError(.badRequest, "invalidArgument", "limit must be an integer from 1 to 10000", field: "limit") }
+            q.limit = n
+        }
+        if let token = q.token, !(token.count % 2 == 0 && token.allSatisfy(\.isHexDigit)) {
+            throw APIError(.badRequest, "invalidArgument", "token must be a device token in hexadecimal", field: "token")
+        }
+        return q
+    }
+
     static func string(_ o: JSONObject, _ key: String, required: Bool = true) throws -> String? {
         switch o[key] {
         case .string(let s)? where !s.isEmpty: return s
@@ -135,6 +187,24 @@ struct ControlAPI {
         router.get("devices/:device/events") { _, context in
             let id = try context.parameters.require("device")
             return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) }.events)
+        }
+        // Every device's events, filtered, after a cursor, waiting for the first match (long poll).
+        router.get("events") { request, _ in
+            let query = try ControlAPI.eventQuery(request.uri.queryParameters)
+            let waitText = request.uri.queryParameters["wait"].map(String.init)
+            var wait = 0.0
+            if let waitText {
+                guard let w = Double(waitText), w.isFinite, w >= 0, w <= 60 else {
+                    throw APIError(.badRequest, "invalidArgument", "wait must be a number of seconds from 0 to 60 (how long to wait for a first matching event)", field: "wait")
+                }
+                wait = w
+            }
+            let (events, cursor) = wait > 0 ? await world.waitForEvents(matching: query, timeout: .milliseconds(Int64(wait * 1000))) : world.events(matching: query)
+            struct Page: Encodable {
+                var events: [FoundEvent]
+                var cursor: String
+            }
+            return try ControlAPI.json(Page(events: events, cursor: cursor.text))
         }
         router.get("devices/:device/screen") { _, context in
             let id = try context.parameters.require("device")
@@ -268,8 +338,8 @@ struct ControlAPI {
             let bundle = try context.parameters.require("bundle")
             let o = try await ControlAPI.body(request)
             guard let enabled = try ControlAPI.bool(o, "enabled") else { throw APIError(.badRequest, "invalidArgument", "enabled is required", field: "enabled") }
-            world.setBroadcastCapability(bundleID: bundle, enabled: enabled)
-            return ControlAPI.raw(["bundleID": .string(bundle), "enabled": .bool(enabled)])
+            let deleted = world.setBroadcastCapability(bundleID: bundle, enabled: enabled)
+            return ControlAPI.raw(["bundleID": .string(bundle), "enabled": .bool(enabled), "deletedChannels": .int(Int64(deleted))])
         }
 
         router.post("failures") { request, _ in

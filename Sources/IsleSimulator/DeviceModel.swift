@@ -13,8 +13,11 @@ public enum SimulatedActivityState: String, Sendable, Hashable, Codable {
 /// What the device did with one push: the answer to "APNs said 200, why didn't it change?"
 /// (docs/protocol.md, Simulated device).
 public struct PushOutcome: Sendable, Hashable, Codable {
-    public enum Code: String, Sendable, Hashable, Codable {
+    public enum Code: String, Sendable, Hashable, Codable, CaseIterable {
         case applied, started, ended
+        /// Applied (or started, or ended), but with something that probably shows wrong: Unix time
+        /// in a `Date` field (31 years late), a timestamp in milliseconds. The sentence says what.
+        case flagged
         case olderTimestamp, activityEnded, decodingFailed, throttled, deferredLowPriority
         case startWithoutAlert, unknownAttributesType, limitReached, tooLarge, liveActivitiesDisabled
         case channelNotFound, widgetsReloaded, widgetReloadDeferred, noWidgets, controlsReloaded, notDelivered
@@ -25,6 +28,14 @@ public struct PushOutcome: Sendable, Hashable, Codable {
         /// More push-to-starts for one app on one device than the system lets through in a short
         /// time (``SimulatorConfiguration/pushToStartLimit``): APNs answered 200, nothing started.
         case pushToStartThrottled
+        /// Priority 5, never delivered (``SimulatorConfiguration/lowPriorityLossProbability``).
+        case lostLowPriority
+        /// APNs holds the push a moment before it reaches the device; a later one may overtake it
+        /// (``SimulatorConfiguration/reorderProbability``).
+        case heldByAPNs
+        /// A `widgets` push accepted; WidgetKit reloads later, opportunistically
+        /// (``SimulatorConfiguration/widgetPushDelayMaximum``).
+        case widgetPushPending
     }
     public var code: Code
     public var sentence: String
@@ -52,6 +63,9 @@ public struct DeviceEvent: Sendable, Hashable, Codable {
     public var apnsID: String?
     public var outcome: PushOutcome?
     public var message: String
+    /// Its number in the device's log, in the order `GET /events` first saw it (nil until then):
+    /// events logged at an earlier moment are sorted in by time, so a reader's place is kept by this.
+    public var seq: Int? = nil
 }
 
 /// An alert as the person sees it, after localization.

@@ -81,6 +81,8 @@ public final class FakeAPNs: Sendable {
         var validated = false
         /// After `TooManyProviderTokenUpdates` the connection is unusable until then (§1.3).
         var unusableUntil: Date?
+        /// Error answers on this connection (when, points), for the GOAWAY after too many.
+        var errors: [(at: Date, points: Int)] = []
     }
 
     /// Which of Apple's hosts a listener stands for (docs/protocol.md §1.1, §7; docs/protocol.md, Wire).
@@ -111,6 +113,35 @@ public final class FakeAPNs: Sendable {
         var iat: Int64
         var signature: [UInt8]
     }
+    /// When recent connections were accepted (real time: a connection storm happens in real time).
+    let recentConnections = Mutex<[ContinuousClock.Instant]>([])
+    /// Connections closed at once for coming too fast.
+    let refusedConnectionCount = Atomic<Int>(0)
+    public var refusedConnections: Int { refusedConnectionCount.load(ordering: .relaxed) }
+
+    /// Whether a new connection is let in: Apple may treat repeatedly opening and closing
+    /// connections as a denial of service and block the client for a while ("Sending notification
+    /// requests to APNs"). Isle's assumption: more than ``SimulatorConfiguration/connectionRateLimit``
+    /// in ``SimulatorConfiguration/connectionRateWindow`` are closed at once, until the window has fewer.
+    public func admitConnection() -> Bool {
+        let c = world.configuration
+        guard c.connectionRateLimit > 0 else { return true }
+        let now = ContinuousClock.now
+        let window = Duration.milliseconds(Int64(c.connectionRateWindow * 1000))
+        let admitted = recentConnections.withLock { t -> Bool in
+            t.removeAll { now - $0 > window }
+            guard t.count < c.connectionRateLimit else { return false }
+            t.append(now)
+            return true
+        }
+        if !admitted {
+            if refusedConnectionCount.wrappingAdd(1, ordering: .relaxed).newValue == 1 {
+                logger.warning("closing new connections: more than \(c.connectionRateLimit) within \(c.connectionRateWindow) s (APNs treats rapid connect/disconnect as a denial of service; docs/simulator.md)")
+            }
+        }
+        return admitted
+    }
+
     /// Tokens already decoded (well-formed ones only; the signature is checked per key in `State`).
     let decodedJWTs = Mutex<[String: DecodedJWT]>([:])
 
@@ -191,6 +222,23 @@ public final class FakeAPNs: Sendable {
         if let failure {
             if let ms = failure.latencyMilliseconds { response.delay = .milliseconds(ms) }
             if failure.goAway { response.goAwayReason = failure.reason ?? "Shutdown" }
+        }
+        // Too many errors on one connection: APNs disconnects it, sooner for BadDeviceToken; 410 is
+        // not an error (Apple, "Handling notification responses from APNs").
+        let limits = world.configuration
+        if limits.connectionErrorLimit > 0, (400...499).contains(response.status), response.status != 410, response.goAwayReason == nil {
+            let now = world.clock.now
+            let points = reason == "BadDeviceToken" ? limits.badDeviceTokenErrorWeight : 1
+            let close = state.withLock { s -> Bool in
+                var c = s.connections[request.connectionID] ?? Connection()
+                c.errors.removeAll { now.timeIntervalSince($0.at) >= limits.connectionErrorWindow }
+                c.errors.append((now, points))
+                let over = c.errors.reduce(0) { $0 + $1.points } >= limits.connectionErrorLimit
+                if over { c.errors.removeAll() }
+                s.connections[request.connectionID] = c
+                return over
+            }
+            if close { response.goAwayReason = reason ?? "BadRequest" }
         }
         if isDevice {
             response.headers.insert(("apns-id", apnsID), at: 0)

@@ -30,6 +30,12 @@ public final class IsleSim: Service {
         public var privateKeyPEM: String?
         /// Where to write the CA certificate (PEM) so clients can trust it.
         public var caCertificatePath: String?
+        /// More DNS names for the server certificate, beside `localhost`, 127.0.0.1 and ::1 — e.g.
+        /// `api.sandbox.push.apple.com` for a library whose host is fixed, resolved to loopback.
+        public var hostnames: [String] = []
+        /// The CA that signs the server certificate (a team's own, or one kept in a folder);
+        /// nil: a new one for this run.
+        public var certificateAuthority: CertificateAuthority?
         public init() {}
     }
 
@@ -89,8 +95,13 @@ public final class IsleSim: Service {
         var chain = configuration.certificateChainPEM
         var key = configuration.privateKeyPEM
         if chain == nil || key == nil {
-            let ca = try CertificateAuthority(commonName: "Isle Simulator CA")
-            let leaf = try ca.issueServerCertificate()
+            for name in configuration.hostnames where !CertificateAuthority.isValidDNSName(name) {
+                throw SimulatorError(.invalidArgument, "hostname \"\(name)\" is not a DNS name (letters, digits, hyphens and dots; a leading *. for a wildcard)", field: "hostname")
+            }
+            let ca = try configuration.certificateAuthority ?? CertificateAuthority(commonName: "Isle Simulator CA")
+            var names = ["localhost"]
+            for name in configuration.hostnames where !names.contains(name.lowercased()) { names.append(name.lowercased()) }
+            let leaf = try ca.issueServerCertificate(dnsNames: names)
             chain = leaf.certificatePEM
             key = leaf.privateKeyPEM
             caCertificatePEM = ca.certificatePEM
@@ -106,7 +117,11 @@ public final class IsleSim: Service {
         // FakeAPNs raises the limit with a SETTINGS frame then.
         func bind(_ port: Int, _ host: FakeAPNs.Host?) async throws -> HTTP2TLSServer {
             try await HTTP2TLSServer.bind(
-                configuration: .init(host: configuration.host, port: port, certificateChainPEM: chain!, privateKeyPEM: key!, maxConcurrentStreams: 1),
+                configuration: {
+                    var c = HTTP2TLSServer.Configuration(host: configuration.host, port: port, certificateChainPEM: chain!, privateKeyPEM: key!, maxConcurrentStreams: 1)
+                    c.admit = { fake.admitConnection() }
+                    return c
+                }(),
                 logger: logger
             ) { request in await fake.handle(request, on: host) }
         }

@@ -79,7 +79,69 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     public var perTokenLimit = 40
     public var perTokenWindow: TimeInterval = 10
 
+    // MARK: Never kinder than Apple (docs/simulator.md, "Never kinder than Apple")
+    // Each is seeded by ``seed``; each default is the stricter reading of what Apple documents.
+
+    /// A `widgets` push is answered 200 at once and reloads the widgets a seeded 1 s to this later:
+    /// Apple: the system "budgets WidgetKit push notifications and delivers them opportunistically"
+    /// (WidgetKit, "Updating widgets with WidgetKit push notifications"). 0: inside the 200.
+    public var widgetPushDelayMaximum: TimeInterval = 30
+    /// Each widget's daily reload budget is drawn (seeded) from this to ``widgetDailyReloadBudget``:
+    /// Apple: "a daily budget typically includes from 40 to 70 refreshes" for a widget the person
+    /// views often (WidgetKit, "Keeping a widget up to date"). Equal to it: a fixed budget.
+    public var widgetDailyReloadBudgetMinimum = 40
+    /// APNs "disconnects connections with too many errors, sooner for some (e.g. BadDeviceToken)";
+    /// 410 is not an error (Apple, "Handling notification responses from APNs"). Isle's assumption:
+    /// error answers on one connection add up — each 4xx but 410 one point, `BadDeviceToken`
+    /// ``badDeviceTokenErrorWeight`` — and the answer that reaches this many within
+    /// ``connectionErrorWindow`` carries a GOAWAY. 0: never.
+    public var connectionErrorLimit = 100
+    public var badDeviceTokenErrorWeight = 4
+    public var connectionErrorWindow: TimeInterval = 300
+    /// Apple: repeatedly opening and closing connections may be treated as a denial of service and
+    /// blocked for a while ("Sending notification requests to APNs"). Isle's assumption: more than
+    /// this many new connections to the simulator's hosts within ``connectionRateWindow`` and the
+    /// next ones are closed at once, until the window has fewer. 0: no limit.
+    public var connectionRateLimit = 100
+    public var connectionRateWindow: TimeInterval = 10
+    /// An activity's push token "may change throughout its duration" (ActivityKit, `pushTokenUpdates`);
+    /// a push-to-start token "may change over time" (`pushToStartTokenUpdates`). Isle's assumption:
+    /// each activity's token changes once at a seeded moment this long after it was issued, each
+    /// push-to-start and widget push token at a seeded moment ``pushToStartTokenRotation`` after.
+    /// The old one answers 410 from then on. nil: tokens change only when asked (`…/rotate-token`).
+    public var activityTokenRotation: ClosedRange<TimeInterval>? = 3600...(7 * 3600)
+    public var pushToStartTokenRotation: ClosedRange<TimeInterval>? = 3600...(24 * 3600)
+    /// "APNs may reorder notifications you send to the same device token" (Apple, "Sending
+    /// notification requests to APNs"). This share of pushes to an online device's Live Activity
+    /// tokens (seeded) is held a random 0.1 s to ``reorderDelayMaximum`` before it reaches the
+    /// device, so a later push may overtake it. 0: every push in arrival order.
+    public var reorderProbability = 0.05
+    public var reorderDelayMaximum: TimeInterval = 2
+    /// Priority 5: "in some cases, not delivered" (Apple, `apns-priority`). This share of
+    /// priority-5 Live Activity pushes (seeded) is never applied (`lostLowPriority`). 0: none lost.
+    public var lowPriorityLossProbability = 0.05
+    /// For an offline device APNs keeps one notification per app — "in most cases" the latest
+    /// (Apple, "Sending notification requests to APNs", Quality of Service). This share of
+    /// replacements (seeded) keeps the earlier push instead. 0: always the newest.
+    public var storedPushNotNewestProbability = 0.05
+
     public init() {}
+
+    /// Every "never kinder than Apple" choice off: widgets pushes reload inside the 200, a fixed
+    /// widget budget, no GOAWAY for errors, no connection-rate limit, tokens that change only when
+    /// asked, pushes in order, no priority-5 loss, the newest push stored — for tests of what a
+    /// server sends rather than of how it copes with APNs' and the device's leeway.
+    public mutating func disableLeeway() {
+        widgetPushDelayMaximum = 0
+        widgetDailyReloadBudgetMinimum = widgetDailyReloadBudget
+        connectionErrorLimit = 0
+        connectionRateLimit = 0
+        activityTokenRotation = nil
+        pushToStartTokenRotation = nil
+        reorderProbability = 0
+        lowPriorityLossProbability = 0
+        storedPushNotNewestProbability = 0
+    }
 
     /// The defaults, but priority 5 applied at once, the install's tokens handed out inside
     /// `install`, a dismissed activity's token answering 410 at once, no per-token limit and a
@@ -94,6 +156,7 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
         c.perTokenLimit = 0
         c.budgetPerApp = false
         c.terminatedWithholdsToken = false
+        c.disableLeeway()
         return c
     }
 

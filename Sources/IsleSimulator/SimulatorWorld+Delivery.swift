@@ -22,6 +22,7 @@ extension SimulatorWorld {
         defer { changes.notify() }
         let now = clock.now
         let (result, widgetWork) = state.withLock { s -> (DeliveryResult, (String, String)?) in
+            rememberPushToken(&s, apnsID: apnsID, token: token)
             guard let owner = s.tokens[token], owner.environment == environment else {
                 return (DeliveryResult(status: 400, reason: "BadDeviceToken", outcome: nil), nil)
             }
@@ -53,13 +54,30 @@ extension SimulatorWorld {
                let answer = dismissedAnswer(&s, deviceID: owner.deviceID, index: i, apnsID: apnsID, now: now) {
                 return (answer, nil)
             }
+            // Reordering: APNs may hold this push a moment; a later one to the same token may pass it.
+            if case .activity = owner.kind, configuration.reorderProbability > 0, s.devices[owner.deviceID]?.isOnline == true,
+               Double.random(in: 0..<1, using: &s.random) < configuration.reorderProbability {
+                return (hold(&s, owner: owner, token: token, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now), nil)
+            }
+            if case .pushToStart = owner.kind, configuration.reorderProbability > 0, s.devices[owner.deviceID]?.isOnline == true,
+               Double.random(in: 0..<1, using: &s.random) < configuration.reorderProbability {
+                return (hold(&s, owner: owner, token: token, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now), nil)
+            }
             guard s.devices[owner.deviceID]?.isOnline ?? false else {
                 let o = store(&s, StoredPush(token: token, channelID: nil, activityID: nil, pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID,
                                              collapseID: collapseID, receivedAt: now, expiresAt: storageEnd(expiration, from: now, limit: configuration.defaultStorageDuration)),
                               deviceID: owner.deviceID)
                 return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
             }
-            let delivered = deliverLocked(&s, owner: owner, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now)
+            var delivered = deliverLocked(&s, owner: owner, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now)
+            // WidgetKit acts on widget pushes opportunistically: accepted now, reloaded a seeded moment later.
+            if let (deviceID, bundleID) = delivered.1, configuration.widgetPushDelayMaximum > 0 {
+                let due = now.addingTimeInterval(Double.random(in: min(1, configuration.widgetPushDelayMaximum)...configuration.widgetPushDelayMaximum, using: &s.random))
+                s.widgetPushesDue.append((due, deviceID, bundleID, apnsID))
+                let o = PushOutcome(.widgetPushPending, "Accepted: WidgetKit handles widget pushes opportunistically and within the widgets' budget (Apple, \"Updating widgets with WidgetKit push notifications\"); it reloads at \(Clock.text(due)) (seeded, docs/simulator.md).")
+                s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .push, apnsID: apnsID, outcome: o, message: o.sentence))
+                delivered = (DeliveryResult(status: 200, outcome: o, deviceID: deviceID), nil)
+            }
             if delivered.0.outcome?.code == .deferredLowPriority {
                 // Not before the shortest wait; the tick then finds when the rest fall due.
                 let earliest = now.addingTimeInterval(configuration.lowPriorityDelay)
@@ -76,6 +94,43 @@ extension SimulatorWorld {
             return r
         }
         return result
+    }
+
+    /// APNs holds a push a seeded moment before it reaches the device (Apple: "APNs may reorder
+    /// notifications you send to the same device token"): the ticker delivers it when due.
+    func hold(_ s: inout State, owner: TokenOwner, token: String, pushType: String, payload: JSONValue, priority: Int, apnsID: String, now: Date) -> DeliveryResult {
+        let due = now.addingTimeInterval(Double.random(in: 0.1...max(0.1, configuration.reorderDelayMaximum), using: &s.random))
+        s.heldPushes.append(HeldPush(token: token, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, due: due))
+        let o = PushOutcome(.heldByAPNs, "Accepted; APNs holds it until \(Clock.text(due)) before it reaches the device, so a later push to this token may arrive first (Apple: APNs may reorder notifications to the same device token; seeded, docs/simulator.md). The device's timestamp rule sorts them out.")
+        s.devices[owner.deviceID]!.events.append(DeviceEvent(time: now, source: .push, activityID: { if case .activity(let id) = owner.kind { id } else { nil } }(), apnsID: apnsID, outcome: o, message: o.sentence))
+        return DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID)
+    }
+
+    /// Held pushes and widget pushes whose moment has come reach their devices.
+    func deliverDueHeldPushes() async {
+        let now = clock.now
+        let (delivered, widgetWork) = state.withLock { s -> (Bool, [(String, String, String)]) in
+            var work: [(String, String, String)] = []
+            var delivered = false
+            if s.heldPushes.contains(where: { $0.due <= now }) {
+                delivered = true
+                let due = s.heldPushes.filter { $0.due <= now }.sorted { $0.due < $1.due }
+                s.heldPushes.removeAll { $0.due <= now }
+                for p in due {
+                    // The token may have changed or gone meanwhile: APNs already answered 200, the device sees nothing.
+                    guard let owner = s.tokens[p.token], s.devices[owner.deviceID]?.isOnline == true else { continue }
+                    if case .retired = owner.kind { continue }
+                    _ = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
+                }
+            }
+            if s.widgetPushesDue.contains(where: { $0.due <= now }) {
+                work = s.widgetPushesDue.filter { $0.due <= now }.sorted { $0.due < $1.due }.map { ($0.deviceID, $0.bundleID, $0.apnsID) }
+                s.widgetPushesDue.removeAll { $0.due <= now }
+            }
+            return (delivered, work)
+        }
+        for (deviceID, bundleID, apnsID) in widgetWork { await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: nil, reason: .push, apnsID: apnsID) }
+        if delivered { changes.notify() }
     }
 
     /// A push reaching an online device (now, or later from APNs' storage).
@@ -155,7 +210,7 @@ extension SimulatorWorld {
     /// `ContentState` type, content the schema applied must also decode with `JSONDecoder`;
     /// answers the refusal when it does not (nil: it does, or no type is registered).
     func crossCheck(_ a: SimulatedActivity, _ outcome: PushOutcome, bundleID: String) -> PushOutcome? {
-        guard outcome.code == .applied || outcome.code == .ended, let decode = contentDecoders.withLock({ $0[bundleID + "\n" + a.attributesType] }),
+        guard outcome.code == .applied || outcome.code == .ended || outcome.code == .flagged, let decode = contentDecoders.withLock({ $0[bundleID + "\n" + a.attributesType] }),
               let problem = decode(a.contentState) else { return nil }
         return PushOutcome(.decodingFailed, "Dropped: the content schema accepts this content-state, but the app's ContentState type does not decode it with JSONDecoder (\(problem)); the schema and the app disagree, and the device keeps what it showed.",
                            field: "content-state", expected: "what the app's ContentState decodes", found: problem)
@@ -188,6 +243,13 @@ extension SimulatorWorld {
             return o
         }
         var replaced: StoredPush?
+        // "In most cases, the latest notification is stored": in a seeded few, APNs keeps the earlier one.
+        if configuration.storedPushNotNewestProbability > 0, let earlier = s.devices[deviceID]!.storedPushes.first(where: { key($0) == mine }),
+           Double.random(in: 0..<1, using: &s.random) < configuration.storedPushNotNewestProbability {
+            let o = PushOutcome(.expiredWhileOffline, "Not stored: the device is offline and APNs kept the push it already held for this app (received \(Clock.text(earlier.receivedAt))) instead of this newer one — Apple: \"in most cases\" the latest is stored (seeded, docs/simulator.md).")
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, activityID: push.activityID, apnsID: push.apnsID, outcome: o, message: o.sentence))
+            return o
+        }
         s.devices[deviceID]!.storedPushes.removeAll { p in
             guard key(p) == mine else { return false }
             replaced = p
@@ -333,12 +395,14 @@ extension SimulatorWorld {
             s.tokensDue.insert(deviceID)
             tokenNote = "; its update token follows on pushTokenUpdates"
         }
+        var startCode = PushOutcome.Code.started
         if let ts = aps["timestamp"]?.numberValue?.doubleValue, ts > 1e11 {
+            startCode = .flagged
             tokenNote += ". Flagged: timestamp \(aps["timestamp"]!.briefDescription) looks like milliseconds: every later update in seconds will be ignored as older"
         }
         s.activityIndex[a.id] = s.devices[deviceID]!.activities.count
         s.devices[deviceID]!.activities.append(a)
-        return log(PushOutcome(.started, "Started a \(type) activity\(channel.map { " subscribed to channel \($0)" } ?? "")\(tokenNote)."), a.id)
+        return log(PushOutcome(startCode, "Started a \(type) activity\(channel.map { " subscribed to channel \($0)" } ?? "")\(tokenNote)."), a.id)
     }
 
     // MARK: Channels
@@ -380,10 +444,20 @@ extension SimulatorWorld {
         }
     }
 
-    /// Turns the Broadcast capability off (or on) for an app: its channel requests answer FeatureNotEnabled.
-    public func setBroadcastCapability(bundleID: String, enabled: Bool) {
-        state.withLock { s in
-            if enabled { s.channelsDisabled.remove(bundleID) } else { s.channelsDisabled.insert(bundleID) }
+    /// Turns the Broadcast capability off (or on) for an app: its channel requests answer
+    /// FeatureNotEnabled. Off deletes every channel of the app, for good — Apple: disabling the
+    /// capability deletes the app's channels, and they cannot be restored (docs/simulator.md);
+    /// on again, the app starts with none. Answers how many channels were deleted.
+    @discardableResult
+    public func setBroadcastCapability(bundleID: String, enabled: Bool) -> Int {
+        defer { changes.notify() }
+        return state.withLock { s in
+            if enabled {
+                s.channelsDisabled.remove(bundleID)
+                return 0
+            }
+            s.channelsDisabled.insert(bundleID)
+            return s.channels.removeValue(forKey: bundleID)?.count ?? 0
         }
     }
 
@@ -391,7 +465,9 @@ extension SimulatorWorld {
     /// channel does not exist, else (storage policy, outcomes).
     /// An offline subscriber gets, when it is back, the channel's most recent message if the
     /// channel stores one (policy 1: up to 8 h, or `apns-expiration` if sooner); policy 0 stores none.
-    public func broadcast(bundleID: String, channelID: String, priority: Int, payload: JSONValue, requestID: String, expiration: Int64 = 0) -> (policy: Int, outcomes: [PushOutcome])? {
+    /// `expiration`: the request's `apns-expiration` (0: attempt once, not stored — Apple); nil: as
+    /// long as the channel keeps messages.
+    public func broadcast(bundleID: String, channelID: String, priority: Int, payload: JSONValue, requestID: String, expiration: Int64? = nil) -> (policy: Int, outcomes: [PushOutcome])? {
         defer { changes.notify() }
         let now = clock.now
         return state.withLock { s -> (Int, [PushOutcome])? in
@@ -413,7 +489,7 @@ extension SimulatorWorld {
                         }
                         let push = StoredPush(token: nil, channelID: channelID, activityID: id, pushType: "liveactivity", topic: bundleID, priority: priority, payload: payload,
                                               apnsID: requestID, collapseID: nil, receivedAt: now,
-                                              expiresAt: storageEnd(expiration == 0 ? nil : expiration, from: now, limit: configuration.channelStorageDuration))
+                                              expiresAt: storageEnd(expiration, from: now, limit: configuration.channelStorageDuration))
                         s.devices[deviceID] = d
                         outcomes.append(store(&s, push, deviceID: deviceID))
                         d = s.devices[deviceID]!

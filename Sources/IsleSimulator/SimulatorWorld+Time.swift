@@ -10,6 +10,8 @@ extension SimulatorWorld {
     /// manual clock; a request schedules one for its token.
     public func tick() async {
         handOutDueTokens()
+        rotateDueTokens()
+        await deliverDueHeldPushes()
         applyDueLowPriority()
         await runDueWidgetReloads()
     }
@@ -56,6 +58,12 @@ extension SimulatorWorld {
             return n
         }
         if issued > 0 { changes.notify() }
+    }
+
+    /// Tokens whose seeded moment to change has come (see ``SimulatorConfiguration/activityTokenRotation``).
+    func rotateDueTokens() {
+        let now = clock.now
+        if state.withLock({ s in rotateDueTokensLocked(&s, now: now) }) { changes.notify() }
     }
 
     /// Priority-5 pushes whose wait is over are applied (and watchers told), on the devices that

@@ -37,7 +37,7 @@ extension SimulatorWorld {
                 var w = app.widgets[i]
                 w.reloadLog.removeAll { now.timeIntervalSince($0) >= 86400 }
                 let free = (reason == .app && app.isForeground) || (reason == .added && w.lastReload == nil)
-                if !free, w.reloadLog.count >= configuration.widgetDailyReloadBudget {
+                if !free, w.reloadLog.count >= (w.dailyBudget ?? configuration.widgetDailyReloadBudget) {
                     w.pendingReload = w.reloadLog[0].addingTimeInterval(86400)
                 } else {
                     if !free { w.reloadLog.append(now) }
@@ -78,7 +78,8 @@ extension SimulatorWorld {
         let deferred = total - plan.count
         let failures = results.filter { if case .failure = $0.1 { true } else { false } }.count
         if plan.isEmpty {
-            return logWidget(deviceID, apnsID, PushOutcome(.widgetReloadDeferred, "Deferred: the widgets of \(bundleID) used their \(configuration.widgetDailyReloadBudget) reloads of the last 24 h; the reload waits for budget."))
+            let budgets = state.withLock { s in Set(s.devices[deviceID]?.apps[bundleID]?.widgets.map { $0.dailyBudget ?? configuration.widgetDailyReloadBudget } ?? []) }.sorted()
+            return logWidget(deviceID, apnsID, PushOutcome(.widgetReloadDeferred, "Deferred: the widgets of \(bundleID) used their \(budgets.map(String.init).joined(separator: "/")) reloads of the last 24 h (WidgetKit: typically 40 to 70 a day for a widget viewed often, fewer otherwise); the reload waits for budget."))
         }
         var sentence = "Reloaded \(plan.count) widget timeline\(plan.count == 1 ? "" : "s") of \(bundleID) (\(reason.rawValue))"
         if deferred > 0 { sentence += "; \(deferred) deferred by the budget" }

@@ -53,6 +53,16 @@ public struct StoredPush: Sendable, Hashable, Codable {
     public var expiresAt: Date
 }
 
+/// A push APNs holds a moment before it reaches an online device (reordering).
+struct HeldPush: Sendable, Hashable {
+    var token: String
+    var pushType: String
+    var payload: JSONValue
+    var priority: Int
+    var apnsID: String
+    var due: Date
+}
+
 /// Who a token belongs to.
 struct TokenOwner: Sendable, Hashable {
     /// `retired`: rotated away or otherwise no longer valid, since that time (answers 410).
@@ -149,6 +159,18 @@ public final class SimulatorWorld: Sendable {
         var lowPriorityDue: [String: Date] = [:]
         /// A tick is scheduled to run at once (see `scheduleTick(after:)`).
         var tickPending = false
+        /// The device token of each recent push, by apns-id (events are found by token with it).
+        var pushTokens: [String: String] = [:]
+        /// When tokens change by themselves (``SimulatorConfiguration/activityTokenRotation``), and the soonest.
+        var tokenRotations: [String: Date] = [:]
+        var nextRotation: Date?
+        /// Pushes APNs holds a moment before they reach the device (reordering), and widget pushes
+        /// WidgetKit has yet to act on.
+        var heldPushes: [HeldPush] = []
+        var widgetPushesDue: [(due: Date, deviceID: String, bundleID: String, apnsID: String)] = []
+        /// The last event number given on each device (``DeviceEvent/seq``).
+        var eventSeqs: [String: Int] = [:]
+        var pushTokenOrder: [String] = []
     }
 
     public init(configuration: SimulatorConfiguration = .init(), environment: SimulatedEnvironment = .sandbox, clock: any WallClock) {
@@ -236,6 +258,9 @@ public final class SimulatorWorld: Sendable {
                 localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
                 widgets: install.widgets.map { SimulatedWidget(configuration: $0, addedAt: clock.now) }, isForeground: install.foreground)
             app.controls = install.controls
+            // Each widget's daily budget: WidgetKit's "40 to 70" for a widget viewed often (seeded).
+            let budgets = min(configuration.widgetDailyReloadBudgetMinimum, configuration.widgetDailyReloadBudget)...configuration.widgetDailyReloadBudget
+            for i in app.widgets.indices { app.widgets[i].dailyBudget = budgets.count > 1 ? Int.random(in: budgets, using: &s.random) : budgets.lowerBound }
             if configuration.tokensAtInstall {
                 issueInstallTokens(&s, &app, deviceID: deviceID)
             } else {
@@ -568,6 +593,7 @@ public final class SimulatorWorld: Sendable {
     }
 
     func advanceLocked(_ s: inout State, deviceID: String, to now: Date) throws(SimulatorError) {
+        rotateDueTokensLocked(&s, now: now)
         // Taken out of the dictionary while it changes, so its arrays stay uniquely referenced and
         // are mutated in place (not copied whole on every push).
         guard var d = s.devices.removeValue(forKey: deviceID) else { throw SimulatorError(.notFound, "no device \(deviceID)") }
@@ -644,11 +670,13 @@ public final class SimulatorWorld: Sendable {
             let token = Self.newToken(bytes: 40)
             app.pushToStartTokens[type] = token
             s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .pushToStart(type), environment: app.environment)
+            scheduleRotation(&s, token: token, within: configuration.pushToStartTokenRotation)
         }
         if !app.widgets.isEmpty, device.runs(atLeast: 26), app.widgetPushToken == nil {
             let token = Self.newToken(bytes: 32)
             app.widgetPushToken = token
             s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .widgets, environment: app.environment)
+            scheduleRotation(&s, token: token, within: configuration.pushToStartTokenRotation)
         }
         // Controls that reload by push: WidgetKit's control push token (ControlPushHandler, iOS 18).
         if !app.controls.isEmpty, device.runs(atLeast: 18), app.controlsPushToken == nil {
@@ -659,10 +687,66 @@ public final class SimulatorWorld: Sendable {
         app.tokensDueAt = nil
     }
 
-    func issueUpdateToken(_ s: inout State, _ a: inout SimulatedActivity, deviceID: String, environment: SimulatedEnvironment) {
+    func issueUpdateToken(_ s: inout State, _ a: inout SimulatedActivity, deviceID: String, environment: SimulatedEnvironment, rotates: Bool = true) {
         let token = Self.newToken(bytes: 80)
         a.updateToken = token
         s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: a.bundleID, kind: .activity(a.id), environment: environment)
+        if rotates { scheduleRotation(&s, token: token, within: configuration.activityTokenRotation) }
+    }
+
+    /// The token changes by itself at a seeded moment within `range` from now (nil: never).
+    func scheduleRotation(_ s: inout State, token: String, within range: ClosedRange<TimeInterval>?) {
+        guard let range else { return }
+        let at = clock.now.addingTimeInterval(Double.random(in: range, using: &s.random))
+        s.tokenRotations[token] = at
+        s.nextRotation = min(s.nextRotation ?? at, at)
+    }
+
+    /// Tokens whose moment to change has come get a successor, handed to the app as ActivityKit and
+    /// WidgetKit do (`pushTokenUpdates`, `pushToStartTokenUpdates`, the widget push token); the old
+    /// one answers 410 from that moment. Each changes once. Answers whether any changed.
+    @discardableResult
+    func rotateDueTokensLocked(_ s: inout State, now: Date) -> Bool {
+        guard let next = s.nextRotation, next <= now else { return false }
+        let due = s.tokenRotations.filter { $0.value <= now }.sorted { $0.value < $1.value }
+        for (token, at) in due {
+            s.tokenRotations.removeValue(forKey: token)
+            guard let owner = s.tokens[token], s.devices[owner.deviceID] != nil else { continue }
+            let deviceID = owner.deviceID
+            switch owner.kind {
+            case .activity(let id):
+                guard let i = indexLocked(s, activityID: id, deviceID: deviceID) else { continue }
+                var a = s.devices[deviceID]!.activities[i]
+                guard a.updateToken == token, a.state.isOngoing else { continue }
+                retire(&s, token, at: at)
+                issueUpdateToken(&s, &a, deviceID: deviceID, environment: owner.environment, rotates: false)
+                s.devices[deviceID]!.activities[i] = a
+                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system, activityID: id,
+                    message: "ActivityKit changed the activity's push token by itself (pushTokenUpdates): the old one answers 410 from now. Apple: the token \"may change throughout its duration\" (seeded; docs/simulator.md)."))
+            case .pushToStart(let type):
+                guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.pushToStartTokens[type] == token else { continue }
+                retire(&s, token, at: at)
+                let fresh = Self.newToken(bytes: 40)
+                app.pushToStartTokens[type] = fresh
+                s.tokens[fresh] = TokenOwner(deviceID: deviceID, bundleID: owner.bundleID, kind: .pushToStart(type), environment: owner.environment)
+                s.devices[deviceID]!.apps[owner.bundleID] = app
+                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
+                    message: "ActivityKit changed the push-to-start token of \(owner.bundleID) (\(type)) by itself (pushToStartTokenUpdates): the old one answers 410 from now. Apple: it \"may change over time\" (seeded; docs/simulator.md)."))
+            case .widgets:
+                guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.widgetPushToken == token else { continue }
+                retire(&s, token, at: at)
+                let fresh = Self.newToken(bytes: 32)
+                app.widgetPushToken = fresh
+                s.tokens[fresh] = TokenOwner(deviceID: deviceID, bundleID: owner.bundleID, kind: .widgets, environment: owner.environment)
+                s.devices[deviceID]!.apps[owner.bundleID] = app
+                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
+                    message: "WidgetKit changed the widget push token of \(owner.bundleID) by itself: the old one answers 410 from now (seeded; docs/simulator.md)."))
+            default:
+                continue
+            }
+        }
+        s.nextRotation = s.tokenRotations.values.min()
+        return !due.isEmpty
     }
 
     /// A rotated-away token: APNs answers 410 Unregistered for it from now on.
@@ -699,6 +783,9 @@ public final class ChangeFeed: Sendable {
         continuation.onTermination = { [weak self] _ in self?.subscribers.withLock { _ = $0.removeValue(forKey: id) } }
         return stream
     }
+
+    /// How many are following now (a test waits for a long poll to be waiting with it).
+    public var subscriberCount: Int { subscribers.withLock { $0.count } }
 
     public func notify() {
         for c in subscribers.withLock({ Array($0.values) }) { c.yield(()) }

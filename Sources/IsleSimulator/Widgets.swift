@@ -81,6 +81,8 @@ public struct SimulatedWidget: Sendable, Hashable, Codable {
     public var configuration: Configuration
     public var timeline: WidgetTimeline?
     public var reloadLog: [Date] = []
+    /// This widget's reloads per 24 h, drawn when it was added (nil: the configuration's maximum).
+    public var dailyBudget: Int?
     public var reloadCount = 0
     public var lastReload: Date?
     /// A reload deferred by the budget, due at this time.

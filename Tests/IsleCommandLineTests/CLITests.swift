@@ -34,24 +34,28 @@ let now = Date(timeIntervalSince1970: 1_767_225_600)
 
 @Suite("isle CLI")
 struct CLITests {
-    @Test("isle sim --dir keeps its CA and server certificate across restarts (a server given its ca.pem keeps trusting it); a missing or old file makes them again")
-    func simFolderKeepsItsCertificates() throws {
+    @Test("isle sim --dir keeps its CA across restarts (a server given its ca.pem keeps trusting it; the CA key is owner-only); a missing file makes a new one")
+    func simFolderKeepsItsCertificateAuthority() throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("isle-simdir-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let first = try SimCommand.serverCertificate(in: folder)
+        // An older Isle kept the server certificate itself: it goes.
+        FileManager.default.createFile(atPath: folder + "/server-cert.pem", contents: Data("old".utf8))
+        let first = try SimCommand.keptCertificateAuthority(in: folder)
         let ca = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
-        #expect(!first.again && ca.contains("BEGIN CERTIFICATE") && first.chain.contains("BEGIN CERTIFICATE"))
-        let mode = (try FileManager.default.attributesOfItem(atPath: folder + "/server-key.pem")[.posixPermissions] as? Int) ?? 0
-        #expect(mode & 0o077 == 0, "the server key is readable by others: \(String(mode, radix: 8))")
-        let second = try SimCommand.serverCertificate(in: folder)
-        #expect(second.again && second.chain == first.chain && second.key == first.key)
-        let caKept = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
-        #expect(caKept == ca)
-        try FileManager.default.removeItem(atPath: folder + "/server-key.pem")
-        let third = try SimCommand.serverCertificate(in: folder)
+        #expect(!first.again && ca.contains("BEGIN CERTIFICATE") && ca.trimmingCharacters(in: .whitespacesAndNewlines) == first.ca.certificatePEM.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(!FileManager.default.fileExists(atPath: folder + "/server-cert.pem"))
+        let mode = (try FileManager.default.attributesOfItem(atPath: folder + "/ca-key.pem")[.posixPermissions] as? Int) ?? 0
+        #expect(mode & 0o077 == 0, "the CA key is readable by others: \(String(mode, radix: 8))")
+        let second = try SimCommand.keptCertificateAuthority(in: folder)
+        #expect(second.again && second.ca.certificatePEM == ca)
+        // The kept CA issues: a certificate for the names asked for at this start.
+        let leaf = try second.ca.issueServerCertificate(dnsNames: ["localhost", "api.sandbox.push.apple.com"])
+        #expect(leaf.certificatePEM.contains("BEGIN CERTIFICATE"))
+        try FileManager.default.removeItem(atPath: folder + "/ca-key.pem")
+        let third = try SimCommand.keptCertificateAuthority(in: folder)
         let caAgain = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
-        #expect(!third.again && third.chain != first.chain && caAgain != ca)
+        #expect(!third.again && caAgain != ca)
     }
 
     @Test("push update sends the push and prints APNs' answer")
