@@ -131,6 +131,8 @@ struct SimCommand: AsyncParsableCommand {
     var reorderDelayMaximum: Double?
     @Option(name: .customLong("low-priority-loss"), help: "Share (0–1) of priority-5 pushes never delivered (Apple: in some cases not delivered).")
     var lowPriorityLoss: Double?
+    @Flag(name: .customLong("accept-loose-iat"), help: "Take a provider token whose iat is a string of digits or a fraction (as kalyke-apns and pyapns-client send; Apple documents a number of seconds, and APNs appears to accept these). Default: 403 InvalidProviderToken.")
+    var acceptLooseIssuedAt = false
     @Option(name: .customLong("stored-not-newest"), help: "Share (0–1) of pushes to an offline device where APNs keeps the earlier stored push instead of the newer (Apple: in most cases the latest).")
     var storedNotNewest: Double?
 
@@ -285,6 +287,7 @@ struct SimCommand: AsyncParsableCommand {
         if let v = reorderDelayMaximum { c.device.reorderDelayMaximum = v }
         if let v = lowPriorityLoss { c.device.lowPriorityLossProbability = v }
         if let v = storedNotNewest { c.device.storedPushNotNewestProbability = v }
+        c.device.acceptsLooseIssuedAt = acceptLooseIssuedAt
 
         // A provider key: the one given (read before anything starts), the one this --dir already
         // holds, or one made now.

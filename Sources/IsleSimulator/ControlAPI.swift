@@ -167,8 +167,37 @@ struct ControlAPI {
             let os = try ControlAPI.string(o, "osVersion", required: false) ?? "26.0"
             let model = try ControlAPI.string(o, "model", required: false) ?? "iPhone 16 Pro"
             let island = try ControlAPI.bool(o, "hasDynamicIsland")
+            let watch = try ControlAPI.bool(o, "pairedWatch"), car = try ControlAPI.bool(o, "carPlay"), mac = try ControlAPI.bool(o, "pairedMac")
+            // Checked before the device exists, so a refused request makes nothing.
+            if model.hasPrefix("iPad"), watch == true || car == true {
+                throw APIError(.badRequest, "invalidArgument", "an iPad pairs with no Apple Watch and drives no CarPlay", field: watch == true ? "pairedWatch" : "carPlay")
+            }
             let id = try run { () throws(SimulatorError) in try world.createDevice(name: name, osVersion: os, model: model, hasDynamicIsland: island) }
+            if watch != nil || car != nil || mac != nil {
+                try run { () throws(SimulatorError) in try world.setSurroundings(deviceID: id, pairedWatch: watch, carPlay: car, pairedMac: mac) }
+            }
             return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) }, status: .created)
+        }
+        // The person's surroundings: a paired Apple Watch or Mac, CarPlay, the lock.
+        router.patch("devices/:device") { request, context in
+            let id = try context.parameters.require("device")
+            let o = try await ControlAPI.body(request)
+            for key in o.keys where !["pairedWatch", "carPlay", "pairedMac", "locked"].contains(key) {
+                throw APIError(.badRequest, "invalidArgument", "unknown field \(key); PATCH /devices/{id} takes pairedWatch, carPlay, pairedMac and locked", field: key)
+            }
+            let watch = try ControlAPI.bool(o, "pairedWatch"), car = try ControlAPI.bool(o, "carPlay"), mac = try ControlAPI.bool(o, "pairedMac"), locked = try ControlAPI.bool(o, "locked")
+            try run { () throws(SimulatorError) in try world.setSurroundings(deviceID: id, pairedWatch: watch, carPlay: car, pairedMac: mac, locked: locked) }
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.device(id) })
+        }
+        router.put("devices/:device/apps/:bundle/controls") { request, context in
+            let id = try context.parameters.require("device")
+            let bundle = try context.parameters.require("bundle")
+            let o = try await ControlAPI.body(request)
+            guard let list = o["kinds"]?.arrayValue, let kinds = Optional(list.compactMap(\.stringValue)), kinds.count == list.count else {
+                throw APIError(.badRequest, "invalidArgument", "kinds is required: an array of control kinds (strings)", field: "kinds")
+            }
+            try run { () throws(SimulatorError) in try world.setControls(bundleID: bundle, on: id, kinds: kinds) }
+            return try ControlAPI.json(try run { () throws(SimulatorError) in try world.app(bundle, on: id) })
         }
         router.post("devices/:device/network") { request, context in
             let id = try context.parameters.require("device")
@@ -279,9 +308,15 @@ struct ControlAPI {
             default: throw APIError(.badRequest, "invalidArgument", "pushType must be \"token\", \"none\" or {\"channel\": id}", field: "pushType")
             }
             let wait = try ControlAPI.bool(o, "waitForPushToken") ?? false
+            let style: ActivityStyle
+            switch o["style"] {
+            case nil, .string("standard")?: style = .standard
+            case .string("transient")?: style = .transient
+            default: throw APIError(.badRequest, "invalidArgument", "style must be \"standard\" or \"transient\" (ActivityStyle, iOS 18)", field: "style")
+            }
             var a = try run { () throws(SimulatorError) in
                 try world.requestActivity(bundleID: bundle, on: id, attributesType: type, attributes: attributes, contentState: state, staleDate: stale, relevanceScore: score, pushType: pushType, start: start,
-                                           alertConfiguration: alertConfiguration)
+                                           alertConfiguration: alertConfiguration, style: style)
             }
             // As on a device, the token is not in request's answer; an app awaits pushTokenUpdates,
             // and "waitForPushToken": true does the same before answering.
@@ -410,8 +445,17 @@ struct ControlAPI {
             }
             controls = kinds
         }
-        return SimulatorWorld.AppInstall(bundleID: bundle, environment: env, schemas: schemas, declaresFrequentUpdates: try bool(o, "frequentUpdates") ?? false,
-                                         localization: localization, widgets: widgets, controls: controls, foreground: try bool(o, "foreground") ?? true)
+        var families: [String] = []
+        if let list = o["supplementalActivityFamilies"] {
+            guard let names = list.arrayValue?.compactMap(\.stringValue), names.count == list.arrayValue?.count, names.allSatisfy({ $0 == "small" || $0 == "medium" }) else {
+                throw APIError(.badRequest, "invalidArgument", "supplementalActivityFamilies must be an array of \"small\" (Apple Watch, CarPlay) and \"medium\" (StandBy)", field: "supplementalActivityFamilies")
+            }
+            families = names
+        }
+        var install = SimulatorWorld.AppInstall(bundleID: bundle, environment: env, schemas: schemas, declaresFrequentUpdates: try bool(o, "frequentUpdates") ?? false,
+                                                localization: localization, widgets: widgets, controls: controls, foreground: try bool(o, "foreground") ?? true)
+        install.supplementalActivityFamilies = families
+        return install
     }
 }
 

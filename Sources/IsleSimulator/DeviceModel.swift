@@ -122,6 +122,9 @@ public struct SimulatedActivity: Sendable, Hashable, Codable {
     public var tokenInvalidAt: Date?
     /// A scheduled activity's alert configuration, shown when it starts (iOS 26).
     public var scheduledAlert: AlertConfiguration?
+    /// `ActivityStyle`: a `transient` activity (iOS 18) shows only in the Dynamic Island's expanded
+    /// presentation and ends when the person locks the device or leaves the app.
+    public var style: ActivityStyle = .standard
     /// Times of priority-10 pushes counted against the hourly budget.
     var budgetLog: [Date] = []
     /// The newest throttled update, applied when budget frees.
@@ -129,6 +132,10 @@ public struct SimulatedActivity: Sendable, Hashable, Codable {
     /// Priority-5 updates waiting for their opportunistic delay.
     var lowPriorityQueue: [PendingUpdate] = []
 }
+
+/// ActivityKit's `ActivityStyle` (iOS 18): `standard`, or `transient` — "appear temporarily in the
+/// extended presentation in the Dynamic Island" (Apple, "Displaying live data with Live Activities").
+public enum ActivityStyle: String, Sendable, Hashable, Codable { case standard, transient }
 
 /// An update (or end) the device has accepted but not yet applied.
 struct PendingUpdate: Sendable, Hashable, Codable {
@@ -159,11 +166,20 @@ public struct SimulatedApp: Sendable, Hashable, Codable {
     public var widgets: [SimulatedWidget]
     /// The kinds of the app's Control Center controls that reload by push (a `ControlPushHandler`, iOS 18).
     public var controls: [String] = []
-    /// WidgetKit's control push token (iOS 18), when the app has controls that reload by push.
+    /// The first control's push token (see ``controlPushTokens``).
     public var controlsPushToken: String?
-    /// How many times a `controls` push reloaded the app's controls, and the last time.
+    /// WidgetKit's push token of each control (`ControlInfo.pushInfo`, iOS 18), by kind: a
+    /// `controls` push to one reloads "the single control representing that given push token"
+    /// (Apple, "Updating controls locally and remotely").
+    public var controlPushTokens: [String: String] = [:]
+    /// How many times `controls` pushes reloaded the app's controls (all together), and the last time.
     public var controlReloads = 0
     public var lastControlReload: Date?
+    /// Reloads by push of each control, by kind.
+    public var controlReloadsByKind: [String: Int] = [:]
+    /// `supplementalActivityFamilies` of the app's Live Activity widget: `small` gives a custom
+    /// layout on Apple Watch and in CarPlay, `medium` in StandBy.
+    public var supplementalActivityFamilies: [String] = []
     /// Whether the app is in the foreground (its widget reloads are free then).
     public var isForeground: Bool
     /// When ActivityKit and WidgetKit hand out the app's push-to-start and widget push tokens

@@ -353,7 +353,15 @@ public final class FakeAPNs: Sendable {
                   let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes)
             else { return (403, "InvalidProviderToken") }
             guard header["alg"] == "ES256", let kid = header["kid"]?.stringValue, let iss = claims["iss"]?.stringValue else { return (403, "InvalidProviderToken") }
-            guard let iat = claims["iat"]?.numberValue?.int64Value else { return (403, "InvalidProviderToken") }
+            // Apple documents iat as a number of seconds (an integer in its example). Some libraries
+            // send a string of digits or a fraction, which APNs appears to take (docs/simulator.md):
+            // refused by default, the stricter reading; `acceptsLooseIssuedAt` takes them.
+            var issuedAt = claims["iat"]?.numberValue?.int64Value
+            if issuedAt == nil, world.configuration.acceptsLooseIssuedAt {
+                if let d = claims["iat"]?.numberValue?.doubleValue, d.isFinite, d >= 0, d < 1e15 { issuedAt = Int64(d) }
+                if let s = claims["iat"]?.stringValue, !s.isEmpty, s.utf8.count <= 15, s.allSatisfy(\.isASCII), s.allSatisfy(\.isNumber) { issuedAt = Int64(s) }
+            }
+            guard let iat = issuedAt else { return (403, "InvalidProviderToken") }
             decoded = DecodedJWT(kid: kid, iss: iss, iat: iat, signature: signature)
             decodedJWTs.withLock { c in
                 if c.count > 10_000 { c.removeAll() }

@@ -125,6 +125,12 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     /// replacements (seeded) keeps the earlier push instead. 0: always the newest.
     public var storedPushNotNewestProbability = 0.05
 
+    /// Take a provider token whose `iat` is a string of digits or a fraction (kalyke-apns sends a
+    /// string, pyapns-client a float, APNSwift sent a string until 2026). Apple documents a number
+    /// of seconds, and its example is an integer; APNs appears to accept the others, unconfirmed.
+    /// Off (the stricter reading): 403 `InvalidProviderToken`.
+    public var acceptsLooseIssuedAt = false
+
     public init() {}
 
     /// Every "never kinder than Apple" choice off: widgets pushes reload inside the 200, a fixed

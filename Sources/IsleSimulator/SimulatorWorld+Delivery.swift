@@ -40,14 +40,14 @@ extension SimulatorWorld {
             let expectedTopic: String
             switch owner.kind {
             case .widgets: expectedTopic = owner.bundleID + ".push-type.widgets"
-            case .controls: expectedTopic = owner.bundleID + ".push-type.controls"
+            case .control: expectedTopic = owner.bundleID + ".push-type.controls"
             default: expectedTopic = owner.bundleID + ".push-type.liveactivity"
             }
             if case .retired(let since) = owner.kind {
                 // A rotated-away token: no longer valid for the topic.
                 return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: since), nil)
             }
-            guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets), (pushType == "controls") == (owner.kind == .controls) else {
+            guard topic == expectedTopic, (pushType == "widgets") == (owner.kind == .widgets), (pushType == "controls") == owner.kind.isControl else {
                 return (DeliveryResult(status: 400, reason: "DeviceTokenNotForTopic", outcome: nil), nil)
             }
             if case .activity(let id) = owner.kind, let i = indexLocked(s, activityID: id, deviceID: owner.deviceID),
@@ -152,8 +152,8 @@ extension SimulatorWorld {
                 return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
             }
             return (DeliveryResult(status: 200, deviceID: owner.deviceID), (owner.deviceID, owner.bundleID))
-        case .controls:
-            // WidgetKit reloads the app's controls for the documented body only (Apple's
+        case .control(let kind):
+            // WidgetKit reloads the token's control for the documented body only (Apple's
             // "Updating controls locally and remotely": {"aps":{"content-changed":true}}).
             guard payload["aps"]?["content-changed"] == .bool(true) else {
                 let o = PushOutcome(.notDelivered, "Ignored: a controls push reloads controls only with {\"aps\":{\"content-changed\":true}}; this one has \(payload["aps"]?.briefDescription ?? "no aps").",
@@ -163,9 +163,10 @@ extension SimulatorWorld {
             }
             guard var app = s.devices[owner.deviceID]!.apps[owner.bundleID] else { return (DeliveryResult(status: 410, reason: "Unregistered", invalidSince: now), nil) }
             app.controlReloads += 1
+            app.controlReloadsByKind[kind, default: 0] += 1
             app.lastControlReload = now
             s.devices[owner.deviceID]!.apps[owner.bundleID] = app
-            let o = PushOutcome(.controlsReloaded, "Reloaded the Control Center controls of \(owner.bundleID) (\(app.controls.joined(separator: ", "))).")
+            let o = PushOutcome(.controlsReloaded, "Reloaded \(owner.bundleID)'s control \(kind): a controls push reloads the single control its token belongs to.")
             s.devices[owner.deviceID]!.events.append(DeviceEvent(time: now, source: .push, apnsID: apnsID, outcome: o, message: o.sentence))
             return (DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID), nil)
         case .activity(let id):

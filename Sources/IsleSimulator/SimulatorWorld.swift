@@ -14,6 +14,17 @@ public struct SimulatedDevice: Sendable, Hashable, Codable {
     public var hasDynamicIsland: Bool
     /// An offline device receives nothing; APNs stores what it may (``StoredPush``).
     public var isOnline: Bool
+    /// Where else the person sees the iPhone's Live Activities (Apple, "Creating custom views for
+    /// Live Activities"): a paired Apple Watch's Smart Stack (iOS 18+), CarPlay while connected
+    /// (iOS 26+), a paired Mac's menu bar (iOS 26+). None on an iPad.
+    public var pairedWatch = false
+    public var carPlayConnected = false
+    public var pairedMac = false
+    /// The device is locked: a transient activity cannot outlive locking.
+    public var isLocked = false
+
+    /// "iPad" for an iPad model, else "iPhone".
+    public var family: String { model.hasPrefix("iPad") ? "iPad" : "iPhone" }
     public var apps: [String: SimulatedApp]
     /// Activities in the order they started.
     public var activities: [SimulatedActivity]
@@ -66,15 +77,32 @@ struct HeldPush: Sendable, Hashable {
 /// Who a token belongs to.
 struct TokenOwner: Sendable, Hashable {
     /// `retired`: rotated away or otherwise no longer valid, since that time (answers 410).
-    enum Kind: Sendable, Hashable { case activity(String), pushToStart(String), widgets, controls, retired(Date) }
+    /// `control(kind)`: the push token of one of the app's controls.
+    enum Kind: Sendable, Hashable {
+        case activity(String), pushToStart(String), widgets, control(String), retired(Date)
+        var isControl: Bool { if case .control = self { true } else { false } }
+    }
     var deviceID: String
     var bundleID: String
     var kind: Kind
     var environment: SimulatedEnvironment
 }
 
-/// What the Lock Screen and Dynamic Island show.
+/// What the Lock Screen and Dynamic Island show, and the other places the same activities appear.
 public struct ScreenState: Sendable, Hashable, Codable {
+    /// A Live Activity shown beyond the device's own screen (Apple, "Creating custom views for Live
+    /// Activities"): the same activity, re-rendered there after every push.
+    public struct Presentation: Sendable, Hashable, Codable {
+        public enum Surface: String, Sendable, Hashable, Codable { case watchSmartStack, carPlay, macMenuBar }
+        public var surface: Surface
+        public var activityID: String
+        /// `small` (the app declares `.small` in `supplementalActivityFamilies`), else `compact`;
+        /// on the Mac the Dynamic Island's own `compact`, `minimal` or `expanded`.
+        public var layout: String
+        public var contentState: JSONValue
+        /// An alerting update shows there too (on the Watch as an alert with its title and body).
+        public var alert: ShownAlert?
+    }
     public struct Item: Sendable, Hashable, Codable {
         public var activityID: String
         public var bundleID: String
@@ -96,6 +124,12 @@ public struct ScreenState: Sendable, Hashable, Codable {
     /// On a device without a Dynamic Island, an alerting update shows as a banner for a moment.
     public var banner: Banner?
     public var widgets: [WidgetView]
+    /// "iPhone" or "iPad".
+    public var family: String = "iPhone"
+    /// The Watch's Smart Stack, CarPlay and the Mac's menu bar, where paired and supported.
+    public var presentations: [Presentation] = []
+    /// Ongoing transient activities (iOS 18): never on the Lock Screen, shown in the expanded island.
+    public var transientActivities: [Item] = []
 
     public struct Banner: Sendable, Hashable, Codable {
         public var activityID: String
@@ -202,8 +236,12 @@ public final class SimulatorWorld: Sendable {
         guard (1...3).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }), let major = Int(parts[0]), (16...99).contains(major) else {
             throw SimulatorError(.invalidArgument, "osVersion must be an iOS version such as 26.0 or 17.2 (Live Activities need 16.1 or later)", field: "osVersion")
         }
-        guard !model.isEmpty else { throw SimulatorError(.invalidArgument, "model must name an iPhone, such as iPhone 16 Pro", field: "model") }
-        let island = hasDynamicIsland ?? !SimulatedDevice.modelsWithoutDynamicIsland.contains(model)
+        guard !model.isEmpty else { throw SimulatorError(.invalidArgument, "model must name an iPhone or an iPad, such as iPhone 16 Pro or iPad Pro (M4)", field: "model") }
+        // No iPad has a Dynamic Island: its Live Activities are on the Lock Screen only.
+        if model.hasPrefix("iPad"), hasDynamicIsland == true {
+            throw SimulatorError(.invalidArgument, "an iPad has no Dynamic Island; leave hasDynamicIsland out", field: "hasDynamicIsland")
+        }
+        let island = model.hasPrefix("iPad") ? false : hasDynamicIsland ?? !SimulatedDevice.modelsWithoutDynamicIsland.contains(model)
         return state.withLock { s in
             s.nextID += 1
             let id = "device-\(s.nextID)"
@@ -216,6 +254,56 @@ public final class SimulatorWorld: Sendable {
 
     public var deviceIDs: [String] { state.withLock { $0.deviceOrder } }
 
+    /// Pairs or unpairs an Apple Watch or a Mac, connects or disconnects CarPlay, locks or unlocks
+    /// the device (locking ends its transient activities). Nil leaves a setting as it is.
+    public func setSurroundings(deviceID: String, pairedWatch: Bool? = nil, carPlay: Bool? = nil, pairedMac: Bool? = nil, locked: Bool? = nil) throws(SimulatorError) {
+        defer { changes.notify() }
+        let now = clock.now
+        try state.withLock { (s) throws(SimulatorError) in
+            try advanceLocked(&s, deviceID: deviceID, to: now)
+            var d = s.devices[deviceID]!
+            if d.family == "iPad", pairedWatch == true || carPlay == true {
+                throw SimulatorError(.invalidArgument, "an iPad pairs with no Apple Watch and drives no CarPlay; those show an iPhone's Live Activities", field: pairedWatch == true ? "pairedWatch" : "carPlay")
+            }
+            if let w = pairedWatch { d.pairedWatch = w }
+            if let c = carPlay { d.carPlayConnected = c }
+            if let m = pairedMac { d.pairedMac = m }
+            var ended: [String] = []
+            if let l = locked, l != d.isLocked {
+                d.isLocked = l
+                if l {
+                    for i in d.activities.indices where d.activities[i].style == .transient && d.activities[i].state.isOngoing {
+                        engine.dismiss(&d.activities[i], at: now)
+                        ended.append(d.activities[i].id)
+                    }
+                }
+                d.events.append(DeviceEvent(time: now, source: .user, message: l ? "The person locked the device\(ended.isEmpty ? "" : "; its transient activities ended (\(ended.joined(separator: ", ")))")." : "The person unlocked the device."))
+            }
+            s.devices[deviceID] = d
+        }
+    }
+
+    /// The person adds or removes the app's controls: each added control gets a push token of its
+    /// own, each removed one's token answers 410 from now; WidgetKit tells the app
+    /// (`pushTokensDidChange(controls:)`, Apple, "Updating controls locally and remotely").
+    public func setControls(bundleID: String, on deviceID: String, kinds: [String]) throws(SimulatorError) {
+        defer { changes.notify() }
+        let now = clock.now
+        try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) in
+            guard kinds.allSatisfy({ !$0.isEmpty }), Set(kinds).count == kinds.count else {
+                throw SimulatorError(.invalidArgument, "kinds must be distinct, non-empty control kinds", field: "kinds")
+            }
+            for (kind, token) in app.controlPushTokens where !kinds.contains(kind) {
+                retire(&s, token, at: now)
+                app.controlPushTokens.removeValue(forKey: kind)
+            }
+            app.controls = kinds
+            issueControlTokens(&s, &app, deviceID: deviceID)
+            s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user,
+                message: "The person changed \(bundleID)'s controls to \(kinds.isEmpty ? "none" : kinds.joined(separator: ", ")); WidgetKit told the app their push tokens (pushTokensDidChange)."))
+        }
+    }
+
     public struct AppInstall: Sendable {
         public var bundleID: String
         public var environment: SimulatedEnvironment
@@ -227,6 +315,8 @@ public final class SimulatorWorld: Sendable {
         public var controls: [String]
         /// Whether the person has the app open (only a foreground app may call `Activity.request`).
         public var foreground: Bool
+        /// Its Live Activity widget's `supplementalActivityFamilies` (`small`, `medium`).
+        public var supplementalActivityFamilies: [String] = []
         public init(bundleID: String, environment: SimulatedEnvironment = .sandbox, schemas: [ActivitySchema] = [], declaresFrequentUpdates: Bool = false,
                     localization: [String: String] = [:], widgets: [SimulatedWidget.Configuration] = [], controls: [String] = [], foreground: Bool = true) {
             self.controls = controls
@@ -258,6 +348,7 @@ public final class SimulatorWorld: Sendable {
                 localization: install.localization, pushToStartTokens: [:], widgetPushToken: nil,
                 widgets: install.widgets.map { SimulatedWidget(configuration: $0, addedAt: clock.now) }, isForeground: install.foreground)
             app.controls = install.controls
+            app.supplementalActivityFamilies = install.supplementalActivityFamilies
             // Each widget's daily budget: WidgetKit's "40 to 70" for a widget viewed often (seeded).
             let budgets = min(configuration.widgetDailyReloadBudgetMinimum, configuration.widgetDailyReloadBudget)...configuration.widgetDailyReloadBudget
             for i in app.widgets.indices { app.widgets[i].dailyBudget = budgets.count > 1 ? Int.random(in: budgets, using: &s.random) : budgets.lowerBound }
@@ -284,7 +375,7 @@ public final class SimulatorWorld: Sendable {
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
             guard let app = s.devices[deviceID]!.apps.removeValue(forKey: bundleID) else { throw SimulatorError(.notFound, "\(bundleID) is not installed on \(deviceID)") }
-            for token in Array(app.pushToStartTokens.values) + [app.widgetPushToken, app.controlsPushToken].compactMap({ $0 }) { retire(&s, token, at: now) }
+            for token in Array(app.pushToStartTokens.values) + Array(app.controlPushTokens.values) + [app.widgetPushToken].compactMap({ $0 }) { retire(&s, token, at: now) }
             for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].state != .dismissed {
                 engine.dismiss(&s.devices[deviceID]!.activities[i], at: now)
             }
@@ -381,6 +472,15 @@ public final class SimulatorWorld: Sendable {
                 }
             }
             s.devices[deviceID]!.apps[bundleID] = app
+            // Leaving the app ends its transient activities (Apple: it "ends automatically when the person leaves the app").
+            if !app.isForeground {
+                for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID
+                    && s.devices[deviceID]!.activities[i].style == .transient && s.devices[deviceID]!.activities[i].state.isOngoing {
+                    engine.dismiss(&s.devices[deviceID]!.activities[i], at: now)
+                    s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .user, activityID: s.devices[deviceID]!.activities[i].id,
+                                                                   message: "The person left \(bundleID): its transient activity ended."))
+                }
+            }
             if opened {
                 // Opened again: the activities started by push while it was quit get their tokens now.
                 for i in s.devices[deviceID]!.activities.indices where s.devices[deviceID]!.activities[i].bundleID == bundleID && s.devices[deviceID]!.activities[i].tokenWaitsForLaunch {
@@ -415,7 +515,7 @@ public final class SimulatorWorld: Sendable {
     /// counts toward the limits.
     public func requestActivity(bundleID: String, on deviceID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
                                 staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token, start: Date? = nil,
-                                alertConfiguration: AlertConfiguration? = nil) throws(SimulatorError) -> SimulatedActivity {
+                                alertConfiguration: AlertConfiguration? = nil, style: ActivityStyle = .standard) throws(SimulatorError) -> SimulatedActivity {
         defer { changes.notify() }
         let now = clock.now
         let activity = try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
@@ -438,6 +538,22 @@ public final class SimulatorWorld: Sendable {
             if start != nil, !s.devices[deviceID]!.runs(atLeast: 26) {
                 throw SimulatorError(.unsupported, "a scheduled start (Activity.request(…, start:)) needs iOS 26; this device runs \(s.devices[deviceID]!.osVersion)", field: "start")
             }
+            if style == .transient {
+                let d = s.devices[deviceID]!
+                guard d.runs(atLeast: 18) else {
+                    throw SimulatorError(.unsupported, "ActivityStyle.transient (request(attributes:content:pushType:style:)) needs iOS 18; this device runs \(d.osVersion)", field: "style")
+                }
+                // Apple: a transient activity appears "in the extended presentation in the Dynamic
+                // Island"; it is silent on devices without one and on push tokens. Isle's stricter
+                // reading: neither (docs/simulator.md).
+                guard d.hasDynamicIsland else {
+                    throw SimulatorError(.unsupported, "a transient activity shows only in the Dynamic Island, and this \(d.model) has none (Isle's assumption; Apple is silent)", field: "style")
+                }
+                guard pushType == .none else {
+                    throw SimulatorError(.unsupported, "a transient activity takes no push updates here (Isle's assumption; Apple is silent): request it with pushType nil", field: "pushType")
+                }
+                guard start == nil else { throw SimulatorError(.invalidArgument, "a transient activity cannot be scheduled: it lasts while the app is open", field: "start") }
+            }
             if start != nil, alertConfiguration == nil {
                 throw SimulatorError(.invalidArgument, "a scheduled start needs an alertConfiguration (ActivityKit's request(…, alertConfiguration:start:) requires one): the alert the person sees when it starts", field: "alertConfiguration")
             }
@@ -445,6 +561,7 @@ public final class SimulatorWorld: Sendable {
             a.staleDate = staleDate
             a.relevanceScore = relevanceScore
             a.channelID = channel
+            a.style = style
             if let start, start > now {
                 a.state = .pending
                 a.startedAt = start
@@ -544,7 +661,9 @@ public final class SimulatorWorld: Sendable {
         return try state.withLock { (s) throws(SimulatorError) -> ScreenState in
             try advanceLocked(&s, deviceID: deviceID, to: now)
             let d = s.devices[deviceID]!
-            let visible = d.activities.enumerated().filter { $0.element.state.isVisible && $0.element.state != .pending }
+            // A transient activity is never on the Lock Screen: only in the expanded island.
+            let transient = d.activities.filter { $0.style == .transient && ($0.state == .active || $0.state == .stale) }
+            let visible = d.activities.enumerated().filter { $0.element.state.isVisible && $0.element.state != .pending && $0.element.style == .standard }
             let ordered = visible.sorted { l, r in
                 l.element.relevanceScore != r.element.relevanceScore ? l.element.relevanceScore > r.element.relevanceScore : l.offset < r.offset
             }.map(\.element)
@@ -559,6 +678,30 @@ public final class SimulatorWorld: Sendable {
                 mode = .expanded
                 shown = [alerted.id]
             }
+            if let t = transient.last, d.hasDynamicIsland {
+                mode = .expanded
+                shown = [t.id]
+            }
+            // Elsewhere: the Watch's Smart Stack (iOS 18+), CarPlay (iOS 26+) show the most relevant
+            // ongoing activity, compact or the app's `small` layout; the Mac's menu bar (iOS 26+)
+            // the Dynamic Island's own presentation (Apple: "unchanged compact, minimal, and expanded").
+            var presentations: [ScreenState.Presentation] = []
+            func layout(_ a: SimulatedActivity) -> String { d.apps[a.bundleID]?.supplementalActivityFamilies.contains("small") == true ? "small" : "compact" }
+            func recentAlert(_ a: SimulatedActivity) -> ShownAlert? { a.lastAlert.flatMap { now.timeIntervalSince($0.at) < configuration.expandedPresentationDuration ? $0 : nil } }
+            if d.family == "iPhone", let top = island.first {
+                if d.pairedWatch, d.runs(atLeast: 18) {
+                    presentations.append(.init(surface: .watchSmartStack, activityID: top.id, layout: layout(top), contentState: top.contentState, alert: recentAlert(top)))
+                }
+                if d.carPlayConnected, d.runs(atLeast: 26) {
+                    presentations.append(.init(surface: .carPlay, activityID: top.id, layout: layout(top), contentState: top.contentState, alert: nil))
+                }
+                if d.pairedMac, d.runs(atLeast: 26) {
+                    for id in (mode == .expanded ? shown : Array(island.prefix(mode == .minimal ? 2 : 1).map(\.id))) {
+                        guard let a = island.first(where: { $0.id == id }) else { continue }
+                        presentations.append(.init(surface: .macMenuBar, activityID: a.id, layout: mode == .none ? "compact" : mode.rawValue, contentState: a.contentState, alert: recentAlert(a)))
+                    }
+                }
+            }
             let widgets = d.apps.values.sorted { $0.bundleID < $1.bundleID }.flatMap { app in app.widgets.map { $0.view(bundleID: app.bundleID, at: now) } }
             var banner: ScreenState.Banner?
             if !d.hasDynamicIsland {
@@ -567,7 +710,12 @@ public final class SimulatorWorld: Sendable {
                 mode = .none
                 shown = []
             }
-            return ScreenState(time: now, lockScreen: items, dynamicIsland: mode, islandActivities: shown, banner: banner, widgets: widgets)
+            let transientItems = transient.map {
+                ScreenState.Item(activityID: $0.id, bundleID: $0.bundleID, attributesType: $0.attributesType, state: $0.state, isStale: $0.state == .stale,
+                                 relevanceScore: $0.relevanceScore, attributes: $0.attributes, contentState: $0.contentState, staleDate: $0.staleDate, lastAlert: $0.lastAlert)
+            }
+            return ScreenState(time: now, lockScreen: items, dynamicIsland: mode, islandActivities: shown, banner: banner, widgets: widgets, family: d.family, presentations: presentations,
+                               transientActivities: transientItems)
         }
     }
 
@@ -616,6 +764,11 @@ public final class SimulatorWorld: Sendable {
         // ActivityKit's Live Activities arrived in iOS 16.1 (docs/protocol.md §10); 16.0 has the API's types, not the feature.
         if let device = s.devices[deviceID], !device.runs(atLeast: 16, 1) {
             return .failure(PushOutcome(.unsupportedOnThisVersion, "Not started: Live Activities need iOS 16.1; this device runs \(device.osVersion).", field: "osVersion", expected: "16.1 or later", found: device.osVersion))
+        }
+        // Apple's API pages say iPadOS 16.1+, but an iPad's Lock Screen shows Live Activities from
+        // iPadOS 17 (Isle's stricter reading; Apple is silent; docs/simulator.md).
+        if let device = s.devices[deviceID], device.family == "iPad", !device.runs(atLeast: 17) {
+            return .failure(PushOutcome(.unsupportedOnThisVersion, "Not started: an iPad shows Live Activities from iPadOS 17; this one runs \(device.osVersion) (Isle's assumption).", field: "osVersion", expected: "17.0 or later", found: device.osVersion))
         }
         guard app.liveActivitiesEnabled else { return .failure(PushOutcome(.liveActivitiesDisabled, "Not started: the user turned Live Activities off for \(app.bundleID).")) }
         guard let schema = app.schemas[attributesType] else {
@@ -679,12 +832,21 @@ public final class SimulatorWorld: Sendable {
             scheduleRotation(&s, token: token, within: configuration.pushToStartTokenRotation)
         }
         // Controls that reload by push: WidgetKit's control push token (ControlPushHandler, iOS 18).
-        if !app.controls.isEmpty, device.runs(atLeast: 18), app.controlsPushToken == nil {
-            let token = Self.newToken(bytes: 32)
-            app.controlsPushToken = token
-            s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .controls, environment: app.environment)
-        }
+        issueControlTokens(&s, &app, deviceID: deviceID)
         app.tokensDueAt = nil
+    }
+
+    /// One token per control (ControlInfo.pushInfo, iOS 18): a push reloads that control alone.
+    func issueControlTokens(_ s: inout State, _ app: inout SimulatedApp, deviceID: String) {
+        if s.devices[deviceID]?.runs(atLeast: 18) == true {
+            for kind in app.controls where app.controlPushTokens[kind] == nil {
+                let token = Self.newToken(bytes: 32)
+                app.controlPushTokens[kind] = token
+                s.tokens[token] = TokenOwner(deviceID: deviceID, bundleID: app.bundleID, kind: .control(kind), environment: app.environment)
+                scheduleRotation(&s, token: token, within: configuration.pushToStartTokenRotation)
+            }
+            app.controlsPushToken = app.controls.first.flatMap { app.controlPushTokens[$0] }
+        }
     }
 
     func issueUpdateToken(_ s: inout State, _ a: inout SimulatedActivity, deviceID: String, environment: SimulatedEnvironment, rotates: Bool = true) {
@@ -732,6 +894,16 @@ public final class SimulatorWorld: Sendable {
                 s.devices[deviceID]!.apps[owner.bundleID] = app
                 s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
                     message: "ActivityKit changed the push-to-start token of \(owner.bundleID) (\(type)) by itself (pushToStartTokenUpdates): the old one answers 410 from now. Apple: it \"may change over time\" (seeded; docs/simulator.md)."))
+            case .control(let kind):
+                guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.controlPushTokens[kind] == token else { continue }
+                retire(&s, token, at: at)
+                let fresh = Self.newToken(bytes: 32)
+                app.controlPushTokens[kind] = fresh
+                app.controlsPushToken = app.controls.first.flatMap { app.controlPushTokens[$0] }
+                s.tokens[fresh] = TokenOwner(deviceID: deviceID, bundleID: owner.bundleID, kind: .control(kind), environment: owner.environment)
+                s.devices[deviceID]!.apps[owner.bundleID] = app
+                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
+                    message: "WidgetKit changed the push token of \(owner.bundleID)'s control \(kind) by itself (pushTokensDidChange): the old one answers 410 from now (seeded; docs/simulator.md)."))
             case .widgets:
                 guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.widgetPushToken == token else { continue }
                 retire(&s, token, at: at)

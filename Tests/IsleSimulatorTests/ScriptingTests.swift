@@ -81,6 +81,26 @@ struct ScriptingTests {
         }
     }
 
+    @Test("a provider token whose iat is a string of digits or a fraction (kalyke-apns, pyapns-client) is refused by default and taken with acceptsLooseIssuedAt")
+    func looseIssuedAt() async throws {
+        for loose in [false, true] {
+            var c = SimFixture.instant
+            c.device.acceptsLooseIssuedAt = loose
+            try await SimFixture.with(configuration: c) { f in
+                let seconds = Int(f.clock.now.timeIntervalSince1970)
+                for literal in ["\"\(seconds)\"", "\(seconds).25"] {
+                    // A fresh client per token: a connection keeps its first token's binding.
+                    let raw = try RawAPNs(sim: f.sim, key: f.raw.key, keyID: f.raw.keyID, teamID: f.raw.teamID, register: false)
+                    defer { Task { try? await raw.shutdown() } }
+                    var h = f.headers()
+                    h = Rules.replacing(h, "authorization", "bearer \(raw.jwt(iat: f.clock.now, iatLiteral: literal))")
+                    let answer = try await raw.send("/3/device/\(f.token)", headers: h, body: Pizza.update(f.clock.now).jsonBytes)
+                    #expect(answer.status == (loose ? 200 : 403), "iat \(literal), loose \(loose): \(answer.status) \(answer.reason ?? "")")
+                }
+            }
+        }
+    }
+
     @Test("a push applied with Unix time in a Date field has an outcome of its own (flagged), not applied")
     func flaggedOutcome() async throws {
         try await SimFixture.with { f in

@@ -92,6 +92,10 @@ enum PhonePage {
     dt { color: var(--muted); }
     dd { margin: 0; overflow-wrap: anywhere; }
     .widgets { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; }
+    .device.ipad .screen { max-width: 720px; }
+    .elsewhere { display: grid; grid-template-columns: repeat(auto-fit, minmax(180px, 1fr)); gap: 10px; margin: 12px 0; }
+    .surface { background: var(--card); border-radius: 16px; padding: 10px 14px; }
+    .surface h3 { margin: 0 0 6px; font-size: 13px; }
     .widget header { font-size: 12px; color: var(--muted); }
     .log { flex: 1; min-width: 280px; max-width: 720px; }
     .log h2 { font-size: 16px; }

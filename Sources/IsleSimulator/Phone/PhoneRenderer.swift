@@ -14,7 +14,7 @@ struct PhoneRenderer {
 
     /// The phone and its event log (the inside of `#phone`).
     func body() -> String {
-        var h = "<div class=\"device\" data-now=\"\(screen.time.timeIntervalSince1970)\" data-clock=\"\(realTime ? "real" : "virtual")\">"
+        var h = "<div class=\"device\(device.family == "iPad" ? " ipad" : "")\" data-family=\"\(device.family)\" data-now=\"\(screen.time.timeIntervalSince1970)\" data-clock=\"\(realTime ? "real" : "virtual")\">"
         h += "<div class=\"screen\" aria-label=\"Lock Screen of \(HTML.escape(device.name))\">"
         h += "<div class=\"status\"><span>\(HTML.escape(Self.clock(screen.time)))</span><span>\(HTML.escape(device.model)) · iOS \(HTML.escape(device.osVersion))\(device.isOnline ? "" : " · offline")</span></div>"
         h += island()
@@ -26,6 +26,7 @@ struct PhoneRenderer {
         h += "<section class=\"widgets\" aria-label=\"Widgets\">"
         for w in screen.widgets { h += widget(w) }
         h += "</section></div>"
+        h += elsewhere()
         h += eventLog()
         h += "</div>"
         return h
@@ -35,7 +36,7 @@ struct PhoneRenderer {
 
     func island() -> String {
         guard device.hasDynamicIsland else { return "" }
-        let items = screen.islandActivities.compactMap { id in screen.lockScreen.first { $0.activityID == id } }
+        let items = screen.islandActivities.compactMap { id in (screen.lockScreen + screen.transientActivities).first { $0.activityID == id } }
         var h = "<div class=\"island \(screen.dynamicIsland.rawValue)\" data-mode=\"\(screen.dynamicIsland.rawValue)\" aria-label=\"Dynamic Island: \(screen.dynamicIsland.rawValue)\">"
         switch screen.dynamicIsland {
         case .none:
@@ -57,6 +58,30 @@ struct PhoneRenderer {
             }
         }
         return h + "</div>"
+    }
+
+    // MARK: Elsewhere: Apple Watch, CarPlay, the Mac
+
+    /// The same activities where the person also sees them: the paired Watch's Smart Stack, CarPlay,
+    /// the paired Mac's menu bar — each in its layout, re-rendered with every push.
+    func elsewhere() -> String {
+        guard !screen.presentations.isEmpty else { return "" }
+        var h = "<section class=\"elsewhere\" aria-label=\"Also shown on\">"
+        for p in screen.presentations {
+            guard let a = screen.lockScreen.first(where: { $0.activityID == p.activityID }) else { continue }
+            let t = Self.template(a.attributesType)
+            let name = switch p.surface {
+            case .watchSmartStack: "Apple Watch · Smart Stack"
+            case .carPlay: "CarPlay"
+            case .macMenuBar: "Mac · menu bar"
+            }
+            h += "<article class=\"surface \(p.surface.rawValue)\" data-surface=\"\(p.surface.rawValue)\" data-layout=\"\(HTML.escape(p.layout))\" aria-label=\"\(name) (\(HTML.escape(p.layout)))\">"
+            h += "<h3>\(name) <small>\(HTML.escape(p.layout))</small></h3>"
+            h += "<p><span class=\"leading\">\(t.compactLeading(a))</span> <span class=\"trailing\">\(t.compactTrailing(a))</span></p>"
+            if let alert = p.alert { h += "<p class=\"alert\"><b>\(HTML.escape(alert.title))</b> \(HTML.escape(alert.body))</p>" }
+            h += "</article>"
+        }
+        return h + "</section>"
     }
 
     // MARK: Lock Screen
