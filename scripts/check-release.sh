@@ -52,6 +52,13 @@ EMPTY=$(mktemp -d)
 (cd "$EMPTY" && env -i PATH=/usr/bin:/bin HOME="$EMPTY" bash "$REPO_ROOT/scripts/try-third-party.sh" --only curl "$BIN") > "$WORK/sim.log" 2>&1 \
   || { tail -40 "$WORK/sim.log"; echo "release check: isle sim from the tarball did not take a third-party client's pushes"; exit 1; }
 rm -rf "$EMPTY"; EMPTY=""
+# docs/simulator.md's copy-paste CI job, as written, with this tarball, in an empty directory.
+JOB=$(awk '/^### A CI job, copy-paste/ { s = 1; next } s && /^```sh$/ { f = 1; next } f && /^```$/ { exit } f { print }' docs/simulator.md)
+[ -n "$JOB" ] || fail "docs/simulator.md has no CI job (### A CI job, copy-paste, then a sh block)"
+EMPTY=$(mktemp -d)
+(cd "$EMPTY" && env -i PATH=/usr/bin:/bin HOME="$EMPTY" ISLE_TARBALL="$TARBALL" bash -euo pipefail -c "$JOB") > "$WORK/job.log" 2>&1 \
+  || { tail -30 "$WORK/job.log"; fail "docs/simulator.md's CI job failed with the tarball"; }
+rm -rf "$EMPTY"; EMPTY=""
 
 # --- The installation lines of isle.service, as written, in a temporary root ---------------------
 # The lines are the comment lines that start with "#   ". docs/server.md shows the same lines.
