@@ -122,4 +122,19 @@ echo "isle sim --hostname api.sandbox.push.apple.com --ca-cert: a strict verifie
 if .build/debug/isle sim --dir "$T/sim2" --ca-cert "$T/team-ca.pem" --ca-key /dev/null > "$T/bad" 2>&1; then echo "isle sim took an empty --ca-key"; exit 1; fi
 grep -q -- "--ca-key" "$T/bad" || { cat "$T/bad"; echo "the --ca-key error does not name the flag"; exit 1; }
 kill $TSIM; wait $TSIM 2>/dev/null || true
+# An RSA root with an intermediate CA under it: the simulator signs with the intermediate's RSA key
+# and serves the intermediate beside its certificate, so a client that trusts only the root verifies.
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/O=Example Team/CN=Example RSA Root" -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign" -addext "subjectKeyIdentifier=hash" -keyout "$T/root-key.pem" -out "$T/root.pem" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/O=Example Team/CN=Example RSA Intermediate" -keyout "$T/int-key.pem" -out "$T/int.csr" 2>/dev/null
+printf 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n' > "$T/int.ext"
+openssl x509 -req -in "$T/int.csr" -CA "$T/root.pem" -CAkey "$T/root-key.pem" -CAcreateserial -days 30 -extfile "$T/int.ext" -out "$T/int.pem" 2>/dev/null
+.build/debug/isle sim --json --dir "$T/sim3" --apns-port 0 --control-port 0 --ca-cert "$T/int.pem" --ca-key "$T/int-key.pem" > "$T/out3" 2> "$T/err3" &
+TSIM=$!
+for _ in $(seq 1 100); do [ -s "$T/out3" ] && break; kill -0 $TSIM 2>/dev/null || break; sleep 0.1; done
+[ -s "$T/out3" ] || { cat "$T/err3"; echo "isle sim with an RSA intermediate CA did not start"; exit 1; }
+TPORT=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["apnsURL"].rsplit(":",1)[1])' "$T/out3")
+python3 scripts/strict-tls.py "$T/root.pem" "$TPORT" localhost
+echo "isle sim --ca-cert with an RSA intermediate: a strict verifier trusting only the root accepts it"
+kill $TSIM; wait $TSIM 2>/dev/null || true
 rm -rf "$T"

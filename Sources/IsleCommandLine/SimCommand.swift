@@ -111,7 +111,7 @@ struct SimCommand: AsyncParsableCommand {
     var widgetDailyBudgetMinimum: Int?
 
     // Never kinder than Apple (docs/simulator.md): each seeded by --seed, each default the stricter reading.
-    @Flag(name: .customLong("lenient"), help: "Turn off every 'never kinder than Apple' choice below (widget pushes inside the 200, a fixed widget budget, no GOAWAY for errors, no connection-rate limit, no token changes by themselves, no reordering, no priority-5 loss, always the newest stored push); the options after it then change single ones.")
+    @Flag(name: .customLong("lenient"), help: "Turn off every 'never kinder than Apple' choice below (widget pushes inside the 200, a fixed widget budget, no GOAWAY for errors, no connection-rate limit, no token changes by themselves, no reordering, no priority-5 loss, always the newest stored push); any of the options below given with it still changes its own.")
     var lenient = false
     @Option(name: .customLong("widget-push-delay-max"), help: "A widgets push reloads a seeded 1 s to this many seconds after APNs' 200 (WidgetKit delivers them opportunistically; 0: inside the 200).")
     var widgetPushDelayMaximum: Double?
@@ -151,7 +151,7 @@ struct SimCommand: AsyncParsableCommand {
         if (caCertificate == nil) != (caKey == nil) { throw CLIError("--ca-cert and --ca-key go together") }
         if certificate != nil, caCertificate != nil || !hostnames.isEmpty { throw CLIError("--cert serves a certificate as it is; --ca-cert and --hostname make one, so they do not go with it") }
         for name in hostnames where !CertificateAuthority.isValidDNSName(name) {
-            throw CLIError("--hostname \(name): not a DNS name (letters, digits, hyphens and dots, such as api.sandbox.push.apple.com; a leading *. for a wildcard)")
+            throw CLIError("--hostname \(name): not a DNS name (letters, digits, hyphens and dots, such as api.sandbox.push.apple.com; a leading *. for a wildcard; not an address — 127.0.0.1 and ::1 are always in the certificate)")
         }
         if (deviceName == nil) && (app != nil || !schemas.isEmpty) { throw CLIError("--app and --schema need --device") }
         for (name, v) in [("--hourly-budget", hourlyBudget), ("--frequent-hourly-budget", frequentHourlyBudget), ("--max-activities-per-app", maxPerApp), ("--max-activities-per-device", maxPerDevice), ("--widget-daily-budget", widgetDailyBudget)] where v < 1 {
@@ -184,6 +184,17 @@ struct SimCommand: AsyncParsableCommand {
     /// time and again when a file is missing, unreadable or older than 9 years (it is valid for 10).
     /// The server certificate is issued from it at each start, for the names asked for then, so a
     /// server that trusts `ca.pem` keeps working across restarts. `again`: the folder's CA was used.
+    /// The server certificate an Isle before this kept in `folder` (`server-cert.pem`, `server-key.pem`
+    /// beside `ca.pem`, no `ca-key.pem`), while it is under 300 days old.
+    static func olderServerCertificate(in folder: String) -> (chain: String, key: String)? {
+        guard !FileManager.default.fileExists(atPath: folder + "/ca-key.pem"), FileManager.default.fileExists(atPath: folder + "/ca.pem"),
+              let modified = (try? FileManager.default.attributesOfItem(atPath: folder + "/server-cert.pem"))?[.modificationDate] as? Date,
+              Date().timeIntervalSince(modified) < 300 * 86_400,
+              let chain = try? String(contentsOfFile: folder + "/server-cert.pem", encoding: .utf8), let key = try? String(contentsOfFile: folder + "/server-key.pem", encoding: .utf8)
+        else { return nil }
+        return (chain, key)
+    }
+
     static func keptCertificateAuthority(in folder: String) throws -> (ca: CertificateAuthority, again: Bool) {
         let (caPath, keyPath) = (folder + "/ca.pem", folder + "/ca-key.pem")
         let fresh = { (path: String) -> Bool in
@@ -228,6 +239,7 @@ struct SimCommand: AsyncParsableCommand {
         c.allowNonLoopback = allowNonLoopback
         c.environment = production ? .production : .sandbox
         c.caCertificatePath = folder + "/ca.pem"
+        var caPath = folder + "/ca.pem"
         var reused: [String] = []
         if let certificate, let certificateKey {
             c.certificateChainPEM = String(decoding: try Inputs.read(certificate, flag: "--cert"), as: UTF8.self)
@@ -240,12 +252,25 @@ struct SimCommand: AsyncParsableCommand {
             } catch let e as CertificateAuthorityError {
                 throw CLIError("--\(e.field == "caKey" ? "ca-key" : "ca-cert"): \(e.reason)")
             }
+            // The team's CA file is what clients trust: nothing is written over a --dir's own CA.
+            c.caCertificatePath = nil
+            caPath = (caCertificate as NSString).standardizingPath.hasPrefix("/") ? caCertificate : FileManager.default.currentDirectoryPath + "/" + caCertificate
         } else if dir != nil {
             // A folder of one's own keeps its CA across restarts: a server configured with its
             // ca.pem keeps trusting the simulator started again there.
-            let (ca, again) = try Self.keptCertificateAuthority(in: folder)
-            c.certificateAuthority = ca
-            if again { reused.append("CA") }
+            if let old = Self.olderServerCertificate(in: folder), hostnames.isEmpty {
+                // A folder an Isle before this made: its CA has no key here, so its server
+                // certificate is served as it is, and servers that trust its ca.pem keep working.
+                c.certificateChainPEM = old.chain
+                c.privateKeyPEM = old.key
+                reused.append("CA")
+            } else {
+                let (ca, again) = try Self.keptCertificateAuthority(in: folder)
+                c.certificateAuthority = ca
+                if again { reused.append("CA") }
+            }
+            // Written once, when made: a restart leaves ca.pem as it is.
+            c.caCertificatePath = nil
         }
         c.hostnames = hostnames
         if realistic { c.device = .realistic(seed: seed) }
@@ -361,7 +386,7 @@ struct SimCommand: AsyncParsableCommand {
             if json {
                 let line: JSONValue = ["environment": .string(c.environment.rawValue), "virtualClock": .bool(virtualClock), "apnsURL": .string(sim.apnsURL),
                                        "broadcastURL": .string(sim.broadcastURL), "managementURL": .string(sim.managementURL), "controlURL": .string(control),
-                                       "caPath": .string(folder + "/ca.pem"), "keyPath": .string(keyPath), "keyID": .string(keyID), "teamID": .string(teamID),
+                                       "caPath": .string(caPath), "keyPath": .string(keyPath), "keyID": .string(keyID), "teamID": .string(teamID),
                                        "kept": .array(reused.map(JSONValue.string)), "devices": .array(devices)]
                 say(line.jsonString)
                 try await tasks.next()
@@ -371,13 +396,13 @@ struct SimCommand: AsyncParsableCommand {
                 Isle simulator (\(c.environment.rawValue)\(virtualClock ? ", virtual clock" : ""))
                   APNs:     \(sim.apnsURL)   (HTTP/2 + TLS; device pushes)
                   broadcast: \(sim.broadcastURL)   channels: \(sim.managementURL)
-                  CA:       \(folder)/ca.pem
+                  CA:       \(caPath)
                   control:  \(control)
                   phone:    \(control)/\(phonePath)   (the Lock Screen and Dynamic Island, in a browser)
                   key:      \(keyPath)   key id \(keyID)   team id \(teamID)
                 \(reused.isEmpty ? "" : "  kept:     the \(reused.joined(separator: " and ")) already in \(folder) (a server that trusts them keeps working)\n")\(deviceLine.isEmpty ? "" : deviceLine + "\n")
                 Point any client at it:
-                  export ISLE_APNS_URL=\(sim.apnsURL) ISLE_APNS_CA_CERT=\(folder)/ca.pem
+                  export ISLE_APNS_URL=\(sim.apnsURL) ISLE_APNS_CA_CERT=\(caPath)
                   export ISLE_APNS_BROADCAST_URL=\(sim.broadcastURL) ISLE_APNS_MANAGEMENT_URL=\(sim.managementURL)
                   export ISLE_APNS_KEY=\(keyPath) ISLE_APNS_KEY_ID=\(keyID) ISLE_APNS_TEAM_ID=\(teamID)
                 Ctrl-C stops it.

@@ -18,6 +18,8 @@ public struct CertificateAuthority: Sendable {
     /// Whether `name` may go into a certificate as a DNS name: letters, digits and hyphens in
     /// labels of 1–63, dots between them, at most 253 characters; a leading `*.` is a wildcard.
     public static func isValidDNSName(_ name: String) -> Bool {
+        // An address is not a DNS name (a certificate names it as an IP address).
+        if name.split(separator: ".").allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }) || name.contains(":") { return false }
         var n = Substring(name)
         if n.hasPrefix("*.") { n = n.dropFirst(2) }
         guard !n.isEmpty, n.utf8.count <= 253 else { return false }
@@ -114,7 +116,7 @@ public struct CertificateAuthority: Sendable {
             notValidAfter: notAfter,
             issuer: certificate.subject,
             subject: subject,
-            signatureAlgorithm: .ecdsaWithSHA256,
+            // Signed as the CA's key signs: ECDSA with its curve's hash, or RSA with SHA-256.
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
@@ -125,7 +127,10 @@ public struct CertificateAuthority: Sendable {
             },
             issuerPrivateKey: key
         )
-        return (try leaf.serializeAsPEM().pemString, leafKey.pemRepresentation)
+        // An intermediate CA goes with the leaf, so a client that trusts only its root can build the chain.
+        var chain = try leaf.serializeAsPEM().pemString
+        if certificate.issuer != certificate.subject { chain += "\n" + (try certificate.serializeAsPEM().pemString) }
+        return (chain, leafKey.pemRepresentation)
     }
 }
 

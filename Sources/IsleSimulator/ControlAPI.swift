@@ -67,7 +67,10 @@ struct ControlAPI {
             }
             q.sources = sources
         }
-        if let after = try one("after") {
+        // An empty cursor (no devices yet) is the start.
+        if parameters.getAll("after").count == 1, parameters.getAll("after").first?.isEmpty == true {
+            q.after = EventCursor()
+        } else if let after = try one("after") {
             guard let cursor = EventCursor(text: after) else {
                 throw APIError(.badRequest, "invalidArgument", "after must be the cursor of an earlier answer (such as device-1=4,device-2=0)", field: "after")
             }

@@ -227,7 +227,8 @@ public final class FakeAPNs: Sendable {
         // not an error (Apple, "Handling notification responses from APNs").
         let limits = world.configuration
         if limits.connectionErrorLimit > 0, (400...499).contains(response.status), response.status != 410, response.goAwayReason == nil {
-            let now = world.clock.now
+            // Real time, as connections live in it (a virtual clock standing still would never age errors out).
+            let now = Date()
             let points = reason == "BadDeviceToken" ? limits.badDeviceTokenErrorWeight : 1
             let close = state.withLock { s -> Bool in
                 var c = s.connections[request.connectionID] ?? Connection()

@@ -23,6 +23,8 @@ extension SimulatorWorld {
         let now = clock.now
         let (result, widgetWork) = state.withLock { s -> (DeliveryResult, (String, String)?) in
             rememberPushToken(&s, apnsID: apnsID, token: token)
+            // A token whose moment to change has passed is already the old one.
+            rotateDueTokensLocked(&s, now: now)
             guard let owner = s.tokens[token], owner.environment == environment else {
                 return (DeliveryResult(status: 400, reason: "BadDeviceToken", outcome: nil), nil)
             }
@@ -55,13 +57,12 @@ extension SimulatorWorld {
                 return (answer, nil)
             }
             // Reordering: APNs may hold this push a moment; a later one to the same token may pass it.
-            if case .activity = owner.kind, configuration.reorderProbability > 0, s.devices[owner.deviceID]?.isOnline == true,
+            let liveActivityToken: Bool = switch owner.kind { case .activity, .pushToStart: true; default: false }
+            if liveActivityToken, configuration.reorderProbability > 0, configuration.reorderDelayMaximum > 0, s.devices[owner.deviceID]?.isOnline == true,
                Double.random(in: 0..<1, using: &s.random) < configuration.reorderProbability {
-                return (hold(&s, owner: owner, token: token, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now), nil)
-            }
-            if case .pushToStart = owner.kind, configuration.reorderProbability > 0, s.devices[owner.deviceID]?.isOnline == true,
-               Double.random(in: 0..<1, using: &s.random) < configuration.reorderProbability {
-                return (hold(&s, owner: owner, token: token, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now), nil)
+                let held = HeldPush(token: token, topic: topic, expiration: expiration, collapseID: collapseID, receivedAt: now, pushType: pushType, payload: payload,
+                                    priority: priority, apnsID: apnsID, due: now)
+                return (hold(&s, owner: owner, held, now: now), nil)
             }
             guard s.devices[owner.deviceID]?.isOnline ?? false else {
                 let o = store(&s, StoredPush(token: token, channelID: nil, activityID: nil, pushType: pushType, topic: topic, priority: priority, payload: payload, apnsID: apnsID,
@@ -98,9 +99,13 @@ extension SimulatorWorld {
 
     /// APNs holds a push a seeded moment before it reaches the device (Apple: "APNs may reorder
     /// notifications you send to the same device token"): the ticker delivers it when due.
-    func hold(_ s: inout State, owner: TokenOwner, token: String, pushType: String, payload: JSONValue, priority: Int, apnsID: String, now: Date) -> DeliveryResult {
-        let due = now.addingTimeInterval(Double.random(in: 0.1...max(0.1, configuration.reorderDelayMaximum), using: &s.random))
-        s.heldPushes.append(HeldPush(token: token, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, due: due))
+    func hold(_ s: inout State, owner: TokenOwner, _ push: HeldPush, now: Date) -> DeliveryResult {
+        let apnsID = push.apnsID
+        let longest = configuration.reorderDelayMaximum
+        let due = now.addingTimeInterval(Double.random(in: min(0.1, longest)...longest, using: &s.random))
+        var push = push
+        push.due = due
+        s.heldPushes.append(push)
         let o = PushOutcome(.heldByAPNs, "Accepted; APNs holds it until \(Clock.text(due)) before it reaches the device, so a later push to this token may arrive first (Apple: APNs may reorder notifications to the same device token; seeded, docs/simulator.md). The device's timestamp rule sorts them out.")
         s.devices[owner.deviceID]!.events.append(DeviceEvent(time: now, source: .push, activityID: { if case .activity(let id) = owner.kind { id } else { nil } }(), apnsID: apnsID, outcome: o, message: o.sentence))
         return DeliveryResult(status: 200, outcome: o, deviceID: owner.deviceID)
@@ -118,9 +123,21 @@ extension SimulatorWorld {
                 s.heldPushes.removeAll { $0.due <= now }
                 for p in due {
                     // The token may have changed or gone meanwhile: APNs already answered 200, the device sees nothing.
-                    guard let owner = s.tokens[p.token], s.devices[owner.deviceID]?.isOnline == true else { continue }
+                    guard let owner = s.tokens[p.token], s.devices[owner.deviceID] != nil else { continue }
                     if case .retired = owner.kind { continue }
-                    _ = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
+                    guard s.devices[owner.deviceID]!.isOnline else {
+                        // Offline by now: APNs stores it as it would have on arrival.
+                        _ = store(&s, StoredPush(token: p.token, channelID: nil, activityID: nil, pushType: p.pushType, topic: p.topic, priority: p.priority, payload: p.payload,
+                                                 apnsID: p.apnsID, collapseID: p.collapseID, receivedAt: p.receivedAt,
+                                                 expiresAt: storageEnd(p.expiration, from: p.receivedAt, limit: configuration.defaultStorageDuration)),
+                                  deviceID: owner.deviceID)
+                        continue
+                    }
+                    let delivered = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
+                    if delivered.0.outcome?.code == .deferredLowPriority {
+                        let earliest = now.addingTimeInterval(configuration.lowPriorityDelay)
+                        s.lowPriorityDue[owner.deviceID] = min(s.lowPriorityDue[owner.deviceID] ?? earliest, earliest)
+                    }
                 }
             }
             if s.widgetPushesDue.contains(where: { $0.due <= now }) {
@@ -245,7 +262,8 @@ extension SimulatorWorld {
         }
         var replaced: StoredPush?
         // "In most cases, the latest notification is stored": in a seeded few, APNs keeps the earlier one.
-        if configuration.storedPushNotNewestProbability > 0, let earlier = s.devices[deviceID]!.storedPushes.first(where: { key($0) == mine }),
+        if configuration.storedPushNotNewestProbability > 0, push.token != nil,
+           let earlier = s.devices[deviceID]!.storedPushes.first(where: { key($0) == mine && $0.expiresAt > now }),
            Double.random(in: 0..<1, using: &s.random) < configuration.storedPushNotNewestProbability {
             let o = PushOutcome(.expiredWhileOffline, "Not stored: the device is offline and APNs kept the push it already held for this app (received \(Clock.text(earlier.receivedAt))) instead of this newer one — Apple: \"in most cases\" the latest is stored (seeded, docs/simulator.md).")
             s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, activityID: push.activityID, apnsID: push.apnsID, outcome: o, message: o.sentence))
@@ -288,6 +306,12 @@ extension SimulatorWorld {
                     let (_, widgets) = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
                     if let (d, b) = widgets { work.append((d, b, p.apnsID)) }
                 } else if let channel = p.channelID, let activityID = p.activityID {
+                    // A channel deleted meanwhile took its stored message with it.
+                    guard s.channels[Self.bundleID(ofTopic: p.topic)]?[channel] != nil else {
+                        let o = PushOutcome(.expiredWhileOffline, "Missed: channel \(channel) was deleted while the device was offline; its stored message went with it.")
+                        s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .system, activityID: activityID, apnsID: p.apnsID, outcome: o, message: o.sentence))
+                        continue
+                    }
                     try? advanceLocked(&s, deviceID: deviceID, to: now)
                     guard let i = s.devices[deviceID]!.activities.firstIndex(where: { $0.id == activityID && $0.channelID == channel }),
                           let app = s.devices[deviceID]!.apps[s.devices[deviceID]!.activities[i].bundleID] else { continue }
@@ -458,7 +482,12 @@ extension SimulatorWorld {
                 return 0
             }
             s.channelsDisabled.insert(bundleID)
-            return s.channels.removeValue(forKey: bundleID)?.count ?? 0
+            let deleted = s.channels.removeValue(forKey: bundleID) ?? [:]
+            // What APNs stored on those channels for offline devices goes with them.
+            for id in s.deviceOrder where s.devices[id]?.storedPushes.contains(where: { $0.channelID.map { deleted[$0] != nil } ?? false }) == true {
+                s.devices[id]!.storedPushes.removeAll { $0.channelID.map { deleted[$0] != nil } ?? false }
+            }
+            return deleted.count
         }
     }
 

@@ -76,8 +76,12 @@ extension SimulatorWorld {
                 return nil
             }
             let tokenDevice = query.token.flatMap { s.tokens[$0]?.deviceID }
+            let now = clock.now
             for deviceID in s.deviceOrder {
                 guard s.devices[deviceID] != nil else { continue }
+                // What happened as time passed (stale, the 8-hour end, a deferred update applied) is
+                // logged when a device is brought up to now: do that first.
+                if query.deviceID == nil || query.deviceID == deviceID { try? advanceLocked(&s, deviceID: deviceID, to: now) }
                 // Number the events not numbered yet: whatever was logged since the last reading,
                 // wherever the time order put it.
                 var seq = s.eventSeqs[deviceID] ?? 0
@@ -136,6 +140,17 @@ extension SimulatorWorld {
                     if !r.events.isEmpty { return r }
                     cursor = r.cursor
                     if ContinuousClock.now >= deadline { return r }
+                }
+                return nil
+            }
+            // Transitions that come with time alone are logged lazily, with no change to wake the
+            // feed: look again every half second too.
+            group.addTask {
+                while ContinuousClock.now < deadline {
+                    try? await Task.sleep(for: .milliseconds(500))
+                    if Task.isCancelled { return nil }
+                    let r = self.events(matching: base)
+                    if !r.events.isEmpty { return r }
                 }
                 return nil
             }

@@ -67,6 +67,10 @@ public struct StoredPush: Sendable, Hashable, Codable {
 /// A push APNs holds a moment before it reaches an online device (reordering).
 struct HeldPush: Sendable, Hashable {
     var token: String
+    var topic: String
+    var expiration: Int64?
+    var collapseID: String?
+    var receivedAt: Date
     var pushType: String
     var payload: JSONValue
     var priority: Int
@@ -688,17 +692,19 @@ public final class SimulatorWorld: Sendable {
             var presentations: [ScreenState.Presentation] = []
             func layout(_ a: SimulatedActivity) -> String { d.apps[a.bundleID]?.supplementalActivityFamilies.contains("small") == true ? "small" : "compact" }
             func recentAlert(_ a: SimulatedActivity) -> ShownAlert? { a.lastAlert.flatMap { now.timeIntervalSince($0.at) < configuration.expandedPresentationDuration ? $0 : nil } }
-            if d.family == "iPhone", let top = island.first {
-                if d.pairedWatch, d.runs(atLeast: 18) {
+            if d.family == "iPhone" {
+                if let top = island.first, d.pairedWatch, d.runs(atLeast: 18) {
                     presentations.append(.init(surface: .watchSmartStack, activityID: top.id, layout: layout(top), contentState: top.contentState, alert: recentAlert(top)))
                 }
-                if d.carPlayConnected, d.runs(atLeast: 26) {
+                if let top = island.first, d.carPlayConnected, d.runs(atLeast: 26) {
                     presentations.append(.init(surface: .carPlay, activityID: top.id, layout: layout(top), contentState: top.contentState, alert: nil))
                 }
-                if d.pairedMac, d.runs(atLeast: 26) {
-                    for id in (mode == .expanded ? shown : Array(island.prefix(mode == .minimal ? 2 : 1).map(\.id))) {
-                        guard let a = island.first(where: { $0.id == id }) else { continue }
-                        presentations.append(.init(surface: .macMenuBar, activityID: a.id, layout: mode == .none ? "compact" : mode.rawValue, contentState: a.contentState, alert: recentAlert(a)))
+                // The island's own mode and activities (a transient one included); on an iPhone
+                // without a Dynamic Island, the mode it would have.
+                if d.pairedMac, d.runs(atLeast: 26), mode != .none {
+                    for id in shown {
+                        guard let a = (island + transient).first(where: { $0.id == id }) else { continue }
+                        presentations.append(.init(surface: .macMenuBar, activityID: a.id, layout: mode.rawValue, contentState: a.contentState, alert: recentAlert(a)))
                     }
                 }
             }

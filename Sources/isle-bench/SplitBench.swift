@@ -29,6 +29,7 @@ struct SplitBench: AsyncParsableCommand {
     @Option(help: "Also run everything on this PostgreSQL server (postgres://user@host:port/db; a new database per run) and compare.") var postgres: String?
     @Option(help: "Give up waiting for deliveries after this many seconds.") var maxSeconds: Double = 300
     @Option(help: "isle serve --concurrency (deliveries in flight; the server's default is 256).") var concurrency = 256
+    @Option(name: .customLong("sim-option"), parsing: .singleValue, help: "One more argument for isle sim (repeat), e.g. --sim-option --lenient to compare the simulator without APNs' leeway.") var simOptions: [String] = []
     @Option(help: "Rounds the floor and the updates alternate over (each round: --bare/rounds requests, then --updates/rounds updates until delivered).") var rounds = 5
     @Option(help: "Pushes this process sends to isle sim through IsleAPNs' client, the same as the server's deliveries, for the push floor (0: skip it).") var pushFloor = 10_000
     @Flag(help: "Measure SQLite a second time with isle serve tracing every request, attempt and APNs request (OTLP/HTTP to a receiver in this process), and compare.") var tracing = false
@@ -105,7 +106,7 @@ struct SplitBench: AsyncParsableCommand {
                                          "--control-port", "\(ports[3])", "--device", "bench", "--app", "com.example.scores", "--schema", dir + "/schema.json",
                                          // Priority 5 applied at once: the run measures CPU, not the model's waits.
                                          "--low-priority-delay", "0", "--per-token-limit", "0",
-                                         "--max-activities-per-app", "200000", "--max-activities-per-device", "200000", "--hourly-budget", "100000000"],
+                                         "--max-activities-per-app", "200000", "--max-activities-per-device", "200000", "--hourly-budget", "100000000"] + simOptions,
                                   log: dir + "/sim.log")
         children.append(sim)
         let control = "http://127.0.0.1:\(ports[3])"

@@ -137,6 +137,17 @@ struct NeverKinderTests {
         f.world.setBroadcastCapability(bundleID: Pizza.bundleID, enabled: true)
         #expect(f.world.readChannel(bundleID: Pizza.bundleID, id: channel) == .failure(400, "ChannelNotRegistered"))
         #expect(f.world.listChannels(bundleID: Pizza.bundleID) == .list([]))
+        // A message APNs stored on a channel for an offline device goes with the channel.
+        f.world.setBroadcastCapability(bundleID: Pizza.bundleID, enabled: true)
+        guard case .created(let kept) = f.world.createChannel(bundleID: Pizza.bundleID, storagePolicy: 1) else { Issue.record("no channel"); return }
+        let a = try f.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes,
+                                            contentState: Pizza.state(), pushType: .channel(kept))
+        try await f.world.setOnline(f.device, false)
+        _ = f.world.broadcast(bundleID: Pizza.bundleID, channelID: kept, priority: 10, payload: Pizza.update(f.now, driver: "stored"), requestID: "r1")
+        #expect(try f.world.device(f.device).storedPushes.count == 1)
+        f.world.setBroadcastCapability(bundleID: Pizza.bundleID, enabled: false)
+        try await f.world.setOnline(f.device, true)
+        #expect(try f.activity(a.id).contentState["driverName"] == "Bill James", "a deleted channel's stored message arrived")
     }
 
     @Test("tokens change by themselves at a seeded moment: an activity's within its life, a push-to-start token within a day; the old ones answer 410")

@@ -49,6 +49,8 @@ struct ScriptingTests {
             let next = try #require(byOutcome.json["cursor"]?.stringValue)
             #expect(try await control.call("GET", "/events?outcome=olderTimestamp&after=\(next)").json["events"]?.arrayValue?.isEmpty == true)
 
+            // An empty cursor (a simulator with no devices answers one) is the start.
+            #expect(try await control.call("GET", "/events?after=&limit=1").status == 200)
             // Bad filters: 400 naming the parameter, never a 500.
             for (query, field) in [("outcome=nope", "outcome"), ("after=garbage", "after"), ("wait=99", "wait"), ("limit=0", "limit"), ("token=xyz", "token"),
                                    ("colour=red", "colour"), ("device=a&device=b", "device")] {
@@ -98,6 +100,21 @@ struct ScriptingTests {
                     #expect(answer.status == (loose ? 200 : 403), "iat \(literal), loose \(loose): \(answer.status) \(answer.reason ?? "")")
                 }
             }
+        }
+    }
+
+    @Test("a long poll sees what happens with time alone: the system ending an activity at 8 hours")
+    func longPollSeesTimeTransitions() async throws {
+        try await SimFixture.with { f in
+            let client = HTTPClient(eventLoopGroupProvider: .singleton)
+            defer { Task { try? await client.shutdown() } }
+            let control = Control(base: await f.sim.controlURL(), client: client)
+            let cursor = try #require(try await control.call("GET", "/events").json["cursor"]?.stringValue)
+            async let polled = control.call("GET", "/events?activity=\(f.activity.id)&source=system&wait=20&after=\(cursor)")
+            try await eventually("the poll is waiting") { f.sim.world.changes.subscriberCount >= 1 }
+            f.clock.advance(by: 8 * 3600 + 1)
+            let answer = try await polled
+            #expect(answer.json["events"]?.arrayValue?.contains { $0["message"]?.stringValue?.contains("8 hours") == true } == true, "\(answer.json)")
         }
     }
 

@@ -68,7 +68,7 @@ struct PhoneRenderer {
         guard !screen.presentations.isEmpty else { return "" }
         var h = "<section class=\"elsewhere\" aria-label=\"Also shown on\">"
         for p in screen.presentations {
-            guard let a = screen.lockScreen.first(where: { $0.activityID == p.activityID }) else { continue }
+            guard let a = (screen.lockScreen + screen.transientActivities).first(where: { $0.activityID == p.activityID }) else { continue }
             let t = Self.template(a.attributesType)
             let name = switch p.surface {
             case .watchSmartStack: "Apple Watch · Smart Stack"
