@@ -13,7 +13,9 @@ fi
 source scripts/isle-stack.sh
 # The console's webhook in the test points at a closed port on 127.0.0.1, which webhooks reach only when allowed.
 ISLE_SERVE_FLAGS="${ISLE_SERVE_FLAGS:-} --webhook-allow-private"
-isle_stack 18643
+# The pages watch one priority-5 update land: its delivery, not APNs' right to lose priority 5
+# ("Never kinder than Apple", docs/simulator.md), is what this checks.
+ISLE_SIM_FLAGS="--low-priority-loss 0" isle_stack 18643
 
 rm -rf artifacts/screenshots && mkdir -p artifacts/screenshots
 ISLE_SIM_CONTROL="$SIM_CONTROL" ISLE_SERVER="$SERVER" ISLE_BACKEND_KEY="$BACKEND" ISLE_DEVICE_KEY="$DEVICE" ISLE_ADMIN_KEY="$ADMIN" ISLE_SERVER_ADMIN_KEY="$SERVER_ADMIN" \

@@ -5,7 +5,7 @@
 # Sets DIR, SIM_CONTROL, SERVER, BACKEND, DEVICE, ADMIN, SERVER_ADMIN (and a second app,
 # com.example.tacos), and the backend's registration-ticket key
 # (TICKET_KEY file, TICKET_KEY_ID); stops both and removes DIR on exit. ISLE_SERVE_FLAGS adds flags
-# to isle serve.
+# to isle serve, ISLE_SIM_FLAGS to isle sim.
 isle_stack() {
   local base=$1
   swift build --traits Server --product isle >/dev/null
@@ -16,7 +16,7 @@ isle_stack() {
   SERVER="http://127.0.0.1:$((base + 10))"
   # The binary itself in the background (not a shell function), so the trap stops the process.
   .build/debug/isle sim --dir "$DIR/sim" --apns-port "$base" --broadcast-port $((base + 1)) --management-port $((base + 2)) --control-port $((base + 3)) \
-    --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > "$DIR/sim.log" 2>&1 &
+    --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json ${ISLE_SIM_FLAGS:-} > "$DIR/sim.log" 2>&1 &
   STACK_PIDS+=($!)
   isle_wait_for "$SIM_CONTROL/health"
   .build/debug/isle master-key > "$DIR/master.key" && chmod 600 "$DIR/master.key"

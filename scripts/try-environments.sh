@@ -16,12 +16,13 @@ PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; true' EXIT
 wait_for() { for _ in $(seq 1 150); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "nothing answers at $1"; cat "$D"/*.log; exit 1; }
 
-# The sandbox host, then the production host with the same provider key.
-.build/debug/isle sim --dir "$D/sandbox" --single-host --apns-port 18643 --control-port 18280 \
+# The sandbox host, then the production host with the same provider key. Each priority-5 update is
+# checked on its phone: without APNs' right to lose one (docs/simulator.md, "Never kinder than Apple").
+.build/debug/isle sim --dir "$D/sandbox" --single-host --apns-port 18643 --control-port 18280 --low-priority-loss 0 \
   --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > "$D/sim-sandbox.log" 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18280/health
-.build/debug/isle sim --production --dir "$D/production" --single-host --apns-port 18644 --control-port 18281 --key "$D/sandbox/AuthKey_SIMKEY0001.p8" \
+.build/debug/isle sim --production --dir "$D/production" --single-host --apns-port 18644 --control-port 18281 --low-priority-loss 0 --key "$D/sandbox/AuthKey_SIMKEY0001.p8" \
   --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > "$D/sim-production.log" 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18281/health
