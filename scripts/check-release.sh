@@ -12,7 +12,7 @@ TARBALL=""
 if [ $# -gt 0 ]; then TARBALL=$(realpath "$1"); fi
 cd "$(dirname "$0")/.."
 REPO_ROOT=$PWD
-[ -n "$TARBALL" ] || TARBALL=$(bash scripts/release.sh | tail -1)
+[ -n "$TARBALL" ] || TARBALL=$(realpath "$(bash scripts/release.sh | tail -1)")
 
 fail() { echo "release check: $*" >&2; exit 1; }
 WORK=$(mktemp -d)
@@ -236,4 +236,4 @@ SERVER_PID=""
 [ "$STATUS" = 0 ] || serve_failed "the installed isle serve exited with $STATUS after SIGTERM, not 0"
 private   # the database's -wal, -shm and -lock files too
 
-echo "release check: ok ($(basename "$TARBALL"), $(du -h "$BIN" | cut -f1), no Swift library needed, isle demo passed from the tarball, installed by the unit's lines in a temporary root${AS_ROOT:+ as user $UNIT_USER}: /ready 200, SIGTERM exit 0)"
+echo "release check: ok ($(basename "$TARBALL"), $(du -h "$BIN" | cut -f1), no Swift library needed, isle demo, isle sim with curl pushing to it and docs/simulator.md's CI job passed from the tarball, installed by the unit's lines in a temporary root${AS_ROOT:+ as user $UNIT_USER}: /ready 200, SIGTERM exit 0)"
