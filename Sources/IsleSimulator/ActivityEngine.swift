@@ -300,8 +300,15 @@ enum Localizer {
 }
 
 enum Clock {
+    /// `2026-11-28T11:51:34Z`, as `ISO8601DateFormatter` writes it — without making a formatter
+    /// (that cost more than the rest of a push) on every push whose sentence names a time.
     static func text(_ d: Date) -> String {
-        let f = ISO8601DateFormatter()
-        return f.string(from: d)
+        var seconds = time_t(Int64(saturating: d.timeIntervalSince1970.rounded(.down)))
+        var t = tm()
+        guard gmtime_r(&seconds, &t) != nil else { return ISO8601DateFormatter().string(from: d) }
+        func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        let year = Int(t.tm_year) + 1900
+        let y = year < 1000 ? String(repeating: "0", count: 4 - String(year).count) + String(year) : String(year)
+        return "\(y)-\(two(t.tm_mon + 1))-\(two(t.tm_mday))T\(two(t.tm_hour)):\(two(t.tm_min)):\(two(t.tm_sec))Z"
     }
 }
