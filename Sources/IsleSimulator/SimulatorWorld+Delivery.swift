@@ -140,9 +140,11 @@ extension SimulatorWorld {
                     }
                 }
             }
-            if s.widgetPushesDue.contains(where: { $0.due <= now }) {
-                work = s.widgetPushesDue.filter { $0.due <= now }.sorted { $0.due < $1.due }.map { ($0.deviceID, $0.bundleID, $0.apnsID) }
-                s.widgetPushesDue.removeAll { $0.due <= now }
+            // A widget push whose moment came while its device is offline waits until it is back.
+            let ready = { (w: (due: Date, deviceID: String, bundleID: String, apnsID: String)) in w.due <= now && s.devices[w.deviceID]?.isOnline != false }
+            if s.widgetPushesDue.contains(where: ready) {
+                work = s.widgetPushesDue.filter(ready).sorted { $0.due < $1.due }.map { ($0.deviceID, $0.bundleID, $0.apnsID) }
+                s.widgetPushesDue.removeAll(where: ready)
             }
             return (delivered, work)
         }
@@ -304,7 +306,15 @@ extension SimulatorWorld {
                 if let token = p.token {
                     guard let owner = s.tokens[token], owner.deviceID == deviceID else { continue }
                     let (_, widgets) = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
-                    if let (d, b) = widgets { work.append((d, b, p.apnsID)) }
+                    if let (d, b) = widgets {
+                        if configuration.widgetPushDelayMaximum > 0 {
+                            // Opportunistic here too: WidgetKit acts on it a seeded moment after it arrives.
+                            let due = now.addingTimeInterval(Double.random(in: min(1, configuration.widgetPushDelayMaximum)...configuration.widgetPushDelayMaximum, using: &s.random))
+                            s.widgetPushesDue.append((due, d, b, p.apnsID))
+                        } else {
+                            work.append((d, b, p.apnsID))
+                        }
+                    }
                 } else if let channel = p.channelID, let activityID = p.activityID {
                     // A channel deleted meanwhile took its stored message with it.
                     guard s.channels[Self.bundleID(ofTopic: p.topic)]?[channel] != nil else {

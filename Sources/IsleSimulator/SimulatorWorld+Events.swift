@@ -85,12 +85,20 @@ extension SimulatorWorld {
                 // Number the events not numbered yet: whatever was logged since the last reading,
                 // wherever the time order put it.
                 var seq = s.eventSeqs[deviceID] ?? 0
-                for i in s.devices[deviceID]!.events.indices where s.devices[deviceID]!.events[i].seq == nil {
-                    seq += 1
-                    s.devices[deviceID]!.events[i].seq = seq
+                // Only a log that grew since it was last numbered is scanned for new events.
+                if s.devices[deviceID]!.events.count > seq {
+                    for i in s.devices[deviceID]!.events.indices where s.devices[deviceID]!.events[i].seq == nil {
+                        seq += 1
+                        s.devices[deviceID]!.events[i].seq = seq
+                    }
+                    s.eventSeqs[deviceID] = seq
                 }
-                s.eventSeqs[deviceID] = seq
                 let seen = cursor.next[deviceID] ?? 0
+                // Nothing after the reader's place on this device: nothing to look at.
+                if seq <= seen {
+                    cursor.next[deviceID] = seen
+                    continue
+                }
                 guard query.deviceID == nil || query.deviceID == deviceID else {
                     // Not asked about: the cursor keeps its place there.
                     cursor.next[deviceID] = seen
