@@ -862,6 +862,19 @@ public final class SimulatorWorld: Sendable {
         if rotates { scheduleRotation(&s, token: token, within: configuration.activityTokenRotation) }
     }
 
+    /// One of an app's tokens (push-to-start, widget, control) replaced by a new one of `bytes`
+    /// bytes, if the app still `holds` it: the old one retired at `at`, the change logged.
+    func replaceAppToken(_ s: inout State, _ token: String, owner: TokenOwner, at: Date, bytes: Int, holds: (SimulatedApp) -> Bool,
+                         set: (inout SimulatedApp, String) -> Void, message: String) {
+        guard var app = s.devices[owner.deviceID]?.apps[owner.bundleID], holds(app) else { return }
+        retire(&s, token, at: at)
+        let fresh = Self.newToken(bytes: bytes)
+        set(&app, fresh)
+        s.tokens[fresh] = TokenOwner(deviceID: owner.deviceID, bundleID: owner.bundleID, kind: owner.kind, environment: owner.environment)
+        s.devices[owner.deviceID]!.apps[owner.bundleID] = app
+        s.devices[owner.deviceID]!.events.append(DeviceEvent(time: at, source: .system, message: message))
+    }
+
     /// The token changes by itself at a seeded moment within `range` from now (nil: never).
     func scheduleRotation(_ s: inout State, token: String, within range: ClosedRange<TimeInterval>?) {
         guard let range else { return }
@@ -892,33 +905,18 @@ public final class SimulatorWorld: Sendable {
                 s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system, activityID: id,
                     message: "ActivityKit changed the activity's push token by itself (pushTokenUpdates): the old one answers 410 from now. Apple: the token \"may change throughout its duration\" (seeded; docs/simulator.md)."))
             case .pushToStart(let type):
-                guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.pushToStartTokens[type] == token else { continue }
-                retire(&s, token, at: at)
-                let fresh = Self.newToken(bytes: 40)
-                app.pushToStartTokens[type] = fresh
-                s.tokens[fresh] = TokenOwner(deviceID: deviceID, bundleID: owner.bundleID, kind: .pushToStart(type), environment: owner.environment)
-                s.devices[deviceID]!.apps[owner.bundleID] = app
-                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
-                    message: "ActivityKit changed the push-to-start token of \(owner.bundleID) (\(type)) by itself (pushToStartTokenUpdates): the old one answers 410 from now. Apple: it \"may change over time\" (seeded; docs/simulator.md)."))
+                replaceAppToken(&s, token, owner: owner, at: at, bytes: 40, holds: { $0.pushToStartTokens[type] == token }, set: { $0.pushToStartTokens[type] = $1 },
+                                message: "ActivityKit changed the push-to-start token of \(owner.bundleID) (\(type)) by itself (pushToStartTokenUpdates): the old one answers 410 from now. Apple: it \"may change over time\" (seeded; docs/simulator.md).")
             case .control(let kind):
-                guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.controlPushTokens[kind] == token else { continue }
-                retire(&s, token, at: at)
-                let fresh = Self.newToken(bytes: 32)
-                app.controlPushTokens[kind] = fresh
-                app.controlsPushToken = app.controls.first.flatMap { app.controlPushTokens[$0] }
-                s.tokens[fresh] = TokenOwner(deviceID: deviceID, bundleID: owner.bundleID, kind: .control(kind), environment: owner.environment)
-                s.devices[deviceID]!.apps[owner.bundleID] = app
-                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
-                    message: "WidgetKit changed the push token of \(owner.bundleID)'s control \(kind) by itself (pushTokensDidChange): the old one answers 410 from now (seeded; docs/simulator.md)."))
+                replaceAppToken(&s, token, owner: owner, at: at, bytes: 32, holds: { $0.controlPushTokens[kind] == token },
+                                set: { app, fresh in
+                                    app.controlPushTokens[kind] = fresh
+                                    app.controlsPushToken = app.controls.first.flatMap { app.controlPushTokens[$0] }
+                                },
+                                message: "WidgetKit changed the push token of \(owner.bundleID)'s control \(kind) by itself (pushTokensDidChange): the old one answers 410 from now (seeded; docs/simulator.md).")
             case .widgets:
-                guard var app = s.devices[deviceID]!.apps[owner.bundleID], app.widgetPushToken == token else { continue }
-                retire(&s, token, at: at)
-                let fresh = Self.newToken(bytes: 32)
-                app.widgetPushToken = fresh
-                s.tokens[fresh] = TokenOwner(deviceID: deviceID, bundleID: owner.bundleID, kind: .widgets, environment: owner.environment)
-                s.devices[deviceID]!.apps[owner.bundleID] = app
-                s.devices[deviceID]!.events.append(DeviceEvent(time: at, source: .system,
-                    message: "WidgetKit changed the widget push token of \(owner.bundleID) by itself: the old one answers 410 from now (seeded; docs/simulator.md)."))
+                replaceAppToken(&s, token, owner: owner, at: at, bytes: 32, holds: { $0.widgetPushToken == token }, set: { $0.widgetPushToken = $1 },
+                                message: "WidgetKit changed the widget push token of \(owner.bundleID) by itself: the old one answers 410 from now (seeded; docs/simulator.md).")
             default:
                 continue
             }
