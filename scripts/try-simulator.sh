@@ -89,6 +89,8 @@ info = json.loads(line)
 for key in ["apnsURL", "broadcastURL", "managementURL", "controlURL", "caPath", "keyPath", "keyID", "teamID", "environment", "devices"]:
     assert key in info, (key, info)
 assert info["devices"][0]["app"] == "com.example.pizza" and info["devices"][0]["id"] == "device-1", info["devices"]
+# The push-to-start token comes a moment after install, as on a phone; the line waits for it.
+assert len(info["devices"][0]["pushToStartTokens"].get("PizzaDeliveryAttributes", "")) == 80, info["devices"]
 with urllib.request.urlopen(info["controlURL"] + "/health", timeout=5) as r:
     assert r.status == 200
 print("isle sim --json: one line, and its control API answers at %s" % info["controlURL"])

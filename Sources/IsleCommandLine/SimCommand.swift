@@ -359,6 +359,7 @@ struct SimCommand: AsyncParsableCommand {
         var deviceLine = ""
         var devices: [JSONValue] = []
         var phonePath = "phone/<device id>"
+        var installedApp: (device: String, bundleID: String, types: [String])?
         if let deviceName {
             let device: String
             do { device = try sim.world.createDevice(name: deviceName, osVersion: osVersion, model: model) } catch { throw CLIError("--os-version/--model: \(error.message)") }
@@ -369,11 +370,10 @@ struct SimCommand: AsyncParsableCommand {
                 var parsed: [ActivitySchema] = []
                 for path in schemas { parsed.append(try Inputs.schema(path)!) }
                 do {
-                    let installed = try sim.world.install(.init(bundleID: app, environment: c.environment, schemas: parsed, declaresFrequentUpdates: frequentUpdates), on: device)
+                    try sim.world.install(.init(bundleID: app, environment: c.environment, schemas: parsed, declaresFrequentUpdates: frequentUpdates), on: device)
                     deviceLine += "\n  app:      \(app)"
-                    for (type, token) in installed.pushToStartTokens.sorted(by: { $0.key < $1.key }) { deviceLine += "\n  push-to-start token (\(type)): \(token)" }
                     described["app"] = .string(app)
-                    described["pushToStartTokens"] = .object(JSONObject(installed.pushToStartTokens.sorted(by: { $0.key < $1.key }).map { ($0.key, JSONValue.string($0.value)) }))
+                    installedApp = (device, app, parsed.map(\.attributesType))
                 } catch { throw CLIError("--app: \(error.message)") }
             }
             devices.append(.object(described))
@@ -383,6 +383,17 @@ struct SimCommand: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             let control = await sim.controlURL()
+            // ActivityKit hands the push-to-start tokens out a moment after install (iOS 17.2+): wait
+            // for them, so the start-up output can name them.
+            if let installedApp, var described = devices.first?.objectValue {
+                for type in installedApp.types {
+                    _ = try? await sim.world.waitForPushToStartToken(bundleID: installedApp.bundleID, attributesType: type, on: installedApp.device, timeout: .seconds(5))
+                }
+                let tokens = ((try? sim.world.app(installedApp.bundleID, on: installedApp.device))?.pushToStartTokens ?? [:]).sorted { $0.key < $1.key }
+                for (type, token) in tokens { deviceLine += "\n  push-to-start token (\(type)): \(token)" }
+                described["pushToStartTokens"] = .object(JSONObject(tokens.map { ($0.key, JSONValue.string($0.value)) }))
+                devices[0] = .object(described)
+            }
             if json {
                 let line: JSONValue = ["environment": .string(c.environment.rawValue), "virtualClock": .bool(virtualClock), "apnsURL": .string(sim.apnsURL),
                                        "broadcastURL": .string(sim.broadcastURL), "managementURL": .string(sim.managementURL), "controlURL": .string(control),

@@ -123,6 +123,15 @@ def main():
         assert browser.execute_script("return window.__pwned === undefined"), "content state ran as code"
         assert browser.find_elements(By.CSS_SELECTOR, "section.lock img") == []
         browser.save_screenshot(os.path.join(SHOTS, "phone-4-escaped.png"))
+
+        # A paired Apple Watch, CarPlay and a paired Mac: the same activity in each, live.
+        status, _ = call("PATCH", SIM + "/devices/device-1", {"pairedWatch": True, "carPlay": True, "pairedMac": True})
+        assert status == 200, status
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".elsewhere .surface")) >= 3)
+        surfaces = [e.get_attribute("data-surface") for e in browser.find_elements(By.CSS_SELECTOR, ".elsewhere .surface")]
+        assert surfaces[:2] == ["watchSmartStack", "carPlay"] and "macMenuBar" in surfaces, surfaces
+        assert browser.execute_script("return window.__stillTheSamePage === true"), "the page reloaded"
+        browser.save_screenshot(os.path.join(SHOTS, "phone-5-watch-carplay-mac.png"))
         print("phone page in Chromium: ok")
         console(browser, wait)
         print("console in Chromium: ok (screenshots in %s)" % SHOTS)
