@@ -48,14 +48,18 @@ public struct SimulatedActivityKit<Attributes: Codable & Sendable, ContentState:
     }
 
     /// `Activity.request(attributes:content:pushType:)`.
-    public func request(attributes: Attributes, content: ContentState, staleDate: Date? = nil, relevanceScore: Double = 0, pushType: PushType? = .token) throws -> Handle {
+    /// `Activity.request(attributes:content:pushType:style:)`: `style: .transient` (iOS 18) shows
+    /// only in the Dynamic Island's expanded presentation, and takes `pushType: nil`.
+    public func request(attributes: Attributes, content: ContentState, staleDate: Date? = nil, relevanceScore: Double = 0, pushType: PushType? = .token,
+                        style: ActivityStyle = .standard) throws -> Handle {
         let requestType: SimulatorWorld.RequestPushType = switch pushType {
         case nil: .none
         case .token?: .token
         case .channel(let id)?: .channel(id)
         }
         let a = try world.requestActivity(bundleID: bundleID, on: deviceID, attributesType: attributesType, attributes: try ActivityKitEncoding.jsonValue(of: attributes),
-                                          contentState: try ActivityKitEncoding.jsonValue(of: content), staleDate: staleDate, relevanceScore: relevanceScore, pushType: requestType)
+                                          contentState: try ActivityKitEncoding.jsonValue(of: content), staleDate: staleDate, relevanceScore: relevanceScore, pushType: requestType,
+                                          style: style)
         return Handle(kit: self, id: a.id)
     }
 
