@@ -123,7 +123,7 @@ struct SimCommand: AsyncParsableCommand {
     var connectionRateWindow: Double?
     @Option(name: .customLong("token-rotation"), help: ArgumentHelp("Hours after which an activity's push token changes by itself, drawn (seeded) from MIN-MAX, or off (Apple: it may change throughout the activity).", valueName: "MIN-MAX|off"))
     var tokenRotation: String?
-    @Option(name: .customLong("push-to-start-token-rotation"), help: ArgumentHelp("The same for push-to-start and widget push tokens (Apple: they may change over time).", valueName: "MIN-MAX|off"))
+    @Option(name: .customLong("push-to-start-token-rotation"), help: ArgumentHelp("The same for push-to-start, widget and control push tokens (Apple: they may change over time).", valueName: "MIN-MAX|off"))
     var pushToStartTokenRotation: String?
     @Option(name: .customLong("reorder"), help: "Share (0–1) of Live Activity pushes APNs holds a moment, so a later push to the same token may arrive first (Apple: APNs may reorder).")
     var reorder: Double?

@@ -87,6 +87,9 @@ public final class HTTP2TLSServer: Service {
         /// Asked for each new connection as it is accepted: false closes it at once, before TLS
         /// (a server that blocks a client opening connections too fast).
         public var admit: (@Sendable () -> Bool)?
+        /// Told each connection's id once it has ended (its requests all answered), so per-connection
+        /// state kept elsewhere can go.
+        public var connectionEnded: (@Sendable (Int) -> Void)?
 
         public init(host: String = "127.0.0.1", port: Int = 0, certificateChainPEM: String, privateKeyPEM: String, maxConcurrentStreams: Int = 1000, maxBodySize: Int = 1 << 20) {
             self.host = host
@@ -128,7 +131,11 @@ public final class HTTP2TLSServer: Service {
     private let logger: Logger
     private let maxBodySize: Int
 
-    private init(serverChannel: NIOAsyncChannel<Connection, Never>, host: String, port: Int, handler: @escaping Handler, logger: Logger, maxBodySize: Int) {
+    private let connectionEnded: (@Sendable (Int) -> Void)?
+
+    private init(serverChannel: NIOAsyncChannel<Connection, Never>, host: String, port: Int, handler: @escaping Handler, logger: Logger, maxBodySize: Int,
+                 connectionEnded: (@Sendable (Int) -> Void)? = nil) {
+        self.connectionEnded = connectionEnded
         self.serverChannel = serverChannel
         self.host = host
         self.port = port
@@ -175,7 +182,8 @@ public final class HTTP2TLSServer: Service {
                 }
             }
         let port = channel.channel.localAddress?.port ?? configuration.port
-        return HTTP2TLSServer(serverChannel: channel, host: configuration.host, port: port, handler: handler, logger: logger, maxBodySize: configuration.maxBodySize)
+        return HTTP2TLSServer(serverChannel: channel, host: configuration.host, port: port, handler: handler, logger: logger, maxBodySize: configuration.maxBodySize,
+                              connectionEnded: configuration.connectionEnded)
     }
 
     /// `https://127.0.0.1:<port>`
@@ -228,6 +236,7 @@ public final class HTTP2TLSServer: Service {
         } onCancel: {
             connection.channel.close(promise: nil)
         }
+        connectionEnded?(connection.id)
     }
 
     private func serve(stream: StreamChannel, streamID: Int, connection: Connection, streams: ConnectionStreams) async {

@@ -142,6 +142,17 @@ public final class FakeAPNs: Sendable {
         return admitted
     }
 
+    /// Connections whose provider-token history the fake APNs holds (open ones that sent a request).
+    public var trackedConnections: Int { state.withLock { $0.connections.count } }
+
+    /// A connection ended: its provider-token history and error count go (ids are never reused).
+    public func connectionEnded(_ id: Int) {
+        state.withLock { s in
+            s.connections.removeValue(forKey: id)
+            s.raisedStreams.remove(id)
+        }
+    }
+
     /// Tokens already decoded (well-formed ones only; the signature is checked per key in `State`).
     let decodedJWTs = Mutex<[String: DecodedJWT]>([:])
 

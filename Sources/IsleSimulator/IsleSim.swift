@@ -120,6 +120,7 @@ public final class IsleSim: Service {
                 configuration: {
                     var c = HTTP2TLSServer.Configuration(host: configuration.host, port: port, certificateChainPEM: chain!, privateKeyPEM: key!, maxConcurrentStreams: 1)
                     c.admit = { fake.admitConnection() }
+                    c.connectionEnded = { fake.connectionEnded($0) }
                     return c
                 }(),
                 logger: logger

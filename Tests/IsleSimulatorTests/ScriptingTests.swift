@@ -118,6 +118,18 @@ struct ScriptingTests {
         }
     }
 
+    @Test("the fake APNs forgets a connection's token history once the connection ends (a long run does not keep one entry per connection)")
+    func connectionsAreForgotten() async throws {
+        try await SimFixture.with { f in
+            let raw = try RawAPNs(sim: f.sim, key: f.raw.key, keyID: f.raw.keyID, teamID: f.raw.teamID, register: false)
+            #expect(try await raw.send("/3/device/\(f.token)", headers: f.headers(), body: Pizza.update(f.clock.now).jsonBytes).status == 200)
+            let before = f.sim.apns.trackedConnections
+            #expect(before >= 1)
+            try await raw.shutdown()
+            try await eventually("the closed connection to be forgotten") { f.sim.apns.trackedConnections < before }
+        }
+    }
+
     @Test("a push applied with Unix time in a Date field has an outcome of its own (flagged), not applied")
     func flaggedOutcome() async throws {
         try await SimFixture.with { f in
