@@ -254,7 +254,7 @@ struct SimCommand: AsyncParsableCommand {
             }
             // The team's CA file is what clients trust: nothing is written over a --dir's own CA.
             c.caCertificatePath = nil
-            caPath = (caCertificate as NSString).standardizingPath.hasPrefix("/") ? caCertificate : FileManager.default.currentDirectoryPath + "/" + caCertificate
+            caPath = URL(fileURLWithPath: caCertificate).standardizedFileURL.path
         } else if dir != nil {
             // A folder of one's own keeps its CA across restarts: a server configured with its
             // ca.pem keeps trusting the simulator started again there.

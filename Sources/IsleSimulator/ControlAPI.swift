@@ -172,9 +172,7 @@ struct ControlAPI {
             let island = try ControlAPI.bool(o, "hasDynamicIsland")
             let watch = try ControlAPI.bool(o, "pairedWatch"), car = try ControlAPI.bool(o, "carPlay"), mac = try ControlAPI.bool(o, "pairedMac")
             // Checked before the device exists, so a refused request makes nothing.
-            if model.hasPrefix("iPad"), watch == true || car == true {
-                throw APIError(.badRequest, "invalidArgument", "an iPad pairs with no Apple Watch and drives no CarPlay", field: watch == true ? "pairedWatch" : "carPlay")
-            }
+            if let problem = SimulatedDevice.surroundingsProblem(model: model, pairedWatch: watch, carPlay: car) { throw APIError(problem) }
             let id = try run { () throws(SimulatorError) in try world.createDevice(name: name, osVersion: os, model: model, hasDynamicIsland: island) }
             if watch != nil || car != nil || mac != nil {
                 try run { () throws(SimulatorError) in try world.setSurroundings(deviceID: id, pairedWatch: watch, carPlay: car, pairedMac: mac) }

@@ -72,18 +72,12 @@ extension SimulatorWorld {
             }
             var delivered = deliverLocked(&s, owner: owner, pushType: pushType, payload: payload, priority: priority, apnsID: apnsID, now: now)
             // WidgetKit acts on widget pushes opportunistically: accepted now, reloaded a seeded moment later.
-            if let (deviceID, bundleID) = delivered.1, configuration.widgetPushDelayMaximum > 0 {
-                let due = now.addingTimeInterval(Double.random(in: min(1, configuration.widgetPushDelayMaximum)...configuration.widgetPushDelayMaximum, using: &s.random))
-                s.widgetPushesDue.append((due, deviceID, bundleID, apnsID))
+            if let (deviceID, bundleID) = delivered.1, let due = scheduleWidgetPush(&s, deviceID: deviceID, bundleID: bundleID, apnsID: apnsID, now: now) {
                 let o = PushOutcome(.widgetPushPending, "Accepted: WidgetKit handles widget pushes opportunistically and within the widgets' budget (Apple, \"Updating widgets with WidgetKit push notifications\"); it reloads at \(Clock.text(due)) (seeded, docs/simulator.md).")
                 s.devices[deviceID]!.events.append(DeviceEvent(time: now, source: .push, apnsID: apnsID, outcome: o, message: o.sentence))
                 delivered = (DeliveryResult(status: 200, outcome: o, deviceID: deviceID), nil)
             }
-            if delivered.0.outcome?.code == .deferredLowPriority {
-                // Not before the shortest wait; the tick then finds when the rest fall due.
-                let earliest = now.addingTimeInterval(configuration.lowPriorityDelay)
-                s.lowPriorityDue[owner.deviceID] = min(s.lowPriorityDue[owner.deviceID] ?? earliest, earliest)
-            }
+            noteLowPriorityDeferral(&s, delivered.0, deviceID: owner.deviceID, now: now)
             return delivered
         }
         // A push-to-start's activity gets its token after the start, like one the app requested.
@@ -95,6 +89,24 @@ extension SimulatorWorld {
             return r
         }
         return result
+    }
+
+    /// A widget push WidgetKit acts on a seeded 1 s to ``SimulatorConfiguration/widgetPushDelayMaximum``
+    /// from now (the ticker reloads then); nil when the delay is off and it reloads at once.
+    func scheduleWidgetPush(_ s: inout State, deviceID: String, bundleID: String, apnsID: String, now: Date) -> Date? {
+        let longest = configuration.widgetPushDelayMaximum
+        guard longest > 0 else { return nil }
+        let due = now.addingTimeInterval(Double.random(in: min(1, longest)...longest, using: &s.random))
+        s.widgetPushesDue.append((due, deviceID, bundleID, apnsID))
+        return due
+    }
+
+    /// A priority-5 push the device deferred: the ticker looks at the device from the shortest wait
+    /// on (it then finds when the rest fall due).
+    func noteLowPriorityDeferral(_ s: inout State, _ result: DeliveryResult, deviceID: String, now: Date) {
+        guard result.outcome?.code == .deferredLowPriority else { return }
+        let earliest = now.addingTimeInterval(configuration.lowPriorityDelay)
+        s.lowPriorityDue[deviceID] = min(s.lowPriorityDue[deviceID] ?? earliest, earliest)
     }
 
     /// APNs holds a push a seeded moment before it reaches the device (Apple: "APNs may reorder
@@ -134,10 +146,7 @@ extension SimulatorWorld {
                         continue
                     }
                     let delivered = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
-                    if delivered.0.outcome?.code == .deferredLowPriority {
-                        let earliest = now.addingTimeInterval(configuration.lowPriorityDelay)
-                        s.lowPriorityDue[owner.deviceID] = min(s.lowPriorityDue[owner.deviceID] ?? earliest, earliest)
-                    }
+                    noteLowPriorityDeferral(&s, delivered.0, deviceID: owner.deviceID, now: now)
                 }
             }
             // A widget push whose moment came while its device is offline waits until it is back.
@@ -306,15 +315,8 @@ extension SimulatorWorld {
                 if let token = p.token {
                     guard let owner = s.tokens[token], owner.deviceID == deviceID else { continue }
                     let (_, widgets) = deliverLocked(&s, owner: owner, pushType: p.pushType, payload: p.payload, priority: p.priority, apnsID: p.apnsID, now: now)
-                    if let (d, b) = widgets {
-                        if configuration.widgetPushDelayMaximum > 0 {
-                            // Opportunistic here too: WidgetKit acts on it a seeded moment after it arrives.
-                            let due = now.addingTimeInterval(Double.random(in: min(1, configuration.widgetPushDelayMaximum)...configuration.widgetPushDelayMaximum, using: &s.random))
-                            s.widgetPushesDue.append((due, d, b, p.apnsID))
-                        } else {
-                            work.append((d, b, p.apnsID))
-                        }
-                    }
+                    // Opportunistic here too: WidgetKit acts on it a seeded moment after it arrives.
+                    if let (d, b) = widgets, scheduleWidgetPush(&s, deviceID: d, bundleID: b, apnsID: p.apnsID, now: now) == nil { work.append((d, b, p.apnsID)) }
                 } else if let channel = p.channelID, let activityID = p.activityID {
                     // A channel deleted meanwhile took its stored message with it.
                     guard s.channels[Self.bundleID(ofTopic: p.topic)]?[channel] != nil else {

@@ -25,6 +25,13 @@ public struct SimulatedDevice: Sendable, Hashable, Codable {
 
     /// "iPad" for an iPad model, else "iPhone".
     public var family: String { model.hasPrefix("iPad") ? "iPad" : "iPhone" }
+
+    /// Why a device of `model` cannot have these surroundings: an iPad pairs with no Apple Watch and
+    /// drives no CarPlay (those show an iPhone's Live Activities). Nil: it can.
+    public static func surroundingsProblem(model: String, pairedWatch: Bool?, carPlay: Bool?) -> SimulatorError? {
+        guard model.hasPrefix("iPad"), pairedWatch == true || carPlay == true else { return nil }
+        return SimulatorError(.invalidArgument, "an iPad pairs with no Apple Watch and drives no CarPlay; those show an iPhone's Live Activities", field: pairedWatch == true ? "pairedWatch" : "carPlay")
+    }
     public var apps: [String: SimulatedApp]
     /// Activities in the order they started.
     public var activities: [SimulatedActivity]
@@ -266,9 +273,7 @@ public final class SimulatorWorld: Sendable {
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
             var d = s.devices[deviceID]!
-            if d.family == "iPad", pairedWatch == true || carPlay == true {
-                throw SimulatorError(.invalidArgument, "an iPad pairs with no Apple Watch and drives no CarPlay; those show an iPhone's Live Activities", field: pairedWatch == true ? "pairedWatch" : "carPlay")
-            }
+            if let problem = SimulatedDevice.surroundingsProblem(model: d.model, pairedWatch: pairedWatch, carPlay: carPlay) { throw problem }
             if let w = pairedWatch { d.pairedWatch = w }
             if let c = carPlay { d.carPlayConnected = c }
             if let m = pairedMac { d.pairedMac = m }
