@@ -32,7 +32,7 @@ let package = Package(
     // off and resolves nothing else (scripts/check-client-package.sh proves it).
     traits: [
         .trait(name: "Server", description: "The server, the simulator, the APNs client and the isle command, with their dependencies"),
-        .default(enabledTraits: []),
+        .default(enabledTraits: ["Server"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -214,6 +214,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // IsleClient alone (the network scripted through URLProtocol): no server dependency, as an app holds it.
+        .testTarget(name: "IsleClientTests", dependencies: ["IsleClient"], swiftSettings: swiftSettings),
         .testTarget(name: "IsleCoreTests", dependencies: ["IsleCore", "IsleTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "IsleWireTests", dependencies: ["IsleWire", "IsleCore", "IsleDelivery"], swiftSettings: swiftSettings),
         .testTarget(

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# An app adds IsleClient like any SDK: by the repository's URL and a version. A consumer package
-# (an app's manifest, in a temporary folder) depends on a clone of this repository tagged with the
-# version in Sources/IsleClient/Version.swift, resolves it, builds against IsleClient, and must have
-# fetched nothing but Isle: none of the server's dependencies (the Server trait is off for a
-# package that depends on Isle). Run by .ci/run.
+# An app adds IsleClient like any SDK: by the repository's URL and a version, with the line
+# docs/client.md gives (`traits: []`: the default Server trait off). A consumer package (an app's
+# manifest, in a temporary folder) holds exactly that line — read from docs/client.md, only its URL
+# pointed at a clone of this repository tagged with the version in Sources/IsleClient/Version.swift
+# — resolves it, builds against IsleClient, and must have fetched nothing but Isle: none of the
+# server's dependencies. Run by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -21,14 +22,20 @@ git -C "$work/isle" add -A >/dev/null
 git -C "$work/isle" -c user.email=ci@isle.invalid -c user.name=ci commit -qm "release $version" --allow-empty
 git -C "$work/isle" tag "$version"
 
+# The line an app writes, as docs/client.md writes it.
+line=$(grep -m1 -oE '\.package\(url: "https://github.com/<owner>/isle"[^)]*\)' docs/client.md) \
+  || { echo "check-client-package: docs/client.md has no .package(url: \"https://github.com/<owner>/isle\" …) line" >&2; exit 1; }
+line=${line//https:\/\/github.com\/<owner>\/isle/file://$work/isle}
+echo "check-client-package: the consumer's line (docs/client.md): ${line/file:\/\/$work\/isle/https://github.com/<owner>/isle}"
+
 mkdir -p "$work/app/Sources/PizzaApp"
 cat > "$work/app/Package.swift" <<SWIFT
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
 let package = Package(
     name: "PizzaApp",
     platforms: [.iOS("16.1"), .macOS(.v14)],
-    dependencies: [.package(url: "file://$work/isle", from: "$version")],
+    dependencies: [$line],
     targets: [.executableTarget(name: "PizzaApp", dependencies: [.product(name: "IsleClient", package: "isle")])]
 )
 SWIFT

@@ -8,7 +8,7 @@
 # to isle serve, ISLE_SIM_FLAGS to isle sim.
 isle_stack() {
   local base=$1
-  swift build --traits Server --product isle >/dev/null
+  swift build --product isle >/dev/null
   DIR=$(mktemp -d)
   STACK_PIDS=()
   trap 'for p in "${STACK_PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$DIR"; true' EXIT

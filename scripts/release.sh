@@ -16,7 +16,7 @@ trap 'cp -f "$VERSION_ORIG" "$VERSION_FILE"; rm -f "$VERSION_ORIG"' EXIT
 sed -i "s/static let commit = .*/static let commit = \"commit $COMMIT\"/" "$VERSION_FILE"
 # FoundationNetworking (pulled in by swift-http-types) links the system's libcurl dynamically
 # (libcurl4-openssl-dev to build; libcurl4, on every Debian and Ubuntu server, to run).
-swift build --traits Server -c release --static-swift-stdlib --product isle --scratch-path .build-release
+swift build -c release --static-swift-stdlib --product isle --scratch-path .build-release
 NAME="isle-$VERSION-linux-$(uname -m)"
 rm -rf "dist/$NAME" "dist/$NAME.tar.gz"
 # Every mode set explicitly, whatever the builder's umask: the installation steps copy them as they

@@ -24,7 +24,7 @@ case "$seed$seconds$activities" in *[!0-9.]*) echo "soak.sh: --seed, --seconds a
 
 echo "fault soak: seed $seed, $seconds s, $activities activities (replay: ISLE_SOAK_SEED=$seed $0 --seconds $seconds --activities $activities)"
 ISLE_SOAK_SEED="$seed" ISLE_SOAK_SECONDS="$seconds" ISLE_SOAK_ACTIVITIES="$activities" \
-  swift test --traits Server --filter 'FaultSoakTests' 2>&1 | tee /tmp/isle-soak-"$seed".log | grep -E 'fault soak|✘|↳|Test run with' || true
+  swift test --filter 'FaultSoakTests' 2>&1 | tee /tmp/isle-soak-"$seed".log | grep -E 'fault soak|✘|↳|Test run with' || true
 if grep -q '✘' /tmp/isle-soak-"$seed".log || ! grep -q 'Test run with 1 test' /tmp/isle-soak-"$seed".log; then
   echo "fault soak FAILED with seed $seed (full log: /tmp/isle-soak-$seed.log)"
   exit 1

@@ -7,7 +7,7 @@
 # arrives, signed with that key on the production host only. Real processes, loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
 D=$(mktemp -d)
 PIDS=()

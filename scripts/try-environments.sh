@@ -5,7 +5,7 @@
 # reach its own phone through its own host. Real processes, real HTTP/2 over TLS, loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
 D=/tmp/isle-env
 rm -rf "$D" && mkdir -p "$D"

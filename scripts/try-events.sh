@@ -6,7 +6,7 @@
 # delivered, a 410 (token retired, then the push failed for good), a device-reported end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 ISLE=.build/debug/isle
 D=$(mktemp -d /tmp/isle-events.XXXXXX)
 SIM=18180; APNS=18543; API=18190; HOOK=18195

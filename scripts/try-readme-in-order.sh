@@ -6,7 +6,7 @@
 # key are kept, so the next update is delivered too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
 rm -rf /tmp/isle-sim /tmp/isle.sqlite /tmp/isle.sqlite-wal /tmp/isle.sqlite-shm /tmp/isle-ticket.pem
 for port in 18080 18090; do

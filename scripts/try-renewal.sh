@@ -4,7 +4,7 @@
 # pass in a second. The flow is scripts/renewal_flow.py. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
 D=$(mktemp -d)
 PIDS=()

@@ -2,7 +2,7 @@
 # Runs the README's "Test without an iPhone" commands as written, and checks what they show.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
 rm -rf /tmp/isle-sim
 

@@ -8,7 +8,7 @@
 # Loopback only. The flow itself is scripts/topics_flow.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build --traits Server --product isle >/dev/null
+swift build --product isle >/dev/null
 isle() { .build/debug/isle "$@"; }
 D=$(mktemp -d)
 PIDS=()

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import IsleCore
 
 /// A channel's message storage policy, fixed at creation (docs/protocol.md §7.2).

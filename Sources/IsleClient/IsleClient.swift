@@ -63,6 +63,11 @@ public actor IsleClient {
         /// on a topic's broadcast channel only where the system has them): the running system's.
         public var capabilities: Capabilities = .current
 
+        /// App only: IsleClient runs in the app, which owns the outbox; an app extension (a widget's)
+        /// never sends, it leaves its token in ``WidgetTokenMailbox`` (docs/client.md, "Widget push token").
+        @available(iOSApplicationExtension, unavailable)
+        @available(macCatalystApplicationExtension, unavailable)
+        @available(visionOSApplicationExtension, unavailable)
         public init(serverURL: URL, deviceKey: String, environment: Environment? = Environment.ofRunningBuild(),
                     ticket: (@Sendable (TicketRequest) async throws -> String?)? = nil, log: (@Sendable (LogEntry) -> Void)? = nil,
                     lifecycle: (any AppLifecycle)? = IsleClient.systemLifecycle()) {
@@ -129,6 +134,9 @@ public actor IsleClient {
     /// The shared client of an app: its state in the Keychain on Apple platforms (a file in the
     /// caches directory elsewhere), the environment read from the build, UIKit's lifecycle on iOS.
     /// A trailing closure is the ticket provider (`ticket` comes before `log` for that reason).
+    @available(iOSApplicationExtension, unavailable)
+    @available(macCatalystApplicationExtension, unavailable)
+    @available(visionOSApplicationExtension, unavailable)
     public init(serverURL: URL, deviceKey: String, environment: Environment? = Environment.ofRunningBuild(), storage: (any IsleClientStorage)? = nil,
                 ticket: (@Sendable (TicketRequest) async throws -> String?)? = nil, log: (@Sendable (LogEntry) -> Void)? = nil) throws {
         try self.init(configuration: Configuration(serverURL: serverURL, deviceKey: deviceKey, environment: environment, ticket: ticket, log: log),
@@ -146,7 +154,11 @@ public actor IsleClient {
         #endif
     }
 
-    /// The system's app lifecycle: UIKit's on iOS and Mac Catalyst, none elsewhere.
+    /// The system's app lifecycle: UIKit's on iOS and Mac Catalyst, none elsewhere. App only, as
+    /// ``UIKitLifecycle`` is.
+    @available(iOSApplicationExtension, unavailable)
+    @available(macCatalystApplicationExtension, unavailable)
+    @available(visionOSApplicationExtension, unavailable)
     public static func systemLifecycle() -> (any AppLifecycle)? {
         #if canImport(UIKit) && (os(iOS) || os(visionOS))
         return UIKitLifecycle()

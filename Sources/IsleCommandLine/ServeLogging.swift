@@ -79,7 +79,16 @@ struct ServeLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
+    func log(event: LogEvent) {
+        write(level: event.level, message: event.message, metadata: event.metadata, source: event.source)
+    }
+
+    /// swift-log before `log(event:)` calls this one; both write the same line.
     func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
+        write(level: level, message: message, metadata: explicit, source: source)
+    }
+
+    private func write(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String) {
         var all = metadata
         if let provided = metadataProvider?.get() { all.merge(provided) { _, new in new } }
         if let explicit { all.merge(explicit) { _, new in new } }

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 extension ActivitySchema: Codable {
     public init(from decoder: any Decoder) throws {

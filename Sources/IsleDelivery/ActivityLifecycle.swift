@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 
 /// Every change of an activity's record after it is registered, as one pure function: what the
 /// device reports (a rotated token, a dismissal, an end), what a push did (new content, an end,

@@ -1,4 +1,4 @@
-public import IsleCore
+import IsleCore
 public import Foundation
 
 /// Ordering and coalescing, as pure rules every store applies the same way.

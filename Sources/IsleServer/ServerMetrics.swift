@@ -54,7 +54,7 @@ public final class ServerMetrics: Sendable {
     }
 
     static func descriptor(_ name: String) -> MetricNameDescriptor {
-        MetricNameDescriptor(metricName: name, helpText: help[name] ?? name)
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help[name] ?? name)
     }
 
     // Handles are made once per label set and kept: making one takes the registry's lock and

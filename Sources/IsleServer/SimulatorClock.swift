@@ -1,5 +1,5 @@
 import AsyncHTTPClient
-public import Foundation
+import Foundation
 public import IsleCore
 public import Logging
 import NIOCore

@@ -118,7 +118,7 @@ struct ControlAPI {
     }
 
     func run<T>(_ body: () throws(SimulatorError) -> T) throws -> T {
-        do { return try body() } catch let e as SimulatorError { throw APIError(e) }
+        do { return try body() } catch { throw APIError(error) }
     }
 
     func addRoutes(to router: Router<BasicRequestContext>) {
@@ -132,7 +132,7 @@ struct ControlAPI {
         router.post("clock/advance") { request, _ in
             let o = try await ControlAPI.body(request)
             guard let seconds = try ControlAPI.number(o, "seconds") else { throw APIError(.badRequest, "invalidArgument", "seconds is required", field: "seconds") }
-            do throws(SimulatorError) { try await world.advanceClock(by: seconds) } catch let e as SimulatorError { throw APIError(e) }
+            do throws(SimulatorError) { try await world.advanceClock(by: seconds) } catch { throw APIError(error) }
             return ControlAPI.raw(["now": .string(ISO8601DateFormatter().string(from: world.clock.now)), "unix": .double(world.clock.now.timeIntervalSince1970)])
         }
 

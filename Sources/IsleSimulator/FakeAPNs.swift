@@ -1,6 +1,6 @@
 import Crypto
 public import Foundation
-public import IsleCore
+import IsleCore
 public import IsleHTTP2Server
 public import Logging
 import Synchronization

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 import Hummingbird
 public import IsleCore
 public import IsleHTTP2Server
@@ -165,7 +165,7 @@ public final class IsleSim: Service {
             // run(), not runService(): the caller's ServiceGroup owns signals and graceful shutdown.
             group.addTask { try await self.application.run() }
             // What comes due on its own in real time (push tokens after request, widget policy reloads).
-            group.addTask { try? await cancelWhenGracefulShutdown { await self.world.runTicker() } }
+            group.addTask { await cancelWhenGracefulShutdown { await self.world.runTicker() } }
         }
     }
 

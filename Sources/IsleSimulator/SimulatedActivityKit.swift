@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 
 /// An API shaped like ActivityKit, for app-side code under test: the app's own `Codable`
 /// `ActivityAttributes` and `ContentState` types, `request` / `update` / `end`, and the update
@@ -149,9 +149,9 @@ actor ChangeCursor {
     /// False when the feed has ended.
     func advance() async -> Bool {
         var it = iterator
-        let r = await it.next(isolation: self)
+        let next: Void? = await it.next(isolation: self)
         iterator = it
-        return r != nil
+        return next != nil
     }
 }
 

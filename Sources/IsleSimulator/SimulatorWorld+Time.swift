@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 
 extension SimulatorWorld {
     // MARK: What happens later on its own

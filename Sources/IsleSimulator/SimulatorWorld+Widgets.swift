@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 public import Foundation
-public import IsleCore
+import IsleCore
 import NIOCore
 import Synchronization
 

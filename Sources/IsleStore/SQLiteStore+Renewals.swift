@@ -1,6 +1,6 @@
 public import Foundation
 import GRDB
-public import IsleCore
+import IsleCore
 public import IsleDelivery
 
 // Long-lived activities (docs/server.md, "Activities that outlive 8 hours"), on SQLite.

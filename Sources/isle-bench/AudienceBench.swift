@@ -37,7 +37,7 @@ struct AudienceBench: AsyncParsableCommand {
 
     func run() async throws {
         let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
-        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build --traits Server -c release --product isle)") }
+        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build -c release --product isle)") }
         guard (1...200_000).contains(followers), (0...1).contains(channelShare) else { throw ValidationError("--followers 1…200000, --channel-share 0…1") }
         print("isle serve and isle sim as child processes (\(ProcessInfo.processInfo.activeProcessorCount) cores); CPU from /proc/PID/stat")
         let http = HTTPClient(eventLoopGroupProvider: .singleton)

@@ -25,7 +25,7 @@ struct MillionBench: AsyncParsableCommand {
 
     func run() async throws {
         let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
-        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build --traits Server -c release)") }
+        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build -c release)") }
         guard (1...2_000_000).contains(activities), (1...4096).contains(concurrency) else { throw ValidationError("--activities: 1 to 2,000,000; --concurrency: 1 to 4096") }
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-million-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

@@ -41,7 +41,7 @@ struct SplitBench: AsyncParsableCommand {
     func run() async throws {
         guard let h2load = Self.which("h2load") else { throw ValidationError("h2load is not installed (apt-get install -y nghttp2-client)") }
         let isle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("isle").path
-        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build --traits Server -c release --product isle)") }
+        guard FileManager.default.isExecutableFile(atPath: isle) else { throw ValidationError("no isle binary beside isle-bench (swift build -c release --product isle)") }
         guard (1...1_000_000).contains(updates), (1...1_000_000).contains(bare), (1...100).contains(rounds), rounds <= min(updates, bare), (1...10_000).contains(activities), (1...1000).contains(clients), (0...100_000).contains(fanOut) else {
             throw ValidationError("counts out of range")
         }

@@ -3,7 +3,7 @@ import IsleCommandLine
 import IsleTesting
 import Testing
 
-/// The README's ```sh blocks must work as written: every `swift run --traits Server isle …` line in them is run
+/// The README's ```sh blocks must work as written: every `swift run isle …` line in them is run
 /// here, in process, and must exit 0 — or N where the line ends with `# exits N`.
 /// (```console blocks need a real Apple account and are not run.)
 enum Readme {
@@ -24,8 +24,8 @@ enum Readme {
                 inSh = !inSh && line == "```sh"
                 continue
             }
-            guard inSh, line.hasPrefix("swift run --traits Server isle ") else { continue }
-            var command = String(line.dropFirst("swift run --traits Server isle ".count))
+            guard inSh, line.hasPrefix("swift run isle ") else { continue }
+            var command = String(line.dropFirst("swift run isle ".count))
             var status: Int32 = 0
             if let r = command.range(of: "  # exits ") {
                 status = Int32(command[r.upperBound...].trimmingCharacters(in: .whitespaces)) ?? 1

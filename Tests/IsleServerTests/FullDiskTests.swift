@@ -27,7 +27,7 @@ struct FullDisk {
 
     @Test("the disk full under traffic: 503 with Retry-After within 2 s, /ready follows each way, nothing accepted lost, no 500; space back: accepted and delivered again")
     func fullDisk() async throws {
-        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build --traits Server)")
+        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build)")
         let mountPoint = FileManager.default.temporaryDirectory.appendingPathComponent("isle-full-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: mountPoint) }

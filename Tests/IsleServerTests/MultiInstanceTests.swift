@@ -27,7 +27,7 @@ struct MultiInstanceTests {
             print("note: the multi-instance test is skipped: ISLE_TEST_POSTGRES_URL is not set (.ci/run starts a PostgreSQL server and sets it)")
             return
         }
-        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build --traits Server)")
+        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build)")
         // PostgreSQL is restarted below: on a cluster of this test's own (the cluster script, in a
         // directory of its own), never the one the other tests share.
         let ctl = env["ISLE_TEST_POSTGRES_CTL"].flatMap { $0.isEmpty ? nil : $0 }

@@ -32,7 +32,7 @@ struct PostgresOutage {
             print("note: the PostgreSQL outage test is skipped: ISLE_TEST_POSTGRES_CTL is not set (.ci/run sets it)")
             return
         }
-        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build --traits Server)")
+        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build)")
         let clusterDir = "/tmp/isle-outage-pg-\(UUID().uuidString.prefix(8))"
         let out = clusterDir + ".url"
         try await IsleServerProcess.run("/bin/bash", [ctl, "start"], environment: ["ISLE_PG_DIR": clusterDir], output: out)

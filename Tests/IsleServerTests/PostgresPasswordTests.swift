@@ -13,7 +13,7 @@ struct PostgresPasswordTests {
             print("note: the PostgreSQL password test is skipped: ISLE_TEST_POSTGRES_CTL is not set (.ci/run sets it)")
             return
         }
-        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build --traits Server)")
+        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build)")
         let dir = "/tmp/isle-pw-pg-\(UUID().uuidString.prefix(8))"
         let urlFile = dir + ".url"
         try await IsleServerProcess.run("/bin/bash", [ctl, "start"], environment: ["ISLE_PG_DIR": dir, "ISLE_PG_PASSWORD": "right-horse"], output: urlFile)

@@ -15,7 +15,7 @@ import Testing
 struct ServeOperationsTests {
     @Test("SIGHUP: a new log level takes effect, a bad file or value is refused and the running configuration kept; every log line is a JSON object; access lines name the route and key id, never the path or the key")
     func sighupAndJSONLogs() async throws {
-        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build --traits Server)")
+        let isle = try #require(IsleBinary.path, "the isle executable is not built (swift build)")
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("isle-ops-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }

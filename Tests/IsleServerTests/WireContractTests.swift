@@ -14,7 +14,7 @@ struct WireContractTests {
     @Test("docs/openapi.json is the document the server serves (isle openapi --output docs/openapi.json writes it)")
     func committedCopy() throws {
         let committed = try JSONParser.parse(Array(try Data(contentsOf: Self.committedURL)))
-        #expect(committed == APIDocument.json, "docs/openapi.json differs from the types: run swift run --traits Server isle openapi --output docs/openapi.json")
+        #expect(committed == APIDocument.json, "docs/openapi.json differs from the types: run swift run isle openapi --output docs/openapi.json")
     }
 
     @Test("every JSON answer is a typed object (properties, nothing else) or a list of them; every body a type")

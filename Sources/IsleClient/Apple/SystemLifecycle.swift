@@ -6,6 +6,12 @@ import UIKit
 /// `UIApplication.willEnterForegroundNotification`, background time from
 /// `UIApplication.beginBackgroundTask(withName:expirationHandler:)` (Apple's "Extending your app's
 /// background execution time"). Cannot be compiled on Linux; kept to these three calls.
+///
+/// App only: `UIApplication.shared` does not exist in an app extension, so neither does this type
+/// there (a widget extension hands its push token over with ``WidgetTokenMailbox``; docs/client.md).
+@available(iOSApplicationExtension, unavailable)
+@available(macCatalystApplicationExtension, unavailable)
+@available(visionOSApplicationExtension, unavailable)
 public struct UIKitLifecycle: AppLifecycle {
     public init() {}
 

@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 
 /// The durable queue's procedure, written once: enqueue, promotion of scheduled jobs, claim,
 /// completion and an operator's cancel, each a short sequence of set-based reads, decisions by

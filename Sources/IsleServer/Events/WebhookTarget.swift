@@ -134,7 +134,7 @@ struct WebhookTarget: Sendable, Hashable {
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         let family = a.count == 4 ? AF_INET : AF_INET6
         let ok = a.withUnsafeBytes { raw in inet_ntop(family, raw.baseAddress, &buffer, socklen_t(buffer.count)) != nil }
-        return ok ? String(cString: buffer) : ""
+        return ok ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
     }
 
     /// Every address `host` resolves to (getaddrinfo, on NIO's thread pool: it blocks).

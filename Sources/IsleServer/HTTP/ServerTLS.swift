@@ -1,11 +1,11 @@
-public import Foundation
+import Foundation
 import HummingbirdCore
 import IsleStore
 import IsleDelivery
 import Logging
 import NIOCore
 import NIOSSL
-public import ServiceLifecycle
+import ServiceLifecycle
 import Synchronization
 
 /// The API's TLS certificate and key (`isle serve --tls-cert --tls-key`), read from their files

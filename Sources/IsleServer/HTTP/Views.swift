@@ -60,7 +60,7 @@ extension JSONResponse {
 
 extension IsleRequestContext {
     /// The idempotency record of a write whose answer (of an API type) is made from what it wrote.
-    func idempotentAnswer<Record, T: Encodable>(_ status: HTTPResponse.Status, _ view: @escaping @Sendable (Record) -> T) -> IdempotentAnswer<Record>? {
+    func idempotentAnswer<Record, T: Encodable & Sendable>(_ status: HTTPResponse.Status, _ view: @escaping @Sendable (Record) -> T) -> IdempotentAnswer<Record>? {
         idempotentAnswer(status) { WireEncoder.encode(view($0)) }
     }
 

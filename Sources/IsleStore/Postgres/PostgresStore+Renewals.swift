@@ -1,5 +1,5 @@
 public import Foundation
-public import IsleCore
+import IsleCore
 public import IsleDelivery
 import Logging
 import PostgresNIO

@@ -144,6 +144,7 @@ public final class PostgresStore: IsleStore {
 
     /// One transaction, retried (a few times) when PostgreSQL breaks a deadlock or a serialization
     /// conflict by aborting it.
+    @discardableResult
     func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await bounded { try await self.unboundedTransaction(body) }
     }
@@ -267,10 +268,11 @@ public final class PostgresStore: IsleStore {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { conn in
-                    let notifications = try await conn.listen(Self.notifyChannel)
-                    // Listening again after a break: what was committed meanwhile is looked at now.
-                    wake()
-                    for try await _ in notifications { wake() }
+                    try await conn.listen(on: Self.notifyChannel) { notifications in
+                        // Listening again after a break: what was committed meanwhile is looked at now.
+                        wake()
+                        for try await _ in notifications { wake() }
+                    }
                 }
             } catch {
                 logger.debug("LISTEN isle_jobs stopped; looking for work every second until it is back", metadata: ["error": "\(error)"])
