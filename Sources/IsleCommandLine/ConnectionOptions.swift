@@ -148,6 +148,8 @@ enum Report {
             var line = r.summary
             if let id = r.apnsID { line += " (apns-id \(id.text))" }
             if let since = r.invalidSince { line += " Token invalid since \(ISO8601DateFormatter().string(from: since))." }
+            // Isle's simulator says why when the reason alone would mislead (its own clock, say).
+            if let note = r.deviceNote, note.hasPrefix("refused: ") { line += " The simulator says: \(note.dropFirst("refused: ".count))" }
             let status: Int32 = switch error.remedy {
             case .fixConfiguration: ExitStatus.configuration
             case .retryLater: ExitStatus.unavailable

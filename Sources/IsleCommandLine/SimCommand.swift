@@ -46,6 +46,8 @@ struct SimCommand: AsyncParsableCommand {
     var json = false
     @Flag(name: .customLong("virtual-clock"), help: "Start a virtual clock at now that only moves through POST /clock/advance.")
     var virtualClock = false
+    @Option(name: .customLong("provider-token-clock"), help: ArgumentHelp("With --virtual-clock, which clock judges a provider token's iat: either (default: the virtual clock or real time, so a sender on its own clock is never refused because the virtual one stood still or jumped) or virtual (the virtual clock alone, for a sender that follows it, such as isle serve --clock-url).", valueName: "either|virtual"))
+    var providerTokenClock: String?
 
     @Option(name: .customLong("key"), help: ArgumentHelp("Accept this provider key (.p8) instead of generating one — e.g. the other environment's simulator's, as Apple accepts one key on both.", valueName: "file"))
     var providerKey: String?
@@ -313,6 +315,13 @@ struct SimCommand: AsyncParsableCommand {
         if let v = lowPriorityLoss { c.device.lowPriorityLossProbability = v }
         if let v = storedNotNewest { c.device.storedPushNotNewestProbability = v }
         c.device.acceptsLooseIssuedAt = acceptLooseIssuedAt
+        switch providerTokenClock {
+        case nil, "either": c.device.providerTokenClock = virtualClock ? .simulatorOrReal : .simulator
+        case "virtual":
+            guard virtualClock else { throw CLIError("--provider-token-clock virtual goes with --virtual-clock (without it the simulator's clock is real time)") }
+            c.device.providerTokenClock = .simulator
+        case let other?: throw CLIError("--provider-token-clock: \"\(other)\" is not either or virtual")
+        }
 
         // A provider key: the one given (read before anything starts), the one this --dir already
         // holds, or one made now.

@@ -58,6 +58,10 @@ public struct LoggedRequest: Sendable, Hashable, Codable {
     public var reason: String?
     public var apnsID: String?
     public var outcome: PushOutcome?
+    /// Why a refused request was refused, where the reason alone would mislead: a provider token
+    /// judged against the simulator's own (virtual) clock says how far off that clock is and what
+    /// to do. Also sent in the answer's `isle-sim-outcome` header.
+    public var note: String? = nil
     /// Requests of this connection in flight when it arrived (itself included), and whether the
     /// connection had shown a valid provider token by then: before that, APNs allows one stream.
     public var concurrentStreams: Int = 1
@@ -263,6 +267,7 @@ public final class FakeAPNs: Sendable {
             time: world.clock.now, connectionID: request.connectionID, method: request.method, path: Self.redactPath(request.path),
             headers: request.headers.map { [$0.name, $0.name == "authorization" ? Self.redactJWT($0.value) : $0.value] },
             body: String(decoding: request.body.prefix(8192), as: UTF8.self), status: response.status, reason: reason, apnsID: isDevice ? apnsID : requestID, outcome: outcome,
+            note: response.status >= 400 ? response.headers.first { $0.name == "isle-sim-outcome" }.map { String($0.value.dropFirst("refused: ".count)) } : nil,
             concurrentStreams: request.concurrentStreams, afterValidToken: validatedBefore)
         state.withLock { s in
             // The newest `maximumLoggedRequests` are kept; older ones are cut in one go once as many
@@ -326,7 +331,11 @@ public final class FakeAPNs: Sendable {
         case .broadcast(let b), .channels(let b), .allChannels(let b):
             bundle = b
         }
-        if let problem = checkJWT(r, bundle: bundle, isDevice: { if case .device = endpoint { true } else { false } }()) { return fail(problem.0, problem.1) }
+        if let problem = checkJWT(r, bundle: bundle, isDevice: { if case .device = endpoint { true } else { false } }()) {
+            var answer = fail(problem.status, problem.reason)
+            if let note = problem.note { answer.0.headers.append(Self.refusalHeader(note)) }
+            return answer
+        }
 
         switch endpoint {
         case .device:
@@ -349,10 +358,10 @@ public final class FakeAPNs: Sendable {
 
     // MARK: JWT (docs/protocol.md §1.2–1.4, §11.1)
 
-    func checkJWT(_ r: HTTP2ServerRequest, bundle: String, isDevice: Bool) -> (Int, String)? {
-        guard let auth = r.value("authorization"), !auth.isEmpty else { return (403, "MissingProviderToken") }
+    func checkJWT(_ r: HTTP2ServerRequest, bundle: String, isDevice: Bool) -> (status: Int, reason: String, note: String?)? {
+        guard let auth = r.value("authorization"), !auth.isEmpty else { return (403, "MissingProviderToken", nil) }
         // "bearer " in any case, without lowercasing the whole header (it is sent with every push).
-        guard auth.utf8.count > 7, zip(auth.utf8.prefix(7), "bearer ".utf8).allSatisfy({ ($0 | 0x20) == $1 }) else { return (403, "InvalidProviderToken") }
+        guard auth.utf8.count > 7, zip(auth.utf8.prefix(7), "bearer ".utf8).allSatisfy({ ($0 | 0x20) == $1 }) else { return (403, "InvalidProviderToken", nil) }
         var jwt = String(auth.dropFirst(7))
         if jwt.first?.isWhitespace == true || jwt.last?.isWhitespace == true { jwt = jwt.trimmingCharacters(in: .whitespaces) }
         // The same token comes with every request of a connection: decode it once.
@@ -363,8 +372,8 @@ public final class FakeAPNs: Sendable {
             let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
             guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let claimBytes = Self.base64URL(parts[1]), let signature = Self.base64URL(parts[2]),
                   let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimBytes)
-            else { return (403, "InvalidProviderToken") }
-            guard header["alg"] == "ES256", let kid = header["kid"]?.stringValue, let iss = claims["iss"]?.stringValue else { return (403, "InvalidProviderToken") }
+            else { return (403, "InvalidProviderToken", nil) }
+            guard header["alg"] == "ES256", let kid = header["kid"]?.stringValue, let iss = claims["iss"]?.stringValue else { return (403, "InvalidProviderToken", nil) }
             // Apple documents iat as a number of seconds (an integer in its example). Some libraries
             // send a string of digits or a fraction, which APNs appears to take (docs/simulator.md):
             // refused by default, the stricter reading; `acceptsLooseIssuedAt` takes them.
@@ -373,7 +382,7 @@ public final class FakeAPNs: Sendable {
                 if let d = claims["iat"]?.numberValue?.doubleValue, d.isFinite, d >= 0, d < 1e15 { issuedAt = Int64(d) }
                 if let s = claims["iat"]?.stringValue, !s.isEmpty, s.utf8.count <= 15, s.allSatisfy(\.isASCII), s.allSatisfy(\.isNumber) { issuedAt = Int64(s) }
             }
-            guard let iat = issuedAt else { return (403, "InvalidProviderToken") }
+            guard let iat = issuedAt else { return (403, "InvalidProviderToken", nil) }
             decoded = DecodedJWT(kid: kid, iss: iss, iat: iat, signature: signature)
             decodedJWTs.withLock { c in
                 if c.count > 10_000 { c.removeAll() }
@@ -382,12 +391,14 @@ public final class FakeAPNs: Sendable {
         }
         let (kid, iss, iat, signature) = (decoded.kid, decoded.iss, decoded.iat, decoded.signature)
         let now = world.clock.now
-        return state.withLock { s -> (Int, String)? in
+        let real = Date()
+        let tokenClock = world.configuration.providerTokenClock
+        return state.withLock { s -> (status: Int, reason: String, note: String?)? in
             var c = s.connections[r.connectionID] ?? Connection()
             // A connection that asked for new tokens too often stays unusable for a while (§1.3).
-            if let until = c.unusableUntil, now < until { return (429, "TooManyProviderTokenUpdates") }
-            guard let key = s.keys[kid], key.teamID == iss else { return (403, "InvalidProviderToken") }
-            if let env = key.environment, env != world.environment { return (403, "BadEnvironmentKeyIdInToken") }
+            if let until = c.unusableUntil, now < until { return (429, "TooManyProviderTokenUpdates", nil) }
+            guard let key = s.keys[kid], key.teamID == iss else { return (403, "InvalidProviderToken", nil) }
+            if let env = key.environment, env != world.environment { return (403, "BadEnvironmentKeyIdInToken", nil) }
             if s.verifiedJWTs[jwt] == nil {
                 let ok = (try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM)).flatMap { pub in
                     (try? P256.Signing.ECDSASignature(rawRepresentation: signature)).map { pub.isValidSignature($0, for: Array(jwt.utf8[..<(jwt.utf8.lastIndex(of: UInt8(ascii: ".")) ?? jwt.utf8.endIndex)])) }
@@ -395,24 +406,24 @@ public final class FakeAPNs: Sendable {
                 if s.verifiedJWTs.count > 10_000 { s.verifiedJWTs.removeAll() }
                 s.verifiedJWTs[jwt] = ok
             }
-            guard s.verifiedJWTs[jwt] == true else { return (403, "InvalidProviderToken") }
-            let age = now.timeIntervalSince1970 + s.clockOffset - Double(iat)
-            if age > 3600 { return (403, "ExpiredProviderToken") }
-            if age < -300 { return (403, "InvalidProviderToken") }
+            guard s.verifiedJWTs[jwt] == true else { return (403, "InvalidProviderToken", nil) }
+            if let refusal = Self.judgeIssuedAt(iat, now: now, real: real, offset: s.clockOffset, clock: tokenClock, virtual: !(world.clock is SystemWallClock)) {
+                return refusal
+            }
             // One team per connection; the first push binds its key: another key of the team may
             // follow only if both are team-scoped for any bundle (§1.4).
-            if let team = c.teamID, team != iss { return (403, "UnrelatedKeyIdInToken") }
+            if let team = c.teamID, team != iss { return (403, "UnrelatedKeyIdInToken", nil) }
             if let first = c.keyID, first != kid, let firstKey = s.keys[first], firstKey.bundleIDs != nil || key.bundleIDs != nil || firstKey.environment != key.environment {
-                return (403, "UnrelatedKeyIdInToken")
+                return (403, "UnrelatedKeyIdInToken", nil)
             }
             // The key's topics: a device push elsewhere is disallowed, a broadcast or channel
             // request for another bundle does not match (§3.4, §7.4).
-            if let bundles = key.bundleIDs, !bundles.contains(bundle) { return isDevice ? (400, "TopicDisallowed") : (403, "TopicMismatch") }
+            if let bundles = key.bundleIDs, !bundles.contains(bundle) { return isDevice ? (400, "TopicDisallowed", nil) : (403, "TopicMismatch", nil) }
             if let previous = c.jwt, previous != jwt {
                 if let at = c.jwtSetAt, now.timeIntervalSince(at) < 20 * 60 {
                     c.unusableUntil = at.addingTimeInterval(20 * 60)
                     s.connections[r.connectionID] = c
-                    return (429, "TooManyProviderTokenUpdates")
+                    return (429, "TooManyProviderTokenUpdates", nil)
                 }
             }
             if c.jwt != jwt {
@@ -425,6 +436,39 @@ public final class FakeAPNs: Sendable {
             s.connections[r.connectionID] = c
             return nil
         }
+    }
+
+    /// A provider token's age: at most an hour (`ExpiredProviderToken`), at most five minutes in
+    /// the future (`InvalidProviderToken`), judged by the simulator's clock — or, with
+    /// ``SimulatorConfiguration/ProviderTokenClock/simulatorOrReal``, by it or real time. A refusal
+    /// that the simulator's own clock explains (virtual and off real time, or APNs' clock offset
+    /// set through the control API) carries a note saying so and what to do.
+    static func judgeIssuedAt(_ iat: Int64, now: Date, real: Date, offset: TimeInterval, clock: SimulatorConfiguration.ProviderTokenClock,
+                              virtual: Bool) -> (status: Int, reason: String, note: String?)? {
+        func verdict(_ at: Date) -> String? {
+            let age = at.timeIntervalSince1970 + offset - Double(iat)
+            return age > 3600 ? "ExpiredProviderToken" : age < -300 ? "InvalidProviderToken" : nil
+        }
+        guard let reason = verdict(now) else { return nil }
+        if clock == .simulatorOrReal, verdict(real) == nil { return nil }
+        let age = Int((now.timeIntervalSince1970 + offset - Double(iat)).rounded())
+        let lag = Int((now.timeIntervalSince(real)).rounded())
+        let ageText = age < 0 ? "iat is \(-age) s ahead of the simulator's clock" : "iat is \(age) s older than the simulator's clock (an hour is the most APNs takes)"
+        var causes: [String] = []
+        if virtual, abs(lag) >= 60 {
+            let realAge = Int((real.timeIntervalSince1970 + offset - Double(iat)).rounded())
+            let fits = abs(realAge) < abs(age) ? "; by real time the token is \(realAge < 0 ? "\(-realAge) s ahead" : "\(realAge) s old")" : ""
+            if lag < 0 {
+                causes.append("the simulator's virtual clock is \(-lag) s behind real time (it moves only with POST /clock/advance)\(fits); advance it, or restart isle sim without --virtual-clock")
+            } else {
+                causes.append("the simulator's virtual clock is \(lag) s ahead of real time (advanced with POST /clock/advance)\(fits); sign with the simulator's time (isle serve --clock-url), or restart isle sim")
+            }
+        }
+        if offset != 0 {
+            causes.append("APNs' clock is set \(Int(offset.rounded())) s \(offset > 0 ? "ahead" : "behind") (POST /apns/clock-offset)")
+        }
+        guard !causes.isEmpty else { return (403, reason, nil) }
+        return (403, reason, "\(ageText): " + causes.joined(separator: "; "))
     }
 
     // MARK: Device pushes (docs/protocol.md §2, §3; docs/protocol.md, Isle's decisions)
@@ -480,6 +524,13 @@ public final class FakeAPNs: Sendable {
         if whole.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) { return [("isle-sim-outcome", String(whole.utf8.prefix(300))!)] }
         let text = whole.unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value != 0x7f ? Character($0) : "?" }
         return [("isle-sim-outcome", String(String(text).prefix(300)))]
+    }
+
+    /// `isle-sim-outcome: refused: …` on an error answer: why, when the reason alone would mislead
+    /// (printable ASCII, at most 300 bytes, as the outcome header).
+    static func refusalHeader(_ note: String) -> (name: String, value: String) {
+        let text = ("refused: " + note).unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value != 0x7f ? Character($0) : "?" }
+        return ("isle-sim-outcome", String(String(text).prefix(300)))
     }
 
     // MARK: Broadcast (docs/protocol.md §7.3–7.4)

@@ -131,6 +131,24 @@ public struct SimulatorConfiguration: Sendable, Hashable, Codable {
     /// Off (the stricter reading): 403 `InvalidProviderToken`.
     public var acceptsLooseIssuedAt = false
 
+    /// Which clock judges a provider token's age (its `iat` at most an hour old and not more than
+    /// five minutes ahead: Apple, "Establishing a token-based connection to APNs").
+    public enum ProviderTokenClock: String, Sendable, Hashable, Codable, CaseIterable {
+        /// The simulator's clock alone, as APNs judges by its own. With a virtual clock, the
+        /// right choice for a sender that follows it (`isle serve --clock-url`).
+        case simulator
+        /// The simulator's clock or real time: a token valid by either is taken. With a virtual
+        /// clock a sender that signs with its own (real) clock, such as a person typing `isle push`,
+        /// is never refused because the virtual clock stood still or was advanced; a sender that
+        /// follows the virtual clock is judged by it. Not kinder than Apple: each token is one
+        /// APNs would take in one of the two worlds (docs/simulator.md, "Provider tokens and the
+        /// virtual clock"). With the system clock both are the same.
+        case simulatorOrReal
+    }
+    /// `isle sim --virtual-clock` sets ``ProviderTokenClock/simulatorOrReal`` unless told
+    /// otherwise (`--provider-token-clock virtual`).
+    public var providerTokenClock: ProviderTokenClock = .simulator
+
     public init() {}
 
     /// Every "never kinder than Apple" choice off: widgets pushes reload inside the 200, a fixed

@@ -40,7 +40,7 @@ struct CLITests {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
         // An older Isle kept the server certificate itself: it goes.
-        FileManager.default.createFile(atPath: folder + "/server-cert.pem", contents: Data("old".utf8))
+        try Data("old".utf8).write(to: URL(fileURLWithPath: folder + "/server-cert.pem"))
         let first = try SimCommand.keptCertificateAuthority(in: folder)
         let ca = try String(contentsOfFile: folder + "/ca.pem", encoding: .utf8)
         #expect(!first.again && ca.contains("BEGIN CERTIFICATE") && ca.trimmingCharacters(in: .whitespacesAndNewlines) == first.ca.certificatePEM.trimmingCharacters(in: .whitespacesAndNewlines))

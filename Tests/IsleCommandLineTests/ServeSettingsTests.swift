@@ -64,7 +64,7 @@ struct ServeSettingsTests {
         let master = MasterKey.generate()
         let store = try SQLiteStore(path: path)
         try await store.migrate()
-        try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM123456", keyID: "KEY1234567", keyPEM: try master.seal("-----BEGIN PRIVATE KEY-----", bundleID: "com.example.pizza"), createdAt: Date()))
+        try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "TEAM123456", keyID: "KEY1234567", keyPEM: master.seal("-----BEGIN PRIVATE KEY-----", bundleID: "com.example.pizza"), createdAt: Date()))
         let good = await IsleCLI.capture(["serve", "--check-config", "--database", path], environment: ["ISLE_MASTER_KEY": master.base64])
         #expect(good.status == 0 && good.out.contains("configuration ok"), "\(good)")
         let wrongKey = await IsleCLI.capture(["serve", "--check-config", "--database", path], environment: ["ISLE_MASTER_KEY": MasterKey.generate().base64])

@@ -310,7 +310,7 @@ struct DeliveryCoreRegressionTests {
             // The fix: the app registered again with the new key file, under the same key id.
             let store = try SQLiteStore(path: f.databasePath)
             var app = try #require(try await store.app(Pizza.bundleID))
-            app.keyPEM = try ServerFixture.masterKey.seal(replacement.privateKeyPEM, bundleID: Pizza.bundleID)
+            app.keyPEM = ServerFixture.masterKey.seal(replacement.privateKeyPEM, bundleID: Pizza.bundleID)
             try await store.upsertApp(app)
             try await eventually("delivered with the new key") {
                 _ = try await f.call("POST", "/v1/app/resume", key: f.backendKey)

@@ -104,6 +104,9 @@ final class LogRecords: Sendable {
             get { metadata[key] }
             set { metadata[key] = newValue }
         }
+        func log(event: LogEvent) {
+            log(level: event.level, message: event.message, metadata: event.metadata, source: event.source, file: event.file, function: event.function, line: event.line)
+        }
         func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
             var all = metadata
             all.merge(metadataProvider?.get() ?? [:]) { _, new in new }

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import IsleCore
-import IsleSimulator
+@testable import IsleSimulator
 import IsleTesting
 import Testing
 
@@ -323,5 +323,82 @@ struct FakeAPNsRuleTests {
             for _ in 0..<4 { statuses.append(try await Rules.device(f).status) }
             #expect(statuses == [503, 503, 503, 200])
         }
+    }
+}
+
+/// A provider token against a virtual clock (docs/simulator.md, "Provider tokens and the virtual
+/// clock"): judged by the simulator's clock alone, a token a person signs with the real time is
+/// refused once the virtual clock stood still or jumped — and the answer says so; judged by
+/// either clock (what `isle sim --virtual-clock` does), it is taken, and so is one signed with
+/// the virtual time, while one valid by neither is still refused.
+@Suite struct ProviderTokenClockTests {
+    /// A client of its own per token: a new provider token on one connection within 20 minutes is
+    /// `TooManyProviderTokenUpdates`, another rule.
+    static func push(_ f: SimFixture, iat: Date, token: String? = nil) async throws -> RawAPNs.Answer {
+        let raw = try RawAPNs(sim: f.sim, keyID: "K\(UUID().uuidString.prefix(9))".uppercased())
+        defer { Task { try? await raw.shutdown() } }
+        var headers = f.headers()
+        headers.removeAll { $0.0 == "authorization" }
+        headers.append(("authorization", "bearer \(raw.jwt(iat: iat))"))
+        return try await raw.send("POST", "/3/device/\(token ?? f.token)", headers: headers, body: Rules.validBody)
+    }
+
+    @Test func theSimulatorsClockAloneRefusesARealTimeTokenAndSaysWhy() async throws {
+        // The fixture's virtual clock stands at 2026-01-01: months behind the real time.
+        try await SimFixture.with { f in
+            let answer = try await Self.push(f, iat: Date())
+            #expect(answer.status == 403)
+            #expect(answer.reason == "InvalidProviderToken")
+            let note = try #require(answer.header("isle-sim-outcome"), "the answer says why")
+            #expect(note.hasPrefix("refused: iat is "))
+            #expect(note.contains("s ahead of the simulator's clock"))
+            #expect(note.contains("virtual clock is") && note.contains("s behind real time"))
+            #expect(note.contains("restart isle sim without --virtual-clock"))
+            let logged = try #require(f.sim.apns.requestLog.last)
+            #expect(logged.status == 403)
+            #expect(logged.note?.hasPrefix("iat is ") == true, "GET /requests says why: \(logged.note ?? "nil")")
+            // A token signed with the virtual time is valid, and its answer carries no such note.
+            let fine = try await Self.push(f, iat: f.clock.now)
+            #expect(fine.status == 200)
+            // Advanced past real time by 2 h: a token signed an hour and a half before the virtual
+            // now is fine; one signed with the real time is over an hour old by the virtual clock.
+            try await f.sim.world.advanceClock(by: Date().timeIntervalSince(f.clock.now) + 7200)
+            let expired = try await Self.push(f, iat: Date())
+            #expect(expired.reason == "ExpiredProviderToken")
+            #expect(expired.header("isle-sim-outcome")?.contains("s ahead of real time") == true)
+        }
+    }
+
+    @Test func eitherClockTakesATokenValidByOneOfThem() async throws {
+        var c = SimFixture.instant
+        c.device.providerTokenClock = .simulatorOrReal
+        try await SimFixture.with(configuration: c) { f in
+            #expect(try await Self.push(f, iat: Date()).status == 200, "signed with the real time")
+            #expect(try await Self.push(f, iat: f.clock.now).status == 200, "signed with the virtual time")
+            let neither = try await Self.push(f, iat: Date().addingTimeInterval(-7200))
+            #expect(neither.status == 403)
+            #expect(neither.header("isle-sim-outcome")?.contains("by real time the token is 7") == true, "\(neither.header("isle-sim-outcome") ?? "no note")")
+            // After a jump past the real time (the first activity has ended by then: a new one),
+            // both a real-time and a virtual-time token are taken.
+            try await f.sim.world.advanceClock(by: Date().timeIntervalSince(f.clock.now) + 8 * 3600)
+            let requested = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: f.device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
+            let token = try await f.sim.world.waitForPushToken(activityID: requested.id, on: f.device)
+            #expect(try await Self.push(f, iat: Date(), token: token).status == 200)
+            #expect(try await Self.push(f, iat: f.clock.now, token: token).status == 200)
+        }
+    }
+
+    @Test func withTheSystemClockNothingChanges() {
+        let now = Date()
+        for clock in SimulatorConfiguration.ProviderTokenClock.allCases {
+            #expect(FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970) - 3601, now: now, real: now, offset: 0, clock: clock, virtual: false)?.reason == "ExpiredProviderToken")
+            #expect(FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970) + 301, now: now, real: now, offset: 0, clock: clock, virtual: false)?.reason == "InvalidProviderToken")
+            #expect(FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970) - 3599, now: now, real: now, offset: 0, clock: clock, virtual: false) == nil)
+            // A refusal with the system clock has no note: nothing of the simulator's explains it.
+            #expect(FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970) + 3600, now: now, real: now, offset: 0, clock: clock, virtual: false)?.note == nil)
+        }
+        // APNs' clock set ahead through the control API is named.
+        let offset = FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970), now: now, real: now, offset: 4000, clock: .simulator, virtual: false)
+        #expect(offset?.note?.contains("POST /apns/clock-offset") == true)
     }
 }

@@ -67,7 +67,7 @@ struct SurfacesTests {
     func phonePage() async throws {
         try await IsleSim.withRunning(configuration: { var c = IsleSim.Configuration(); c.device = .instant; return c }(), clock: ManualWallClock(Pizza.t0)) { sim in
             let device = try sim.world.createDevice(name: "p", osVersion: "26.0", model: "iPhone 17 Pro")
-            try Pizza.install(sim.world, on: device)
+            _ = try Pizza.install(sim.world, on: device)
             try sim.world.setSurroundings(deviceID: device, pairedWatch: true, carPlay: true, pairedMac: true)
             _ = try sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state())
             let client = HTTPClient(eventLoopGroupProvider: .singleton)

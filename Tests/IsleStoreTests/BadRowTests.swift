@@ -34,7 +34,7 @@ struct BadRowTests {
         // Its lane moved on: the next job of lane a is its head, handed out at the next claim.
         let next = try await store.claim(limit: 10, now: t0, lease: 60, worker: "w", excludingApps: [])
         #expect(next.map(\.job.id) == [ids[1]], "\(next.map(\.job.id))")
-        let rows = try await db.read { db in try Row.fetchAll(db, sql: "SELECT id, state, last_error FROM jobs WHERE id IN (?, ?) ORDER BY id", arguments: [ids[0], ids[2]]) }
+        let rows = try db.read { db in try Row.fetchAll(db, sql: "SELECT id, state, last_error FROM jobs WHERE id IN (?, ?) ORDER BY id", arguments: [ids[0], ids[2]]) }
         #expect(rows.map { $0["state"] as String } == ["failed", "failed"])
         #expect((rows[0]["last_error"] as String).contains("jobs row \(ids[0]): column kind holds \"teleport\""), "\(rows[0]["last_error"] as String)")
         #expect((rows[1]["last_error"] as String).contains("jobs row \(ids[2]): column aps"), "\(rows[1]["last_error"] as String)")

@@ -759,7 +759,7 @@ struct StoreContractTests {
                         var jobs: [NewPushJob] = []
                         for k in n..<n + count {
                             let alert = Int.random(in: 0..<5, using: &rng) == 0
-                            if alert { alerts.withLock { $0["a\(a)", default: []].insert(k) } }
+                            if alert { _ = alerts.withLock { $0["a\(a)", default: []].insert(k) } }
                             jobs.append(update("a\(a)", "\(k)", alert: alert))
                         }
                         try await s.enqueue(jobs, idempotency: nil, now: t0)
