@@ -453,22 +453,20 @@ public final class FakeAPNs: Sendable {
         if clock == .simulatorOrReal, verdict(real) == nil { return nil }
         let age = Int((now.timeIntervalSince1970 + offset - Double(iat)).rounded())
         let lag = Int((now.timeIntervalSince(real)).rounded())
-        let ageText = age < 0 ? "iat is \(-age) s ahead of the simulator's clock" : "iat is \(age) s older than the simulator's clock (an hour is the most APNs takes)"
+        let ageText = age < 0 ? "iat is \(-age) s ahead of the simulator's clock" : "iat is \(age) s older than the simulator's clock (at most 3600)"
         var causes: [String] = []
         if virtual, abs(lag) >= 60 {
-            let realAge = Int((real.timeIntervalSince1970 + offset - Double(iat)).rounded())
-            let fits = abs(realAge) < abs(age) ? "; by real time the token is \(realAge < 0 ? "\(-realAge) s ahead" : "\(realAge) s old")" : ""
             if lag < 0 {
-                causes.append("the simulator's virtual clock is \(-lag) s behind real time (it moves only with POST /clock/advance)\(fits); advance it, or restart isle sim without --virtual-clock")
+                causes.append("a virtual clock \(-lag) s behind real time: advance it (POST /clock/advance) or restart isle sim without --virtual-clock")
             } else {
-                causes.append("the simulator's virtual clock is \(lag) s ahead of real time (advanced with POST /clock/advance)\(fits); sign with the simulator's time (isle serve --clock-url), or restart isle sim")
+                causes.append("a virtual clock \(lag) s ahead of real time: sign with its time (isle serve --clock-url) or restart isle sim")
             }
         }
         if offset != 0 {
             causes.append("APNs' clock is set \(Int(offset.rounded())) s \(offset > 0 ? "ahead" : "behind") (POST /apns/clock-offset)")
         }
         guard !causes.isEmpty else { return (403, reason, nil) }
-        return (403, reason, "\(ageText): " + causes.joined(separator: "; "))
+        return (403, reason, "\(ageText), " + causes.joined(separator: "; "))
     }
 
     // MARK: Device pushes (docs/protocol.md §2, §3; docs/protocol.md, Isle's decisions)

@@ -352,7 +352,7 @@ struct FakeAPNsRuleTests {
             let note = try #require(answer.header("isle-sim-outcome"), "the answer says why")
             #expect(note.hasPrefix("refused: iat is "))
             #expect(note.contains("s ahead of the simulator's clock"))
-            #expect(note.contains("virtual clock is") && note.contains("s behind real time"))
+            #expect(note.contains("a virtual clock") && note.contains("s behind real time: advance it (POST /clock/advance)"))
             #expect(note.contains("restart isle sim without --virtual-clock"))
             let logged = try #require(f.sim.apns.requestLog.last)
             #expect(logged.status == 403)
@@ -377,7 +377,7 @@ struct FakeAPNsRuleTests {
             #expect(try await Self.push(f, iat: f.clock.now).status == 200, "signed with the virtual time")
             let neither = try await Self.push(f, iat: Date().addingTimeInterval(-7200))
             #expect(neither.status == 403)
-            #expect(neither.header("isle-sim-outcome")?.contains("by real time the token is 7") == true, "\(neither.header("isle-sim-outcome") ?? "no note")")
+            #expect(neither.header("isle-sim-outcome")?.contains("behind real time") == true, "\(neither.header("isle-sim-outcome") ?? "no note")")
             // After a jump past the real time (the first activity has ended by then: a new one),
             // both a real-time and a virtual-time token are taken.
             try await f.sim.world.advanceClock(by: Date().timeIntervalSince(f.clock.now) + 8 * 3600)
