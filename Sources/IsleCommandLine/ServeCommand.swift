@@ -17,13 +17,39 @@ struct DatabaseOption: ParsableArguments {
     var database: String?
     @Option(name: .customLong("master-key-file"), help: ArgumentHelp("The master key that seals the apps' .p8 keys (env ISLE_MASTER_KEY_FILE, or the key itself in ISLE_MASTER_KEY). Create one with: isle master-key.", valueName: "file"))
     var masterKeyFile: String?
+    @Option(help: ArgumentHelp("isle serve's JSON configuration file (docs/server.md): its database and masterKeyFile are used where no flag or ISLE_* variable gives them (every command that opens the database reads it).", valueName: "file"))
+    var config: String?
 
     var path: String { database ?? CLIContext.current.environment["ISLE_DATABASE"] ?? "./isle.sqlite" }
 
     /// A password on the command line is visible to every user of the machine (`ps`,
     /// /proc/PID/cmdline): refused, pointing to the ways that keep it private.
-    func validate() throws {
+    mutating func validate() throws {
         if let database, let problem = Self.passwordProblem(database, source: "--database") { throw ValidationError(problem) }
+        // The config file's database and master key, where neither a flag nor the environment gives them.
+        guard let config else { return }
+        let file = try Self.readConfig(config)
+        let env = CLIContext.current.environment
+        func given(_ name: String) -> Bool { !(env[name] ?? "").isEmpty }
+        if database == nil, !given("ISLE_DATABASE"), let value = file["database"] {
+            guard let path = value.stringValue, !path.isEmpty else { throw ValidationError("--config: database in \(config) must be a file path or a postgres:// URL") }
+            database = path
+        }
+        if masterKeyFile == nil, !given("ISLE_MASTER_KEY_FILE"), !given("ISLE_MASTER_KEY"), let value = file["masterKeyFile"] ?? file["master-key-file"] {
+            guard let path = value.stringValue, !path.isEmpty else { throw ValidationError("--config: masterKeyFile in \(config) must be a file path") }
+            masterKeyFile = path
+        }
+    }
+
+    /// A config file's settings: a JSON object in a file only its owner can read (it may hold the
+    /// database's password).
+    static func readConfig(_ config: String) throws -> JSONObject {
+        if let mode = FilePermissions.mode(of: config), mode & 0o077 != 0 {
+            throw CLIError("--config: \(config) is readable by others (mode \(String(mode & 0o777, radix: 8))), and it may hold the database's password; run: chmod 600 \(config)")
+        }
+        let value = try Inputs.json("@" + config, flag: "--config")
+        guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
+        return o
     }
 
     static func passwordProblem(_ url: String, source: String) -> String? {
@@ -63,12 +89,29 @@ struct DatabaseOption: ParsableArguments {
         do { return try SQLiteStore(path: path, logger: logger) } catch { throw CLIError("database: cannot open \(path): \(error)") }
     }
 
-    /// Runs `body` with the migrated store, its connections up for the duration.
-    func withStore<T: Sendable>(_ body: @escaping @Sendable (any IsleStore) async throws -> T) async throws -> T {
+    /// A database that is not there yet, refused unless the command is the one that creates it
+    /// (`isle app add`): a mistyped path would otherwise become a new, empty database.
+    static func refuseMissing(_ path: String) throws {
+        guard !PostgresSettings.isPostgresURL(path), !FileManager.default.fileExists(atPath: path) else { return }
+        throw CLIError.configuration("--database: \(path) does not exist (is the path right?); isle app add --database \(path) … creates it")
+    }
+
+    /// PostgreSQL reached at once, or a one-line error naming its host, port and why: an admin
+    /// command does not wait the way a server does for a database that is away.
+    static func checkReachable(_ store: any IsleStore) async throws {
+        guard let pg = store as? PostgresStore else { return }
+        do { try await pg.checkReachable() } catch let e as StoreError { throw CLIError.configuration("database: \(e.message)") }
+    }
+
+    /// Runs `body` with the migrated store, its connections up for the duration. `creates`: this
+    /// command may create the database (only `isle app add` does).
+    func withStore<T: Sendable>(creates: Bool = false, _ body: @escaping @Sendable (any IsleStore) async throws -> T) async throws -> T {
         var logger = Logger(label: "isle.store")
         logger.logLevel = .warning
+        if !creates { try Self.refuseMissing(path) }
         let store = try Self.store(path, logger: logger)
         let shown = shownPath
+        try await Self.checkReachable(store)
         return try await store.withRunning {
             do { try await store.migrate() } catch let e as StoreError where e.code == .refused {
                 // A database newer than this binary: the set-up is wrong, not the command (exit 78).
@@ -86,7 +129,6 @@ struct ServeCommand: AsyncParsableCommand {
         discussion: "Settings come from --config FILE (a JSON object: each flag under its name, as written here without the dashes (\"apns-ca-cert\") or in camelCase (\"apnsCACert\"), docs/server.md), then ISLE_* environment variables, then flags; later ones win. SIGHUP reads the file again (log level and format, access log, the TLS files); SIGTERM and SIGINT stop gracefully. Logs never contain a full token, JWT or key."
     )
 
-    @Option(help: ArgumentHelp("A JSON configuration file.", valueName: "file")) var config: String?
     @Option(help: "Address to listen on (env ISLE_HOST; default 127.0.0.1).") var host: String?
     @Option(help: "Port (env ISLE_PORT; default 8080; 0 = any).") var port: Int?
     @OptionGroup var database: DatabaseOption
@@ -195,13 +237,25 @@ struct ServeCommand: AsyncParsableCommand {
         logger.logLevel = .critical
         let c = settings.configuration
         let shown = DatabaseOption.shown(c.database)
+        // Nothing is created: a database that is not there is a mistake to report, not one to make.
+        if !PostgresSettings.isPostgresURL(c.database), !FileManager.default.fileExists(atPath: c.database) {
+            problems.append("database: \(c.database) does not exist (is the path right?); isle app add --database \(c.database) … creates it")
+            throw CLIError.configuration(problems.joined(separator: "\n"))
+        }
         let store = try DatabaseOption.store(c.database, logger: logger)
         do {
+            try await DatabaseOption.checkReachable(store)
             try await store.withRunning {
                 let check = try await store.schemaCheck()
                 if let problem = check.problem { problems.append("database: \(shown): \(problem)") }
-                guard check.problem == nil, check.current > 0 else { return }
-                for app in try await store.apps() where MasterKey.isSealed(app.keyPEM) {
+                guard check.problem == nil else { return }
+                guard check.current > 0 else {
+                    problems.append("database: \(shown) holds no Isle tables: it is not Isle's database, or nothing was set up yet (isle app add creates them)")
+                    return
+                }
+                let apps = try await store.apps()
+                if apps.isEmpty { problems.append("database: \(shown) has no app yet: add one with isle app add --bundle-id … --key AuthKey_….p8 --key-id … --team-id …") }
+                for app in apps where MasterKey.isSealed(app.keyPEM) {
                     guard let key = c.masterKey else {
                         problems.append("master key: the apps' .p8 keys are encrypted at rest and no master key was given. \(DatabaseOption.masterKeyHelp)")
                         break
@@ -214,6 +268,8 @@ struct ServeCommand: AsyncParsableCommand {
                     }
                 }
             }
+        } catch let e as CLIError {
+            problems.append(e.message)
         } catch {
             problems.append("database: \(shown): \(error)")
         }
@@ -226,14 +282,10 @@ struct ServeCommand: AsyncParsableCommand {
     func settings() throws -> ServeSettings {
         let env = CLIContext.current.environment
         var file: JSONObject = [:]
-        if let config {
+        if let config = database.config {
             // It may hold the database URL (with its password): like the master key, it must be
             // private to its owner.
-            if let mode = FilePermissions.mode(of: config), mode & 0o077 != 0 {
-                throw CLIError("--config: \(config) is readable by others (mode \(String(mode & 0o777, radix: 8))), and it may hold the database's password; run: chmod 600 \(config)")
-            }
-            let value = try Inputs.json("@" + config, flag: "--config")
-            guard let o = value.objectValue else { throw CLIError("--config: \(config) must hold a JSON object") }
+            let o = try DatabaseOption.readConfig(config)
             var named: JSONObject = [:]
             var unknown: [String] = []
             for (key, value) in o {
@@ -544,43 +596,170 @@ struct MasterKeyCommand: ParsableCommand {
 }
 
 struct AppCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, Remove.self, TicketKeyCommand.self, EnvironmentKeyCommand.self])
+    static let configuration = CommandConfiguration(commandName: "app", abstract: "Register apps with the server's database.", subcommands: [Add.self, List.self, Remove.self, SchemaCommand.self, TicketKeyCommand.self, EnvironmentKeyCommand.self])
 
     struct Add: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Add (or replace) an app: its provider key and attributes-type schemas.")
+        static let configuration = CommandConfiguration(
+            abstract: "Add an app (its provider key and attributes-type schemas), or change one: a new key, more schemas.",
+            discussion: "A new app needs --key, --key-id and --team-id. For an app already there they are optional (give all three to replace its key); each --schema adds that attributes type or replaces the schema of the same type, and the app's other types are kept. isle app schema lists and removes them. This command creates the database if it is not there yet.")
         @OptionGroup var database: DatabaseOption
         @Option(name: .customLong("bundle-id")) var bundleID: String
-        @Option(help: ArgumentHelp("The .p8 token-signing key.", valueName: "file")) var key: String
-        @Option(name: .customLong("key-id")) var keyID: String
-        @Option(name: .customLong("team-id")) var teamID: String
-        @Option(parsing: .singleValue, help: ArgumentHelp("An attributes-type schema (repeat for more).", valueName: "file")) var schema: [String] = []
+        @Option(help: ArgumentHelp("The .p8 token-signing key (required for a new app).", valueName: "file")) var key: String?
+        @Option(name: .customLong("key-id")) var keyID: String?
+        @Option(name: .customLong("team-id")) var teamID: String?
+        @Option(parsing: .singleValue, help: ArgumentHelp("An attributes-type schema (repeat for more); added to the app's others.", valueName: "file")) var schema: [String] = []
         @Flag(name: .customLong("frequent-updates"), help: "The app declares NSSupportsLiveActivitiesFrequentUpdates.") var frequentUpdates = false
 
         func run() async throws {
             guard !bundleID.isEmpty, !bundleID.contains(".push-type."), !bundleID.contains(where: \.isWhitespace) else { throw CLIError("--bundle-id: give the bare bundle id, e.g. com.example.pizza") }
-            let credentials: APNsCredentials
-            do { credentials = try APNsCredentials(keyID: keyID, teamID: teamID, keyFile: key) } catch { throw CLIError("--key: \(error.reason)") }
-            _ = credentials
+            let given = [("--key", key), ("--key-id", keyID), ("--team-id", teamID)]
+            if given.contains(where: { $0.1 != nil }), let missing = Optional(given.filter { $0.1 == nil }.map(\.0)), !missing.isEmpty {
+                throw CLIError("\(missing.joined(separator: " and ")): a provider key is given with all three of --key, --key-id and --team-id")
+            }
+            var newKey: (pem: String, keyID: String, teamID: String)?
+            if let key, let keyID, let teamID {
+                do { _ = try APNsCredentials(keyID: keyID, teamID: teamID, keyFile: key) } catch { throw CLIError("--key: \(error.reason)") }
+                newKey = (String(decoding: try Inputs.read(key, flag: "--key"), as: UTF8.self), keyID, teamID)
+            }
             var schemas: [ActivitySchema] = []
             for path in schema { schemas.append(try Inputs.schema(path)!) }
-            let pem = String(decoding: try Inputs.read(key, flag: "--key"), as: UTF8.self)
-            guard let masterKey = try database.masterKey() else {
+            if let twice = Dictionary(grouping: schemas, by: \.attributesType).first(where: { $0.value.count > 1 })?.key {
+                throw CLIError("--schema: two files describe \(twice); give one")
+            }
+            // The master key seals a new .p8; an app whose key stays needs none.
+            let masterKey = try database.masterKey()
+            if newKey != nil, masterKey == nil {
                 throw CLIError("app add: the .p8 key is stored encrypted and needs a master key. \(DatabaseOption.masterKeyHelp)")
             }
-            let shown = database.shownPath
-            let record = AppRecord(bundleID: bundleID, teamID: teamID, keyID: keyID, keyPEM: masterKey.seal(pem, bundleID: bundleID),
-                                   frequentUpdatesDeclared: frequentUpdates, schemas: schemas, createdAt: Date())
-            try await database.withStore { store in
-                try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: shown)
+            let (shown, bundleID, frequentUpdates, flagged) = (database.shownPath, bundleID, frequentUpdates, self.frequentUpdates)
+            let (replacement, added) = (newKey, schemas)
+            let outcome = try await database.withStore(creates: true) { store -> String in
+                if let masterKey { try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: shown) }
+                let existing = try await store.app(bundleID)
+                guard existing != nil || replacement != nil else {
+                    throw CLIError("--key, --key-id and --team-id: \(bundleID) is not in \(shown) yet, and a new app needs its provider key (isle app list shows the apps there)")
+                }
+                var record = existing ?? AppRecord(bundleID: bundleID, teamID: "", keyID: "", keyPEM: "", frequentUpdatesDeclared: frequentUpdates, schemas: [], createdAt: Date())
+                if let replacement, let masterKey {
+                    record.keyPEM = masterKey.seal(replacement.pem, bundleID: bundleID)
+                    record.keyID = replacement.keyID
+                    record.teamID = replacement.teamID
+                }
+                if flagged { record.frequentUpdatesDeclared = true }
+                // Schemas are added or replaced by type, never dropped (isle app schema remove drops one).
+                var notes: [String] = []
+                for s in added {
+                    if let i = record.schemas.firstIndex(where: { $0.attributesType == s.attributesType }) {
+                        notes.append(record.schemas[i] == s ? "\(s.attributesType) (unchanged)" : "\(s.attributesType) (replaced)")
+                        record.schemas[i] = s
+                    } else {
+                        notes.append("\(s.attributesType) (added)")
+                        record.schemas.append(s)
+                    }
+                }
+                let kept = record.schemas.map(\.attributesType).filter { t in !added.contains { $0.attributesType == t } }
+                notes += kept.map { "\($0) (kept)" }
                 // Replacing an app keeps its ticket keys and its environments' keys (isle app
                 // ticket-key and isle app environment-key manage them).
-                var record = record
-                let existing = try await store.app(record.bundleID)
-                record.ticketKeys = existing?.ticketKeys ?? []
-                record.environmentKeys = existing?.environmentKeys ?? []
                 try await store.upsertApp(record)
+                let what = existing == nil ? "added" : replacement == nil ? "updated" : "updated with a new key"
+                return "app \(bundleID) \(what) in \(shown) (key \(record.keyID), team \(record.teamID)); attributes types: \(notes.isEmpty ? "none yet (isle app schema add)" : notes.joined(separator: ", "))"
             }
-            say("app \(bundleID) saved in \(shown) (key \(keyID), team \(teamID), \(schemas.count) attributes type\(schemas.count == 1 ? "" : "s"))")
+            say(outcome)
+        }
+    }
+
+    /// `isle app schema list|add|remove`: an app's attributes-type schemas, without its key.
+    struct SchemaCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "schema",
+            abstract: "List, add or remove an app's attributes-type schemas (no provider key needed).",
+            discussion: "The server checks every start and update of an attributes type against its schema, and refuses types it has none for (docs/payloads.md). A running isle serve sees a change within a second.",
+            subcommands: [SchemaList.self, SchemaAdd.self, SchemaRemove.self])
+    }
+
+    struct SchemaList: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List an app's attributes types and their fields.")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id")) var bundleID: String
+        @Flag(help: "Print each schema as JSON (the file isle app schema add takes).") var json = false
+
+        func run() async throws {
+            let (bundleID, shown) = (bundleID, database.shownPath)
+            guard let app = try await database.withStore({ try await $0.app(bundleID) }) else {
+                throw CLIError("--bundle-id: no app \(bundleID) in \(shown) (isle app list shows the apps)")
+            }
+            if app.schemas.isEmpty { say("\(bundleID) has no attributes-type schema yet: isle app schema add --bundle-id \(bundleID) --schema <file>") }
+            for s in app.schemas.sorted(by: { $0.attributesType < $1.attributesType }) {
+                if json { say(s.jsonValue.jsonString); continue }
+                func fields(_ o: JSONValue?) -> String { o?.objectValue.map { $0.keys.sorted().joined(separator: ", ") } ?? "" }
+                say("\(s.attributesType)  attributes: \(fields(s.jsonValue["attributes"]))  content-state: \(fields(s.jsonValue["contentState"]))")
+            }
+        }
+    }
+
+    struct SchemaAdd: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "add", abstract: "Add attributes-type schemas to an app, or replace the schema of a type it has; its other types stay.")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id")) var bundleID: String
+        @Option(parsing: .singleValue, help: ArgumentHelp("An attributes-type schema (repeat for more).", valueName: "file")) var schema: [String] = []
+
+        func validate() throws {
+            if schema.isEmpty { throw ValidationError("--schema: give at least one schema file") }
+        }
+
+        func run() async throws {
+            var schemas: [ActivitySchema] = []
+            for path in schema { schemas.append(try Inputs.schema(path)!) }
+            if let twice = Dictionary(grouping: schemas, by: \.attributesType).first(where: { $0.value.count > 1 })?.key {
+                throw CLIError("--schema: two files describe \(twice); give one")
+            }
+            let (bundleID, shown, given) = (bundleID, database.shownPath, schemas)
+            let notes = try await database.withStore { store -> [String] in
+                guard var app = try await store.app(bundleID) else {
+                    throw CLIError("--bundle-id: no app \(bundleID) in \(shown); add it first with isle app add (isle app list shows the apps)")
+                }
+                var notes: [String] = []
+                for s in given {
+                    if let i = app.schemas.firstIndex(where: { $0.attributesType == s.attributesType }) {
+                        notes.append(app.schemas[i] == s ? "\(s.attributesType) (unchanged)" : "\(s.attributesType) (replaced)")
+                        app.schemas[i] = s
+                    } else {
+                        notes.append("\(s.attributesType) (added)")
+                        app.schemas.append(s)
+                    }
+                }
+                try await store.upsertApp(app)
+                return notes + app.schemas.map(\.attributesType).filter { t in !given.contains { $0.attributesType == t } }.map { "\($0) (kept)" }
+            }
+            say("app \(bundleID) in \(shown): attributes types \(notes.joined(separator: ", "))")
+        }
+    }
+
+    struct SchemaRemove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "remove",
+            abstract: "Remove an attributes type's schema from an app.",
+            discussion: "The server then refuses starts and registrations of that type (unknownAttributesType); activities of it that are already live keep their updates checked against nothing, so end them first.")
+        @OptionGroup var database: DatabaseOption
+        @Option(name: .customLong("bundle-id")) var bundleID: String
+        @Option(name: .customLong("attributes-type"), help: "The type to remove, e.g. PizzaDeliveryAttributes.") var attributesType: String
+
+        func run() async throws {
+            let (bundleID, shown, type) = (bundleID, database.shownPath, attributesType)
+            let left = try await database.withStore { store -> [String] in
+                guard var app = try await store.app(bundleID) else {
+                    throw CLIError("--bundle-id: no app \(bundleID) in \(shown) (isle app list shows the apps)")
+                }
+                guard app.schemas.contains(where: { $0.attributesType == type }) else {
+                    let known = app.schemas.map(\.attributesType).sorted()
+                    throw CLIError("--attributes-type: \(bundleID) has no schema for \(type)\(known.isEmpty ? "" : "; it has \(known.joined(separator: ", "))")")
+                }
+                app.schemas.removeAll { $0.attributesType == type }
+                try await store.upsertApp(app)
+                return app.schemas.map(\.attributesType)
+            }
+            say("removed \(type) from \(bundleID) in \(shown); attributes types left: \(left.isEmpty ? "none" : left.joined(separator: ", "))")
         }
     }
 

@@ -148,6 +148,25 @@ extension PostgresConnection {
 }
 
 enum PG {
+    /// What went wrong, in words, without secrets: postgres-nio's `PSQLError` prints only a generic
+    /// sentence (it guards against leaking a query's text and values); this names its kind, the
+    /// server's SQLSTATE and message, and the network error under it (connection refused, a
+    /// timeout, a TLS failure). Never the query, its values or the password.
+    static func describe(_ error: any Error) -> String {
+        guard let e = error as? PSQLError else { return String(describing: error) }
+        var parts: [String] = []
+        if let state = e.serverInfo?[.sqlState] {
+            parts.append("\(state): \(e.serverInfo?[.message] ?? "server error")")
+        } else {
+            parts.append("\(e.code)")
+        }
+        if let underlying = e.underlying {
+            // NIO's connection errors list each address tried; their text is errno's.
+            parts.append(String(describing: underlying).replacingOccurrences(of: "\n", with: " "))
+        }
+        return parts.joined(separator: ": ")
+    }
+
     /// The SQLSTATE of a server error (`23505` unique violation, `40P01` deadlock, …).
     static func sqlState(_ error: PSQLError) -> String? { error.serverInfo?[.sqlState] }
 

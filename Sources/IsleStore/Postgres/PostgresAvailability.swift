@@ -201,7 +201,7 @@ extension PostgresStore {
         } catch let e as StoreError where e.message.hasPrefix("PostgreSQL did not answer within") {
             return .slow
         } catch {
-            return .refused("a connection of its own failed: \(error)")
+            return .refused("a connection of its own to \(settings.host):\(settings.port) failed: \(PG.describe(error))")
         }
     }
 }

@@ -81,6 +81,23 @@ public final class PostgresStore: IsleStore {
         try? await connection.close()
     }
 
+    /// Connects once, outside the pool, and fails at once when PostgreSQL cannot be reached or
+    /// refuses: for a command that runs once (`isle app add`, `isle serve --check-config`), which
+    /// should say what is wrong rather than wait as a server does. The error names the host, the
+    /// port and the cause (connection refused, a timeout, …), never the password.
+    public func checkReachable(timeoutSeconds: Int64 = 5) async throws {
+        let configuration = try Self.connectionConfiguration(settings, connectTimeout: .seconds(timeoutSeconds))
+        do {
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            try? await connection.close()
+        } catch let error as PSQLError {
+            if let refusal = Self.refusal(error, settings: settings) { throw refusal }
+            throw StoreError(.unavailable, "cannot reach PostgreSQL at \(settings.host):\(settings.port) (\(settings.redacted)): \(PG.describe(error))")
+        } catch {
+            throw StoreError(.unavailable, "cannot reach PostgreSQL at \(settings.host):\(settings.port) (\(settings.redacted)): \(PG.describe(error))")
+        }
+    }
+
     /// A connection of its own, outside the pool (the credentials check, the availability probe).
     static func connectionConfiguration(_ settings: PostgresSettings, connectTimeout: TimeAmount) throws -> PostgresConnection.Configuration {
         let tls: PostgresConnection.Configuration.TLS
