@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Thirteen planted mistakes, each added to a copy of IsleClient: scripts/check-client-availability.sh
+# Fourteen planted mistakes, each added to a copy of IsleClient: scripts/check-client-availability.sh
 # must fail on every one, naming the API and the line, where an SDK copy is present (the SDK
 # type-check); where none is, on every one in Apple-only code as code changed since the derived list
 # (naming the file and line), and on those the derived list can see by itself, naming the API. Then
@@ -91,6 +91,11 @@ func probe() async -> Data? { await WidgetCenter.shared.currentPushInfo?.token }
 #endif'
 plant "UIKit: activateSceneSession(for:errorHandler:) (iOS 17) unguarded" "activateSceneSession" 0 ios Apple/SystemLifecycle.swift '#if canImport(UIKit) && os(iOS)
 @MainActor func probe(_ r: UISceneSessionActivationRequest) { UIApplication.shared.activateSceneSession(for: r) { _ in } }
+#endif'
+# Extension-safe: a widget extension links IsleClient, so app-only API outside code marked
+# @available(iOSApplicationExtension, unavailable) is an error there (the appex type-check).
+plant "UIKit: UIApplication.shared where an app extension links the client" "unavailable in application extensions" 0 ios Apple/SystemLifecycle.swift '#if canImport(UIKit) && os(iOS)
+@MainActor func probeShared() -> Bool { UIApplication.shared.isIdleTimerDisabled }
 #endif'
 plant "UIKit: UIApplication.keyWindow, deprecated in iOS 13" "keyWindow" 0 ios Apple/SystemLifecycle.swift '#if canImport(UIKit) && os(iOS)
 @MainActor func probe() -> UIWindow? { UIApplication.shared.keyWindow }

@@ -14,7 +14,9 @@ wait_for() { for _ in $(seq 1 150); do curl -sf "$1" >/dev/null && return 0; sle
 # The clock moves only when the flow moves it, so a push APNs held for reordering would wait for
 # that; and the flow's app reports each token once, not on every pushTokenUpdates (IsleClient does):
 # this checks the renewal, not reordering or token changes (docs/simulator.md, "Never kinder than Apple").
-.build/debug/isle sim --virtual-clock --dir "$D/sim" --single-host --apns-port 18763 --control-port 18580 --key-id SIMKEY0001 --reorder 0 --token-rotation off \
+# isle serve follows the virtual clock, so its provider tokens are judged by that clock alone
+# (docs/simulator.md, "Provider tokens and the virtual clock"): one it failed to refresh is refused.
+.build/debug/isle sim --virtual-clock --provider-token-clock virtual --dir "$D/sim" --single-host --apns-port 18763 --control-port 18580 --key-id SIMKEY0001 --reorder 0 --token-rotation off \
   --device iPhone --app com.example.pizza --schema Examples/PizzaDeliveryAttributes.schema.json > "$D/sim.log" 2>&1 &
 PIDS+=($!)
 wait_for http://127.0.0.1:18580/health

@@ -41,20 +41,20 @@ TOKEN=$(curl -s -X POST http://127.0.0.1:18080/devices/device-1/apps/com.example
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["updateToken"])')
 SECRET=$(curl -s -X PUT http://127.0.0.1:18090/v1/installations/phone-1 -H "authorization: Bearer $DEVICE_KEY" -d '{}' \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["installationSecret"])')
-TICKET=$(isle ticket --key /tmp/isle-ticket.pem --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key order-12345)
+TICKET=$(isle ticket --key /tmp/isle-ticket.pem --key-id "$TICKET_KEY_ID" --bundle-id com.example.pizza --external-key 12345)
 curl -s -X POST http://127.0.0.1:18090/v1/activities -H "authorization: Bearer $DEVICE_KEY" -H "Isle-Installation-Secret: $SECRET" \
-  -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"installationID\":\"phone-1\",\"externalKey\":\"order-12345\",\"ticket\":\"$TICKET\"}"
+  -d "{\"attributesType\":\"PizzaDeliveryAttributes\",\"token\":\"$TOKEN\",\"installationID\":\"phone-1\",\"externalKey\":\"12345\",\"ticket\":\"$TICKET\"}"
 echo
-curl -s -X POST http://127.0.0.1:18090/v1/activities/by-key/order-12345/update \
-  -H "authorization: Bearer $BACKEND_KEY" -H "Idempotency-Key: order-12345-eta-1" \
+curl -s -X POST http://127.0.0.1:18090/v1/activities/by-key/12345/update \
+  -H "authorization: Bearer $BACKEND_KEY" -H "Idempotency-Key: 12345-eta-1" \
   -d '{"contentState":{"driverName":"Anne Johnson","deliveryTimer":[788918400,788919900]},"alert":{"title":"Delivery Update","body":"Your pizza order will arrive in 25 minutes"}}'
 echo
 for _ in $(seq 1 100); do
-  curl -s http://127.0.0.1:18090/v1/activities/by-key/order-12345 -H "authorization: Bearer $BACKEND_KEY" > /tmp/isle-activity.json
+  curl -s http://127.0.0.1:18090/v1/activities/by-key/12345 -H "authorization: Bearer $BACKEND_KEY" > /tmp/isle-activity.json
   grep -q '"status":200' /tmp/isle-activity.json && break
   sleep 0.1
 done
-curl "http://127.0.0.1:18090/v1/activities?state=active&keyPrefix=order-&limit=50" -H "authorization: Bearer $BACKEND_KEY" -s > /tmp/isle-list.json
+curl "http://127.0.0.1:18090/v1/activities?state=active&keyPrefix=123&limit=50" -H "authorization: Bearer $BACKEND_KEY" -s > /tmp/isle-list.json
 curl -s -X POST http://127.0.0.1:18090/v1/channels -H "authorization: Bearer $BACKEND_KEY" -d '{}' > /tmp/isle-channel.json
 curl -s http://127.0.0.1:18080/devices/device-1/screen > /tmp/isle-screen.json
 python3 - <<'PY'
@@ -64,7 +64,7 @@ assert activity["deliveries"] and activity["deliveries"][0]["status"] == 200, ac
 screen = json.load(open("/tmp/isle-screen.json"))
 assert screen["lockScreen"][0]["contentState"]["driverName"] == "Anne Johnson", screen
 listed = json.load(open("/tmp/isle-list.json"))
-assert [a["externalKey"] for a in listed["activities"]] == ["order-12345"] and listed.get("next") is None, ("the README's list step failed", listed)
+assert [a["externalKey"] for a in listed["activities"]] == ["12345"] and listed.get("next") is None, ("the README's list step failed", listed)
 channel = json.load(open("/tmp/isle-channel.json"))
 assert channel.get("id"), ("the README's channel step failed", channel)
 print("server walkthrough: ok (listing and channels included)")

@@ -44,9 +44,11 @@ struct GuidanceTests {
         let env = ["ISLE_MASTER_KEY_FILE": master]
         try MasterKey.generate().base64.write(toFile: master, atomically: true, encoding: .utf8)
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: master)
-        #expect(await IsleCLI.capture(["key", "list", "--database", path], environment: env).out.contains("no key yet"))
+        // A database that is not there is not made by listing it.
+        #expect(await IsleCLI.capture(["key", "list", "--database", path], environment: env).err.contains("does not exist"))
         let store = try SQLiteStore(path: path)
         try await store.migrate()
+        #expect(await IsleCLI.capture(["key", "list", "--database", path], environment: env).out.contains("no key yet"))
         try await store.upsertApp(AppRecord(bundleID: "com.example.pizza", teamID: "T", keyID: "K", keyPEM: "-", createdAt: Date()))
         let backend = try await ServerSetup.createKey(store: store, bundleID: "com.example.pizza", scope: .backend)
         let admin = try await ServerSetup.createKey(store: store, bundleID: "com.example.pizza", scope: .serverAdmin)

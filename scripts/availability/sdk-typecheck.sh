@@ -2,7 +2,9 @@
 # Type-checks IsleClient (Sources/IsleClient) and the example app (Examples/PizzaApp) with this
 # machine's Swift toolchain against copies of Apple's SDK interfaces (.swiftinterface files, headers,
 # module maps), for every deployment target Package.swift declares: iOS on each iPhoneOS SDK, Mac
-# Catalyst and macOS on each MacOSX SDK. Nothing is linked or run: it shows what Xcode's compiler
+# Catalyst and macOS on each MacOSX SDK, and iOS once more as an app extension links it
+# (-application-extension: only extension-safe APIs, so `UIApplication.shared` is an error), with the
+# example's widget extension (Examples/PizzaApp/WidgetExtension and Shared). Nothing is linked or run: it shows what Xcode's compiler
 # would say of types, availability, deprecations, Sendable and isolation (-emit-sil runs the
 # diagnostics a build runs after type-checking). docs/client.md says how to get the SDK copies; they
 # stay outside the repository (never commit them or anything from them).
@@ -45,6 +47,8 @@ for d in clang apinotes host; do [ -e "$LIB/$d" ] && ln -sfn "$(readlink -f "$LI
 OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT
 mapfile -t CLIENT < <(find "$SRC" -name '*.swift' | sort)
 mapfile -t APP < <([ -n "$EXAMPLE" ] && find "$EXAMPLE" -name '*.swift' | sort)
+# The widget extension's part of the example: its own target, extension-safe like the client it links.
+mapfile -t APPEX < <([ -n "$EXAMPLE" ] && [ -d "$EXAMPLE/WidgetExtension" ] && find "$EXAMPLE/WidgetExtension" "$EXAMPLE/Shared" -name '*.swift' | sort)
 
 errors=0; warnings=0; unchecked=0; summary=()
 check() {  # label sdk triple [extra compiler arguments...]
@@ -57,8 +61,14 @@ check() {  # label sdk triple [extra compiler arguments...]
     -emit-module -emit-module-path "$mod/IsleClient.swiftmodule" "${CLIENT[@]}" > "$mod/client.txt" 2>&1
   local rc=$? app_rc=0
   : > "$mod/app.txt"
-  # The example is an iPhone app (Live Activities): checked on the iOS targets only.
-  if [ ${#APP[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ] && [[ "$triple" == *-ios* && "$triple" != *macabi ]]; then
+  # The example is an iPhone app (Live Activities): checked on the iOS targets only; as an app
+  # extension, its widget extension's files.
+  if [[ "$label" == *appex* ]]; then
+    if [ ${#APPEX[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ]; then
+      "$SWIFTC" -emit-sil -o "$mod/app.sil" -wmo -parse-as-library -module-name PizzaWidgetExtension "${FLAGS[@]}" "${common[@]}" -I "$mod" "${APPEX[@]}" > "$mod/app.txt" 2>&1
+      app_rc=$?
+    fi
+  elif [ ${#APP[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ] && [[ "$triple" == *-ios* && "$triple" != *macabi ]]; then
     "$SWIFTC" -emit-sil -o "$mod/app.sil" -wmo -parse-as-library -module-name PizzaApp "${FLAGS[@]}" "${common[@]}" -I "$mod" "${APP[@]}" > "$mod/app.txt" 2>&1
     app_rc=$?
   fi
@@ -77,6 +87,8 @@ check() {  # label sdk triple [extra compiler arguments...]
 
 for sdk in $IOS_SDKS; do
   [ "$IOS" != - ] && check "ios$IOS-$(basename "$sdk" .sdk)" "$sdk" "arm64-apple-ios$IOS"
+  # As a widget extension links it: Xcode compiles code an app extension links with -application-extension.
+  [ "$IOS" != - ] && check "ios$IOS-appex-$(basename "$sdk" .sdk)" "$sdk" "arm64-apple-ios$IOS" -application-extension
 done
 for sdk in $MAC_SDKS; do
   if [ "$CATALYST" != - ] && [ -d "$sdk/System/iOSSupport/System/Library/Frameworks" ]; then

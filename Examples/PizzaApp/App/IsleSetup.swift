@@ -15,7 +15,7 @@ enum Isle {
     /// environment (sandbox for a debug build, production from TestFlight and the App Store) is
     /// read from the build and sent with every token. The ticket provider asks the pizza backend
     /// for a registration ticket when an order's activity is registered: only then does the server
-    /// bind the activity to "order-12345" (docs/security.md). Nil only if the Keychain cannot be
+    /// bind the activity to the order, "12345" (docs/security.md). Nil only if the Keychain cannot be
     /// read at all: the app runs on without Isle rather than crash.
     static let client: IsleClient? = {
         guard let server = URL(string: "https://isle.example.com") else { return nil }
@@ -40,12 +40,13 @@ enum Isle {
         Task { await client.run() }
         Task {
             // Every activity of this type — started here or by a push-to-start — is named for the
-            // backend by its order number: the backend updates "order-12345" without knowing tokens.
+            // backend by its order number: the backend updates "12345" without knowing tokens.
             await client.track(activitiesOf: PizzaDeliveryAttributes.self) { activity in
-                "order-" + activity.attributes.orderNumber
+                activity.attributes.orderNumber
             }
-            // The widget push token (iOS 26; nothing on earlier systems).
-            await client.trackWidgetPushToken(WidgetKitPushTokens())
+            // The widget push token (iOS 26; nothing on earlier systems): WidgetKit's, or the one the
+            // widget extension left in the App Group (PizzaWidgetPushHandler, in the extension).
+            await client.trackWidgetPushToken(WidgetKitPushTokens(appGroup: PizzaAppGroup.identifier))
         }
     }
 
