@@ -12,6 +12,7 @@
 #   scripts/availability/sdk-typecheck.sh [SOURCES_DIR [EXAMPLE_DIR]]
 #     ISLE_IOS_SDKS=<dir>   where the SDK copies are (default ~/.cache/isle-ios-sdk)
 #     ONLY=ios|mac          one kind of SDK only (the planted-mistake test uses it)
+#     APPEX=1|0|only        iOS also as an app extension (default 1), not (0), or only that (only)
 # Exit 0: no error and no warning in the checked sources; 1: each printed as file:line:col; 2: no SDK,
 # or the compiler failed outside the sources (the SDK copy or the toolchain, not the client).
 set -uo pipefail
@@ -86,9 +87,9 @@ check() {  # label sdk triple [extra compiler arguments...]
 }
 
 for sdk in $IOS_SDKS; do
-  [ "$IOS" != - ] && check "ios$IOS-$(basename "$sdk" .sdk)" "$sdk" "arm64-apple-ios$IOS"
+  [ "$IOS" != - ] && [ "${APPEX:-1}" != only ] && check "ios$IOS-$(basename "$sdk" .sdk)" "$sdk" "arm64-apple-ios$IOS"
   # As a widget extension links it: Xcode compiles code an app extension links with -application-extension.
-  [ "$IOS" != - ] && check "ios$IOS-appex-$(basename "$sdk" .sdk)" "$sdk" "arm64-apple-ios$IOS" -application-extension
+  [ "$IOS" != - ] && [ "${APPEX:-1}" != 0 ] && check "ios$IOS-appex-$(basename "$sdk" .sdk)" "$sdk" "arm64-apple-ios$IOS" -application-extension
 done
 for sdk in $MAC_SDKS; do
   if [ "$CATALYST" != - ] && [ -d "$sdk/System/iOSSupport/System/Library/Frameworks" ]; then
