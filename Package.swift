@@ -17,8 +17,8 @@ let package = Package(
     // and Mac Catalyst 16.1 (no ActivityKit there: the adapter is compiled out). Linux has no floor.
     platforms: [.macOS(.v14), .iOS("16.1"), .macCatalyst("16.1")],
     products: [
-        // What an app adds (docs/client.md): no dependency, and with the Server trait off (the default
-        // for a package that depends on Isle) SwiftPM fetches none of the server's dependencies.
+        // What an app adds (docs/client.md): no dependency; an app's `.package(…, traits: [])` turns the
+        // Server trait off, and SwiftPM then fetches none of the server's dependencies.
         .library(name: "IsleClient", targets: ["IsleClient"]),
         .library(name: "IsleCore", targets: ["IsleCore"]),
         .library(name: "IsleAPNs", targets: ["IsleAPNs"]),
@@ -27,9 +27,10 @@ let package = Package(
         .library(name: "IsleClientSimulator", targets: ["IsleClientSimulator"]),
         .executable(name: "isle", targets: ["isle"]),
     ],
-    // Everything but IsleClient and IsleCore needs the server's dependencies, which only the Server
-    // trait brings in: `swift build --traits Server` here. An app that adds Isle by its URL leaves it
-    // off and resolves nothing else (scripts/check-client-package.sh proves it).
+    // Everything but IsleClient and IsleCore needs the server's dependencies, which the Server trait
+    // brings in. It is on by default, so `swift build`, `swift test` and `swift run isle demo` build
+    // everything here; an app adds Isle with `traits: []` and resolves nothing else
+    // (docs/client.md; scripts/check-client-package.sh runs that line).
     traits: [
         .trait(name: "Server", description: "The server, the simulator, the APNs client and the isle command, with their dependencies"),
         .default(enabledTraits: ["Server"]),

@@ -71,7 +71,7 @@ PY
 )"
 [ -n "$targets" ] || { echo "check-client-availability: $package/Package.swift declares no iOS/macOS platforms" >&2; exit 2; }
 
-# 1. The index: a fresh build of the client alone (the Server trait off: no other package is fetched).
+# 1. The index: a fresh build of the client alone (a package of IsleClient only, as an app holds it: no other package is fetched).
 rm -rf "$work/index" "$work/build"   # a full build, so every file is indexed
 if ! swift build --package-path "$package" --target IsleClient --scratch-path "$work/build" -Xswiftc -index-store-path -Xswiftc "$work/index" >"$work/build.log" 2>&1; then
   cat "$work/build.log" >&2

@@ -2,9 +2,10 @@
 # The README's walkthrough — "Test without an iPhone", then "Run the server" — typed as a reader types
 # it, at human speed: every command of its console blocks, read from README.md and run as written
 # (scripts/walkthrough/readme_walkthrough.py), with the reader leaving for half an hour before each
-# one. The pause is everyone's clock jumping 30 minutes at once — isle sim, isle serve, isle, curl,
-# date, python — through scripts/walkthrough/pause-clock.c (LD_PRELOAD; ISLE_PAUSE=0 turns it off):
-# the simulator's virtual clock stands still meanwhile, as it does for a person who reads. Nothing
+# one. The pause is everyone's wall clock jumping 30 minutes at once — isle sim, isle serve, isle,
+# curl, date, python — through scripts/walkthrough/pause-clock.c (LD_PRELOAD; ISLE_PAUSE=0 turns it
+# off), as across a laptop's sleep: the simulator's virtual clock stands still meanwhile, as it does
+# for a person who reads. Nothing
 # may answer an error the reader did not cause: no command fails, no API or APNs answer is an
 # error, the phone shows the backend's update, the app is running. Then the simulator is started a
 # third time in the same --dir under the running server: its CA and provider key are kept, so the
@@ -20,8 +21,9 @@ for port in 18080 18090; do
   if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then echo "something already listens on 127.0.0.1:$port; stop it first"; exit 1; fi
 done
 
-# Everyone's clock, from here on: the pause clock.
-gcc -O2 -shared -fPIC -o /tmp/isle-walkthrough/pause-clock.so scripts/walkthrough/pause-clock.c -ldl
+# Everyone's clock, from here on: the pause clock (the C compiler at hand, or the Swift toolchain's clang).
+CC=$(command -v cc || command -v gcc || echo "$(dirname "$(readlink -f "$(command -v swift)")")/clang")
+"$CC" -O2 -shared -fPIC -o /tmp/isle-walkthrough/pause-clock.so scripts/walkthrough/pause-clock.c -ldl
 echo 0 > /tmp/isle-walkthrough/offset
 export ISLE_PAUSE_CLOCK_FILE=/tmp/isle-walkthrough/offset LD_PRELOAD=/tmp/isle-walkthrough/pause-clock.so
 offset=0
@@ -58,7 +60,7 @@ while IFS= read -r entry; do
       wait_for http://127.0.0.1:18090/health ;;
     *)
       status=0
-      eval "$command" > /tmp/isle-walkthrough/out.txt 2>&1 || status=$?
+      eval "$command" < /dev/null > /tmp/isle-walkthrough/out.txt 2>&1 || status=$?
       cat /tmp/isle-walkthrough/out.txt >> /tmp/isle-walkthrough/commands.log
       if [ "$status" != 0 ] || grep -qE '"error" ?: ?\{|"reason" ?: ?"|InvalidProviderToken|ExpiredProviderToken|isle: ' /tmp/isle-walkthrough/out.txt; then
         cat /tmp/isle-walkthrough/out.txt

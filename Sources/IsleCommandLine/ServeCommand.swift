@@ -28,7 +28,8 @@ struct DatabaseOption: ParsableArguments {
         if let database, let problem = Self.passwordProblem(database, source: "--database") { throw ValidationError(problem) }
         // The config file's database and master key, where neither a flag nor the environment gives them.
         guard let config else { return }
-        let file = try Self.readConfig(config)
+        let file: JSONObject
+        do { file = try Self.readConfig(config) } catch let e as CLIError { throw ValidationError(e.message) }
         let env = CLIContext.current.environment
         func given(_ name: String) -> Bool { !(env[name] ?? "").isEmpty }
         if database == nil, !given("ISLE_DATABASE"), let value = file["database"] {
@@ -608,7 +609,7 @@ struct AppCommand: AsyncParsableCommand {
         @Option(name: .customLong("key-id")) var keyID: String?
         @Option(name: .customLong("team-id")) var teamID: String?
         @Option(parsing: .singleValue, help: ArgumentHelp("An attributes-type schema (repeat for more); added to the app's others.", valueName: "file")) var schema: [String] = []
-        @Flag(name: .customLong("frequent-updates"), help: "The app declares NSSupportsLiveActivitiesFrequentUpdates.") var frequentUpdates = false
+        @Flag(name: .customLong("frequent-updates"), inversion: .prefixedNo, help: "The app declares NSSupportsLiveActivitiesFrequentUpdates (or no longer does); an app already there keeps what it had without either.") var frequentUpdates: Bool?
 
         func run() async throws {
             guard !bundleID.isEmpty, !bundleID.contains(".push-type."), !bundleID.contains(where: \.isWhitespace) else { throw CLIError("--bundle-id: give the bare bundle id, e.g. com.example.pizza") }
@@ -626,12 +627,15 @@ struct AppCommand: AsyncParsableCommand {
             if let twice = Dictionary(grouping: schemas, by: \.attributesType).first(where: { $0.value.count > 1 })?.key {
                 throw CLIError("--schema: two files describe \(twice); give one")
             }
+            // Without a key the app must be there already, and so must its database: none is made
+            // only to be refused.
+            if newKey == nil { try DatabaseOption.refuseMissing(database.path) }
             // The master key seals a new .p8; an app whose key stays needs none.
             let masterKey = try database.masterKey()
             if newKey != nil, masterKey == nil {
                 throw CLIError("app add: the .p8 key is stored encrypted and needs a master key. \(DatabaseOption.masterKeyHelp)")
             }
-            let (shown, bundleID, frequentUpdates, flagged) = (database.shownPath, bundleID, frequentUpdates, self.frequentUpdates)
+            let (shown, bundleID, frequentUpdates) = (database.shownPath, bundleID, frequentUpdates)
             let (replacement, added) = (newKey, schemas)
             let outcome = try await database.withStore(creates: true) { store -> String in
                 if let masterKey { try await ServeCommand.checkKeys(store: store, masterKey: masterKey, path: shown) }
@@ -639,13 +643,13 @@ struct AppCommand: AsyncParsableCommand {
                 guard existing != nil || replacement != nil else {
                     throw CLIError("--key, --key-id and --team-id: \(bundleID) is not in \(shown) yet, and a new app needs its provider key (isle app list shows the apps there)")
                 }
-                var record = existing ?? AppRecord(bundleID: bundleID, teamID: "", keyID: "", keyPEM: "", frequentUpdatesDeclared: frequentUpdates, schemas: [], createdAt: Date())
+                var record = existing ?? AppRecord(bundleID: bundleID, teamID: "", keyID: "", keyPEM: "", frequentUpdatesDeclared: frequentUpdates ?? false, schemas: [], createdAt: Date())
                 if let replacement, let masterKey {
                     record.keyPEM = masterKey.seal(replacement.pem, bundleID: bundleID)
                     record.keyID = replacement.keyID
                     record.teamID = replacement.teamID
                 }
-                if flagged { record.frequentUpdatesDeclared = true }
+                if let frequentUpdates { record.frequentUpdatesDeclared = frequentUpdates }
                 // Schemas are added or replaced by type, never dropped (isle app schema remove drops one).
                 var notes: [String] = []
                 for s in added {

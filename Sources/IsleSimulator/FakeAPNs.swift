@@ -449,20 +449,33 @@ public final class FakeAPNs: Sendable {
             let age = at.timeIntervalSince1970 + offset - Double(iat)
             return age > 3600 ? "ExpiredProviderToken" : age < -300 ? "InvalidProviderToken" : nil
         }
-        guard let reason = verdict(now) else { return nil }
-        if clock == .simulatorOrReal, verdict(real) == nil { return nil }
-        let age = Int((now.timeIntervalSince1970 + offset - Double(iat)).rounded())
+        guard var reason = verdict(now) else { return nil }
+        let byReal = verdict(real)
+        if clock == .simulatorOrReal {
+            // Valid by real time: taken. Refused by both: APNs' world is real time, so its reason.
+            guard let realReason = byReal else { return nil }
+            reason = realReason
+        }
+        let judgedAt = clock == .simulatorOrReal ? real : now
+        let age = Int((judgedAt.timeIntervalSince1970 + offset - Double(iat)).rounded())
         let lag = Int((now.timeIntervalSince(real)).rounded())
-        let ageText = age < 0 ? "iat is \(-age) s ahead of the simulator's clock" : "iat is \(age) s older than the simulator's clock (at most 3600)"
+        let clockName = clock == .simulatorOrReal ? "real time" : "the simulator's clock"
+        let ageText = age < 0 ? "iat is \(-age) s ahead of \(clockName)" : "iat is \(age) s older than \(clockName) (at most 3600)"
         var causes: [String] = []
-        if virtual, abs(lag) >= 60 {
+        // The virtual clock is the cause only when real time would take the token; APNs' clock
+        // offset only when the token is fine without it.
+        if virtual, abs(lag) >= 60, byReal == nil {
             if lag < 0 {
                 causes.append("a virtual clock \(-lag) s behind real time: advance it (POST /clock/advance) or restart isle sim without --virtual-clock")
             } else {
                 causes.append("a virtual clock \(lag) s ahead of real time: sign with its time (isle serve --clock-url) or restart isle sim")
             }
         }
-        if offset != 0 {
+        func verdictWithoutOffset(_ at: Date) -> Bool {
+            let age = at.timeIntervalSince1970 - Double(iat)
+            return age <= 3600 && age >= -300
+        }
+        if offset != 0, verdictWithoutOffset(judgedAt) {
             causes.append("APNs' clock is set \(Int(offset.rounded())) s \(offset > 0 ? "ahead" : "behind") (POST /apns/clock-offset)")
         }
         guard !causes.isEmpty else { return (403, reason, nil) }

@@ -88,7 +88,12 @@ import Testing
         let client = try IsleClient(configuration: server.configuration(), storage: FileStorage(path: temporaryPath()), session: server.session)
         let runner = Task { await client.run() }
         await client.reportToken(activityID: "B", attributesType: "Nope", token: Data(repeating: 1, count: 32), externalKey: nil)
-        let status = await client.registration(of: "B")
+        // Waited for with a deadline: a client that never settles fails the test instead of hanging it.
+        try await until {
+            if case .refused = await client.registrationStatus(of: "B") { return true }
+            return false
+        }
+        let status = await client.registrationStatus(of: "B")
         guard case .refused(let refusal) = status else { Issue.record("expected a refusal, got \(status)"); return }
         #expect(refusal.status == 422)
         #expect(refusal.code == "unknownAttributesType")

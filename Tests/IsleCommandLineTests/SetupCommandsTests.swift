@@ -84,6 +84,10 @@ struct SetupCommandsTests {
     func secondTypeKeepsTheFirst() async throws {
         let (dir, masterKey) = try Self.folder()
         let db = dir + "/isle.sqlite"
+        // Without a key on a database that is not there: refused, and nothing is made.
+        let early = await IsleCLI.capture(["app", "add", "--database", db, "--bundle-id", "com.example.pizza", "--schema", Self.pizzaSchema])
+        #expect(early.status == ExitStatus.configuration && early.err.contains("does not exist"), "\(early.err)")
+        #expect(!FileManager.default.fileExists(atPath: db))
         try await Self.addPizza(db, masterKey: masterKey)
         // No --key, no master key: the app's key stays as it is.
         let r = await IsleCLI.capture(["app", "add", "--database", db, "--bundle-id", "com.example.pizza", "--schema", try Self.matchSchema(dir)])
@@ -135,10 +139,18 @@ struct SetupCommandsTests {
             #expect(r.status == 0, "\(arguments): \(r.err)")
         }
         #expect(try await Self.types(db) == ["PizzaDeliveryAttributes"])
-        // The flag wins over the file.
+        // The flag wins over the file, and so does ISLE_DATABASE.
         let elsewhere = dir + "/elsewhere.sqlite"
         r = await IsleCLI.capture(["app", "list", "--config", config, "--database", elsewhere])
         #expect(r.status == ExitStatus.configuration && r.err.contains("\(elsewhere) does not exist"), "\(r.err)")
+        r = await IsleCLI.capture(["app", "list", "--config", config], environment: ["ISLE_DATABASE": elsewhere])
+        #expect(r.status == ExitStatus.configuration && r.err.contains("\(elsewhere) does not exist"), "\(r.err)")
+        // A master key named in the environment wins over the file's: a wrong one is refused.
+        let wrong = dir + "/wrong.key"
+        try Data(MasterKey.generate().base64.utf8).write(to: URL(fileURLWithPath: wrong))
+        chmod(wrong, 0o600)
+        r = await IsleCLI.capture(["serve", "--check-config", "--config", config], environment: ["ISLE_MASTER_KEY_FILE": wrong])
+        #expect(r.status == ExitStatus.configuration && r.err.contains("it does not open com.example.pizza's .p8 key"), "\(r.err)")
         // A config file others can read is refused, as isle serve refuses it.
         chmod(config, 0o644)
         r = await IsleCLI.capture(["app", "list", "--config", config])

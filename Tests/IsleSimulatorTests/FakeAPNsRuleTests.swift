@@ -375,9 +375,12 @@ struct FakeAPNsRuleTests {
         try await SimFixture.with(configuration: c) { f in
             #expect(try await Self.push(f, iat: Date()).status == 200, "signed with the real time")
             #expect(try await Self.push(f, iat: f.clock.now).status == 200, "signed with the virtual time")
+            // Valid by neither: refused with real time's reason (APNs' world), and no advice about the
+            // virtual clock, which would not help.
             let neither = try await Self.push(f, iat: Date().addingTimeInterval(-7200))
             #expect(neither.status == 403)
-            #expect(neither.header("isle-sim-outcome")?.contains("behind real time") == true, "\(neither.header("isle-sim-outcome") ?? "no note")")
+            #expect(neither.reason == "ExpiredProviderToken")
+            #expect(neither.header("isle-sim-outcome") == nil, "\(neither.header("isle-sim-outcome") ?? "no note")")
             // After a jump past the real time (the first activity has ended by then: a new one),
             // both a real-time and a virtual-time token are taken.
             try await f.sim.world.advanceClock(by: Date().timeIntervalSince(f.clock.now) + 8 * 3600)
@@ -397,8 +400,10 @@ struct FakeAPNsRuleTests {
             // A refusal with the system clock has no note: nothing of the simulator's explains it.
             #expect(FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970) + 3600, now: now, real: now, offset: 0, clock: clock, virtual: false)?.note == nil)
         }
-        // APNs' clock set ahead through the control API is named.
+        // APNs' clock set ahead through the control API is named when it is the cause, not otherwise.
         let offset = FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970), now: now, real: now, offset: 4000, clock: .simulator, virtual: false)
         #expect(offset?.note?.contains("POST /apns/clock-offset") == true)
+        let old = FakeAPNs.judgeIssuedAt(Int64(now.timeIntervalSince1970) - 7200, now: now, real: now, offset: 60, clock: .simulator, virtual: false)
+        #expect(old?.reason == "ExpiredProviderToken" && old?.note == nil)
     }
 }

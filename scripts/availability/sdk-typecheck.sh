@@ -49,7 +49,7 @@ OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT
 mapfile -t CLIENT < <(find "$SRC" -name '*.swift' | sort)
 mapfile -t APP < <([ -n "$EXAMPLE" ] && find "$EXAMPLE" -name '*.swift' | sort)
 # The widget extension's part of the example: its own target, extension-safe like the client it links.
-mapfile -t APPEX < <([ -n "$EXAMPLE" ] && [ -d "$EXAMPLE/WidgetExtension" ] && find "$EXAMPLE/WidgetExtension" "$EXAMPLE/Shared" -name '*.swift' | sort)
+mapfile -t APPEX_FILES < <([ -n "$EXAMPLE" ] && [ -d "$EXAMPLE/WidgetExtension" ] && find "$EXAMPLE/WidgetExtension" "$EXAMPLE/Shared" -name '*.swift' | sort)
 
 errors=0; warnings=0; unchecked=0; summary=()
 check() {  # label sdk triple [extra compiler arguments...]
@@ -65,8 +65,8 @@ check() {  # label sdk triple [extra compiler arguments...]
   # The example is an iPhone app (Live Activities): checked on the iOS targets only; as an app
   # extension, its widget extension's files.
   if [[ "$label" == *appex* ]]; then
-    if [ ${#APPEX[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ]; then
-      "$SWIFTC" -emit-sil -o "$mod/app.sil" -wmo -parse-as-library -module-name PizzaWidgetExtension "${FLAGS[@]}" "${common[@]}" -I "$mod" "${APPEX[@]}" > "$mod/app.txt" 2>&1
+    if [ ${#APPEX_FILES[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ]; then
+      "$SWIFTC" -emit-sil -o "$mod/app.sil" -wmo -parse-as-library -module-name PizzaWidgetExtension "${FLAGS[@]}" "${common[@]}" -I "$mod" "${APPEX_FILES[@]}" > "$mod/app.txt" 2>&1
       app_rc=$?
     fi
   elif [ ${#APP[@]} -gt 0 ] && [ -f "$mod/IsleClient.swiftmodule" ] && [[ "$triple" == *-ios* && "$triple" != *macabi ]]; then

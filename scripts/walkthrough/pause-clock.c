@@ -3,8 +3,9 @@
  * LD_PRELOAD it into every process of a walkthrough (isle sim, isle serve, isle, curl, date, python)
  * and each one's clocks run ahead by the number of seconds in the file ISLE_PAUSE_CLOCK_FILE: writing
  * 1800 there is everyone's clock jumping 30 minutes at once, as if the person had left the terminal
- * for half an hour and the machine had gone on. Wall time (CLOCK_REALTIME, gettimeofday, time) and
- * the monotonic clocks move together, so timers due in those 30 minutes fire, as they would.
+ * for half an hour with the laptop asleep. Only wall time moves (CLOCK_REALTIME, gettimeofday,
+ * time), as it does across a suspend: the monotonic clocks stand still then, and waits armed on them
+ * (NIO's timers, Task.sleep, nanosleep) keep their length, never late by the offset.
  * The file is read again at most every 100 ms of real time. Nothing else is changed (libfaketime
  * also rewrites the environment, which takes Swift programs' arguments away).
  *   gcc -O2 -shared -fPIC -o pause-clock.so pause-clock.c -ldl
@@ -56,7 +57,7 @@ static void refresh(void) {
 }
 
 static int shifted(clockid_t id) {
-    return id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE || id == CLOCK_MONOTONIC || id == CLOCK_MONOTONIC_COARSE || id == CLOCK_BOOTTIME;
+    return id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE;
 }
 
 int clock_gettime(clockid_t id, struct timespec *ts) {

@@ -14,11 +14,13 @@ struct PizzaWidgetPushHandler: IsleWidgetPushHandler {
     static let appGroup = PizzaAppGroup.identifier
 }
 
+@available(iOS 26.0, *)
 struct FavoritePizzaEntry: TimelineEntry {
     let date: Date
     let pizza: String
 }
 
+@available(iOS 26.0, *)
 struct FavoritePizzaProvider: TimelineProvider {
     func placeholder(in context: Context) -> FavoritePizzaEntry {
         FavoritePizzaEntry(date: Date(), pizza: "Margherita")
