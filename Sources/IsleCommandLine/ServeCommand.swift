@@ -651,18 +651,7 @@ struct AppCommand: AsyncParsableCommand {
                 }
                 if let frequentUpdates { record.frequentUpdatesDeclared = frequentUpdates }
                 // Schemas are added or replaced by type, never dropped (isle app schema remove drops one).
-                var notes: [String] = []
-                for s in added {
-                    if let i = record.schemas.firstIndex(where: { $0.attributesType == s.attributesType }) {
-                        notes.append(record.schemas[i] == s ? "\(s.attributesType) (unchanged)" : "\(s.attributesType) (replaced)")
-                        record.schemas[i] = s
-                    } else {
-                        notes.append("\(s.attributesType) (added)")
-                        record.schemas.append(s)
-                    }
-                }
-                let kept = record.schemas.map(\.attributesType).filter { t in !added.contains { $0.attributesType == t } }
-                notes += kept.map { "\($0) (kept)" }
+                let notes = AppCommand.merge(added, into: &record.schemas)
                 // Replacing an app keeps its ticket keys and its environments' keys (isle app
                 // ticket-key and isle app environment-key manage them).
                 try await store.upsertApp(record)
@@ -671,6 +660,23 @@ struct AppCommand: AsyncParsableCommand {
             }
             say(outcome)
         }
+    }
+
+    /// Adds each schema, or replaces the one of its attributes type; the others stay. Says what
+    /// became of each type: added, replaced, unchanged, kept.
+    static func merge(_ given: [ActivitySchema], into schemas: inout [ActivitySchema]) -> [String] {
+        var notes: [String] = []
+        for s in given {
+            if let i = schemas.firstIndex(where: { $0.attributesType == s.attributesType }) {
+                notes.append(schemas[i] == s ? "\(s.attributesType) (unchanged)" : "\(s.attributesType) (replaced)")
+                schemas[i] = s
+            } else {
+                notes.append("\(s.attributesType) (added)")
+                schemas.append(s)
+            }
+        }
+        let kept = schemas.map(\.attributesType).filter { t in !given.contains { $0.attributesType == t } }
+        return notes + kept.map { "\($0) (kept)" }
     }
 
     /// `isle app schema list|add|remove`: an app's attributes-type schemas, without its key.
@@ -723,18 +729,9 @@ struct AppCommand: AsyncParsableCommand {
                 guard var app = try await store.app(bundleID) else {
                     throw CLIError("--bundle-id: no app \(bundleID) in \(shown); add it first with isle app add (isle app list shows the apps)")
                 }
-                var notes: [String] = []
-                for s in given {
-                    if let i = app.schemas.firstIndex(where: { $0.attributesType == s.attributesType }) {
-                        notes.append(app.schemas[i] == s ? "\(s.attributesType) (unchanged)" : "\(s.attributesType) (replaced)")
-                        app.schemas[i] = s
-                    } else {
-                        notes.append("\(s.attributesType) (added)")
-                        app.schemas.append(s)
-                    }
-                }
+                let notes = AppCommand.merge(given, into: &app.schemas)
                 try await store.upsertApp(app)
-                return notes + app.schemas.map(\.attributesType).filter { t in !given.contains { $0.attributesType == t } }.map { "\($0) (kept)" }
+                return notes
             }
             say("app \(bundleID) in \(shown): attributes types \(notes.joined(separator: ", "))")
         }

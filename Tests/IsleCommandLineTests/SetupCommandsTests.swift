@@ -2,6 +2,7 @@ import Foundation
 @testable import IsleCommandLine
 import IsleCore
 import IsleStore
+import IsleTesting
 import Testing
 
 /// The set-up commands do what they say (issue 49): `--check-config` creates nothing and fails on a
@@ -160,7 +161,7 @@ struct SetupCommandsTests {
     @Test("an unreachable PostgreSQL: at once, with its host, port and cause, never a password and never PSQLError's generic text")
     func unreachablePostgres() async throws {
         // A port nothing listens on: one bound and closed again.
-        let port = try FreePort.take()
+        let port = try freeLoopbackPort()
         let url = "postgres://isle@127.0.0.1:\(port)/isle"
         for arguments in [["app", "list", "--database", url], ["serve", "--check-config", "--database", url]] {
             let started = ContinuousClock.now
@@ -170,23 +171,5 @@ struct SetupCommandsTests {
             #expect(!r.err.contains("Generic description") && !r.err.contains("s3cret-password"), "\(r.err)")
             #expect(ContinuousClock.now - started < .seconds(30), "it waited as a server does")
         }
-    }
-}
-
-/// A loopback port that was free a moment ago.
-enum FreePort {
-    static func take() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw CLIError("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }

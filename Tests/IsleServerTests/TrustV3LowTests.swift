@@ -62,7 +62,7 @@ struct TrustV3LowTests {
         defer { try? FileManager.default.removeItem(at: dir) }
         let (cert, key, ca) = try tlsFiles(in: dir)
         let credentials = try TLSCredentials(certificatePath: cert, keyPath: key)
-        let caPEM = try ca.certificatePEM
+        let caPEM = ca.certificatePEM
         try await ServerFixture.with(server: { c in
             c.tls = credentials
             c.tlsReloadInterval = .seconds(3600)
