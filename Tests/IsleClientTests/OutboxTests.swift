@@ -17,7 +17,7 @@ import Testing
         let client = try IsleClient(configuration: server.configuration(), storage: FileStorage(path: path), session: server.session)
         let runner = Task { await client.run() }
         await client.reportInstallation(liveActivitiesEnabled: true)
-        try await until { await client.isInstallationRegistered }
+        try await until(server) { await client.isInstallationRegistered }
         let request = try #require(server.requests.first)
         #expect(request.method == "PUT")
         #expect(request.path == "/v1/installations/\(await client.installationID)")
@@ -59,7 +59,7 @@ import Testing
 
         let second = try IsleClient(configuration: configuration, storage: FileStorage(path: path), session: server.session)
         let runner = Task { await second.run() }
-        try await until {
+        try await until(server) {
             let id = await second.serverID(of: "A")
             return await second.pendingReports == 0 && id == "act_1"
         }
@@ -89,7 +89,7 @@ import Testing
         let runner = Task { await client.run() }
         await client.reportToken(activityID: "B", attributesType: "Nope", token: Data(repeating: 1, count: 32), externalKey: nil)
         // Waited for with a deadline: a client that never settles fails the test instead of hanging it.
-        try await until {
+        try await until(server) {
             if case .refused = await client.registrationStatus(of: "B") { return true }
             return false
         }
@@ -141,10 +141,14 @@ final class ScriptedServer: Sendable {
     let script: @Sendable (Recorded) -> Scripted
     private let log = Locked<[Recorded]>([])
     let session: URLSession
+    /// One element per request the client finished (its `Configuration.log`): what `until` waits on.
+    let events: AsyncStream<Void>
+    private let eventSink: AsyncStream<Void>.Continuation
 
     private init(script: @escaping @Sendable (Recorded) -> Scripted) {
         host = "isle-\(UUID().uuidString.lowercased()).test"
         self.script = script
+        (events, eventSink) = AsyncStream.makeStream(of: Void.self)
         let configuration = URLSessionConfiguration.ephemeral
         configuration.protocolClasses = [ScriptedProtocol.self]
         session = URLSession(configuration: configuration)
@@ -156,12 +160,17 @@ final class ScriptedServer: Sendable {
         return server
     }
 
-    func stop() { ScriptedProtocol.servers.withLock { $0[host] = nil } }
+    func stop() {
+        ScriptedProtocol.servers.withLock { $0[host] = nil }
+        eventSink.finish()
+    }
 
     var requests: [Recorded] { log.withLock { $0 } }
 
     func configuration() -> IsleClient.Configuration {
         var c = IsleClient.Configuration(serverURL: URL(string: "http://\(host)")!, deviceKey: "isle_device_test", environment: .sandbox, lifecycle: nil)
+        let sink = eventSink
+        c.log = { _ in sink.yield() }
         c.firstRetry = 0.01
         c.maximumRetry = 0.05
         return c
@@ -239,13 +248,29 @@ func temporaryPath() -> String {
     NSTemporaryDirectory() + "/isle-client-tests-\(UUID().uuidString)/state.json"
 }
 
-/// Waits until `condition` holds, polling, for at most `seconds` (a deadline, not a sleep to time a result).
-func until(_ seconds: Double = 20, _ condition: @Sendable () async -> Bool) async throws {
-    let deadline = ContinuousClock.now + .seconds(seconds)
-    while ContinuousClock.now < deadline {
-        if await condition() { return }
-        try await Task.sleep(for: .milliseconds(10))
+/// Waits until `condition` holds: checked now and after each request the client finishes (the
+/// server's `events`), for at most `seconds` — a deadline, never a sleep that times a result.
+func until(_ server: ScriptedServer, _ seconds: Double = 20, _ condition: @escaping @Sendable () async -> Bool) async throws {
+    let held = try await withThrowingTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            if await condition() { return true }
+            for await _ in server.events {
+                // The client applies an answer in the same actor turn that logs it: by the time
+                // this reads its state, the request's outcome is in.
+                if await condition() { return true }
+            }
+            return await condition()
+        }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return false
+        }
+        let first = try await group.next() ?? false
+        group.cancelAll()
+        return first
     }
-    Issue.record("the condition did not hold within \(seconds) s")
-    throw CancellationError()
+    if !held {
+        Issue.record("the condition did not hold within \(seconds) s")
+        throw CancellationError()
+    }
 }

@@ -370,6 +370,8 @@ struct FakeAPNsRuleTests {
     }
 
     @Test func eitherClockTakesATokenValidByOneOfThem() async throws {
+        // The fake APNs' provider-token rule is under test, not the device's timing or APNs' leeway
+        // (held or reordered pushes would only delay the 200s this test reads), as in every rule case here.
         var c = SimFixture.instant
         c.device.providerTokenClock = .simulatorOrReal
         try await SimFixture.with(configuration: c) { f in
