@@ -239,9 +239,8 @@ struct ServeCommand: AsyncParsableCommand {
         let c = settings.configuration
         let shown = DatabaseOption.shown(c.database)
         // Nothing is created: a database that is not there is a mistake to report, not one to make.
-        if !PostgresSettings.isPostgresURL(c.database), !FileManager.default.fileExists(atPath: c.database) {
-            problems.append("database: \(c.database) does not exist (is the path right?); isle app add --database \(c.database) … creates it")
-            throw CLIError.configuration(problems.joined(separator: "\n"))
+        do { try DatabaseOption.refuseMissing(c.database) } catch let e as CLIError {
+            throw CLIError.configuration((problems + [e.message]).joined(separator: "\n"))
         }
         let store = try DatabaseOption.store(c.database, logger: logger)
         do {
