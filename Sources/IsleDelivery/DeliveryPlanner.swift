@@ -44,6 +44,12 @@ public struct DeliveryPlanner: Sendable {
         public var patch: ActivityPatch?
         /// The APNs environment of the token or channel (nil: the server's default).
         public var environment: PushEnvironment?
+        /// `apns-expiration`: how long APNs may store the push for a device that is offline (nil:
+        /// `0`, store nothing). Set by ``plan(_:)`` for every push by one rule (docs/server.md,
+        /// "What each push carries"): APNs keeps a push exactly as long as Isle would still retry
+        /// it — the plan's deadline — except a broadcast on a No-Message-Stored channel, which APNs
+        /// takes only with `0`, and a Most-Recent-Message channel, which stores at most 8 hours.
+        public var storeUntil: Date?
     }
 
     /// When a job can no longer matter, and why.
@@ -106,7 +112,23 @@ public struct DeliveryPlanner: Sendable {
         return d
     }
 
+    /// The longest a Most-Recent-Message channel stores its message (Apple, "Sending broadcast
+    /// push notification requests to APNs": at most 8 hours).
+    public static let channelStorageLimit: TimeInterval = 8 * 3600
+
     public func plan(_ c: Context) -> Plan {
+        let plan = planUnexpiring(c)
+        guard case .send(var push, let d) = plan else { return plan }
+        switch push.target {
+        case .broadcast(_, let storagePolicy):
+            push.storeUntil = storagePolicy == 0 ? nil : min(d.at, c.now.addingTimeInterval(Self.channelStorageLimit))
+        case .liveActivity, .widgets, .controls:
+            push.storeUntil = d.at
+        }
+        return .send(push, d)
+    }
+
+    func planUnexpiring(_ c: Context) -> Plan {
         let job = c.job.job
         switch job.kind {
         case .update, .end: return planActivityPush(c)

@@ -549,15 +549,15 @@ public final class DeliveryEngine: Service {
             switch push.target {
             case .liveActivity(let token):
                 response = try await client.send(APNsPush(deviceToken: token, bundleID: app.bundleID, pushType: .liveactivity, payload: push.payload,
-                                                          priority: push.priority, apnsID: c.apnsID,
+                                                          priority: push.priority, expiration: Self.expiration(push), apnsID: c.apnsID,
                                                           schema: push.attributesType.flatMap(app.schema)))
             case .widgets(let token):
-                response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, apnsID: c.apnsID))
+                response = try await client.send(.widgetsReload(token: token, bundleID: app.bundleID, expiration: Self.expiration(push), apnsID: c.apnsID))
             case .controls(let token):
-                response = try await client.send(.controlsReload(token: token, bundleID: app.bundleID, apnsID: c.apnsID))
+                response = try await client.send(.controlsReload(token: token, bundleID: app.bundleID, expiration: Self.expiration(push), apnsID: c.apnsID))
             case .broadcast(let channelID, let storagePolicy):
                 response = try await client.broadcast(BroadcastPush(bundleID: app.bundleID, channelID: channelID, payload: push.payload, priority: push.priority,
-                                                                    expiration: .immediately, storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: c.apnsID))
+                                                                    expiration: Self.expiration(push), storagePolicy: MessageStoragePolicy(rawValue: storagePolicy), requestID: c.apnsID))
             }
             return (.accepted, response, Self.ms(ContinuousClock.now - start))
         } catch {
@@ -576,6 +576,11 @@ public final class DeliveryEngine: Service {
                 return (.unreachable(why, configuration: tls), nil, ms)
             }
         }
+    }
+
+    /// The plan's storage rule as the header: `0` when APNs should store nothing.
+    static func expiration(_ push: DeliveryPlanner.Push) -> APNsExpiration {
+        push.storeUntil.map(APNsExpiration.at) ?? .immediately
     }
 
     static func ms(_ d: Duration) -> Double { Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15 }

@@ -41,6 +41,38 @@ struct DeliveryPolicyTests {
         #expect(deadline.at == Date(timeIntervalSince1970: 1_767_229_200) && deadline.why.contains("stale"))
     }
 
+    @Test("apns-expiration by one rule: APNs stores each push as long as Isle would retry it; a No-Message-Stored broadcast stores nothing, a Most-Recent-Message one at most 8 h")
+    func expiration() throws {
+        let now = Self.t0.addingTimeInterval(600)
+        func storeUntil(_ c: ClaimedJob, channel: ChannelRecord? = nil, installation: InstallationRecord? = nil) -> Date?? {
+            guard case .send(let p, let d) = planner.plan(.init(job: c, app: Self.app, activity: c.activity, installation: installation, channel: channel, now: now)) else { return .none }
+            // Never beyond the moment the server itself gives up.
+            if let s = p.storeUntil { #expect(s <= d.at) }
+            return .some(p.storeUntil)
+        }
+        // An update to a token: its stale date (it stops mattering then), else the activity's 8-hour life.
+        let stale = Self.claimed(aps: ["event": "update", "content-state": ["x": 1], "stale-date": 1_767_229_200])
+        #expect(storeUntil(stale) == .some(Date(timeIntervalSince1970: 1_767_229_200)))
+        #expect(storeUntil(Self.claimed()) == .some(Self.t0.addingTimeInterval(8 * 3600)))
+        // An end: the activity's life (the activity started an hour before the job).
+        let end = Self.claimed(.end, aps: ["event": "end", "content-state": ["x": 2]], activity: Self.activity(started: Self.t0.addingTimeInterval(-3600)))
+        #expect(storeUntil(end) == .some(Self.t0.addingTimeInterval(7 * 3600)))
+        // Widgets and controls: the job's deadline (8 h after it was accepted).
+        let inst = InstallationRecord(id: "i1", bundleID: Self.app.bundleID, widgetToken: "ccdd", updatedAt: Self.t0, controlsToken: "eeff")
+        #expect(storeUntil(Self.claimed(.widgets, aps: ["content-changed": true], activity: nil), installation: inst) == .some(Self.t0.addingTimeInterval(8 * 3600)))
+        #expect(storeUntil(Self.claimed(.controls, aps: ["content-changed": true], activity: nil), installation: inst) == .some(Self.t0.addingTimeInterval(8 * 3600)))
+        // Broadcasts: by the channel's storage policy.
+        func broadcast(_ aps: JSONObject, policy: Int) -> Date?? {
+            var c = Self.claimed(.broadcast, aps: aps, activity: nil)
+            c.job.channelID = "ch"
+            return storeUntil(c, channel: ChannelRecord(id: "ch", bundleID: Self.app.bundleID, storagePolicy: policy, createdAt: Self.t0))
+        }
+        #expect(broadcast(["event": "update", "content-state": ["x": 1]], policy: 0) == .some(nil))
+        #expect(broadcast(["event": "update", "content-state": ["x": 1]], policy: 1) == .some(Self.t0.addingTimeInterval(8 * 3600)))
+        #expect(broadcast(["event": "update", "content-state": ["x": 1], "stale-date": 1_767_229_200], policy: 1) == .some(Date(timeIntervalSince1970: 1_767_229_200)))
+        #expect(broadcast(["event": "end", "content-state": ["x": 1]], policy: 1) == .some(Self.t0.addingTimeInterval(8 * 3600)))
+    }
+
     @Test("priority: 10 for an alert or when asked; over the hourly budget it is downgraded; frequent updates raise the budget")
     func priority() {
         let c = Self.claimed(alert: true)

@@ -221,5 +221,49 @@ struct TopicAudienceTests {
             #expect(userStart.json["activities"]?.arrayValue?.first?["channelID"]?.stringValue == onChannel, "\(userStart.json.jsonString)")
         }
     }
+
+    @Test("offline followers catch up on both legs, against the simulator's default leeway: a Most-Recent-Message topic's broadcast carries an expiration, a No-Message-Stored one 0", arguments: [1, 0])
+    func offlineFollowers(storagePolicy: Int) async throws {
+        // The simulator's defaults (its leeway on): what a new user runs (docs/simulator.md).
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }, server: { $0.sweepInterval = .milliseconds(100) }) { f in
+            #expect(try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey, body: ["storagePolicy": .int(Int64(storagePolicy))]).status == 200)
+            var made: [(device: String, activity: String, isle: String, channel: String?)] = []
+            for (n, os) in ["18.2", "26.0", "17.4", "16.4"].enumerated() {
+                let device = try Self.phone(f, "fan-\(n)", os: os)
+                made.append(try await Self.follow(f, device: device, installation: "fan-\(n)", channelFirst: !os.hasPrefix("1") || os.hasPrefix("18.")))
+            }
+            let followers = made
+            let channel = try #require(followers[0].channel)
+            // One of each leg goes offline; the others stay.
+            let offline = [followers[1], followers[3]]
+            for p in offline { try await f.sim.world.setOnline(p.device, false) }
+            let r = try await f.call("POST", "/v1/topics/\(Self.topic)/update", key: f.backendKey, body: ["contentState": Pizza.state("1–0"), "alert": ["title": "Goal", "body": "1–0"]])
+            #expect(r.status == 202 && r.json["audience"] == ["broadcasts": 1, "channelFollowers": 2, "tokenFollowers": 2], "\(r.json.jsonString)")
+            try await eventually(within: .seconds(30), "the online followers show the goal") {
+                f.clock.advance(by: 1)   // what APNs holds back (reordering) comes due
+                return try [followers[0], followers[2]].allSatisfy { p in try f.sim.world.device(p.device).activities.first { $0.id == p.activity }?.contentState["driverName"] == "1–0" }
+            }
+            let broadcast = try #require(f.sim.apns.requestLog.last { $0.path.hasPrefix("/4/broadcasts") && $0.headers.contains(["apns-channel-id", channel]) && $0.status == 200 })
+            let expiration = broadcast.headers.first { $0.first == "apns-expiration" }?.last
+            if storagePolicy == 0 {
+                #expect(expiration == "0", "APNs takes only 0 on a No-Message-Stored channel")
+            } else {
+                let e = try #require(expiration.flatMap { Int64($0) })
+                #expect(e > Int64(f.clock.now.timeIntervalSince1970) && e <= Int64(f.clock.now.timeIntervalSince1970) + 8 * 3600, "stored at most 8 hours: \(e)")
+            }
+            // A quarter of an hour later they come back.
+            f.clock.advance(by: 900)
+            for p in offline { try await f.sim.world.setOnline(p.device, true) }
+            let reached = storagePolicy == 1 ? offline : [followers[3]]
+            try await eventually(within: .seconds(30), "the followers that were offline show the goal") {
+                f.clock.advance(by: 1)
+                return try reached.allSatisfy { p in try f.sim.world.device(p.device).activities.first { $0.id == p.activity }?.contentState["driverName"] == "1–0" }
+            }
+            if storagePolicy == 0 {
+                // Apple's rule for a No-Message-Stored channel: an offline phone misses the message.
+                #expect(try f.sim.world.device(followers[1].device).activities.first { $0.id == followers[1].activity }?.contentState["driverName"] == "Kick-off")
+            }
+        }
+    }
 }
 
