@@ -176,6 +176,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("clock-url"), help: ArgumentHelp("Take the time from the control API of an isle sim on its virtual clock (its GET /clock) instead of the system clock, for end-to-end tests of time rules; loopback only, never in production (env ISLE_CLOCK_URL).", valueName: "url")) var clockURL: String?
     @Option(name: .customLong("topic-idle"), help: ArgumentHelp("Hours a topic's broadcast channel may go without a broadcast (and with no live follower) before it is closed, unless the topic sets its own (env ISLE_TOPIC_IDLE; default 24).", valueName: "hours")) var topicIdle: Double?
     @Option(name: .customLong("channel-limit"), help: ArgumentHelp("Broadcast channels per app and APNs environment (env ISLE_CHANNEL_LIMIT; default 10000, Apple's limit). At the limit the idlest topic channel with no live follower is closed to make room.", valueName: "n")) var channelLimit: Int?
+    @Option(name: .customLong("budget-per"), help: ArgumentHelp("Whose priority-10 budget a push spends: installation (default: the app on one phone, all its activities and channels together, as a phone may count it, so an alert Isle sends at 10 is never throttled there) or activity (each its own, a kinder reading) (env ISLE_BUDGET_PER).", valueName: "installation|activity")) var budgetPer: String?
     @Option(name: .customLong("keep-unused-activities"), help: ArgumentHelp("Days a live activity nothing was ever pushed to is kept after it started (env ISLE_KEEP_UNUSED_ACTIVITIES; default 1; at least 0.5).", valueName: "days")) var keepUnusedActivities: Double?
     @Option(name: .customLong("keep-unused-installations"), help: ArgumentHelp("Days an installation with no user and no activity is kept after it last reported (env ISLE_KEEP_UNUSED_INSTALLATIONS; default 7).", valueName: "days")) var keepUnusedInstallations: Double?
 
@@ -196,7 +197,7 @@ struct ServeCommand: AsyncParsableCommand {
         ("secureCookies", "secure-cookies"), ("tlsCert", "tls-cert"), ("tlsKey", "tls-key"), ("trustedProxies", "trusted-proxies"), ("webhookHosts", "webhook-hosts"),
         ("webhookAllowPrivate", "webhook-allow-private"), ("maxEventWait", "max-event-wait"), ("webhookDisableAfter", "webhook-disable-after"), ("keepEvents", "keep-events"), ("keepEndedActivities", "keep-ended-activities"),
         ("keepStaleInstallations", "keep-stale-installations"), ("keepUnusedActivities", "keep-unused-activities"), ("keepUnusedInstallations", "keep-unused-installations"),
-        ("topicIdle", "topic-idle"), ("channelLimit", "channel-limit"), ("clockURL", "clock-url"),
+        ("topicIdle", "topic-idle"), ("channelLimit", "channel-limit"), ("clockURL", "clock-url"), ("budgetPer", "budget-per"),
     ]
     static let configKeys: Set<String> = Set(configNames.map(\.key))
     /// A flag's name in the file ("apns-ca-cert") as its key ("apnsCACert").
@@ -450,6 +451,11 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if let v = number(topicIdle, "ISLE_TOPIC_IDLE", "topicIdle", "topic-idle", 1.0 / 60...720, "hours") { c.topicIdle = v * 3600 }
         if let v = whole(channelLimit, "ISLE_CHANNEL_LIMIT", "channelLimit", "channel-limit", 1...10_000, "1 to 10000 (Apple's limit)") { c.channelLimit = v }
+        if let text = pick(budgetPer, "ISLE_BUDGET_PER", "budgetPer") {
+            if let scope = BudgetScope(rawValue: text.lowercased()) { c.budgetScope = scope } else {
+                problems.append("budget-per: \"\(text)\" must be installation (the app on one phone, the default) or activity")
+            }
+        }
         if let v = number(keepUnusedActivities, "ISLE_KEEP_UNUSED_ACTIVITIES", "keepUnusedActivities", "keep-unused-activities", 0.5...3650, "days") { c.retention.unusedActivities = v * 86_400 }
         if let v = number(keepUnusedInstallations, "ISLE_KEEP_UNUSED_INSTALLATIONS", "keepUnusedInstallations", "keep-unused-installations", 1...3650, "days") { c.retention.unusedInstallations = v * 86_400 }
         if let text = pick(webhookAllowPrivate ? "true" : nil, "ISLE_WEBHOOK_ALLOW_PRIVATE", "webhookAllowPrivate") {

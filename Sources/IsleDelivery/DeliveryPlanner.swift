@@ -1,12 +1,32 @@
 public import Foundation
 public import IsleCore
 
+/// Whose priority-10 budget a push spends (docs/server.md, "The priority-10 budget"). Apple: "The
+/// system allows for a certain budget of ActivityKit push notifications per hour", without saying
+/// per what; a phone may count it per app, all the app's activities on it together (`isle sim` does
+/// by default), so that is Isle's default too: a priority-10 alert Isle sends is then never
+/// throttled by the phone.
+public enum BudgetScope: String, Sendable, Hashable, CaseIterable, Codable {
+    /// The app on one phone: every activity of the installation, and the broadcasts on its channels.
+    /// An activity registered without an installation has a budget of its own.
+    case installation
+    /// Each activity its own budget (a kinder reading; `isle serve --budget-per activity`).
+    case activity
+
+    /// The key under which an installation's priority-10 sends are counted (beside each activity's id).
+    public static func installationKey(bundleID: String, installationID: String) -> String {
+        "inst:\(bundleID)/\(installationID)"
+    }
+}
+
 /// Decides, for a claimed job and the records as they are now, what to send (payload, priority,
 /// timestamp), what to drop and why, or that the job must wait (for a token). Pure: tested on a
 /// manual clock in milliseconds; the engine fetches the records and performs the plan.
 public struct DeliveryPlanner: Sendable {
     public var hourlyHighPriorityBudget: Int
     public var frequentHourlyHighPriorityBudget: Int
+    /// Whose budget a priority-10 push spends: the installation's (default) or the activity's.
+    public var budgetScope: BudgetScope = .installation
     /// How long after it was accepted a job can still matter (its retries stop then).
     public var jobDeadline: TimeInterval
     /// How long a job waits for a push-started activity's update token before looking again
@@ -83,8 +103,12 @@ public struct DeliveryPlanner: Sendable {
         public var channel: ChannelRecord?
         /// Priority-10 pushes sent to the activity in the last hour.
         public var highPriorityUsed: Int
+        /// …and to its installation (all its activities and channels; nil: it has none).
+        public var installationHighPriorityUsed: Int?
         public var now: Date
-        public init(job: ClaimedJob, app: AppRecord, activity: ActivityRecord? = nil, installation: InstallationRecord? = nil, channel: ChannelRecord? = nil, highPriorityUsed: Int = 0, now: Date) {
+        public init(job: ClaimedJob, app: AppRecord, activity: ActivityRecord? = nil, installation: InstallationRecord? = nil, channel: ChannelRecord? = nil, highPriorityUsed: Int = 0,
+                    installationHighPriorityUsed: Int? = nil, now: Date) {
+            self.installationHighPriorityUsed = installationHighPriorityUsed
             self.job = job
             self.app = app
             self.activity = activity
@@ -175,10 +199,18 @@ public struct DeliveryPlanner: Sendable {
         if Self.wantsHighPriority(job) {
             let frequent = c.app.frequentUpdatesDeclared && (c.installation?.frequentPushesEnabled ?? false)
             let budget = frequent ? frequentHourlyHighPriorityBudget : hourlyHighPriorityBudget
-            if c.highPriorityUsed >= budget { downgraded = true } else { priority = .high }
+            if budgetUsed(c) >= budget { downgraded = true } else { priority = .high }
         }
         return .send(Push(target: .liveActivity(token: DeviceToken(parsedHex: token)), payload: Self.payload(job, timestamp: c.job.timestamp), priority: priority, downgraded: downgraded,
                           attributesType: a.attributesType, patch: Self.patch(job.payload, kind: job.kind, now: c.now), environment: a.environment), d)
+    }
+
+    /// The priority-10 pushes the budget already counts, by ``budgetScope``.
+    public func budgetUsed(_ c: Context) -> Int {
+        switch budgetScope {
+        case .installation: c.installationHighPriorityUsed ?? c.highPriorityUsed
+        case .activity: c.highPriorityUsed
+        }
     }
 
     func planStart(_ c: Context) -> Plan {

@@ -16,8 +16,13 @@ public struct ClaimedJob: Sendable, Hashable {
     /// Priority-10 pushes sent to the activity in the hour before the claim, when planning needs
     /// them (see ``ClaimReads``); 0 otherwise.
     public var highPrioritySends: Int
+    /// Priority-10 pushes sent to every activity of the activity's installation (the app on that
+    /// phone) in the hour before the claim, broadcasts to its channels included — the budget as a
+    /// phone counts it (``BudgetScope/installation``); nil when the activity has no installation.
+    public var installationHighPrioritySends: Int?
     public init(job: PushJob, timestamp: Int64, apnsID: APNsID, worker: String, activity: ActivityRecord?,
-                installation: InstallationRecord? = nil, highPrioritySends: Int = 0) {
+                installation: InstallationRecord? = nil, highPrioritySends: Int = 0, installationHighPrioritySends: Int? = nil) {
+        self.installationHighPrioritySends = installationHighPrioritySends
         self.job = job
         self.timestamp = timestamp
         self.apnsID = apnsID
@@ -37,6 +42,8 @@ public struct ClaimReads: Sendable {
     public var installation: (bundleID: String, id: String)?
     /// The activity whose priority-10 sends since ``since`` to count.
     public var highPriorityActivity: String?
+    /// The budget key of that activity's installation (``BudgetScope/installationKey(bundleID:installationID:)``).
+    public var highPriorityInstallation: String?
     public var since: Date
 
     public init(_ job: PushJob, activity: ActivityRecord?, now: Date) {
@@ -46,6 +53,7 @@ public struct ClaimReads: Sendable {
         } else if job.kind != .broadcast, DeliveryPlanner.wantsHighPriority(job), let a = activity {
             installation = a.installationID.map { (a.bundleID, $0) }
             highPriorityActivity = a.id
+            highPriorityInstallation = a.installationID.map { BudgetScope.installationKey(bundleID: a.bundleID, installationID: $0) }
         }
     }
 }

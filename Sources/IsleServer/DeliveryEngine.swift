@@ -50,11 +50,14 @@ public final class DeliveryEngine: Service {
         self.clock = clock
         self.logger = logger
         self.worker = worker
-        counters = EngineCounters(metrics: ServerMetrics(version: configuration.build.version, commit: configuration.build.commit))
+        counters = EngineCounters(metrics: ServerMetrics(version: configuration.build.version, commit: configuration.build.commit,
+                                                         budget: (configuration.budgetScope, configuration.hourlyHighPriorityBudget, configuration.frequentHourlyHighPriorityBudget)))
         history = HistoryRecorder(store: store, flushEvery: configuration.historyFlush, logger: logger)
         circuits = AppCircuits(settings: configuration.circuit)
-        planner = DeliveryPlanner(hourlyHighPriorityBudget: configuration.hourlyHighPriorityBudget, frequentHourlyHighPriorityBudget: configuration.frequentHourlyHighPriorityBudget,
+        var planner = DeliveryPlanner(hourlyHighPriorityBudget: configuration.hourlyHighPriorityBudget, frequentHourlyHighPriorityBudget: configuration.frequentHourlyHighPriorityBudget,
                                   jobDeadline: configuration.jobDeadline)
+        planner.budgetScope = configuration.budgetScope
+        self.planner = planner
         resolver = OutcomeResolver(retryBase: configuration.retryBase, retryMaximumDelay: configuration.retryMaximumDelay)
         random = Mutex(SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max)))
         (wakeups, wakeupContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -354,7 +357,8 @@ public final class DeliveryEngine: Service {
             return JobCompletion(claim: c, result: .finished(.failed, reason: "the app \(job.bundleID) is no longer registered"))
         }
         // The installation and the hour's priority-10 sends were read with the claim (ClaimReads).
-        var context = DeliveryPlanner.Context(job: c, app: app, activity: c.activity, installation: c.installation, highPriorityUsed: c.highPrioritySends, now: now)
+        var context = DeliveryPlanner.Context(job: c, app: app, activity: c.activity, installation: c.installation, highPriorityUsed: c.highPrioritySends,
+                                              installationHighPriorityUsed: c.installationHighPrioritySends, now: now)
         if job.kind == .broadcast, let id = job.channelID { context.channel = try await store.channel(id: id) }
 
         switch planner.plan(context) {
@@ -450,7 +454,7 @@ public final class DeliveryEngine: Service {
         case .sent:
             counters.sent(downgraded: push.downgraded, app: job.bundleID)
             counters.metrics.timeInQueue(now.timeIntervalSince(job.createdAt))
-            return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == .high && job.activityID != nil ? now : nil)
+            return JobCompletion(claim: c, result: .finished(.sent, reason: nil), delivery: delivery, activity: push.patch, highPriorityAt: push.priority == .high && (job.activityID != nil || job.kind == .broadcast) ? now : nil)
         case .retry(let at, let why):
             counters.retried(app: job.bundleID)
             return JobCompletion(claim: c, result: .retry(at: at, reason: why), delivery: delivery)

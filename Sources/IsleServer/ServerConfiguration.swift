@@ -77,10 +77,14 @@ public struct ServerConfiguration: Sendable {
     public var circuit = AppCircuit.Settings()
     /// Seeds the retry jitter (nil: random). Tests and soak runs set it to replay a run.
     public var randomSeed: UInt64?
-    /// Priority-10 pushes per activity per hour before Isle downgrades to 5 (the device's budget is
+    /// Priority-10 pushes per hour (per installation, or per activity: ``budgetScope``) before Isle downgrades to 5 (the device's budget is
     /// not published; these are Isle's defaults), and with frequent updates on.
     public var hourlyHighPriorityBudget = 15
     public var frequentHourlyHighPriorityBudget = 120
+    /// Whose budget a priority-10 push spends: the app's on one phone (all the installation's
+    /// activities and channels together, as a phone may count it) or each activity's
+    /// (docs/server.md, "The priority-10 budget").
+    public var budgetScope: BudgetScope = .installation
     public var requestTimeout: Duration = .seconds(30)
     /// Opens the apps' sealed `.p8` keys (see ``MasterKey``).
     public var masterKey: MasterKey?

@@ -1,7 +1,7 @@
 import Foundation
 import IsleCore
 import IsleStore
-import IsleDelivery
+public import IsleDelivery
 public import Prometheus
 import Synchronization
 #if canImport(Glibc)
@@ -18,7 +18,7 @@ public final class ServerMetrics: Sendable {
     public let registry: PrometheusCollectorRegistry
     /// Each family's help text: one place, so a family is never registered twice with two texts.
     static let help: [String: String] = [
-        "isle_deliveries_total": "Delivery attempts finished, by app and outcome (sent, retried, failed, dropped; downgraded: sent at priority 5 for the budget).",
+        "isle_deliveries_total": "Delivery attempts finished, by app and outcome (sent, retried, failed, dropped; downgraded: sent at priority 5, the priority-10 budget spent).",
         "isle_apns_responses_total": "APNs answers to pushes, by app, HTTP status (0: no answer) and reason (Apple's documented reasons; other; none).",
         "isle_apns_response_seconds": "Time from sending a push to APNs' answer.",
         "isle_time_in_queue_seconds": "Time from a push's acceptance to its delivery.",
@@ -31,6 +31,7 @@ public final class ServerMetrics: Sendable {
         "isle_webhook_failures_total": "Webhook requests that failed (not 2xx, refused, unreachable), by app and webhook id.",
         "isle_webhook_lag_seconds": "Age of the oldest event a webhook has not acknowledged yet (0: caught up), by app and webhook id, at the scrape.",
         "isle_build_info": "The running build: version and commit, as labels; always 1.",
+        "isle_priority10_budget": "Priority-10 pushes per rolling hour before Isle sends priority 5, by whose budget it is (per: installation, the app on one phone, all its activities and channels together; or activity) and whether frequent updates are on.",
     ]
 
     let apps = AppLabels()
@@ -46,8 +47,11 @@ public final class ServerMetrics: Sendable {
         .seconds(30), .seconds(60), .seconds(300), .seconds(900), .seconds(3600),
     ]
 
-    public init(version: String = "dev", commit: String = "unknown") {
+    public init(version: String = "dev", commit: String = "unknown", budget: (per: BudgetScope, hourly: Int, frequent: Int) = (.installation, 15, 120)) {
         registry = PrometheusCollectorRegistry()
+        for (frequent, limit) in [("false", budget.hourly), ("true", budget.frequent)] {
+            registry.makeGauge(descriptor: Self.descriptor("isle_priority10_budget"), labels: [("per", budget.per.rawValue), ("frequent", frequent)]).set(Int64(limit))
+        }
         apnsTime = registry.makeDurationHistogram(descriptor: Self.descriptor("isle_apns_response_seconds"), labels: [], buckets: Self.buckets)
         queueTime = registry.makeDurationHistogram(descriptor: Self.descriptor("isle_time_in_queue_seconds"), labels: [], buckets: Self.buckets)
         registry.makeGauge(descriptor: Self.descriptor("isle_build_info"), labels: [("version", version), ("commit", commit)]).set(Int64(1))

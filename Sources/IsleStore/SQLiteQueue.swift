@@ -278,6 +278,13 @@ public struct SQLiteQueueTransaction: QueueTransaction {
             if !w.highPrioritySends.isEmpty {
                 try MultiRow.insert(db, into: "high_priority_sends (activity_id, at)", w.highPrioritySends.map { [$0.activityID, $0.at.timeIntervalSince1970] })
             }
+            for c in w.highPriorityChannelSends {
+                // One row per installation with an unended activity on the channel (its budget key).
+                try db.execute(sql: """
+                    INSERT INTO high_priority_sends (activity_id, at) SELECT DISTINCT 'inst:' || bundle_id || '/' || installation_id, ? FROM activities
+                    WHERE channel_id = ? AND installation_id IS NOT NULL AND state IN ('active', 'starting')
+                    """, arguments: [c.at.timeIntervalSince1970, c.channelID])
+            }
             for r in w.idempotency { try SQLiteStore.insertIdempotency(db, r) }
             try SQLiteStore.insertEvents(db, w.events)
             return written

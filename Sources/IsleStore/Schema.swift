@@ -215,6 +215,8 @@ public enum Schema {
             // What the device did with an accepted push, when the APNs says (isle sim does; Apple never).
             c("device_note", .text, null: true),
         ]),
+        // One row per priority-10 push for each budget it spends: the activity's (its id) and its
+        // installation's (`inst:<bundle id>/<installation id>`; a broadcast: each installation on the channel).
         Table(name: "high_priority_sends", columns: [
             c("id", .rowNumber, pk: true, only: .postgres), c("activity_id", .text), c("at", .time),
         ]),
@@ -307,7 +309,8 @@ public enum Schema {
     public static let appRows: [(table: String, condition: String)] = [
         // A delivery names its app; one written before that column, its job or its activity.
         ("deliveries", "bundle_id = {app} OR (bundle_id IS NULL AND (job_id IN (SELECT id FROM jobs WHERE bundle_id = {app}) OR activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})))"),
-        ("high_priority_sends", "activity_id IN (SELECT id FROM activities WHERE bundle_id = {app})"),
+        // Keyed by an activity id, or by an installation's budget key `inst:<bundle id>/<installation>`.
+        ("high_priority_sends", "activity_id IN (SELECT id FROM activities WHERE bundle_id = {app}) OR activity_id IN (SELECT 'inst:' || bundle_id || '/' || id FROM installations WHERE bundle_id = {app})"),
         ("activity_topics", "bundle_id = {app}"),
         ("jobs", "bundle_id = {app}"),
         ("activities", "bundle_id = {app}"),

@@ -84,8 +84,9 @@ struct WireCodecTests {
         #expect(json.objectValue?.keys.first == "id")
         let accepted = WireEncoder.encode(API.Accepted(accepted: 2))
         #expect(accepted == ["accepted": 2])
-        let detail = WireEncoder.encode(API.ActivityDetail(activity: a, deliveries: [], moreDeliveries: nil))
+        let detail = WireEncoder.encode(API.ActivityDetail(activity: a, budget: API.Budget(per: .installation, used: 3, limit: 15), deliveries: [], moreDeliveries: nil))
         #expect(detail["id"] == "act_1")
+        #expect(detail["budget"] == ["per": "installation", "used": 3, "limit": 15])
         #expect(detail["deliveries"] == [])
         #expect(detail["moreDeliveries"] == .null)
         // And back: an answer reads into its type.

@@ -201,10 +201,12 @@ public enum QueueProcedure {
         // What planning needs besides the activity, read for the whole batch.
         let reads = claimed.map { ClaimReads($0.job, activity: $0.activity, now: now) }
         let installations = try await tx.installationsIfAny(unique(reads.compactMap { $0.installation.map { InstallationKey(bundleID: $0.bundleID, id: $0.id) } }))
-        let sends = try await tx.highPrioritySendsIfAny(unique(reads.compactMap(\.highPriorityActivity)), since: now.addingTimeInterval(-3600))
+        // Both counts in one read: the activity's and its installation's (the planner picks by its scope).
+        let sends = try await tx.highPrioritySendsIfAny(unique(reads.flatMap { [$0.highPriorityActivity, $0.highPriorityInstallation].compactMap { $0 } }), since: now.addingTimeInterval(-3600))
         for (n, r) in reads.enumerated() {
             claimed[n].installation = r.installation.flatMap { installations[InstallationKey(bundleID: $0.bundleID, id: $0.id)] }
             claimed[n].highPrioritySends = r.highPriorityActivity.flatMap { sends[$0] } ?? 0
+            claimed[n].installationHighPrioritySends = r.highPriorityInstallation.map { sends[$0] ?? 0 }
         }
         return claimed
     }
@@ -254,7 +256,18 @@ public enum QueueProcedure {
                     rest.activityPatches.append(.init(target: .channel(channel), patch: p))
                 }
             }
-            if let at = w.highPriorityAt, let id = job.activityID { rest.highPrioritySends.append(.init(activityID: id, at: at)) }
+            if let at = w.highPriorityAt {
+                // Counted for the activity and for its installation (the app on that phone, as the
+                // phone counts it); a broadcast for each installation with an activity on its channel.
+                if let id = job.activityID {
+                    rest.highPrioritySends.append(.init(activityID: id, at: at))
+                    if let inst = cs[i].claim.activity?.installationID ?? job.installationID {
+                        rest.highPrioritySends.append(.init(activityID: BudgetScope.installationKey(bundleID: job.bundleID, installationID: inst), at: at))
+                    }
+                } else if job.kind == .broadcast, let channel = job.channelID {
+                    rest.highPriorityChannelSends.append(.init(channelID: channel, at: at))
+                }
+            }
             rest.events += Events.of(cs[i], w)
             if w.wakesNow { rest.notify = true }
         }

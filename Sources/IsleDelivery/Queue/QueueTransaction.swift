@@ -216,14 +216,23 @@ public struct QueueWrites: Sendable {
         public var patch: ActivityPatch
     }
     public struct HighPrioritySend: Sendable, Hashable {
+        /// An activity id, or an installation's budget key (``BudgetScope/installationKey(bundleID:installationID:)``).
         public var activityID: String
+        public var at: Date
+    }
+    /// A priority-10 broadcast: one budget row for each installation with an unended activity on
+    /// the channel (``BudgetScope/installationKey(bundleID:installationID:)``), written by one
+    /// statement that selects them.
+    public var highPriorityChannelSends: [HighPriorityChannelSend] = []
+    public struct HighPriorityChannelSend: Sendable, Hashable {
+        public var channelID: String
         public var at: Date
     }
 
     /// Nothing to write.
     public var isEmpty: Bool {
         activities.isEmpty && promoted.isEmpty && ended.isEmpty && heads.isEmpty && activityTimestamps.isEmpty && channelTimestamps.isEmpty && claims.isEmpty
-            && finished.isEmpty && requeued.isEmpty && deliveries.isEmpty && activityPatches.isEmpty && installations.isEmpty && highPrioritySends.isEmpty
+            && finished.isEmpty && requeued.isEmpty && deliveries.isEmpty && activityPatches.isEmpty && installations.isEmpty && highPrioritySends.isEmpty && highPriorityChannelSends.isEmpty
             && idempotency.isEmpty && events.isEmpty && !notify
     }
 }

@@ -183,7 +183,7 @@ struct ConsoleController: Sendable {
             let app = try await services.app(admin.bundleID)
             let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
             let unsent = try await store.unsentJobCounts(bundleID: admin.bundleID, since: now.addingTimeInterval(-range.span))
-            return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit, unsent: unsent))
+            return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit, budgetScope: services.configuration.budgetScope, unsent: unsent))
         }
         router.get("console/audit") { request, context in
             let admin = try await required(request, context)
@@ -358,11 +358,9 @@ struct ConsoleController: Sendable {
     func activityPage(_ admin: Admin, _ a: ActivityRecord, compose: ConsolePages.Compose, notice: ConsolePages.ShownNotice? = nil, status: HTTPResponse.Status = .ok) async throws -> Response {
         let deliveries = try await store.deliveries(activityID: a.id, before: nil, limit: 200)
         let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: a.id, limit: 100)
-        let used = try await store.highPrioritySends(activityID: a.id, since: services.clock.now.addingTimeInterval(-3600))
-        let app = try await services.app(admin.bundleID)
-        let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
+        let budget = try await services.budget(of: a, history: store)
         let unsent = try await store.unsentJobs(activityID: a.id, limit: 50)
-        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: (used, limit), now: services.clock.now, compose: compose, notice: notice,
+        return page(a.externalKey ?? a.id, ConsolePages.activity(a, deliveries: deliveries, queue: queue, budget: budget, now: services.clock.now, compose: compose, notice: notice,
                                                                  canAct: !admin.readOnly, unsent: unsent), status: status)
     }
 

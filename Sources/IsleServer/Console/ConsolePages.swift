@@ -3,6 +3,7 @@ import IsleCore
 import IsleHTTPAPI
 import IsleStore
 import IsleDelivery
+import IsleWire
 
 /// The console's HTML, server-rendered. Everything printed goes through `HTML.escape`.
 enum ConsolePages {
@@ -287,13 +288,14 @@ enum ConsolePages {
         return h + "</tbody></table>"
     }
 
-    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: (used: Int, limit: Int), now: Date, compose: Compose, notice: ShownNotice?, canAct: Bool,
+    static func activity(_ a: ActivityRecord, deliveries: [DeliveryRecord], queue: [PushJob], budget: API.Budget, now: Date, compose: Compose, notice: ShownNotice?, canAct: Bool,
                          unsent: [PushJob] = []) -> String {
         var h = "<h1>\(e(a.externalKey ?? a.id))</h1>\(noticeLine(notice))<table class=\"facts\">"
         h += "<tr><th>Activity</th><td>\(e(a.id))</td></tr><tr><th>Type</th><td>\(e(a.attributesType))</td></tr>"
         h += "<tr><th>State</th><td>\(e(a.state.rawValue))\(a.stateReason.map { ": " + e($0) } ?? "")</td></tr>"
         h += "<tr><th>APNs environment</th><td>\(e(a.environment?.rawValue ?? "the server's default"))</td></tr>"
-        h += "<tr><th>Priority 10, last hour</th><td id=\"budget\">\(budget.used) of \(budget.limit)\(budget.used >= budget.limit ? ": spent; further pushes go at priority 5 until the hour rolls on" : "") <span class=\"muted\">(Isle's count for this activity; a device that counts per app, as isle sim does by default, throttles the app's activities together)</span></td></tr>"
+        let whose = budget.per == .installation ? "the app on this phone: all its activities and channels together, as a phone may count it" : "this activity alone"
+        h += "<tr><th>Priority 10, last hour</th><td id=\"budget\">\(budget.used) of \(budget.limit)\(budget.used >= budget.limit ? ": spent; further pushes go at priority 5 until the hour rolls on" : "") <span class=\"muted\" id=\"budget-per\">(counted for \(whose))</span></td></tr>"
         h += "<tr><th>Content</th><td><code>\(e(a.content?.jsonString ?? "—"))</code></td></tr></table>"
         h += "<h2>Queue</h2>" + queueTable(queue, now: now, back: "/console/activities/\(a.id)", showActivity: false, canAct: canAct)
         if canAct, a.state.acceptsPushes {

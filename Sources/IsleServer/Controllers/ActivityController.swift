@@ -389,7 +389,8 @@ struct ActivityController {
         let page = try await store.deliveries(activityID: a.id, before: before, limit: limit + 1)
         let shown = page.count > limit ? Array(page.dropFirst()) : page
         let more = page.count > limit ? shown.first?.id.map(API.DeliveryCursor.init) : nil
-        return JSONResponse.make(API.ActivityDetail(activity: Views.activity(a), deliveries: shown.map(Views.delivery), moreDeliveries: more))
+        let budget = try await services.budget(of: a, history: store)
+        return JSONResponse.make(API.ActivityDetail(activity: Views.activity(a), budget: budget, deliveries: shown.map(Views.delivery), moreDeliveries: more))
     }
 }
 

@@ -5,6 +5,7 @@ import IsleCore
 import IsleHTTPAPI
 import IsleStore
 import IsleDelivery
+import IsleWire
 import Logging
 
 /// What the controllers share: the store, the engine (to wake it and reach APNs), the clock.
@@ -56,6 +57,20 @@ struct APIServices: Sendable {
     func ownInstallation(_ caller: Caller, _ id: String) async throws -> InstallationRecord {
         guard let i = try await lookups.installation(bundleID: caller.bundleID, id: id) else { throw APIError.notFound("installation \(id)") }
         return i
+    }
+
+    /// The priority-10 budget the activity's pushes spend, as the engine counts it (its
+    /// installation's, or its own: ``ServerConfiguration/budgetScope``), in the last hour.
+    func budget(of a: ActivityRecord, history: any DeliveryHistory) async throws -> API.Budget {
+        let app = try await lookups.app(a.bundleID)
+        let installation = try await a.installationID.asyncMap { try await lookups.installation(bundleID: a.bundleID, id: $0) }
+        let frequent = (app?.frequentUpdatesDeclared ?? false) && (installation??.frequentPushesEnabled ?? false)
+        let limit = frequent ? configuration.frequentHourlyHighPriorityBudget : configuration.hourlyHighPriorityBudget
+        let since = clock.now.addingTimeInterval(-3600)
+        if configuration.budgetScope == .installation, let inst = a.installationID {
+            return API.Budget(per: .installation, used: try await history.highPrioritySends(activityID: BudgetScope.installationKey(bundleID: a.bundleID, installationID: inst), since: since), limit: limit)
+        }
+        return API.Budget(per: .activity, used: try await history.highPrioritySends(activityID: a.id, since: since), limit: limit)
     }
 
     /// A lane's waiting head may go now (the token it waited for arrived).

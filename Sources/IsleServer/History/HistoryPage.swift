@@ -53,7 +53,7 @@ enum HistoryPage {
 
     /// `unsent`: the app's jobs superseded and dropped among those accepted in the range (counted
     /// from the jobs themselves: most never reach the delivery engine, whose history counts the rest).
-    static func render(_ points: [HistoryPoint], range: Range, now: Date, budget: [(activityID: String, count: Int)], budgetLimit: Int, unsent: [PushJobState: Int] = [:]) -> String {
+    static func render(_ points: [HistoryPoint], range: Range, now: Date, budget: [(activityID: String, count: Int)], budgetLimit: Int, budgetScope: BudgetScope = .installation, unsent: [PushJobState: Int] = [:]) -> String {
         let count = Int(range.span / range.bucket)
         let end = Date(timeIntervalSince1970: (now.timeIntervalSince1970 / range.bucket).rounded(.down) * range.bucket + range.bucket)
         let start = end.addingTimeInterval(-Double(count) * range.bucket)
@@ -113,7 +113,10 @@ enum HistoryPage {
         h += "<h2>Priority-10 budget, last hour</h2>"
         if budget.isEmpty { h += "<p class=\"muted\" id=\"budget-empty\">No priority-10 push in the last hour.</p>" } else {
             let total = budget.reduce(0) { $0 + $1.count }
-            h += "<p id=\"budget-total\">\(total) priority-10 pushes to \(budget.count) activities; Isle gives each activity \(budgetLimit) an hour (more with NSSupportsLiveActivitiesFrequentUpdates), after which it sends priority 5. These are Isle's counts per activity: a device may count its budget per app instead (isle sim does by default), and throttle an app's activities together once they reach it.</p>"
+            let whose = budgetScope == .installation
+                ? "Isle counts the budget for the app on each phone, all its activities (and channels) together, as a phone may (isle serve --budget-per installation, the default): each activity's page shows its phone's count"
+                : "Isle counts the budget for each activity alone (isle serve --budget-per activity); a phone that counts it per app throttles the app's activities together once they reach it"
+            h += "<p id=\"budget-total\">\(total) priority-10 pushes to \(budget.count) activities, \(budgetLimit) an hour allowed (more with NSSupportsLiveActivitiesFrequentUpdates), after which Isle sends priority 5. \(whose).</p>"
             h += "<table class=\"list\" id=\"budget\"><thead><tr><th>Activity</th><th>Priority 10 in the last hour</th></tr></thead><tbody>"
             for b in budget.prefix(20) {
                 h += "<tr><td><a href=\"/console/activities/\(e(b.activityID))\">\(e(b.activityID))</a></td><td>\(b.count) of \(budgetLimit)</td></tr>"

@@ -202,6 +202,9 @@ public struct PostgresQueueTransaction: QueueTransaction {
         if !w.highPrioritySends.isEmpty {
             try await conn.rows(PG.InsertHighPrioritySends.self, [.texts(w.highPrioritySends.map(\.activityID)), .dates(w.highPrioritySends.map(\.at))], logger: logger)
         }
+        if !w.highPriorityChannelSends.isEmpty {
+            try await conn.rows(PG.InsertChannelHighPrioritySends.self, [.texts(w.highPriorityChannelSends.map(\.channelID)), .dates(w.highPriorityChannelSends.map(\.at))], logger: logger)
+        }
         for r in w.idempotency { try await PostgresStore.insertIdempotency(conn, r, logger: logger) }
         // Last, after the activities' writes: an activity's events are inserted in the order of its writes.
         if !w.events.isEmpty { try await PostgresStore.insertEvents(conn, w.events, logger: logger) }
@@ -379,6 +382,15 @@ extension PG {
 
     enum InsertHighPrioritySends: PreparedSQL {
         static let sql = "INSERT INTO high_priority_sends (activity_id, at) SELECT * FROM unnest($1::text[], $2::timestamptz[])"
+    }
+
+    /// A priority-10 broadcast counts for each installation with an unended activity on its channel.
+    enum InsertChannelHighPrioritySends: PreparedSQL {
+        static let sql = """
+            INSERT INTO high_priority_sends (activity_id, at) SELECT DISTINCT 'inst:' || a.bundle_id || '/' || a.installation_id, t.at
+            FROM unnest($1::text[], $2::timestamptz[]) AS t(channel, at) JOIN activities a ON a.channel_id = t.channel
+            WHERE a.installation_id IS NOT NULL AND a.state IN ('active', 'starting')
+            """
     }
 
     enum Notify: PreparedSQL {

@@ -57,31 +57,53 @@ extension API {
     /// `GET /v1/activities/{activity}`: the activity's fields with a page of its deliveries.
     public struct ActivityDetail: Codable, Sendable, WireDocumented {
         public var activity: Activity
+        public var budget: Budget
         public var deliveries: [Delivery]
         public var moreDeliveries: DeliveryCursor?
-        public init(activity: Activity, deliveries: [Delivery], moreDeliveries: DeliveryCursor?) {
+        public init(activity: Activity, budget: Budget, deliveries: [Delivery], moreDeliveries: DeliveryCursor?) {
             self.activity = activity
+            self.budget = budget
             self.deliveries = deliveries
             self.moreDeliveries = moreDeliveries
         }
-        enum Keys: String, CodingKey { case deliveries, moreDeliveries }
+        enum Keys: String, CodingKey { case budget, deliveries, moreDeliveries }
         // The activity's fields and the page's side by side, as one object.
         public init(from decoder: any Decoder) throws {
             activity = try Activity(from: decoder)
             let c = try decoder.container(keyedBy: Keys.self)
+            budget = try c.decode(Budget.self, forKey: .budget)
             deliveries = try c.decode([Delivery].self, forKey: .deliveries)
             moreDeliveries = try c.decodeIfPresent(DeliveryCursor.self, forKey: .moreDeliveries)
         }
         public func encode(to encoder: any Encoder) throws {
             try activity.encode(to: encoder)
             var c = encoder.container(keyedBy: Keys.self)
+            try c.encode(budget, forKey: .budget)
             try c.encode(deliveries, forKey: .deliveries)
             try c.encodeIfPresent(moreDeliveries, forKey: .moreDeliveries)
         }
-        public static var wireDescription: String? { Activity.wireDescription.map { $0 + " With a page of its deliveries." } }
+        public static var wireDescription: String? { Activity.wireDescription.map { $0 + " With its priority-10 budget and a page of its deliveries." } }
         public static var wireFields: [String: String] {
-            Activity.wireFields.merging(["deliveries": "The newest deliveries (?deliveries=, default 100), oldest first.",
+            Activity.wireFields.merging(["budget": "The priority-10 budget this activity's pushes spend, counted as Isle counts it (docs/server.md, \"The priority-10 budget\").",
+                                         "deliveries": "The newest deliveries (?deliveries=, default 100), oldest first.",
                                          "moreDeliveries": "Older deliveries: ask again with ?before= this; null when there are none."]) { $1 }
+        }
+    }
+
+    /// The priority-10 budget an activity's pushes spend, in the last hour.
+    public struct Budget: Codable, Sendable, Hashable, WireDocumented {
+        public var per: BudgetScope
+        public var used: Int
+        public var limit: Int
+        public init(per: BudgetScope, used: Int, limit: Int) {
+            self.per = per
+            self.used = used
+            self.limit = limit
+        }
+        public static var wireDescription: String? { "Priority-10 pushes in the last hour against the hourly budget; past it, Isle sends priority 5." }
+        public static var wireFields: [String: String] {
+            ["per": "installation: the app on that phone, all its activities and channels together (the default, as a phone may count it); activity: this activity alone (isle serve --budget-per activity, or an activity registered without an installation).",
+             "used": "Priority-10 pushes counted in the last hour.", "limit": "The hourly budget (more when the app declares frequent updates and the person has them on)."]
         }
     }
 

@@ -306,6 +306,7 @@ public enum EnvironmentName: String, WireEnum {
 extension PushEnvironment: WireEnum {}
 extension EventType: WireEnum {}
 extension ActivityRecordState: WireEnum {}
+extension BudgetScope: WireEnum {}
 
 /// An alert's title or body: text, or a localized string of the app's (`loc-key`, `loc-args`).
 public enum AlertText: WireScalar, Hashable {
