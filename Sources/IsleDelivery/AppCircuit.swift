@@ -184,4 +184,52 @@ public final class AppCircuits: Sendable {
     }
     public var all: [String: AppCircuit] { circuits.withLock { $0 } }
     public func resume(_ bundleID: String, now: Date) { circuits.withLock { $0[bundleID]?.resume(now: now) } }
+
+    // MARK: Pushes being retried (nothing is retried silently: docs/server.md)
+
+    private let retrying = Mutex<[String: [Int64: RetryingPush]]>([:])
+    /// How long after its next try an entry stays without news (another instance sent the push, or
+    /// it was cancelled): then it is no longer shown.
+    static let retryingGrace: TimeInterval = 120
+
+    /// APNs refused the push with an answer Isle retries; it is tried again at `retryAt`. Answers
+    /// whether it is the push's first such answer in this process.
+    @discardableResult
+    public func noteRetrying(_ bundleID: String, jobID: Int64, kind: String, answer: String, reason: String, retryAt: Date, now: Date) -> Bool {
+        retrying.withLock { r in
+            let since = r[bundleID]?[jobID]?.since
+            r[bundleID, default: [:]][jobID] = RetryingPush(jobID: jobID, kind: kind, since: since ?? now, lastAnswer: answer, reason: reason, retryAt: retryAt)
+            return since == nil
+        }
+    }
+    /// The push was sent, failed or dropped: no longer retried.
+    public func noteDone(_ bundleID: String, jobID: Int64) {
+        retrying.withLock { r in
+            guard r[bundleID]?[jobID] != nil else { return }
+            r[bundleID]![jobID] = nil
+            if r[bundleID]!.isEmpty { r[bundleID] = nil }
+        }
+    }
+    /// The app's pushes this process is retrying after an APNs refusal, oldest first.
+    public func retrying(_ bundleID: String, now: Date) -> [RetryingPush] {
+        retrying.withLock { r in
+            r[bundleID]?.values.filter { now < $0.retryAt.addingTimeInterval(Self.retryingGrace) }.sorted { ($0.since, $0.jobID) < ($1.since, $1.jobID) } ?? []
+        }
+    }
+    /// Apps with pushes being retried after an APNs refusal.
+    public func appsRetrying(now: Date) -> Set<String> {
+        retrying.withLock { r in Set(r.filter { $0.value.values.contains { now < $0.retryAt.addingTimeInterval(Self.retryingGrace) } }.keys) }
+    }
+}
+
+/// A push APNs refused with an answer Isle retries: since when, its last answer, the next try.
+public struct RetryingPush: Sendable, Hashable {
+    public var jobID: Int64
+    public var kind: String
+    public var since: Date
+    /// APNs' answer: status and reason ("400 BadDeviceToken").
+    public var lastAnswer: String
+    /// What Isle makes of it and what to do.
+    public var reason: String
+    public var retryAt: Date
 }

@@ -11,6 +11,10 @@ public enum EventType: String, Sendable, Hashable, CaseIterable, Codable {
     case pushDelivered = "push.delivered"
     /// A push failed for good (APNs refused it, or its attempts or time ran out), with why.
     case pushFailed = "push.failed"
+    /// APNs refused a push with an answer Isle retries (a `BadDeviceToken` it keeps, a 429, a
+    /// 5xx): told once per push, at the first such answer, with the answer and the next try. The
+    /// push ends later in `push.delivered` or `push.failed`.
+    case pushRetrying = "push.retrying"
     /// APNs said a token is dead (410 `Unregistered`, or `BadDeviceToken` for a token of a confirmed
     /// environment): an activity's update token, or an installation's push-to-start or widget token.
     case tokenRetired = "token.retired"
@@ -126,6 +130,16 @@ public enum Events {
                 events.append(event(.pushFailed, d))
             default: break
             }
+        }
+        // The first answer Isle retries (never silently): APNs refused the push and it goes back
+        // to its lane — not a dead token's wait for a rotated one (that is token.retired).
+        if case .requeue(let retryAt, let reason) = w.job, let d = w.delivery, d.status >= 400, job.apnsRequests == 0, w.activity?.unreachable == nil {
+            var data = base
+            data["reason"] = .string(reason)
+            data["status"] = .int(Int64(d.status))
+            if let r = d.reason { data["apnsReason"] = .string(r) }
+            data["retryAt"] = .int(Int64(retryAt.timeIntervalSince1970.rounded(.up)))
+            events.append(event(.pushRetrying, data))
         }
         // A token APNs answered for (a 4xx with a delivery), not a plan's refusal; a start job's
         // dead token is its installation's push-to-start token (below).

@@ -8,10 +8,17 @@ public import IsleCore
 public struct OutcomeResolver: Sendable {
     public var retryBase: TimeInterval
     public var retryMaximumDelay: TimeInterval
+    /// How many `BadDeviceToken` answers a push takes, while no push of the app to that APNs
+    /// environment has been accepted, before its token is taken for dead (docs/server.md, "When a
+    /// push is retried, and when it fails"): with the default back-off, 4 to 9 minutes of tries —
+    /// long enough for a wrong environment to show across installations (which pauses the app
+    /// instead), far shorter than the job's deadline.
+    public var suspectTokenAnswers: Int
 
-    public init(retryBase: TimeInterval = 1, retryMaximumDelay: TimeInterval = 15 * 60) {
+    public init(retryBase: TimeInterval = 1, retryMaximumDelay: TimeInterval = 15 * 60, suspectTokenAnswers: Int = 10) {
         self.retryBase = retryBase
         self.retryMaximumDelay = retryMaximumDelay
+        self.suspectTokenAnswers = suspectTokenAnswers
     }
 
     public enum Outcome: Sendable, Hashable {
@@ -46,8 +53,9 @@ public struct OutcomeResolver: Sendable {
         return base * Double.random(in: 0.5..<1.0, using: &random)
     }
 
-    /// `attempt` is how many times the job has been sent, this one included.
-    public func resolve(_ outcome: Outcome, attempt: Int, deadline: DeliveryPlanner.Deadline, now: Date, environmentConfirmed: Bool,
+    /// `attempt` is how many times the job has been sent, this one included; `answers` how many
+    /// of them APNs answered, this one included.
+    public func resolve(_ outcome: Outcome, attempt: Int, answers: Int = 1, deadline: DeliveryPlanner.Deadline, now: Date, environmentConfirmed: Bool,
                         random: inout some RandomNumberGenerator) -> Resolution {
         func retry(_ why: String, after minimum: TimeInterval? = nil) -> Resolution {
             var delay = backoff(attempt: attempt, random: &random)
@@ -68,6 +76,11 @@ public struct OutcomeResolver: Sendable {
             // reasons are judged by status there too.
             let why = reason.map { "\(status) \($0)" } ?? "\(status)"
             if let reason, reason.concernsEveryPush { return .pauseApp(why: reason.pauseExplanation(status: status)) }
+            if reason == .badDeviceToken, !environmentConfirmed, answers >= suspectTokenAnswers {
+                // Kept long enough: had the environment been wrong, other installations' tokens
+                // would have paused the app by now. The token is stale.
+                return .deadToken(why: "\(why) to all \(answers) tries, with no push of this app to this APNs environment accepted meanwhile: APNs does not know this token for the app here — a reinstalled or rebuilt app, a restarted simulator, or a token of the other environment. Have the app register its current token (IsleClient does at launch); if every installation's pushes fail so, the server's APNs environment is wrong (docs/server.md)")
+            }
             if reason == .badDeviceToken, !environmentConfirmed {
                 // The token may be fine and the environment wrong: the app's circuit counts these.
                 let at = now.addingTimeInterval(backoff(attempt: attempt, random: &random))

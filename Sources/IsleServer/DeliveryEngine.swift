@@ -58,7 +58,7 @@ public final class DeliveryEngine: Service {
                                   jobDeadline: configuration.jobDeadline)
         planner.budgetScope = configuration.budgetScope
         self.planner = planner
-        resolver = OutcomeResolver(retryBase: configuration.retryBase, retryMaximumDelay: configuration.retryMaximumDelay)
+        resolver = OutcomeResolver(retryBase: configuration.retryBase, retryMaximumDelay: configuration.retryMaximumDelay, suspectTokenAnswers: configuration.suspectTokenAnswers)
         random = Mutex(SeededRandom(seed: configuration.randomSeed ?? UInt64.random(in: 0...UInt64.max)))
         (wakeups, wakeupContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         // A result waits up to 2 ms for others while more sends are in flight; at once when every
@@ -363,9 +363,11 @@ public final class DeliveryEngine: Service {
 
         switch planner.plan(context) {
         case .drop(let why, let patch):
+            circuits.noteDone(job.bundleID, jobID: job.id)
             counters.dropped(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.dropped, reason: why), activity: patch)
         case .fail(let why):
+            circuits.noteDone(job.bundleID, jobID: job.id)
             counters.failed(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.failed, reason: why), activity: job.kind == .start ? ActivityPatch(unreachable: .init(reason: why, ifToken: nil)) : nil)
         case .wait(let until, let why):
@@ -384,7 +386,7 @@ public final class DeliveryEngine: Service {
                 return JobCompletion(claim: c, result: .retry(at: now, reason: "the server stopped during the send"))
             }
             let resolution = random.withLock { r in
-                resolver.resolve(outcome, attempt: job.attempts, deadline: deadline, now: sentAt, environmentConfirmed: circuit.environmentConfirmed(push.environment ?? clients.defaultEnvironment), random: &r)
+                resolver.resolve(outcome, attempt: job.attempts, answers: job.apnsRequests + (response == nil ? 0 : 1), deadline: deadline, now: sentAt, environmentConfirmed: circuit.environmentConfirmed(push.environment ?? clients.defaultEnvironment), random: &r)
             }
             var delivery = DeliveryRecord(jobID: job.id, activityID: job.activityID, apnsID: c.apnsID, apnsUniqueID: response?.apnsUniqueID, status: response?.status ?? 0,
                                           reason: Self.reason(outcome), latencyMS: latency, priority: push.priority, downgraded: push.downgraded, at: now)
@@ -392,7 +394,28 @@ public final class DeliveryEngine: Service {
             let events = observe(app, outcome: outcome, resolution: resolution, push: push, installation: job.installationID ?? c.activity?.installationID, now: sentAt)
             var done = completion(c, push: push, resolution: resolution, delivery: delivery, now: sentAt)
             done.events = events
+            noteRetry(c, app: app, outcome: outcome, result: done.result, now: sentAt)
             return done
+        }
+    }
+
+    /// Nothing is retried silently: the first answer of APNs that Isle retries is a warning (and
+    /// the `push.retrying` event the completion writes); while retried the push shows in `GET
+    /// /v1/app`, `/ready` and the console; once done it leaves them.
+    func noteRetry(_ c: ClaimedJob, app: AppRecord, outcome: OutcomeResolver.Outcome, result: JobCompletion.Result, now: Date) {
+        let job = c.job
+        guard case .rejected(let status, let reason, _) = outcome, status != 410 || reason != .unregistered, case .retry(let at, let why) = result else {
+            circuits.noteDone(app.bundleID, jobID: job.id)
+            return
+        }
+        let answer = "\(status) \(reason?.rawValue ?? "")".trimmingCharacters(in: .whitespaces)
+        let first = circuits.noteRetrying(app.bundleID, jobID: job.id, kind: job.kind.rawValue, answer: answer, reason: why, retryAt: at, now: now)
+        let metadata: Logger.Metadata = ["app": "\(app.bundleID)", "job.id": "\(job.id)", "kind": "\(job.kind.rawValue)", "apns.answer": "\(answer)", "retry.at": "\(at)",
+                                         "activity.id": "\(job.activityID ?? "")", "installation.id": "\(job.installationID ?? c.activity?.installationID ?? "")"]
+        if first && job.apnsRequests == 0 {
+            logger.warning("APNs refused a push; retrying it: \(why)", metadata: metadata)
+        } else {
+            logger.info("APNs refused a push again; retrying it", metadata: metadata)
         }
     }
 

@@ -62,6 +62,9 @@ public struct ServerConfiguration: Sendable {
     /// (the activity's 8-hour life, a plain update's stale date, or `jobDeadline`).
     public var retryBase: TimeInterval = 1
     public var retryMaximumDelay: TimeInterval = 15 * 60
+    /// `BadDeviceToken` answers a push takes, before any push of its app to that APNs environment
+    /// was accepted, before its token is taken for dead (``OutcomeResolver/suspectTokenAnswers``).
+    public var suspectTokenAnswers = 10
     /// How long after it was accepted a push can still matter.
     public var jobDeadline: TimeInterval = 8 * 3600
     /// A topic's channel with no broadcast for this long and no live follower is closed, unless

@@ -70,10 +70,12 @@ struct ConsoleActionsTests {
         }
     }
 
-    @Test("the device's own budget: the simulator counts priority-10 pushes per app, Isle per activity; a push the device throttled shows as such on the timeline, not as a plain 200")
+    @Test("the device's own budget: with Isle counting per activity and the simulator per app, a push the device throttled shows as such on the timeline, not as a plain 200")
     func deviceThrottleShown() async throws {
-        // The device counts per app, as isle sim does by default (the fixture's instant device does not).
-        try await ServerFixture.with(configure: { $0.device.budgetPerApp = true }) { f in
+        // The device counts per app, as isle sim does by default (the fixture's instant device does
+        // not); the server counts per activity (not its default, which never lets the phone
+        // throttle): the subject is how a push the device throttled shows on the timeline.
+        try await ServerFixture.with(configure: { $0.device.budgetPerApp = true }, server: { $0.budgetScope = .activity }) { f in
             let (_, first) = try await f.appStartsActivity(key: "order-budget-1")
             let (b, second) = try await f.appStartsActivity(key: "order-budget-2")
             let cookie = try await C.signIn(f)
@@ -96,7 +98,7 @@ struct ConsoleActionsTests {
             }
             // Isle did not downgrade them: by its count each activity had budget left.
             let page = try await C.send(f, "GET", "/console/activities/\(second)", cookie: cookie).text
-            #expect(page.contains("id=\"budget\">8 of 15") && page.contains("counts per app"))
+            #expect(page.contains("id=\"budget\">8 of 15") && page.contains("this activity alone"))
             #expect(try f.deviceActivity(b.id) != nil)
         }
     }

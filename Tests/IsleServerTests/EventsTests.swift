@@ -196,13 +196,16 @@ struct EventsTests {
 
             let events = try await all()
             let about = events.filter { $0["activityID"]?.stringValue == id }
-            #expect(about.map { $0["type"]?.stringValue ?? "" } == ["push.delivered", "token.retired", "push.failed"])
+            // The 503 is retried, and told (push.retrying, once), before the 410 retires the token.
+            #expect(about.map { $0["type"]?.stringValue ?? "" } == ["push.delivered", "push.retrying", "token.retired", "push.failed"])
+            let retrying = try #require(about.first { $0["type"] == "push.retrying" })
+            #expect(retrying["data"]?["status"] == 503 && retrying["data"]?["apnsReason"] == "ServiceUnavailable" && retrying["data"]?["retryAt"] != nil, "\(retrying)")
             for e in about {
                 #expect(e["externalKey"] == "order-7", "\(e)")
                 #expect(e["installationID"] == "fixture-phone", "\(e)")
             }
             // Each names the user bound when it happened: the push failed after the new binding.
-            #expect(about.map { $0["userID"] } == ["user-42", "user-42", "user-43"])
+            #expect(about.map { $0["userID"] } == ["user-42", "user-42", "user-42", "user-43"])
             let failed = try #require(about.last)
             // APNs' last answer, though the attempt that gave up sent nothing; two requests (503, 410).
             #expect(failed["data"]?["status"] == 410)

@@ -3,6 +3,7 @@ import IsleCore
 import IsleDelivery
 import IsleServer
 import IsleSimulator
+import IsleStore
 import IsleTesting
 import Testing
 
@@ -60,6 +61,70 @@ struct LeewayTests {
             let cookie = try await ConsoleTests.signIn(f)
             let console = try await ConsoleTests.send(f, "GET", "/console/activities/\(second)", cookie: cookie).text
             #expect(console.contains(scope == .installation ? "the app on this phone" : "this activity alone"), "\(console)")
+        }
+    }
+
+    @Test("a stale token is never retried silently: the first BadDeviceToken is a warning, a push.retrying event and a state in GET /v1/app, /ready and the console; with no push of the app accepted it fails after 10 answers, minutes not hours; once another push was accepted, at once",
+          arguments: [false, true])
+    func staleToken(anotherSucceeded: Bool) async throws {
+        let logs = LogRecords()
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }, logger: logs.logger()) { f in
+            if anotherSucceeded {
+                // A push of the app to this environment was accepted: the environment is right.
+                let (_, good) = try await f.appStartsActivity(key: "order-good")
+                #expect(try await f.call("POST", "/v1/activities/\(good)/update", key: f.backendKey, body: ["contentState": Pizza.state("Ok"), "priority": 10]).status == 202)
+                _ = try await Self.delivered(f, good, 1)
+            }
+            // A token the device no longer has (a reinstalled debug build, a restarted simulator).
+            let stale = String(repeating: "5a", count: 32)
+            let r = try await f.register(["attributesType": "PizzaDeliveryAttributes", "token": .string(stale), "externalKey": "order-stale",
+                                          "attributes": Pizza.attributes, "contentState": Pizza.state("Bill")], installation: "reinstalled")
+            #expect(r.status == 201, "\(r.json.jsonString)")
+            let id = try #require(r.json["id"]?.stringValue)
+            let acceptedAt = f.clock.now
+            let u = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Anne")])
+            #expect(u.status == 202)
+            let job = try #require(u.json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+
+            @Sendable func events(_ type: String) async throws -> [JSONValue] {
+                (try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []).filter { $0["type"]?.stringValue == type && $0["data"]?["jobID"] == .int(job) }
+            }
+            if anotherSucceeded {
+                try await eventually("the token is retired and the push fails at once") {
+                    f.clock.advance(by: 31)   // past the 30 s wait for a rotated token
+                    return try await !events("push.failed").isEmpty
+                }
+                #expect(try await events("push.retrying").isEmpty, "a dead token is not retried")
+                let failed = try await events("push.failed")
+                #expect(failed.first?["data"]?["apnsReason"] == "BadDeviceToken")
+                return
+            }
+            try await eventually("push.retrying with APNs' answer") { try await !events("push.retrying").isEmpty }
+            let retrying = try #require(try await events("push.retrying").first)
+            #expect(retrying["data"]?["status"] == 400 && retrying["data"]?["apnsReason"] == "BadDeviceToken" && retrying["data"]?["retryAt"] != nil, "\(retrying)")
+            #expect(retrying["activityID"]?.stringValue == id && retrying["installationID"] == "reinstalled")
+            #expect(logs.records.withLock { $0.contains { $0.level == .warning && $0.message.contains("APNs refused a push; retrying it") && $0.metadata["apns.answer"] == "400 BadDeviceToken" } })
+            let app = try await f.call("GET", "/v1/app", key: f.backendKey)
+            #expect(app.json["delivery"]?["state"] == "running" && app.json["delivery"]?["retrying"]?["pushes"] == 1
+                    && app.json["delivery"]?["retrying"]?["lastAnswer"] == "400 BadDeviceToken" && app.json["delivery"]?["retrying"]?["jobIDs"] == [.int(job)], "\(app.json.jsonString)")
+            let admin = try await ServerSetup.createKey(store: try SQLiteStore(path: f.databasePath), bundleID: Pizza.bundleID, scope: .admin).secret
+            let ready = try await f.call("GET", "/ready", key: admin)
+            #expect(ready.json["status"] == "degraded" && ready.json["apps"]?.arrayValue?.first?["delivery"]?["retrying"]?["pushes"] == 1, "\(ready.json.jsonString)")
+            let cookie = try await ConsoleTests.signIn(f)
+            #expect(try await ConsoleTests.send(f, "GET", "/console", cookie: cookie).text.contains("retried after APNs refused it"))
+
+            // Then it fails, naming what to do — minutes after it was accepted, not at its 8-hour deadline.
+            try await eventually(within: .seconds(60), "the push fails") {
+                f.clock.advance(by: 30)
+                return try await !events("push.failed").isEmpty
+            }
+            let failed = try #require(try await events("push.failed").first)
+            #expect(failed["data"]?["apnsReason"] == "BadDeviceToken" && failed["data"]?["attempts"] == 10, "\(failed)")
+            #expect(failed["data"]?["reason"]?.stringValue?.contains("register its current token") == true, "\(failed)")
+            #expect(f.clock.now.timeIntervalSince(acceptedAt) < 20 * 60, "failed \(Int(f.clock.now.timeIntervalSince(acceptedAt))) s after it was accepted")
+            #expect(try await events("push.retrying").count == 1, "told once")
+            let after = try await f.call("GET", "/v1/app", key: f.backendKey)
+            #expect(after.json["delivery"]?["retrying"] == .null, "\(after.json.jsonString)")
         }
     }
 }

@@ -387,6 +387,10 @@ struct ConsoleController: Sendable {
             case .paused(let until, let reason, _): "paused: APNs refused the app's set-up. \(reason) (next probe \(ISO8601DateFormatter().string(from: until)), or Resume after the fix)"
             }
         }
+        let retrying = services.engine.circuits.retrying(admin.bundleID, now: services.clock.now)
+        let retryingNote = retrying.first.map { r in
+            "; \(retrying.count) push\(retrying.count == 1 ? "" : "es") retried after APNs refused \(retrying.count == 1 ? "it" : "them") (since \(ISO8601DateFormatter().string(from: r.since)), jobs \(retrying.prefix(5).map { "#\($0.jobID)" }.joined(separator: ", "))): \(r.lastAnswer) — \(r.reason)"
+        } ?? ""
         let queue = try await store.openJobs(bundleID: admin.bundleID, activityID: nil, limit: 100)
         // The queue names activities by their external key (as the backend knows them).
         var keys: [String: String] = [:]
@@ -394,7 +398,7 @@ struct ConsoleController: Sendable {
             if let key = try await store.activity(id: id)?.externalKey { keys[id] = key }
         }
         let apps = admin.serverWide ? try await store.apps().map(\.bundleID) : []
-        return ConsolePages.dashboard(app: app, apps: apps, status: status, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin),
+        return ConsolePages.dashboard(app: app, apps: apps, status: status + retryingNote, paused: pause != nil || circuit.mode != .running, environment: services.environmentName, stats: try await stats(admin),
                                       queue: queue, now: services.clock.now, notice: notice, canAct: !admin.readOnly, keys: keys)
     }
 

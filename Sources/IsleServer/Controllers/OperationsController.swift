@@ -50,14 +50,14 @@ struct OperationsController {
         // configuration error), with the reason; `resume` probes at once after a fix.
         v1.get("app") { _, context in
             let caller = try context.caller(.backend)
-            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID), pause: services.engine.circuits.operatorPause(caller.bundleID)))
+            return JSONResponse.make(Views.app(bundleID: caller.bundleID, circuits: services.engine.circuits, now: services.clock.now))
         }
         v1.post("app/resume") { _, context in
             let caller = try context.caller(.backend)
             // Probes an app its circuit paused; an operator's pause is lifted in the console only
             // (where it is audited), never by the backend it may have been meant to stop.
             try await AppControl(services: services, store: store).probe(bundleID: caller.bundleID)
-            return JSONResponse.make(Views.app(bundleID: caller.bundleID, services.engine.circuits.circuit(caller.bundleID), pause: services.engine.circuits.operatorPause(caller.bundleID)))
+            return JSONResponse.make(Views.app(bundleID: caller.bundleID, circuits: services.engine.circuits, now: services.clock.now))
         }
     }
 
@@ -71,11 +71,12 @@ struct OperationsController {
             throw APIError(.serviceUnavailable, "notReady", "the database is not reachable", retryAfter: 1)
         }
         let circuits = services.engine.circuits
-        let held = Set(circuits.all.filter { $0.value.mode != .running }.keys).union(circuits.operatorPauses.keys).sorted()
+        // Paused, backing off, or retrying pushes APNs refused: each is an app whose pushes wait.
+        let held = Set(circuits.all.filter { $0.value.mode != .running }.keys).union(circuits.operatorPauses.keys).union(circuits.appsRetrying(now: services.clock.now)).sorted()
         var o = API.Readiness(status: held.isEmpty ? .ready : .degraded, apps: nil)
         if !held.isEmpty, let op = try await operatorKey(request, context) {
             let shown = op.scope == .serverAdmin ? held : held.filter { $0 == op.bundleID }
-            o.apps = shown.map { Views.app(bundleID: $0, circuits.circuit($0), pause: circuits.operatorPause($0)) }
+            o.apps = shown.map { Views.app(bundleID: $0, circuits: circuits, now: services.clock.now) }
         }
         return JSONResponse.make(o)
     }

@@ -10,17 +10,23 @@ import IsleWire
 /// The API's answers made from stored records: the wire types (IsleWire's `API`) the OpenAPI
 /// document states.
 enum Views {
-    static func app(bundleID: String, _ c: AppCircuit, pause: OperatorPause? = nil) -> API.AppStatus {
+    static func app(bundleID: String, _ c: AppCircuit, pause: OperatorPause? = nil, retrying: [RetryingPush] = []) -> API.AppStatus {
+        let r = retrying.first.map { API.Retrying(pushes: Int64(retrying.count), since: $0.since, jobIDs: retrying.prefix(20).map(\.jobID), lastAnswer: $0.lastAnswer, reason: $0.reason) }
         if let pause {
             // Paused by hand: until an operator resumes it (POST /v1/app/resume or the console).
-            return API.AppStatus(bundleID: bundleID, delivery: API.AppDelivery(state: .paused, reason: "paused by an operator (key \(pause.keyID)): \(pause.reason)", since: pause.at))
+            return API.AppStatus(bundleID: bundleID, delivery: API.AppDelivery(state: .paused, reason: "paused by an operator (key \(pause.keyID)): \(pause.reason)", since: pause.at, retrying: r))
         }
         let d: API.AppDelivery = switch c.mode {
-        case .running: API.AppDelivery(state: .running)
-        case .backingOff(let until, let reason): API.AppDelivery(state: .backingOff, reason: reason, retryAt: until)
-        case .paused(let until, let reason, let since): API.AppDelivery(state: .paused, reason: reason, since: since, retryAt: until)
+        case .running: API.AppDelivery(state: .running, retrying: r)
+        case .backingOff(let until, let reason): API.AppDelivery(state: .backingOff, reason: reason, retryAt: until, retrying: r)
+        case .paused(let until, let reason, let since): API.AppDelivery(state: .paused, reason: reason, since: since, retryAt: until, retrying: r)
         }
         return API.AppStatus(bundleID: bundleID, delivery: d)
+    }
+
+    /// The app's status as this instance knows it: its circuit, an operator's pause, the pushes it retries.
+    static func app(bundleID: String, circuits: AppCircuits, now: Date) -> API.AppStatus {
+        app(bundleID: bundleID, circuits.circuit(bundleID), pause: circuits.operatorPause(bundleID), retrying: circuits.retrying(bundleID, now: now))
     }
 
     static func installation(_ i: InstallationRecord) -> API.Installation {

@@ -421,13 +421,38 @@ extension API {
         public var reason: String?
         public var since: Date?
         public var retryAt: Date?
-        public init(state: State, reason: String? = nil, since: Date? = nil, retryAt: Date? = nil) {
+        public var retrying: Retrying?
+        public init(state: State, reason: String? = nil, since: Date? = nil, retryAt: Date? = nil, retrying: Retrying? = nil) {
             self.state = state
             self.reason = reason
             self.since = since
             self.retryAt = retryAt
+            self.retrying = retrying
         }
-        public static var wireFields: [String: String] { ["retryAt": "The next probe of APNs; null when paused by an operator (until resumed)."] }
+        public static var wireFields: [String: String] {
+            ["retryAt": "The next probe of APNs; null when paused by an operator (until resumed).",
+             "retrying": "Pushes APNs refused with an answer Isle retries (a kept BadDeviceToken, a 429, a 5xx), as this instance sends them; null when none (docs/server.md, \"When a push is retried, and when it fails\")."]
+        }
+    }
+
+    /// The app's pushes being retried after an APNs refusal.
+    public struct Retrying: Codable, Sendable, WireDocumented {
+        public var pushes: Int64
+        public var since: Date
+        public var jobIDs: [Int64]
+        public var lastAnswer: String
+        public var reason: String
+        public init(pushes: Int64, since: Date, jobIDs: [Int64], lastAnswer: String, reason: String) {
+            self.pushes = pushes
+            self.since = since
+            self.jobIDs = jobIDs
+            self.lastAnswer = lastAnswer
+            self.reason = reason
+        }
+        public static var wireFields: [String: String] {
+            ["pushes": "How many.", "since": "When the oldest was first refused.", "jobIDs": "The first 20, oldest first (GET /v1/jobs/{job}).",
+             "lastAnswer": "APNs' answer to the oldest, e.g. 400 BadDeviceToken.", "reason": "What Isle makes of it and what to do."]
+        }
     }
 
     public struct Health: Codable, Sendable {
@@ -444,7 +469,7 @@ extension API {
             self.status = status
             self.apps = apps
         }
-        public static var wireFields: [String: String] { ["apps": "The apps paused or backing off, only for a console key (what it may see)."] }
+        public static var wireFields: [String: String] { ["apps": "The apps paused, backing off or with pushes being retried, only for a console key (what it may see)."] }
     }
 
     // MARK: Events
@@ -502,10 +527,12 @@ extension API {
         public var webhookID: String?
         public var url: String?
         public var failingSince: Date?
+        public var retryAt: Date?
         public init() {}
         public static var wireFields: [String: String] {
             ["jobID": "push.*: the job", "kind": "push.*: update, end, start, broadcast, widgets, controls", "attempts": "push.*: the requests APNs answered for it",
-             "status": "push.failed: APNs' last HTTP status", "apnsReason": "push.failed, token.retired: APNs' last reason", "reason": "push.failed: why it failed; app.paused, webhook.disabled: why",
+             "status": "push.failed, push.retrying: APNs' last HTTP status", "apnsReason": "push.failed, push.retrying, token.retired: APNs' last reason", "reason": "push.failed: why it failed; push.retrying: why it is retried; app.paused, webhook.disabled: why",
+             "retryAt": "push.retrying: when Isle tries again",
              "token": "token.retired: update, pushToStart, widget or controls", "source": "activity.*, app.resumed, webhook.disabled: who (device, operator, api, console, failures, …)",
              "cause": "app.paused: configuration, apnsUnavailable or operator", "probeAt": "app.paused: when Isle tries APNs again"]
         }
