@@ -207,11 +207,13 @@ let package = Package(
         .executableTarget(
             name: "isle-bench",
             dependencies: [
-                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator",
+                "IsleCore", "IsleDelivery", "IsleAPNs", "IsleTesting", "IsleHTTP2Server", "IsleServer", "IsleStore", "IsleSimulator", "IsleClient", "IsleClientSimulator",
                 server("AsyncHTTPClient", "async-http-client"),
                 server("Hummingbird", "hummingbird"),
                 server("ArgumentParser", "swift-argument-parser"),
                 server("Logging", "swift-log"),
+                server("Crypto", "swift-crypto"),
+                server("ServiceLifecycle", "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

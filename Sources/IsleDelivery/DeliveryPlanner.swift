@@ -119,9 +119,11 @@ public struct DeliveryPlanner: Sendable {
         }
     }
 
-    /// The caller asked for priority 10, or asked nothing and the push has an alert.
+    /// The caller asked for priority 10, or asked nothing and the push has an alert or is an end:
+    /// priority 5 is "in some cases, not delivered" (Apple, `apns-priority`), and a lost end leaves
+    /// the activity on the Lock Screen, showing what is over, until the system ends it hours later.
     public static func wantsHighPriority(_ job: PushJob) -> Bool {
-        job.requestedPriority == .high || (job.requestedPriority == nil && job.hasAlert)
+        job.requestedPriority == .high || (job.requestedPriority == nil && (job.hasAlert || job.payload.event == .end))
     }
 
     public func deadline(_ job: PushJob, activity: ActivityRecord?) -> Deadline {

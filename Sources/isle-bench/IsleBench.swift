@@ -15,7 +15,7 @@ struct IsleBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "isle-bench",
         abstract: "Isle's benchmarks. Build with -c release.",
-        subcommands: [ClientBench.self, ServerBench.self, SplitBench.self, MillionBench.self, AudienceBench.self, Sink.self]
+        subcommands: [ClientBench.self, ServerBench.self, SplitBench.self, MillionBench.self, AudienceBench.self, DayBench.self, Sink.self]
     )
 }
 
