@@ -161,7 +161,7 @@ actor Script {
         }
         let downgraded = wire.filter { $0.priority == 5 }.count
         let sentHigh = wire.filter { $0.priority == 10 }.count
-        view.note("Isle sent \(sentHigh) at priority 10 and downgraded \(downgraded) to priority 5: with the alert, the activity had used its \(sentHigh + 1) priority-10 pushes for this hour.")
+        view.note("Isle sent \(sentHigh) at priority 10 and downgraded \(downgraded) to priority 5: with the alert, the app on this phone (all its activities together, as Isle counts the budget) had used its \(sentHigh + 1) priority-10 pushes for this hour.")
         try check(downgraded > 0, "the server downgraded the pushes beyond the budget", found: "\(downgraded) downgraded")
         let outcomes = wire.compactMap(\.outcome)
         try check(!outcomes.contains("throttled"), "the device throttled none of them", found: outcomes.joined(separator: ", "))

@@ -284,7 +284,7 @@ struct ClientTests {
         // its own (the other answers 400 BadDeviceToken), so a push sent to the wrong host would
         // never reach its phone.
         var productionConfiguration = IsleSim.Configuration()
-        productionConfiguration.device = .instant
+        productionConfiguration.device = ServerFixture.device
         productionConfiguration.environment = .production
         productionConfiguration.singleHost = true
         try await IsleSim.withRunning(configuration: productionConfiguration, clock: ManualWallClock(Pizza.t0)) { production in

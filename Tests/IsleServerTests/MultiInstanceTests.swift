@@ -407,7 +407,13 @@ enum SimForProcesses {
     static func with(activities: Int, name: String,
                      _ body: (IsleSim, TestProviderKey, String, URL, String) async throws -> Void) async throws {
         var configuration = IsleSim.Configuration()
-        configuration.device = .instant
+        // The phones of the server's tests (ServerFixture.device); these count every push of
+        // several processes, killed and restarted, on a real clock: one iPhone takes them all.
+        configuration.device = ServerFixture.device
+        // …so the per-token and per-app limits that would throttle one phone's hundreds of
+        // activities are lifted: the subject is the queue across processes, not a phone's budget.
+        configuration.device.perTokenLimit = 0
+        configuration.device.budgetPerApp = false
         configuration.device.maximumActivitiesPerApp = activities
         configuration.device.maximumActivitiesPerDevice = activities
         configuration.device.hourlyBudget = 1_000_000

@@ -118,12 +118,37 @@ final class ServerFixture: Sendable {
         _ = try? await task.value
     }
 
+    /// The simulated phones of the server's tests: `isle sim`'s defaults — Apple's leeway on:
+    /// the budget per app, the per-token and connection limits, the widget budget drawn from
+    /// 40–70, a seeded 5 % of stored pushes not the newest, tokens withheld from an app that is not
+    /// running, the push-to-start limit — with only these switched off, each for its reason
+    /// (docs/simulator.md, "Never kinder than Apple"). With all of it on, the server is tested by
+    /// `LeewayTests`, `TopicAudienceTests.offlineFollowers` and `isle-bench day`.
+    static var device: SimulatorConfiguration {
+        var c = SimulatorConfiguration()
+        // The clock moves only when a test advances it: priority 5 is applied as it arrives and
+        // APNs holds nothing back for reordering, or every test would have to move time for them.
+        c.lowPriorityDelay = 0
+        c.lowPriorityDelayMaximum = nil
+        c.reorderProbability = 0
+        c.widgetPushDelayMaximum = 0
+        // Tests check what a push did on the phone: none of their priority-5 pushes is lost.
+        c.lowPriorityLossProbability = 0
+        // Tokens change only when a test rotates them: a test that jumps hours has no app to
+        // report a rotation (IsleClient does it in ClientTests and isle-bench day).
+        c.activityTokenRotation = nil
+        c.pushToStartTokenRotation = nil
+        // The install's tokens are there when install returns (tests read them at once), and a
+        // dismissed activity's token answers 410 at once (tests do not wait up to 2 virtual minutes).
+        c.tokensAtInstall = true
+        c.tokenInvalidationDelayMaximum = 0
+        return c
+    }
+
     static func with(configure: (inout IsleSim.Configuration) -> Void = { _ in }, server tune: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
                      logger: Logger? = nil, _ body: (ServerFixture) async throws -> Void) async throws {
         var simConfiguration = IsleSim.Configuration()
-        // The server is under test: its pushes land as they arrive (the clock is the test's), so
-        // priority 5 is applied at once here; the simulator's own delays are tested on their own.
-        simConfiguration.device = .instant
+        simConfiguration.device = Self.device
         configure(&simConfiguration)
         let clock = ManualWallClock(Pizza.t0)
         try await IsleSim.withRunning(configuration: simConfiguration, clock: clock) { sim in
