@@ -207,10 +207,14 @@ public struct DeliveryPlanner: Sendable {
                           attributesType: a.attributesType, patch: Self.patch(job.payload, kind: job.kind, now: c.now), environment: a.environment), d)
     }
 
-    /// The priority-10 pushes the budget already counts, by ``budgetScope``.
+    /// The priority-10 pushes the budget already counts, by ``budgetScope``. An installation's
+    /// count keeps one in hand: APNs stores one push per app for a phone that is offline, and the
+    /// phone counts it when it arrives — up to an hour after Isle counted it — so a phone that comes
+    /// back may hold one more in its hour than Isle's window does (docs/server.md, "The
+    /// priority-10 budget").
     public func budgetUsed(_ c: Context) -> Int {
         switch budgetScope {
-        case .installation: c.installationHighPriorityUsed ?? c.highPriorityUsed
+        case .installation: c.installationHighPriorityUsed.map { $0 + 1 } ?? c.highPriorityUsed
         case .activity: c.highPriorityUsed
         }
     }

@@ -365,6 +365,7 @@ final class DayRun: @unchecked Sendable {
             try await env.world.advanceClock(by: options.step)
             try await settle(env)
             try await check(env)
+            noteAPNsOutcomes(env)
             stepNumber += 1
             if stepNumber % Int(3600 / options.step) == 0 {
                 FileHandle.standardError.write(Data("hour \(Int(env.clock.now.timeIntervalSince(t0) / 3600)): \(orders.count) orders, \(accepted.count) pushes accepted, \(violations.count) violations\n".utf8))
@@ -383,6 +384,7 @@ final class DayRun: @unchecked Sendable {
         }
         try await settle(env, within: .seconds(60))
         try await check(env)
+        noteAPNsOutcomes(env)
         try await compareRecords(env)
         // Then the night: no new work, 9 virtual hours, so every push still waiting (for a token
         // an app never handed over, for a retry) reaches its deadline and its outcome.
@@ -507,6 +509,18 @@ final class DayRun: @unchecked Sendable {
         return last
     }
 
+    /// What the simulator's APNs did with each apns-id (its log is a window: read every step).
+    var apnsOutcome: [String: PushOutcome.Code] = [:]
+    func noteAPNsOutcomes(_ env: Env) {
+        for r in env.sim.apns.requestLog {
+            if let id = r.apnsID, let code = r.outcome?.code { apnsOutcome[id] = code }
+        }
+    }
+
+    /// The phone's last word on a push, else APNs' (a push stored for an offline phone and then
+    /// replaced by a later one to the app leaves no trace on the phone).
+    func outcome(ofAPNsID id: String) -> PushOutcome.Code? { deviceOutcome[id] ?? apnsOutcome[id] }
+
     /// The server's events so far (read as a backend does, from its cursor): at which priority
     /// each push went.
     var eventCursor = "0"
@@ -597,14 +611,8 @@ final class DayRun: @unchecked Sendable {
                     "contentState": content, "dismissalDate": .int(Int64(now.timeIntervalSince1970) + 900),
                 ])
                 o.ended = true
-                if status == 202 {
-                    o.lastJob = noteAccepted(answer, kind: "end", key: key, high: true, at: now)
-                    o.latest = content
-                    o.lastUpdateAt = now
-                    o.lastWasHigh = true
-                } else {
-                    figures["ends refused (\(status) \(answer["error"]?["code"]?.stringValue ?? ""))", default: 0] += 1
-                }
+                // An end goes at priority 10 (docs/server.md, "What each push carries").
+                record(&o, status: status, answer: answer, kind: "end", content: content, high: true, now: now)
                 orders[key] = o
                 continue
             }
@@ -616,16 +624,21 @@ final class DayRun: @unchecked Sendable {
             if high { body["alert"] = ["title": "Your order", "body": "On its way"] }
             let (status, answer) = try await call(env, "POST", "/v1/activities/by-key/\(key)/update", .object(body))
             o.nextUpdateAt = now.addingTimeInterval(o.renewed ? 1800 : busy ? Double.random(in: 60...240, using: &random) : Double.random(in: 180...720, using: &random))
-            if status == 202 {
-                o.lastJob = noteAccepted(answer, kind: "update", key: key, high: high, at: now)
-                o.latest = content
-                o.lastUpdateAt = now
-                o.lastWasHigh = high
-            } else {
-                figures["updates refused (\(status) \(answer["error"]?["code"]?.stringValue ?? ""))", default: 0] += 1
-            }
+            record(&o, status: status, answer: answer, kind: "update", content: content, high: high, now: now)
             orders[key] = o
         }
+    }
+
+    /// What the backend keeps of an update or end it asked for: the order's latest content, or why it was refused.
+    func record(_ o: inout Order, status: Int, answer: JSONValue, kind: String, content: JSONValue, high: Bool, now: Date) {
+        guard status == 202 else {
+            figures["\(kind)s refused (\(status) \(answer["error"]?["code"]?.stringValue ?? ""))", default: 0] += 1
+            return
+        }
+        o.lastJob = noteAccepted(answer, kind: kind, key: o.key, high: high, at: now)
+        o.latest = content
+        o.lastUpdateAt = now
+        o.lastWasHigh = high
     }
 
     func openMatch(_ env: Env) async throws {
@@ -725,7 +738,9 @@ final class DayRun: @unchecked Sendable {
                 let (_, record) = try await call(env, "GET", "/v1/activities/by-key/\(key)?deliveries=1")
                 if record["hasToken"] == .bool(true), record["state"] == "active", now.timeIntervalSince(p.runningSince) >= 60 || !o.byPush {
                     let log = try env.world.device(p.device).events.filter { $0.activityID == shown.id }.suffix(3).map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(160))" }
-                    violation("convergence", "\(key) on \(p.device) (iOS \(p.os)\(p.busy ? ", busy" : "")) shows \(shown.contentState.jsonString), the backend's latest (priority 10, \(Int(now.timeIntervalSince(o.lastUpdateAt))) s ago) is \(o.latest.jsonString); the phone's log ends \(log)")
+                    let all = try env.world.device(p.device).activities.filter { $0.attributesType == orderType && $0.attributes["orderNumber"]?.stringValue == String(key.dropFirst(6)) }
+                        .map { "\($0.id.prefix(8)) \($0.state.rawValue) by \($0.startedBy.rawValue) token \($0.updateToken?.prefix(6) ?? "-") \($0.contentState["driverName"]?.stringValue ?? "")" }
+                    violation("convergence", "\(key) on \(p.device) (iOS \(p.os)\(p.busy ? ", busy" : "")) shows \(shown.contentState.jsonString), the backend's latest (priority 10, \(Int(now.timeIntervalSince(o.lastUpdateAt))) s ago) is \(o.latest.jsonString); the phone's log ends \(log); on the phone: \(all); the server: \(record["id"]?.stringValue ?? "") \(record["state"]?.stringValue ?? "") \(record["contentState"]?["driverName"]?.stringValue ?? "")")
                 } else {
                     figures["convergence checks waiting for the app to hand over a token", default: 0] += 1
                 }
@@ -741,7 +756,9 @@ final class DayRun: @unchecked Sendable {
                     // later push to the app — APNs keeps one per app).
                     let log = try env.world.device(p.device).events.filter { $0.activityID == shown.id && $0.outcome != nil }
                     let lastApplied = log.lastIndex { [.applied, .ended, .flagged, .started].contains($0.outcome!.code) } ?? -1
-                    if let why = log.suffix(from: lastApplied + 1).compactMap({ $0.outcome?.code }).last(where: { [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline].contains($0) }) {
+                    // A goal that came at priority 5 (the phone's budget spent: Isle downgraded it) is
+                    // promised nothing either, as for orders.
+                    if let why = log.suffix(from: lastApplied + 1).compactMap({ $0.outcome?.code }).last(where: { [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority].contains($0) }) {
                         leewayMatch.insert("\(p.device) \(why.rawValue)")
                     } else {
                         violation("convergence", "the match on \(p.device) (iOS \(p.os), \(shown.channelID == nil ? "token" : "channel")) shows \(shown.contentState.jsonString), the latest goal is \(latest.jsonString); the phone's log ends \(log.suffix(3).map { "\($0.outcome!.code.rawValue): \($0.message.prefix(140))" })")
@@ -831,7 +848,7 @@ final class DayRun: @unchecked Sendable {
             let types = perJob[job] ?? [:]
             if types["push.failed"] != nil { outcomes["failed, with APNs' answer (push.failed)", default: 0] += 1; continue }
             if types["push.delivered"] != nil {
-                let code = apnsIDs[job].flatMap { deviceOutcome[$0] }
+                let code = apnsIDs[job].flatMap(outcome(ofAPNsID:))
                 let name = switch code {
                 case .applied?, .started?, .ended?, .flagged?: "applied"
                 case .olderTimestamp?: "superseded on the phone (an older timestamp arrived late)"
@@ -892,7 +909,7 @@ final class DayRun: @unchecked Sendable {
             // What the phone did with the last push of this order that APNs accepted: Apple's
             // leeway, which no server can see, when it never reached the activity.
             let lastPush = accepted.filter { $0.value.key == key }.keys.sorted().last { apnsIDs[$0] != nil }
-            let lastOutcome = lastPush.flatMap { apnsIDs[$0] }.flatMap { deviceOutcome[$0] }
+            let lastOutcome = lastPush.flatMap { apnsIDs[$0] }.flatMap(outcome(ofAPNsID:))
             let leeway: Set<PushOutcome.Code> = [.lostLowPriority, .storedWhileOffline, .heldByAPNs, .expiredWhileOffline, .pushToStartThrottled]
             guard status == 200 else {
                 if onPhone != nil { violation("records equal", "\(key): on the phone, unknown to the server (\(status))") }
@@ -902,7 +919,9 @@ final class DayRun: @unchecked Sendable {
                 if let code = lastOutcome, leeway.contains(code) {
                     figures["orders whose record differs by Apple's leeway (\(code.rawValue))", default: 0] += 1
                 } else {
-                    violation("records equal", "\(key): on the server (\(record["state"]?.stringValue ?? "?")), never on the phone; the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none")")
+                    let id = lastPush.flatMap { apnsIDs[$0] } ?? ""
+                    let seen = env.sim.apns.requestLog.filter { $0.apnsID == id }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
+                    violation("records equal", "\(key): on the server (\(record["state"]?.stringValue ?? "?")), never on the phone; the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen)")
                 }
                 continue
             }
@@ -919,7 +938,9 @@ final class DayRun: @unchecked Sendable {
                 figures["orders whose record differs by Apple's leeway (\(code.rawValue))", default: 0] += 1
             } else {
                 let log = try env.world.device(p.device).events.filter { $0.activityID == onPhone.id }.suffix(4).map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(120))" }
-                violation("records equal", "\(key): \(differs); the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); its log ends: \(log)")
+                let id = lastPush.flatMap { apnsIDs[$0] } ?? ""
+                let seen = env.sim.apns.requestLog.filter { $0.apnsID == id }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
+                violation("records equal", "\(key): \(differs); the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen); its log ends: \(log)")
             }
         }
         figures["orders compared at the end (server record = phone)"] = compared

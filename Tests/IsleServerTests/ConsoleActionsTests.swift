@@ -232,10 +232,10 @@ struct ConsoleActionsTests {
             #expect(page.contains("<code>ServiceUnavailable</code>") && page.contains("Retry later"), "the reason with Isle's advice")
             #expect(page.contains("id=\"chart-deliveries\"") && page.contains("data-series=\"delivered\"") && page.contains("id=\"chart-latency\"") && page.contains("id=\"chart-queue\""))
             #expect(!page.contains("id=\"total-latency-p50\">—<"), "latency quantiles from the recorded histogram")
-            #expect(page.contains("id=\"budget-total\">3 priority-10 pushes to 1 activities") && page.contains("3 of 15"))
+            #expect(page.contains("id=\"budget-total\">3 priority-10 pushes to 1 activities") && page.contains("3 of 14"))
             for range in ["24h", "7d"] { #expect(try await C.send(f, "GET", "/console/history?range=\(range)", cookie: cookie).text.contains("id=\"total-delivered\">3<")) }
             #expect(try await C.send(f, "GET", "/console/history?range=1y", cookie: cookie).status == 400)
-            #expect(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text.contains("id=\"budget\">3 of 15"))
+            #expect(try await C.send(f, "GET", "/console/activities/\(id)", cookie: cookie).text.contains("id=\"budget\">3 of 14"))
             // Kept across a restart: the counters are in the database.
             await f.stop()
             try await f.start()

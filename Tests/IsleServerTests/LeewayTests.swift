@@ -35,9 +35,12 @@ struct LeewayTests {
             }
             let sent = try await Self.delivered(f, first, 18)
             let atTen = sent.filter { $0["priority"] == 10 }.count
-            #expect(atTen == 15 && sent.filter { $0["downgraded"] == true }.count == 3, "15 at priority 10, then the budget is spent: \(sent.map { $0["priority"] ?? .null })")
+            // Per installation Isle keeps one in hand (a push APNs stored for an offline phone is
+            // counted by the phone when it arrives): 14 at priority 10, then priority 5.
+            let allowed = scope == .installation ? 14 : 15
+            #expect(atTen == allowed && sent.filter { $0["downgraded"] == true }.count == 18 - allowed, "\(allowed) at priority 10, then the budget is spent: \(sent.map { $0["priority"] ?? .null })")
             let before = try await f.call("GET", "/v1/activities/\(second)", key: f.backendKey).json["budget"]
-            #expect(before == (scope == .installation ? ["per": "installation", "used": 15, "limit": 15] : ["per": "activity", "used": 0, "limit": 15]), "\(before ?? .null)")
+            #expect(before == (scope == .installation ? ["per": "installation", "used": 14, "limit": 14] : ["per": "activity", "used": 0, "limit": 15]), "\(before ?? .null)")
 
             let alert = try await f.call("POST", "/v1/activities/\(second)/update", key: f.backendKey, body: ["contentState": Pizza.state("At your door"), "alert": ["title": "Pizza", "body": "At your door"]])
             #expect(alert.status == 202)
@@ -51,7 +54,10 @@ struct LeewayTests {
             case .installation:
                 #expect(d["priority"] == 5 && d["downgraded"] == true, "\(d)")
                 #expect(throttled.isEmpty, "the phone throttled nothing Isle sent: \(throttled.map(\.message))")
-                #expect(try f.deviceActivity(other.id)?.contentState["driverName"] == "At your door")
+                // At priority 5 it is applied — or lost, as Apple allows priority 5 to be (seeded 5 %).
+                let judged = try f.sim.world.device(f.device).events.last { $0.apnsID == d["apnsID"]?.stringValue && $0.outcome != nil }?.outcome?.code
+                #expect(judged == .applied || judged == .lostLowPriority, "\(String(describing: judged))")
+                if judged == .applied { #expect(try f.deviceActivity(other.id)?.contentState["driverName"] == "At your door") }
             case .activity:
                 // Isle's kinder count believes the budget untouched; the phone counts per app.
                 #expect(d["priority"] == 10, "\(d)")

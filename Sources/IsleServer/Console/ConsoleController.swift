@@ -181,7 +181,9 @@ struct ConsoleController: Sendable {
             let points = try await store.history(bundleID: admin.bundleID, from: now.addingTimeInterval(-range.span - range.bucket), to: now.addingTimeInterval(range.bucket), bucket: range.bucket)
             let budget = try await store.highPrioritySends(bundleID: admin.bundleID, since: now.addingTimeInterval(-3600), limit: 20)
             let app = try await services.app(admin.bundleID)
-            let limit = app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget
+            // As Isle applies it: per installation, one kept in hand (DeliveryPlanner.budgetUsed).
+            let limit = (app.frequentUpdatesDeclared ? services.configuration.frequentHourlyHighPriorityBudget : services.configuration.hourlyHighPriorityBudget)
+                - (services.configuration.budgetScope == .installation ? 1 : 0)
             let unsent = try await store.unsentJobCounts(bundleID: admin.bundleID, since: now.addingTimeInterval(-range.span))
             return page("History", HistoryPage.render(points, range: range, now: now, budget: budget, budgetLimit: limit, budgetScope: services.configuration.budgetScope, unsent: unsent))
         }

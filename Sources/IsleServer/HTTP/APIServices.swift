@@ -68,7 +68,9 @@ struct APIServices: Sendable {
         let limit = frequent ? configuration.frequentHourlyHighPriorityBudget : configuration.hourlyHighPriorityBudget
         let since = clock.now.addingTimeInterval(-3600)
         if configuration.budgetScope == .installation, let inst = a.installationID {
-            return API.Budget(per: .installation, used: try await history.highPrioritySends(activityID: BudgetScope.installationKey(bundleID: a.bundleID, installationID: inst), since: since), limit: limit)
+            // One kept in hand, as the planner does (DeliveryPlanner.budgetUsed).
+            return API.Budget(per: .installation, used: try await history.highPrioritySends(activityID: BudgetScope.installationKey(bundleID: a.bundleID, installationID: inst), since: since),
+                              limit: limit - 1)
         }
         return API.Budget(per: .activity, used: try await history.highPrioritySends(activityID: a.id, since: since), limit: limit)
     }

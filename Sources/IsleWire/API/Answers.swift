@@ -103,7 +103,7 @@ extension API {
         public static var wireDescription: String? { "Priority-10 pushes in the last hour against the hourly budget; past it, Isle sends priority 5." }
         public static var wireFields: [String: String] {
             ["per": "installation: the app on that phone, all its activities and channels together (the default, as a phone may count it); activity: this activity alone (isle serve --budget-per activity, or an activity registered without an installation).",
-             "used": "Priority-10 pushes counted in the last hour.", "limit": "The hourly budget (more when the app declares frequent updates and the person has them on)."]
+             "used": "Priority-10 pushes counted in the last hour.", "limit": "The pushes Isle sends at priority 10 in an hour: the budget (more when the app declares frequent updates and the person has them on), less the one Isle keeps in hand per installation."]
         }
     }
 
