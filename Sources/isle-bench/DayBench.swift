@@ -174,6 +174,8 @@ final class DayRun: @unchecked Sendable {
     var convergenceChecks = 0
     /// Match followers whose phone's log shows the leeway took a goal (phone, why).
     var leewayMatch = Set<String>()
+    /// Orders whose last priority-10 push APNs stored for the offline phone and then replaced.
+    var leewayOrders = Set<String>()
 
     func violation(_ kind: String, _ text: String) {
         violationCounts[kind, default: 0] += 1
@@ -725,6 +727,7 @@ final class DayRun: @unchecked Sendable {
         // online for a minute, shows it — unless the server cannot reach it yet (no token: the
         // app has not run since a push-start or a rotation; it shows it within a minute of that).
         try await readEvents(env)
+        noteAPNsOutcomes(env)
         for (key, o) in orders where !o.ended && o.lastWasHigh {
             let p = phones[o.phone]
             guard now.timeIntervalSince(o.lastUpdateAt) >= 60, p.online, now.timeIntervalSince(p.onlineSince) >= 60 else { continue }
@@ -734,6 +737,12 @@ final class DayRun: @unchecked Sendable {
             guard let shown = try env.world.device(p.device).activities.filter({ $0.attributesType == orderType && $0.attributes["orderNumber"]?.stringValue == String(key.dropFirst(6)) && $0.state.isOngoing }).max(by: { $0.startedAt < $1.startedAt }) else { continue }
             convergenceChecks += 1
             if shown.contentState != o.latest {
+                // Apple's leeway: APNs stored the push while the phone was offline and a later push
+                // to the app replaced it (APNs keeps one per app): the phone never saw it.
+                if let job = o.lastJob, let id = apnsIDs[job], !(try env.world.device(p.device).events.contains { $0.apnsID == id }), let code = apnsOutcome[id], [.storedWhileOffline, .heldByAPNs].contains(code) {
+                    leewayOrders.insert(key)
+                    continue
+                }
                 // Reachable? The server's record must have a token since a minute.
                 let (_, record) = try await call(env, "GET", "/v1/activities/by-key/\(key)?deliveries=1")
                 if record["hasToken"] == .bool(true), record["state"] == "active", now.timeIntervalSince(p.runningSince) >= 60 || !o.byPush {
@@ -966,6 +975,7 @@ final class DayRun: @unchecked Sendable {
         } else {
             lines.append("renewal handovers: none seen (two live activities never overlapped at a check)")
         }
+        if !leewayOrders.isEmpty { lines.append("orders whose last priority-10 update APNs stored while the phone was offline, then replaced by a later push to the app (Apple: one per app): \(leewayOrders.count)") }
         if !leewayMatch.isEmpty { lines.append("match followers that missed a goal by Apple's leeway (the phone's log says so): \(Set(leewayMatch.map { $0.split(separator: " ")[0] }).count)") }
         lines.append("promises broken: " + (violationCounts.isEmpty ? "none" : violationCounts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")))
         return lines.joined(separator: "\n")
