@@ -21,8 +21,10 @@ struct EnginePolicyTests {
             }
             try await eventually("16 deliveries") { (try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]?.arrayValue?.count ?? 0) == 16 }
             let deliveries = try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["deliveries"]!.arrayValue!
-            #expect(deliveries.prefix(15).allSatisfy { $0["priority"] == 10 && $0["downgraded"] == false })
-            #expect(deliveries[15]["priority"] == 5 && deliveries[15]["downgraded"] == true)
+            // Per installation (the default) Isle keeps one of the 15 in hand (docs/server.md, "The
+            // priority-10 budget"): 14 at priority 10, then 5.
+            #expect(deliveries.prefix(14).allSatisfy { $0["priority"] == 10 && $0["downgraded"] == false })
+            #expect(deliveries.suffix(2).allSatisfy { $0["priority"] == 5 && $0["downgraded"] == true })
         }
     }
 
