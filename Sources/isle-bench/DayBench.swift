@@ -526,11 +526,18 @@ final class DayRun: @unchecked Sendable {
     /// The server's events so far (read as a backend does, from its cursor): at which priority
     /// each push went.
     var eventCursor = "0"
+    /// Activities the backend started by push-to-start: their key and when.
+    var startedActivities: [String: (key: String, at: Date)] = [:]
     var sentPriority: [Int64: Int] = [:]
     func readEvents(_ env: Env) async throws {
         while true {
             let (_, page) = try await call(env, "GET", "/v1/events?limit=1000&after=\(eventCursor)")
             let got = page["events"]?.arrayValue ?? []
+            for e in got where e["data"]?["kind"] == "start" {
+                if let id = e["activityID"]?.stringValue, let (key, at) = startedActivities[id], let job = e["data"]?["jobID"]?.numberValue?.int64Value, accepted[job] == nil {
+                    accepted[job] = ("start", key, true, at)
+                }
+            }
             for e in got where e["type"] == "push.delivered" {
                 if let job = e["data"]?["jobID"]?.numberValue?.int64Value, let p = e["data"]?["priority"]?.numberValue?.int64Value { sentPriority[job] = Int(p) }
                 if let job = e["data"]?["jobID"]?.numberValue?.int64Value, let id = e["data"]?["apnsID"]?.stringValue { apnsIDs[job] = id }
@@ -570,7 +577,9 @@ final class DayRun: @unchecked Sendable {
                 "contentState": content, "alert": ["title": .string("Order \(number)"), "body": "We got it"],
             ])
             if status == 202 {
-                noteAccepted(answer, kind: "start", key: key, high: true, at: now)
+                // A start's answer names the activity it made, not its job: the job is learnt from
+                // the events about that activity (readEvents).
+                for a in answer["activities"]?.arrayValue ?? [] { if let id = a["activityID"]?.stringValue { startedActivities[id] = (key, now) } }
             } else {
                 figures["orders not push-started (no push-to-start token yet)", default: 0] += 1
                 byPush = false
@@ -866,7 +875,7 @@ final class DayRun: @unchecked Sendable {
                 case .activityEnded?: "arrived after the activity ended"
                 case .widgetsReloaded?, .widgetReloadDeferred?, .widgetPushPending?, .noWidgets?: "widgets: reloaded or deferred by WidgetKit's budget"
                 case .throttled?: "throttled on the phone"
-                case .pushToStartThrottled?: "push-to-start throttled on the phone"
+                case .pushToStartThrottled?, .limitReached?: "a push-to-start the phone refused (ActivityKit's limits; APNs answered 200)"
                 case .storedWhileOffline?, .heldByAPNs?: "delivered (stored or held by APNs, then replaced by a later push to the app while offline)"
                 case .some(let other): "delivered: \(other.rawValue)"
                 case nil: a.kind.hasPrefix("topic") ? "delivered to the topic's channel" : "delivered (the phone kept no trace: stored, then replaced while offline)"
@@ -919,18 +928,28 @@ final class DayRun: @unchecked Sendable {
             // leeway, which no server can see, when it never reached the activity.
             let lastPush = accepted.filter { $0.value.key == key }.keys.sorted().last { apnsIDs[$0] != nil }
             let lastOutcome = lastPush.flatMap { apnsIDs[$0] }.flatMap(outcome(ofAPNsID:))
-            let leeway: Set<PushOutcome.Code> = [.lostLowPriority, .storedWhileOffline, .heldByAPNs, .expiredWhileOffline, .pushToStartThrottled]
+            // …and ActivityKit refusing a push-to-start APNs answered 200 (the app's live activities
+            // at their limit, too many starts in a short time): the server cannot see that either.
+            let leeway: Set<PushOutcome.Code> = [.lostLowPriority, .storedWhileOffline, .heldByAPNs, .expiredWhileOffline, .pushToStartThrottled, .limitReached]
             guard status == 200 else {
                 if onPhone != nil { violation("records equal", "\(key): on the phone, unknown to the server (\(status))") }
                 continue
             }
             guard let onPhone else {
-                if let code = lastOutcome, leeway.contains(code) {
+                // Never on the phone: what became of its start decides.
+                let start = accepted.filter { $0.value.key == key && $0.value.kind == "start" }.keys.sorted().last
+                let startOutcome = start.flatMap { apnsIDs[$0] }.flatMap(outcome(ofAPNsID:))
+                if let code = startOutcome ?? lastOutcome, leeway.contains(code) {
                     figures["orders whose record differs by Apple's leeway (\(code.rawValue))", default: 0] += 1
                 } else {
-                    let id = lastPush.flatMap { apnsIDs[$0] } ?? ""
-                    let seen = env.sim.apns.requestLog.filter { $0.apnsID == id }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
-                    violation("records equal", "\(key): on the server (\(record["state"]?.stringValue ?? "?")), never on the phone; the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen)")
+                    var trail: [String] = []
+                    for job in accepted.filter({ $0.value.key == key }).keys.sorted() {
+                        let id = apnsIDs[job]
+                        var on: [String] = []
+                        if let id { for q in phones where (try? env.world.device(q.device).events.contains { $0.apnsID == id }) == true { on.append(q.device) } }
+                        trail.append("job \(job) \(accepted[job]!.kind) apns-id \(id?.prefix(8) ?? "-") APNs \(id.flatMap { apnsOutcome[$0]?.rawValue } ?? "-") phones \(on)")
+                    }
+                    violation("records equal", "\(key) of \(p.device) (installation \(p.installation.prefix(8)), by push \(o.byPush)): on the server (\(record["state"]?.stringValue ?? "?"), \(record["installationID"]?.stringValue?.prefix(8) ?? "-")), never on the phone; \(trail)")
                 }
                 continue
             }
