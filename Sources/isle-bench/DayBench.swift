@@ -177,6 +177,9 @@ final class DayRun: @unchecked Sendable {
     /// Orders whose last priority-10 push APNs stored for the offline phone and then replaced.
     var leewayOrders = Set<String>()
 
+    /// Convergence breaks already told (key and the content it should show): one break, once.
+    var toldConvergence = Set<String>()
+
     func violation(_ kind: String, _ text: String) {
         violationCounts[kind, default: 0] += 1
         if violations.count < 200 { violations.append("\(kind): \(text)") }
@@ -754,11 +757,12 @@ final class DayRun: @unchecked Sendable {
                 }
                 // Reachable? The server's record must have a token since a minute.
                 let (_, record) = try await call(env, "GET", "/v1/activities/by-key/\(key)?deliveries=1")
-                if record["hasToken"] == .bool(true), record["state"] == "active", now.timeIntervalSince(p.runningSince) >= 60 || !o.byPush {
+                if record["hasToken"] == .bool(true), record["state"] == "active", p.running && now.timeIntervalSince(p.runningSince) >= 60 || !o.byPush {
+                    guard toldConvergence.insert("\(key) \(o.latest.jsonString)").inserted else { continue }
                     let log = try env.world.device(p.device).events.filter { $0.activityID == shown.id }.suffix(3).map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(160))" }
                     let all = try env.world.device(p.device).activities.filter { $0.attributesType == orderType && $0.attributes["orderNumber"]?.stringValue == String(key.dropFirst(6)) }
                         .map { "\($0.id.prefix(8)) \($0.state.rawValue) by \($0.startedBy.rawValue) token \($0.updateToken?.prefix(6) ?? "-") \($0.contentState["driverName"]?.stringValue ?? "")" }
-                    violation("convergence", "\(key) on \(p.device) (iOS \(p.os)\(p.busy ? ", busy" : "")) shows \(shown.contentState.jsonString), the backend's latest (priority 10, \(Int(now.timeIntervalSince(o.lastUpdateAt))) s ago) is \(o.latest.jsonString); the phone's log ends \(log); on the phone: \(all); the server: \(record["id"]?.stringValue ?? "") \(record["state"]?.stringValue ?? "") \(record["contentState"]?["driverName"]?.stringValue ?? "")")
+                    violation("convergence", "\(key) on \(p.device) (iOS \(p.os)\(p.busy ? ", busy" : "")) shows \(shown.contentState.jsonString), the backend's latest (priority 10, \(Int(now.timeIntervalSince(o.lastUpdateAt))) s ago) is \(o.latest.jsonString); the phone's log ends \(log); on the phone: \(all); the server: \(record["id"]?.stringValue ?? "") \(record["state"]?.stringValue ?? "") \(record["contentState"]?["driverName"]?.stringValue ?? ""); its last push: job \(o.lastJob.map(String.init) ?? "-") at priority \(o.lastJob.flatMap { sentPriority[$0] }.map(String.init) ?? "?"), apns-id \(o.lastJob.flatMap { apnsIDs[$0] }?.prefix(8) ?? "-"), APNs \(o.lastJob.flatMap { apnsIDs[$0] }.flatMap { apnsOutcome[$0]?.rawValue } ?? "-"), on the phone \(o.lastJob.flatMap { apnsIDs[$0] }.map { id in (try? env.world.device(p.device).events.filter { $0.apnsID == id }.compactMap { $0.outcome?.code.rawValue }) ?? [] } ?? [])")
                 } else {
                     figures["convergence checks waiting for the app to hand over a token", default: 0] += 1
                 }
@@ -768,7 +772,9 @@ final class DayRun: @unchecked Sendable {
             for p in phones where p.followsMatch && p.online && now.timeIntervalSince(p.onlineSince) >= 60 {
                 guard let shown = try env.world.device(p.device).activities.first(where: { $0.attributesType == matchType && $0.state.isOngoing }) else { continue }
                 convergenceChecks += 1
-                if shown.contentState != latest, shown.channelID != nil || now.timeIntervalSince(p.runningSince) >= 60 {
+                // By token, the server reaches it only with its current token: after a rotation the
+                // app must run to hand it over (the channel needs no token).
+                if shown.contentState != latest, shown.channelID != nil || (p.running && now.timeIntervalSince(p.runningSince) >= 60) {
                     // Apple's leeway, which no server can see: the phone's log says the goal never
                     // reached the activity (priority 5 lost; stored while offline, then replaced by a
                     // later push to the app — APNs keeps one per app).
@@ -779,7 +785,8 @@ final class DayRun: @unchecked Sendable {
                     if let why = log.suffix(from: lastApplied + 1).compactMap({ $0.outcome?.code }).last(where: { [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority].contains($0) }) {
                         leewayMatch.insert("\(p.device) \(why.rawValue)")
                     } else {
-                        violation("convergence", "the match on \(p.device) (iOS \(p.os), \(shown.channelID == nil ? "token" : "channel")) shows \(shown.contentState.jsonString), the latest goal is \(latest.jsonString); the phone's log ends \(log.suffix(3).map { "\($0.outcome!.code.rawValue): \($0.message.prefix(140))" })")
+                        guard toldConvergence.insert("match \(p.device) \(latest.jsonString)").inserted else { continue }
+                    violation("convergence", "the match on \(p.device) (iOS \(p.os), \(shown.channelID == nil ? "token" : "channel")) shows \(shown.contentState.jsonString), the latest goal is \(latest.jsonString); the phone's log ends \(log.suffix(3).map { "\($0.outcome!.code.rawValue): \($0.message.prefix(140))" })")
                     }
                 }
             }
