@@ -78,9 +78,9 @@ struct MatchState: Codable, Sendable, Equatable {
 }
 
 /// One run of the scenario.
-final class DayRun: @unchecked Sendable {
-    // @unchecked: every mutable field is touched only by `run()`'s task (the scenario's driver,
-    // strictly sequential); the closures handed to clients read only `let`s and the Mutex below.
+/// Not Sendable: only `run()`'s task (the scenario's driver, strictly sequential) touches it; the
+/// closures handed to the clients capture copies of what they read, never the run.
+final class DayRun {
     let options: DayBench
     var random: SeededRandom
     let bundleID = "com.example.pizza"
@@ -108,8 +108,8 @@ final class DayRun: @unchecked Sendable {
 
     // MARK: The world as the backend and the checks know it
 
-    final class Phone: @unchecked Sendable {
-        // @unchecked: touched only by the driver task (see DayRun).
+    /// A phone as the driver keeps it (touched by the driver task only, as ``DayRun``).
+    final class Phone {
         let index: Int
         let device: String
         let os: String
