@@ -13,14 +13,17 @@ import Synchronization
 final class APNsConnection: Sendable {
     let id: Int
     let key: APNsHostKey
+    /// The provider token every request on this connection carries.
+    let credential: ProviderCredential
     let loop: any EventLoop
     let pool: APNsConnectionPool
     let counters: APNsConnectionCounters
     private let box: NIOLoopBoundBox<APNsStreamHandler>
 
-    init(id: Int, key: APNsHostKey, loop: any EventLoop, pool: APNsConnectionPool) {
+    init(id: Int, key: APNsHostKey, credential: ProviderCredential, loop: any EventLoop, pool: APNsConnectionPool) {
         self.id = id
         self.key = key
+        self.credential = credential
         self.loop = loop
         self.pool = pool
         // One stream until the server's SETTINGS say more: APNs "allows only one stream until you
@@ -32,7 +35,7 @@ final class APNsConnection: Sendable {
         // Everything the handler needs is given here, so a request that reaches it before the
         // connection has started (another caller picked this connection first) is accounted for.
         box = NIOLoopBoundBox.makeBoxSendingValue(
-            APNsStreamHandler(configuration: pool.configuration, logger: pool.logger, pool: pool, counters: counters, loop: loop, hostDescription: key.description),
+            APNsStreamHandler(configuration: pool.configuration, logger: pool.logger, pool: pool, counters: counters, loop: loop, hostDescription: key.description, connectionID: id),
             eventLoop: loop)
     }
 
@@ -76,6 +79,12 @@ final class APNsConnection: Sendable {
     func cancel(_ id: UInt64) {
         let box = self.box
         loop.execute { box.value.cancel(id) }
+    }
+
+    /// Takes no new requests (the pool has unlisted it); finishes those it has, then closes.
+    func closeWhenDone(reason: String) {
+        let box = self.box
+        loop.execute { box.value.closeWhenDone(reason: reason) }
     }
 
     func close() async {
@@ -148,8 +157,13 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// RST_STREAM codes the server sent, until the stream's close event is handled.
     private var peerResets: [HTTP2StreamID: HTTP2ErrorCode] = [:]
     private var closePromises: [EventLoopPromise<Void>] = []
+    /// Out of the pool's rotation: close once nothing is queued, open or on its way here.
+    private var closingWhenDone = false
 
-    init(configuration: NIOHTTP2Transport.Configuration, logger: Logger, pool: APNsConnectionPool, counters: APNsConnectionCounters, loop: any EventLoop, hostDescription: String) {
+    private let connectionID: Int
+
+    init(configuration: NIOHTTP2Transport.Configuration, logger: Logger, pool: APNsConnectionPool, counters: APNsConnectionCounters, loop: any EventLoop, hostDescription: String, connectionID: Int) {
+        self.connectionID = connectionID
         self.configuration = configuration
         self.logger = logger
         self.pool = pool
@@ -395,6 +409,11 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         streams.removeValue(forKey: streamID)
         leave()
         let body = s.body.map { Array(buffer: $0) } ?? []
+        // APNs keeps a connection that saw its token change too soon unusable for a while
+        // (docs/protocol.md §1.3): the requests after this one go to a new connection.
+        if s.status == 429, body.count < 200, String(decoding: body, as: UTF8.self).contains("TooManyProviderTokenUpdates") {
+            closeWhenDone(reason: "APNs answered 429 TooManyProviderTokenUpdates")
+        }
         s.request.resume(.success(APNsTransportResponse(status: s.status ?? 0, headers: s.headers, body: body)))
         pump()
         closeIfDrained()
@@ -433,7 +452,22 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         closeIfDrained()
     }
 
+    /// Out of rotation (a newer provider token, or APNs refused a token change): what was
+    /// assigned here is still sent here — moving it would only meet the same fate elsewhere.
+    func closeWhenDone(reason: String) {
+        guard phase != .closed, phase != .draining else { return }
+        if !closingWhenDone {
+            logger.debug("retiring an APNs connection", metadata: ["apns.host": "\(hostDescription)", "reason": "\(reason)"])
+        }
+        closingWhenDone = true
+        pool.retire(counters)
+        closeIfDrained()
+    }
+
     private func closeIfDrained() {
+        if closingWhenDone, phase == .ready, streams.isEmpty, queue.isEmpty, counters.load.load(ordering: .relaxed) == 0 {
+            phase = .draining
+        }
         guard phase == .draining, streams.isEmpty, let context else { return }
         flushIfNeeded()
         context.close(promise: nil)
@@ -458,6 +492,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         maintenance = nil
         pingTimeoutTask = nil
         pool.retire(counters)
+        pool.closed(connectionID)
         let open = streams
         streams = [:]
         for (id, s) in open.sorted(by: { $0.key < $1.key }) {

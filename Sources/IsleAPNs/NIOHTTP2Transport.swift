@@ -24,6 +24,13 @@ import Synchronization
 /// - Health: a `PING` after ``Configuration/pingInterval`` without traffic; no answer within
 ///   ``Configuration/pingTimeout`` closes the connection. Connections idle for
 ///   ``Configuration/idleTimeout`` are closed.
+/// - Provider tokens: a connection carries one provider token (`authorization`) for its whole
+///   life. APNs answers 429 `TooManyProviderTokenUpdates` — and keeps the connection unusable
+///   for a while — when a connection sees a new token less than 20 minutes after its previous
+///   one, which a connection opened late in a token's hour would (docs/protocol.md §1.3). So a
+///   request with a newer token of the same key goes to a new connection, and the key's
+///   connections with the older token finish what they carry and close. A 429
+///   `TooManyProviderTokenUpdates` retires its connection the same way.
 /// - Back-pressure: callers wait (within their timeout) while every connection is full; past
 ///   ``Configuration/maximumQueuedRequests`` waiting requests, new ones fail at once with
 ///   ``APNsTransportError/Kind/overloaded``.
@@ -119,6 +126,10 @@ struct PreparedRequest: Sendable {
     var key: APNsHostKey
     var headers: HPACKHeaders
     var body: ByteBuffer
+    /// Which provider token the request carries (a hash of its `authorization` value), and which
+    /// key signed it (a hash of the JWT's header, the same for every token of a key): a connection
+    /// carries one token; a newer token of its key replaces it with a new connection.
+    var credential: ProviderCredential
 
     /// Headers whose values change with every push are kept out of HPACK's dynamic table, so
     /// the ones that repeat (the JWT, topic, push type) stay in it and cost a byte or two.
@@ -165,6 +176,36 @@ struct PreparedRequest: Sendable {
         }
         headers = h
         body = ByteBuffer(bytes: request.body)
+        credential = ProviderCredential(authorization: request.value("authorization"))
+    }
+}
+
+/// A request's provider token, by hashes: the token itself never leaves the header block.
+struct ProviderCredential: Hashable, Sendable {
+    /// The whole `authorization` value.
+    var token: UInt64
+    /// The JWT's header (`alg`, `kid`): one per signing key.
+    var key: UInt64
+
+    init(authorization: String?) {
+        guard let value = authorization else {
+            token = 0
+            key = 0
+            return
+        }
+        let utf8 = value.utf8
+        token = Self.fnv1a(utf8[...])
+        let jwt = value.hasPrefix("bearer ") ? utf8.dropFirst(7) : utf8[...]
+        key = Self.fnv1a(jwt.firstIndex(of: UInt8(ascii: ".")).map { jwt[..<$0] } ?? jwt)
+    }
+
+    static func fnv1a(_ bytes: Substring.UTF8View) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return hash
     }
 }
 
@@ -198,6 +239,13 @@ final class APNsConnectionPool: Sendable {
         var connections: [APNsHostKey: [APNsConnection]] = [:]
         var nextConnectionID = 0
         var isShutDown = false
+        /// Per signing key (``ProviderCredential/key``), the token its connections carry.
+        var currentTokens: [UInt64: UInt64] = [:]
+        /// Tokens replaced by newer ones (a few): a request still carrying one is a straggler.
+        var retiredTokens: Set<UInt64> = []
+        /// Connections out of rotation that still finish their requests (by id): cancellation
+        /// and shutdown reach them too.
+        var retiring: [Int: APNsConnection] = [:]
     }
 
     init(configuration: NIOHTTP2Transport.Configuration, sslContext: NIOSSLContext, group: any EventLoopGroup, logger: Logger) {
@@ -232,10 +280,40 @@ final class APNsConnectionPool: Sendable {
         let limit = configuration.maximumConnectionsPerHost
         let queueLimit = configuration.maximumQueuedRequests + configuration.maximumConnectionsPerHost * configuration.maximumStreamsPerConnection
         enum Choice { case use(APNsConnection), open(APNsConnection), shutDown, overloaded }
+        var replaced: [APNsConnection] = []
         let choice: Choice = state.withLock { s in
             if s.isShutDown { return .shutDown }
             if outstanding.load(ordering: .relaxed) >= queueLimit { return .overloaded }
-            let list = s.connections[request.request.key] ?? []
+            let credential = request.request.credential
+            if s.currentTokens[credential.key] != credential.token {
+                if s.retiredTokens.contains(credential.token) {
+                    // Built with a token just replaced: a connection of its own, closed after it.
+                    s.nextConnectionID += 1
+                    let c = APNsConnection(id: s.nextConnectionID, key: request.request.key, credential: credential, loop: group.next(), pool: self)
+                    c.counters.load.wrappingAdd(1, ordering: .relaxed)
+                    c.counters.usable.store(false, ordering: .relaxed)
+                    outstanding.wrappingAdd(1, ordering: .relaxed)
+                    replaced.append(c)
+                    s.retiring[c.id] = c
+                    return .open(c)
+                }
+                // A newer token of a key: the key's connections with the older one take no more
+                // requests (a connection must not see its token change within 20 minutes).
+                if let old = s.currentTokens[credential.key] {
+                    if s.retiredTokens.count >= 64 { s.retiredTokens.removeAll() }
+                    s.retiredTokens.insert(old)
+                }
+                s.currentTokens[credential.key] = credential.token
+                for c in s.connections.values.joined() where c.credential.key == credential.key && c.credential != credential {
+                    replaced.append(c)
+                }
+                for c in replaced {
+                    Self.unlist(c.counters, from: &s)
+                    s.retiring[c.id] = c
+                }
+            }
+            var list = s.connections[request.request.key] ?? []
+            list.removeAll { $0.credential != credential }
             var best: APNsConnection?
             var bestLoad = Int.max
             var leastLoaded: APNsConnection?
@@ -252,7 +330,7 @@ final class APNsConnectionPool: Sendable {
             }
             if list.count < limit || leastLoaded == nil {
                 s.nextConnectionID += 1
-                let c = APNsConnection(id: s.nextConnectionID, key: request.request.key, loop: group.next(), pool: self)
+                let c = APNsConnection(id: s.nextConnectionID, key: request.request.key, credential: credential, loop: group.next(), pool: self)
                 s.connections[request.request.key, default: []].append(c)
                 c.counters.load.wrappingAdd(1, ordering: .relaxed)
                 outstanding.wrappingAdd(1, ordering: .relaxed)
@@ -262,6 +340,7 @@ final class APNsConnectionPool: Sendable {
             outstanding.wrappingAdd(1, ordering: .relaxed)
             return .use(leastLoaded!)
         }
+        for c in replaced { c.closeWhenDone(reason: "a newer provider token") }
         switch choice {
         case .use(let c):
             c.submit(request)
@@ -298,7 +377,7 @@ final class APNsConnectionPool: Sendable {
     }
 
     /// Marks the connection unusable and removes it from its host's list (under the pool's lock).
-    private static func unlist(_ counters: APNsConnectionCounters, from s: inout State) {
+    fileprivate static func unlist(_ counters: APNsConnectionCounters, from s: inout State) {
         counters.usable.store(false, ordering: .relaxed)
         for (key, list) in s.connections {
             guard let index = list.firstIndex(where: { $0.counters === counters }) else { continue }
@@ -307,6 +386,11 @@ final class APNsConnectionPool: Sendable {
             s.connections[key] = list.isEmpty ? nil : list
             return
         }
+    }
+
+    /// A connection closed: it is no longer anyone's to reach.
+    func closed(_ connectionID: Int) {
+        state.withLock { s in _ = s.retiring.removeValue(forKey: connectionID) }
     }
 
     /// Retires the connection only if nothing is assigned to it (checked under the lock that assigns).
@@ -321,14 +405,15 @@ final class APNsConnectionPool: Sendable {
     }
 
     func cancel(_ id: UInt64) {
-        let all = state.withLock { s in s.connections.values.flatMap { $0 } }
+        let all = state.withLock { s in s.connections.values.flatMap { $0 } + s.retiring.values }
         for c in all { c.cancel(id) }
     }
 
     func shutdown() async {
         let all = state.withLock { s -> [APNsConnection] in
             s.isShutDown = true
-            let all = s.connections.values.flatMap { $0 }
+            let all = s.connections.values.flatMap { $0 } + s.retiring.values
+            s.retiring = [:]
             s.connections = [:]
             return all
         }

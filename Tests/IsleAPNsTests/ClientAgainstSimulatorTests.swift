@@ -22,7 +22,7 @@ struct ClientAgainstSimulatorTests {
     struct PizzaAttributes: Codable { var numberOfPizzas: Int; var totalAmount: String; var orderNumber: String }
     struct PizzaState: Codable { var driverName: String; var deliveryTimer: ClosedRange<Date> }
 
-    static func with(_ body: (Rig) async throws -> Void) async throws {
+    static func with(transport: APNsTransportKind = .default, _ body: (Rig) async throws -> Void) async throws {
         let clock = ManualWallClock(Date(timeIntervalSince1970: 1_767_225_600))
         // The client is under test, not how it copes with APNs' leeway (reordering, priority-5 loss,
         // tokens changing by themselves): the simulator's defaults otherwise, priority 5 delayed.
@@ -34,7 +34,7 @@ struct ClientAgainstSimulatorTests {
             let device = sim.world.createDevice(name: "iPhone")
             try sim.world.install(.init(bundleID: "com.example.pizza", schemas: [schema]), on: device)
             let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
-            let client = try APNsClient(configuration: .init(environment: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM), credentials: credentials), clock: clock, logger: Logger(label: "t"))
+            let client = try APNsClient(configuration: .init(environment: .custom(url: sim.apnsURL, broadcastURL: sim.broadcastURL, managementURL: sim.managementURL, trustRootsPEM: sim.caCertificatePEM), credentials: credentials, transport: transport), clock: clock, logger: Logger(label: "t"))
             do {
                 try await body(Rig(sim: sim, client: client, clock: clock, device: device))
                 try await client.shutdown()
@@ -106,6 +106,52 @@ struct ClientAgainstSimulatorTests {
             #expect(try r.sim.world.device(r.device).activities.first?.contentState["driverName"] == "Everyone")
             try await r.client.deleteChannel(bundleID: "com.example.pizza", channelID: channel.id)
             #expect(try await r.client.listChannels(bundleID: "com.example.pizza").isEmpty)
+        }
+    }
+
+    @Test("a connection never sees its provider token change within 20 minutes (a connection opened late in a token's hour), on either transport",
+          arguments: APNsTransportKind.allCases)
+    func providerTokenPerConnection(_ transport: APNsTransportKind) async throws {
+        try await Self.with(transport: transport) { r in
+            _ = try r.sim.world.requestActivity(bundleID: "com.example.pizza", on: r.device, attributesType: "PizzaDeliveryAttributes",
+                                                attributes: ["numberOfPizzas": 1, "totalAmount": "$1", "orderNumber": "1"],
+                                                contentState: ["driverName": "A", "deliveryTimer": [1, 2]], pushType: .token)
+            let activity = try #require(try r.sim.world.device(r.device).activities.first)
+            let token = try DeviceToken(hex: try await r.sim.world.waitForPushToken(activityID: activity.id, on: r.device))
+            var n = 0
+            func update() async throws {
+                n += 1
+                let payload = LiveActivityPayload(event: .update, timestamp: r.clock.now, contentState: ["driverName": .string("driver \(n)"), "deliveryTimer": [1, 2]])
+                try await r.client.send(.liveActivity(payload, token: token, bundleID: "com.example.pizza", priority: .low))
+            }
+            // The token is minted at the first push (device host); the broadcast host's connection
+            // opens 39 minutes later with it; at 53 minutes the token is 53 minutes old and replaced.
+            try await update()
+            r.clock.advance(by: 39 * 60)
+            let channel = try await r.client.createChannel(bundleID: "com.example.pizza", storagePolicy: .noMessageStored)
+            func broadcast() async throws {
+                n += 1
+                let payload = LiveActivityPayload(event: .update, timestamp: r.clock.now, contentState: ["driverName": .string("everyone \(n)"), "deliveryTimer": [1, 2]])
+                try await r.client.broadcast(BroadcastPush(bundleID: "com.example.pizza", channelID: channel.id, payload: payload, priority: .low, storagePolicy: .noMessageStored))
+            }
+            try await broadcast()
+            r.clock.advance(by: 14 * 60)
+            try await broadcast()
+            try await update()
+            _ = try await r.client.readChannel(bundleID: "com.example.pizza", channelID: channel.id)
+            // Then three hours of pushes at random moments on all three hosts (seeded): APNs never
+            // refuses a token change.
+            var random = SeededRandom(seed: 50)
+            while r.clock.now.timeIntervalSince(Date(timeIntervalSince1970: 1_767_225_600)) < 4 * 3600 {
+                r.clock.advance(by: Double.random(in: 30...600, using: &random))
+                switch Int.random(in: 0..<3, using: &random) {
+                case 0: try await update()
+                case 1: try await broadcast()
+                default: _ = try await r.client.listChannels(bundleID: "com.example.pizza")
+                }
+            }
+            let refused = r.sim.apns.requestLog.filter { $0.status == 429 || $0.status == 403 }.map { "\($0.path) \($0.status) \($0.reason ?? "")" }
+            #expect(refused.isEmpty)
         }
     }
 

@@ -17,12 +17,16 @@ import Glibc
 struct HTTP2TransportTests {
     static let key = TestProviderKey()
 
+    /// One provider token for every request, as a client shares one (a connection carries one token).
+    static let credentials = try! APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
+    static let authorization = credentials.makeProviderToken(issuedAt: Date()).authorization
+
     /// A device push with a unique `apns-id`, built by the client so every header is real.
     static func request(_ sink: RecordingAPNsServer, id: APNsID = .random(), slow: Bool = false) throws -> APNsTransportRequest {
-        let credentials = try APNsCredentials(keyID: key.keyID, teamID: key.teamID, pem: key.privateKeyPEM)
         let client = try APNsClient(configuration: .init(environment: .custom(url: sink.baseURL, trustRootsPEM: sink.caCertificatePEM), credentials: credentials),
                                     transport: UnusedTransport(), logger: Logger(label: "isle.test"))
         var r = try client.request(for: .liveActivity(Samples.update(), token: Samples.token, bundleID: Samples.bundleID, apnsID: id))
+        if let i = r.headers.firstIndex(where: { $0.name == "authorization" }) { r.headers[i].value = authorization }
         if slow { r.headers.append(("x-test-slow", "1")) }
         return r
     }
@@ -69,6 +73,40 @@ struct HTTP2TransportTests {
     /// How many times the sink saw each apns-id.
     static func seen(_ sink: RecordingAPNsServer) -> [String: Int] {
         sink.requests.reduce(into: [:]) { $0[$1.value("apns-id") ?? "-", default: 0] += 1 }
+    }
+
+    @Test("a newer provider token: new connections; the old token's connection finishes what it carries, then closes; a straggler goes alone")
+    func tokenGenerations() async throws {
+        try await RecordingAPNsServer.withServer { sink in
+            // Requests of the first token are answered slowly, so the second token arrives while they are in flight.
+            sink.setResponder { r in HTTP2ServerResponse(status: 200, delay: r.value("authorization") == Self.authorization ? .milliseconds(300) : nil) }
+            let transport = try Self.transport(sink) { $0.maximumConnectionsPerHost = 2 }
+            let newer = Self.credentials.makeProviderToken(issuedAt: Date().addingTimeInterval(3000)).authorization
+            func with(_ authorization: String) throws -> APNsTransportRequest {
+                var r = try Self.request(sink)
+                r.headers[r.headers.firstIndex { $0.name == "authorization" }!].value = authorization
+                return r
+            }
+            let outcomes = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<20 { let r = try Self.request(sink); group.addTask { try await transport.execute(r, timeout: .seconds(60)).status } }
+                // Wait until the first token's requests are on the wire.
+                try await eventually(within: .seconds(30), "the first token's requests on the wire") { sink.requests.count >= 20 }
+                for _ in 0..<20 { let r = try with(newer); group.addTask { try await transport.execute(r, timeout: .seconds(60)).status } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.count == 40 && outcomes.allSatisfy { $0 == 200 })
+            // No connection carried two tokens.
+            let tokensPerConnection = Dictionary(grouping: sink.requests, by: \.connectionID).mapValues { Set($0.map { $0.value("authorization") ?? "" }).count }
+            #expect(tokensPerConnection.values.allSatisfy { $0 == 1 })
+            // A request still carrying the first token is sent on a connection of its own.
+            #expect(try await transport.execute(try Self.request(sink), timeout: .seconds(60)).status == 200)
+            let last = try #require(sink.requests.last)
+            #expect(Set(sink.requests.filter { $0.connectionID == last.connectionID }.map { $0.value("authorization") ?? "" }) == [Self.authorization])
+            #expect(try await transport.execute(try with(newer), timeout: .seconds(60)).status == 200)
+            // The first token's connections close once they are done.
+            try await eventually(within: .seconds(30), "the first token's connections closed") { transport.connectionCount <= 2 }
+            try await transport.shutdown()
+        }
     }
 
     @Test("GOAWAY mid-burst, twice: streams above lastStreamID move to a new connection; nothing lost, nothing sent twice")
