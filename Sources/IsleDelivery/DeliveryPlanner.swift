@@ -32,6 +32,14 @@ public struct DeliveryPlanner: Sendable {
     /// How long a job waits for a push-started activity's update token before looking again
     /// (registering the token wakes it at once).
     public var tokenWait: TimeInterval
+    /// How long after a push-to-start went to APNs the phone has to hand over the started
+    /// activity's update token (the system wakes the app for it at once) before a push waiting
+    /// for that token is told as `push.waiting`: ActivityKit may have refused the start, or the
+    /// phone is offline. The push keeps waiting until its deadline.
+    public var startConfirmationWindow: TimeInterval = 10 * 60
+
+    /// The reason of a push waiting for an update token past ``startConfirmationWindow``.
+    public static let unconfirmedStartReason = "the phone has not confirmed the push-to-start"
 
     public init(hourlyHighPriorityBudget: Int = 15, frequentHourlyHighPriorityBudget: Int = 120, jobDeadline: TimeInterval = 8 * 3600, tokenWait: TimeInterval = 30) {
         self.hourlyHighPriorityBudget = hourlyHighPriorityBudget
@@ -194,7 +202,14 @@ public struct DeliveryPlanner: Sendable {
         let d = deadline(job, activity: a)
         guard c.now < d.at else { return .fail("gave up: \(d.why) passed before it could be delivered") }
         guard let token = a.updateToken else {
-            return .wait(until: min(c.now.addingTimeInterval(tokenWait), d.at), "waiting for the device to hand over the activity's update token")
+            let until = min(c.now.addingTimeInterval(tokenWait), d.at)
+            // The start went to APNs a while ago (its timestamp is fixed when it is first sent) and
+            // the app, which the system wakes to report the token, has not: say so, keep waiting.
+            if a.state == .starting, let sent = a.lastTimestamp, c.now.timeIntervalSince1970 - Double(sent) >= startConfirmationWindow {
+                let minutes = Int(((c.now.timeIntervalSince1970 - Double(sent)) / 60).rounded(.down))
+                return .wait(until: until, "\(Self.unconfirmedStartReason) (its update token) \(minutes) min after it went to APNs: ActivityKit may have refused the start (the app's or the phone's limit of live activities, Live Activities turned off, a start without an alert) or the phone is offline; the push waits until \(d.why) (\(Int(d.at.timeIntervalSince1970)))")
+            }
+            return .wait(until: until, "waiting for the device to hand over the activity's update token")
         }
         var priority = PushPriority.low
         var downgraded = false

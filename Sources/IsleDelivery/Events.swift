@@ -15,6 +15,11 @@ public enum EventType: String, Sendable, Hashable, CaseIterable, Codable {
     /// 5xx): told once per push, at the first such answer, with the answer and the next try. The
     /// push ends later in `push.delivered` or `push.failed`.
     case pushRetrying = "push.retrying"
+    /// A push to a push-started activity has waited 10 minutes for the phone to hand over the
+    /// activity's update token: ActivityKit may have refused the start (APNs accepted it), or
+    /// the phone is offline. Told once per push, with why and until when it waits; the push ends
+    /// later in `push.delivered` (the token came) or `push.failed` (its deadline passed).
+    case pushWaiting = "push.waiting"
     /// APNs said a token is dead (410 `Unregistered`, or `BadDeviceToken` for a token of a confirmed
     /// environment): an activity's update token, or an installation's push-to-start or widget token.
     case tokenRetired = "token.retired"
@@ -140,6 +145,15 @@ public enum Events {
             if let r = d.reason { data["apnsReason"] = .string(r) }
             data["retryAt"] = .int(Int64(retryAt.timeIntervalSince1970.rounded(.up)))
             events.append(event(.pushRetrying, data))
+        }
+        // A push-started activity the phone has not confirmed: told once, when the wait's reason
+        // first says so.
+        if case .requeue(let until, let reason) = w.job, w.delivery == nil, reason.hasPrefix(DeliveryPlanner.unconfirmedStartReason),
+           job.lastError?.hasPrefix(DeliveryPlanner.unconfirmedStartReason) != true {
+            var data = base
+            data["reason"] = .string(reason)
+            data["nextLookAt"] = .int(Int64(until.timeIntervalSince1970.rounded(.up)))
+            events.append(event(.pushWaiting, data))
         }
         // A token APNs answered for (a 4xx with a delivery), not a plan's refusal; a start job's
         // dead token is its installation's push-to-start token (below).

@@ -265,8 +265,14 @@ public struct TopicRecord: Sendable, Hashable {
     public var endedAt: Date?
     /// Its last update or end.
     public var lastPushAt: Date?
+    /// The `content-state` of its last update sent at once (a scheduled one is not counted): an
+    /// activity that starts following the topic later is brought up to it (docs/server.md,
+    /// "Topics as audiences").
+    public var lastContent: JSONValue?
 
-    public init(bundleID: String, topic: String, storagePolicy: Int, closeAfterIdle: TimeInterval, createdAt: Date, endedAt: Date? = nil, lastPushAt: Date? = nil) {
+    public init(bundleID: String, topic: String, storagePolicy: Int, closeAfterIdle: TimeInterval, createdAt: Date, endedAt: Date? = nil, lastPushAt: Date? = nil,
+                lastContent: JSONValue? = nil) {
+        self.lastContent = lastContent
         self.bundleID = bundleID
         self.topic = topic
         self.storagePolicy = storagePolicy

@@ -371,6 +371,11 @@ public final class DeliveryEngine: Service {
             counters.failed(app: job.bundleID)
             return JobCompletion(claim: c, result: .finished(.failed, reason: why), activity: job.kind == .start ? ActivityPatch(unreachable: .init(reason: why, ifToken: nil)) : nil)
         case .wait(let until, let why):
+            if why.hasPrefix(DeliveryPlanner.unconfirmedStartReason), job.lastError?.hasPrefix(DeliveryPlanner.unconfirmedStartReason) != true {
+                logger.warning("A push waits for a push-started activity the phone has not confirmed: \(why)", metadata: [
+                    "app": "\(app.bundleID)", "job.id": "\(job.id)", "activity.id": "\(job.activityID ?? "")", "installation.id": "\(c.activity?.installationID ?? "")",
+                ])
+            }
             return JobCompletion(claim: c, result: .retry(at: until, reason: why))
         case .send(let push, let deadline):
             let circuit = circuits.circuit(app.bundleID)

@@ -157,7 +157,8 @@ public protocol TopicRepository: Sendable {
     /// there already (another request made it first): the one that stands is returned.
     func addTopicChannel(_ link: TopicChannel, channel: ChannelRecord) async throws -> TopicChannel
     /// The topic was pushed to: its channels were used now.
-    func topicPushed(bundleID: String, topic: String, at: Date) async throws
+    /// The topic was pushed to at `at`; `content`, when given, is its latest content (nil keeps the one it has).
+    func topicPushed(bundleID: String, topic: String, at: Date, content: JSONValue?) async throws
     /// Marks the topic ended (its channels close once nothing is queued for them).
     func endTopic(bundleID: String, topic: String, at: Date) async throws
     /// Forgets the topic; its channels stay until ``removeTopicChannel(channelID:)`` (closed at APNs first).

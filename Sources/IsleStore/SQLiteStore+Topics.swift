@@ -21,10 +21,11 @@ extension SQLiteStore: TopicRepository {
         }
     }
 
-    static func topic(_ r: Row) -> TopicRecord {
+    static func topic(_ r: Row) throws -> TopicRecord {
         TopicRecord(bundleID: r["bundle_id"], topic: r["topic"], storagePolicy: r["storage_policy"], closeAfterIdle: TimeInterval(r["close_after_idle"] as Int64),
                     createdAt: Date(timeIntervalSince1970: r["created_at"]), endedAt: (r["ended_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
-                    lastPushAt: (r["last_push_at"] as Double?).map(Date.init(timeIntervalSince1970:)))
+                    lastPushAt: (r["last_push_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
+                    lastContent: try (r["last_content"] as String?).map { try BadRow.json($0, table: "topics", id: r["topic"], column: "last_content") })
     }
 
     static func topicChannel(_ r: Row) throws -> TopicChannel {
@@ -61,9 +62,10 @@ extension SQLiteStore: TopicRepository {
         }
     }
 
-    public func topicPushed(bundleID: String, topic: String, at: Date) async throws {
+    public func topicPushed(bundleID: String, topic: String, at: Date, content: JSONValue?) async throws {
         try await writer.write { db in
-            try db.execute(sql: "UPDATE topics SET last_push_at = ? WHERE bundle_id = ? AND topic = ?", arguments: [at.timeIntervalSince1970, bundleID, topic])
+            try db.execute(sql: "UPDATE topics SET last_push_at = ?, last_content = COALESCE(?, last_content) WHERE bundle_id = ? AND topic = ?",
+                           arguments: [at.timeIntervalSince1970, content?.jsonString, bundleID, topic])
             try db.execute(sql: "UPDATE topic_channels SET last_used_at = MAX(last_used_at, ?) WHERE bundle_id = ? AND topic = ?", arguments: [at.timeIntervalSince1970, bundleID, topic])
         }
     }

@@ -180,6 +180,8 @@ public enum Schema {
         Table(name: "topics", columns: [
             c("bundle_id", .text), c("topic", .text), c("storage_policy", .integer), c("close_after_idle", .integer), c("created_at", .time),
             c("ended_at", .time, null: true), c("last_push_at", .time, null: true),
+            // The content of its last update sent now (not scheduled): a follower that registers later catches up to it.
+            c("last_content", .json, null: true),
         ], primaryKey: ["bundle_id", "topic"]),
         Table(name: "topic_channels", columns: [
             c("channel_id", .text, pk: true), c("bundle_id", .text), c("topic", .text), c("environment", .text), c("created_at", .time), c("last_used_at", .time),
@@ -431,6 +433,8 @@ public enum Schema {
         },
         // Activities renewed past the system's 8 hours.
         Change(name: "renewals") { dialect in newTables(["renewals"], dialect) },
+        // A topic's latest content, for followers that register after an update.
+        Change(name: "topic content") { dialect in ["ALTER TABLE topics ADD COLUMN last_content \(Kind.json.type(in: dialect))"] },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.
@@ -440,6 +444,7 @@ public enum Schema {
     static let columnsAddedLater: [String: Set<String>] = [
         "apps": ["environment_keys"],
         "installations": ["controls_token", "broadcast_channels", "topics"],
+        "topics": ["last_content"],
         "webhooks": ["key_id", "event_types", "disabled_at", "disabled_reason", "previous_secret", "previous_secret_until", "revision"],
         "events": ["external_key", "installation_id", "user_id"],
     ]

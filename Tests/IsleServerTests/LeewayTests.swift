@@ -133,4 +133,46 @@ struct LeewayTests {
             #expect(after.json["delivery"]?["retrying"] == .null, "\(after.json.jsonString)")
         }
     }
+
+    @Test("a push-to-start ActivityKit refuses (APNs said 200) is never waited on silently: 10 minutes after the start, the update waiting for its token is a push.waiting event and a warning, once; it keeps waiting")
+    func unconfirmedStart() async throws {
+        let logs = LogRecords()
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }, logger: logs.logger()) { f in
+            let app = try f.sim.world.app(Pizza.bundleID, on: f.device)
+            let pts = try #require(app.pushToStartTokens["PizzaDeliveryAttributes"])
+            try await f.installation(body: ["liveActivitiesEnabled": true, "pushToStartTokens": ["PizzaDeliveryAttributes": .string(pts)]])
+            // The app's five live activities: ActivityKit refuses a sixth.
+            for n in 1...5 { _ = try await f.appStartsActivity(key: "order-\(n)") }
+            let start = try await f.call("POST", "/v1/installations/fixture-phone/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "attributes": Pizza.attributes, "contentState": Pizza.state("Bill"),
+                "alert": ["title": "Order 6", "body": "In the oven"], "externalKey": "order-6",
+            ])
+            #expect(start.status == 202, "\(start.json.jsonString)")
+            try await f.waitForDevice("ActivityKit refuses the start") { d in d.events.contains { $0.outcome?.code == .limitReached } }
+            let u = try await f.call("POST", "/v1/activities/by-key/order-6/update", key: f.backendKey, body: ["contentState": Pizza.state("Anne")])
+            #expect(u.status == 202, "\(u.json.jsonString)")
+            let job = try #require(u.json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+            @Sendable func events(_ type: String) async throws -> [JSONValue] {
+                (try await f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []).filter { $0["type"]?.stringValue == type && $0["data"]?["jobID"] == .int(job) }
+            }
+            let startedAt = f.clock.now
+            try await eventually(within: .seconds(60), "push.waiting") {
+                f.clock.advance(by: 30)
+                return try await !events("push.waiting").isEmpty
+            }
+            let waited = f.clock.now.timeIntervalSince(startedAt)
+            #expect(waited >= 10 * 60 && waited < 12 * 60, "told \(Int(waited)) s after the start")
+            let waiting = try #require(try await events("push.waiting").first)
+            #expect(waiting["data"]?["reason"]?.stringValue?.contains("ActivityKit may have refused the start") == true, "\(waiting)")
+            #expect(waiting["externalKey"] == "order-6" && waiting["installationID"] == "fixture-phone", "\(waiting)")
+            #expect(logs.records.withLock { $0.contains { $0.level == .warning && $0.message.contains("has not confirmed") } })
+            // It keeps waiting (a phone that was offline gets the start later), told once.
+            for _ in 0..<10 { f.clock.advance(by: 30) }
+            try await eventually("the wait is looked at again") {
+                try await f.call("GET", "/v1/activities/by-key/order-6", key: f.backendKey).json["state"] == "starting"
+            }
+            #expect(try await events("push.waiting").count == 1)
+            #expect(try await events("push.failed").isEmpty)
+        }
+    }
 }

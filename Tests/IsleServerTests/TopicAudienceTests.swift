@@ -265,5 +265,36 @@ struct TopicAudienceTests {
             }
         }
     }
+
+    @Test("a late follower catches up: an app that starts following by token after the topic's update (started while offline, or just later) is brought up to the topic's latest content; one that registers it already is sent nothing")
+    func lateFollower() async throws {
+        // The simulator's defaults (its leeway on): what a new user runs (docs/simulator.md).
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }) { f in
+            #expect(try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey, body: ["storagePolicy": 1]).status == 200)
+            let early = try await Self.follow(f, device: try Self.phone(f, "early", os: "17.4"), installation: "early", channelFirst: false)
+            #expect(try await f.call("POST", "/v1/topics/\(Self.topic)/update", key: f.backendKey, body: ["contentState": Pizza.state("1–0"), "alert": ["title": "Goal", "body": "1–0"]]).status == 202)
+            try await eventually(within: .seconds(30), "the follower shows the goal") {
+                f.clock.advance(by: 1)
+                return try f.sim.world.device(early.device).activities.first { $0.id == early.activity }?.contentState["driverName"] == "1–0"
+            }
+            // An iOS 16.4 phone's app starts following only now, from its kick-off state.
+            let late = try await Self.follow(f, device: try Self.phone(f, "late", os: "16.4"), installation: "late", channelFirst: false)
+            try await eventually(within: .seconds(30), "the late follower shows the latest content") {
+                f.clock.advance(by: 1)   // priority 5: the phone applies it when it sees fit
+                return try f.sim.world.device(late.device).activities.first { $0.id == late.activity }?.contentState["driverName"] == "1–0"
+            }
+            let caughtUp = try await f.call("GET", "/v1/activities/\(late.isle)?deliveries=10", key: f.backendKey).json
+            #expect(caughtUp["deliveries"]?.arrayValue?.count == 1 && caughtUp["contentState"]?["driverName"] == "1–0", "\(caughtUp.jsonString)")
+            // One that already shows it (its app read the backend) is sent nothing.
+            let device = try Self.phone(f, "current", os: "17.4")
+            let a = try f.sim.world.requestActivity(bundleID: Pizza.bundleID, on: device, attributesType: "PizzaDeliveryAttributes", attributes: Pizza.attributes, contentState: Pizza.state("1–0"))
+            let r = try await f.register(["attributesType": "PizzaDeliveryAttributes", "topics": [.string(Self.topic)], "attributes": Pizza.attributes, "contentState": Pizza.state("1–0"),
+                                          "token": .string(try await f.sim.world.waitForPushToken(activityID: a.id, on: device))], installation: "current")
+            #expect(r.status == 201)
+            let id = try #require(r.json["id"]?.stringValue)
+            #expect(try await f.call("GET", "/v1/jobs?activity=\(id)", key: f.backendKey).json["jobs"]?.arrayValue?.isEmpty == true)
+            #expect(try await f.call("GET", "/v1/activities/\(id)?deliveries=10", key: f.backendKey).json["deliveries"]?.arrayValue?.isEmpty == true)
+        }
+    }
 }
 

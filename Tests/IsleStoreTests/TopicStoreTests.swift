@@ -49,9 +49,12 @@ struct TopicStoreTests {
         #expect(try await s.channelCount(bundleID: app, environment: .sandbox, defaultEnvironment: .sandbox) == 2)
         #expect(try await s.channelCount(bundleID: app, environment: .production, defaultEnvironment: .sandbox) == 1)
         // Pushed: both channels used then.
-        try await s.topicPushed(bundleID: app, topic: "match", at: t0.addingTimeInterval(100))
+        try await s.topicPushed(bundleID: app, topic: "match", at: t0.addingTimeInterval(90), content: ["home": 1, "away": 0])
+        try await s.topicPushed(bundleID: app, topic: "match", at: t0.addingTimeInterval(100), content: nil)
         #expect(try await s.topicChannels(bundleID: app, topic: "match").allSatisfy { $0.lastUsedAt == t0.addingTimeInterval(100) })
         #expect(try await s.topic(bundleID: app, topic: "match")?.lastPushAt == t0.addingTimeInterval(100))
+        // The latest content stays until a newer one (a push without content keeps it), key order as written.
+        #expect(try await s.topic(bundleID: app, topic: "match")?.lastContent?.jsonString == #"{"home":1,"away":0}"#)
         // Ended, then opened again.
         try await s.endTopic(bundleID: app, topic: "match", at: t0.addingTimeInterval(200))
         t = try #require(try await s.topic(bundleID: app, topic: "match"))
@@ -77,7 +80,7 @@ struct TopicStoreTests {
         // "followed": a live follower on its channel, started 1 hour ago.
         try await s.insertActivity(ActivityRecord(id: "f", bundleID: app, attributesType: "T", state: .active, channelID: "ch-followed", startedAt: now.addingTimeInterval(-3600), topics: ["followed"]))
         // "busy" used recently; "ended" ended with its end still queued.
-        try await s.topicPushed(bundleID: app, topic: "busy", at: now.addingTimeInterval(-60))
+        try await s.topicPushed(bundleID: app, topic: "busy", at: now.addingTimeInterval(-60), content: nil)
         try await s.endTopic(bundleID: app, topic: "ended", at: now)
         let end = NewPushJob(bundleID: app, kind: .broadcast, channelID: "ch-ended", payload: .end(["x": 1], at: now), runAt: now)
         _ = try await s.enqueue([end], idempotency: nil, now: now)

@@ -197,7 +197,30 @@ struct ActivityController {
             // Another registration took the key between the check above and this insert.
             throw APIError(.conflict, "externalKeyInUse", "\(r.externalKey ?? "the key") is the key of a live activity on another installation; the backend ends it first or uses another key", field: "externalKey")
         }
+        await catchUp(a)
         return JSONResponse.make(value, status: .created)
+    }
+
+    /// An activity that starts following an open topic (by token) after the topic's last update —
+    /// an app that started it while offline, or just later — gets that update's content, queued
+    /// as an update of its own (no alert, Isle's priority): the backend's next update may be an
+    /// hour away. Nothing is queued when the content is what the app registered.
+    func catchUp(_ a: ActivityRecord) async {
+        guard a.updateToken != nil, !a.topics.isEmpty else { return }
+        do {
+            for name in a.topics {
+                guard let topic = try await store.topic(bundleID: a.bundleID, topic: name), topic.endedAt == nil,
+                      let content = topic.lastContent?.objectValue, JSONValue.object(content) != a.content else { continue }
+                let push = try ActivityPush(event: .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: nil, priority: nil, sendAt: nil)
+                let pushes = ActivityPushes(services: services, store: store)
+                let now = services.clock.now
+                _ = try await pushes.commit(try await pushes.prepare(bundleID: a.bundleID, push: push, to: [a], single: true, now: now), idempotency: nil, now: now)
+                services.logger.debug("a new follower of a topic catches up with its latest content", metadata: ["activity": "\(a.id)", "topic": "\(name)"])
+                return
+            }
+        } catch {
+            services.logger.warning("could not bring a new follower up to its topic's latest content; the topic's next update reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
+        }
     }
 
     /// `PUT /v1/activities/{id}/key` (backend key): the backend binds an activity the app registered
@@ -304,6 +327,11 @@ struct ActivityController {
         let now = services.clock.now
         try Scheduling.check(push.sendAt, now: now, deadline: services.configuration.jobDeadline)
         let topic = try await store.topic(bundleID: caller.bundleID, topic: name)
+        // The topic's latest content, written before its followers are read: a follower that
+        // registers after that read finds it and catches up (``catchUp(_:)``).
+        if let topic, topic.endedAt == nil, event == .update, push.sendAt.map({ $0 <= now }) ?? true, let content = push.contentState {
+            try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now, content: content)
+        }
         // An ended topic's channels are closing: nothing more goes to them.
         let channels = topic?.endedAt == nil ? try await store.topicChannels(bundleID: caller.bundleID, topic: name) : []
         let onChannels = Set(channels.map(\.channelID))
@@ -335,7 +363,7 @@ struct ActivityController {
             if event == .end {
                 try await store.endTopic(bundleID: caller.bundleID, topic: topic.topic, at: now)
                 services.topics.topicEnded()
-            } else { try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now) }
+            } else { try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now, content: nil) }
         }
         return JSONResponse.make(value, status: .accepted)
     }

@@ -208,6 +208,7 @@ struct ActivityPush {
     var priority: PushPriority?
     var sendAt: Date?
     var hasAlert: Bool { push.alert != nil }
+    var contentState: JSONValue? { push.contentState }
 
     /// Reads an update's or an end's body.
     init(_ object: JSONObject, event: Event) throws {

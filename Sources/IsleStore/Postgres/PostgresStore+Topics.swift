@@ -27,7 +27,8 @@ extension PostgresStore: TopicRepository {
     static func topic(_ r: PGRow) throws -> TopicRecord {
         TopicRecord(bundleID: try r.string("bundle_id"), topic: try r.string("topic"), storagePolicy: Int(try r.int("storage_policy")),
                     closeAfterIdle: TimeInterval(try r.int("close_after_idle")), createdAt: try r.date("created_at"), endedAt: try r.optionalDate("ended_at"),
-                    lastPushAt: try r.optionalDate("last_push_at"))
+                    lastPushAt: try r.optionalDate("last_push_at"),
+                    lastContent: try r.optionalString("last_content").map { try BadRow.json($0, table: "topics", id: try r.string("topic"), column: "last_content") })
     }
 
     static func topicChannel(_ r: PGRow) throws -> TopicChannel {
@@ -72,10 +73,11 @@ extension PostgresStore: TopicRepository {
         }
     }
 
-    public func topicPushed(bundleID: String, topic: String, at: Date) async throws {
+    public func topicPushed(bundleID: String, topic: String, at: Date, content: JSONValue?) async throws {
         let log = logger
         try await transaction { conn in
-            try await conn.rows("UPDATE topics SET last_push_at = $1 WHERE bundle_id = $2 AND topic = $3", [.date(at), .text(bundleID), .text(topic)], logger: log)
+            try await conn.rows("UPDATE topics SET last_push_at = $1, last_content = COALESCE($4::json, last_content) WHERE bundle_id = $2 AND topic = $3",
+                                [.date(at), .text(bundleID), .text(topic), .json(content?.jsonString)], logger: log)
             try await conn.rows("UPDATE topic_channels SET last_used_at = GREATEST(last_used_at, $1) WHERE bundle_id = $2 AND topic = $3", [.date(at), .text(bundleID), .text(topic)], logger: log)
         }
     }
