@@ -20,6 +20,9 @@ public struct ClaimedJob: Sendable, Hashable {
     /// phone) in the hour before the claim, broadcasts to its channels included — the budget as a
     /// phone counts it (``BudgetScope/installation``); nil when the activity has no installation.
     public var installationHighPrioritySends: Int?
+    /// Where the engine's record of priority-10 sends decided in memory stood when the claim read
+    /// the counts above (``PriorityReservations/mark()``): what was decided after it is added.
+    public var budgetReadMark: UInt64 = 0
     public init(job: PushJob, timestamp: Int64, apnsID: APNsID, worker: String, activity: ActivityRecord?,
                 installation: InstallationRecord? = nil, highPrioritySends: Int = 0, installationHighPrioritySends: Int? = nil) {
         self.installationHighPrioritySends = installationHighPrioritySends

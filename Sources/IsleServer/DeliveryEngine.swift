@@ -23,6 +23,8 @@ public final class DeliveryEngine: Service {
     public let clients: APNsClients
     public let circuits: AppCircuits
     let planner: DeliveryPlanner
+    /// Priority-10 sends decided and not yet in a claim's count (pushes of one phone claimed together).
+    let reservations = PriorityReservations()
     let resolver: OutcomeResolver
     let clock: any WallClock
     let logger: Logger
@@ -202,7 +204,9 @@ public final class DeliveryEngine: Service {
                     await refreshOperatorPauses()
                     let now = clock.now
                     do {
+                        let mark = reservations.mark()
                         claimed = try await store.claim(limit: batch, now: now, lease: configuration.lease, worker: worker, excludingApps: circuits.held(at: now))
+                        for i in claimed.indices { claimed[i].budgetReadMark = mark }
                         if failing != nil {
                             logger.notice("claiming jobs works again; deliveries resume")
                             failing = nil
@@ -295,6 +299,7 @@ public final class DeliveryEngine: Service {
         }
         completion.at = clock.now
         await commit(completion)
+        reservations.written(job: c.job.id, sentAtTen: completion.highPriorityAt != nil)
         wakeWhenDue(completion)
         return completion
     }
@@ -361,7 +366,18 @@ public final class DeliveryEngine: Service {
                                               installationHighPriorityUsed: c.installationHighPrioritySends, now: now)
         if job.kind == .broadcast, let id = job.channelID { context.channel = try await store.channel(id: id) }
 
-        switch planner.plan(context) {
+        // The installation's budget: what this engine decided that the claim's count cannot hold is
+        // added, and a priority-10 send is recorded before the next decision (PriorityReservations).
+        let budgetKey = planner.budgetScope == .installation && c.installationHighPrioritySends != nil
+            ? (c.activity?.installationID ?? job.installationID).map { BudgetScope.installationKey(bundleID: job.bundleID, installationID: $0) } : nil
+        let plan = reservations.decide(key: budgetKey, job: job.id, mark: c.budgetReadMark, { uncounted in
+            if uncounted > 0 { context.installationHighPriorityUsed = (context.installationHighPriorityUsed ?? 0) + uncounted }
+            return planner.plan(context)
+        }, sendsAtTen: { plan in
+            if case .send(let push, _) = plan { return push.priority == .high }
+            return false
+        })
+        switch plan {
         case .drop(let why, let patch):
             circuits.noteDone(job.bundleID, jobID: job.id)
             counters.dropped(app: job.bundleID)

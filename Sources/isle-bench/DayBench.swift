@@ -532,6 +532,9 @@ final class DayRun {
     /// Activities the backend started by push-to-start: their key and when.
     var startedActivities: [String: (key: String, at: Date)] = [:]
     var sentPriority: [Int64: Int] = [:]
+    /// Why each failed push failed (its push.failed event), and every job's events in order.
+    var failedReasons: [Int64: String] = [:]
+    var jobEvents: [Int64: [String]] = [:]
     func readEvents(_ env: Env) async throws {
         while true {
             let (_, page) = try await call(env, "GET", "/v1/events?limit=1000&after=\(eventCursor)")
@@ -540,6 +543,11 @@ final class DayRun {
                 if let id = e["activityID"]?.stringValue, let (key, at) = startedActivities[id], let job = e["data"]?["jobID"]?.numberValue?.int64Value, accepted[job] == nil {
                     accepted[job] = ("start", key, true, at)
                 }
+            }
+            for e in got {
+                guard let job = e["data"]?["jobID"]?.numberValue?.int64Value, let type = e["type"]?.stringValue else { continue }
+                jobEvents[job, default: []].append(type)
+                if type == "push.failed" { failedReasons[job] = e["data"]?["reason"]?.stringValue ?? "" }
             }
             for e in got where e["type"] == "push.delivered" {
                 if let job = e["data"]?["jobID"]?.numberValue?.int64Value, let p = e["data"]?["priority"]?.numberValue?.int64Value { sentPriority[job] = Int(p) }
@@ -955,15 +963,19 @@ final class DayRun {
                 let startOutcome = start.flatMap { apnsIDs[$0] }.flatMap(outcome(ofAPNsID:))
                 if let code = startOutcome ?? lastOutcome, leeway.contains(code) {
                     figures["orders whose record differs by Apple's leeway (\(code.rawValue))", default: 0] += 1
+                } else if let start, let why = failedReasons[start], !(record["state"] == "active" || record["state"] == "starting") {
+                    // The start failed and the backend was told (push.failed with why); the server's
+                    // record is not live, and the phone has none: they agree.
+                    figures["orders whose push-to-start failed, told by push.failed (\(why.prefix(60))…)", default: 0] += 1
                 } else {
                     var trail: [String] = []
                     for job in accepted.filter({ $0.value.key == key }).keys.sorted() {
                         let id = apnsIDs[job]
                         var on: [String] = []
                         if let id { for q in phones where (try? env.world.device(q.device).events.contains { $0.apnsID == id }) == true { on.append(q.device) } }
-                        trail.append("job \(job) \(accepted[job]!.kind) apns-id \(id?.prefix(8) ?? "-") APNs \(id.flatMap { apnsOutcome[$0]?.rawValue } ?? "-") phones \(on)")
+                        trail.append("job \(job) \(accepted[job]!.kind) \(jobEvents[job] ?? []) \(failedReasons[job].map { "failed: \($0)" } ?? "") apns-id \(id?.prefix(8) ?? "-") APNs \(id.flatMap { apnsOutcome[$0]?.rawValue } ?? "-") phones \(on)")
                     }
-                    violation("records equal", "\(key) of \(p.device) (installation \(p.installation.prefix(8)), by push \(o.byPush)): on the server (\(record["state"]?.stringValue ?? "?"), \(record["installationID"]?.stringValue?.prefix(8) ?? "-")), never on the phone; \(trail)")
+                    violation("records equal", "\(key) of \(p.device) (installation \(p.installation.prefix(8)), by push \(o.byPush)): on the server (\(record["state"]?.stringValue ?? "?"): \(record["stateReason"]?.stringValue ?? ""), \(record["installationID"]?.stringValue?.prefix(8) ?? "-")), never on the phone; \(trail)")
                 }
                 continue
             }

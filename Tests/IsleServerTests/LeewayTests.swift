@@ -175,4 +175,34 @@ struct LeewayTests {
             #expect(try await events("push.failed").isEmpty)
         }
     }
+
+    @Test("pushes of one phone decided together never overrun its budget: three orders get a priority-10 update each at once, round after round; 14 go at 10 in the hour, the rest at 5, and the phone throttles none")
+    func budgetDecidedTogether() async throws {
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }) { f in
+            var ids: [String] = []
+            for n in 1...3 { ids.append(try await f.appStartsActivity(key: "order-\(n)").isleID) }
+            var sent = 0
+            for round in 1...7 {
+                // All three accepted before the engine claims: they are claimed in one batch.
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for id in ids {
+                        group.addTask {
+                            let r = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Round \(round)"), "alert": ["title": "Pizza", "body": .string("Round \(round)")]])
+                            #expect(r.status == 202, "\(r.json.jsonString)")
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                sent += 3
+                for id in ids { _ = try await Self.delivered(f, id, round) }
+                f.clock.advance(by: 60)
+            }
+            var atTen = 0
+            for id in ids { atTen += try await Self.delivered(f, id, 7).filter { $0["priority"] == 10 }.count }
+            #expect(atTen == 14, "14 of the hour's 15 at priority 10 (one in hand), the rest at 5: \(atTen) of \(sent)")
+            f.clock.advance(by: 5)
+            let throttled = try f.sim.world.device(f.device).events.filter { $0.outcome?.code == .throttled }
+            #expect(throttled.isEmpty, "the phone throttled \(throttled.count)")
+        }
+    }
 }
