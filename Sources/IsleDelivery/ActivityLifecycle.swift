@@ -37,6 +37,19 @@ public enum ActivityLifecycle {
     /// says), for the stores' set-based writes.
     public static let pushChangesStates: [ActivityRecordState] = ActivityRecordState.allCases.filter(\.acceptsPushes)
 
+    /// The record as the phone has it at `now`: a live activity past its 8-hour life has been
+    /// ended by the system (docs/protocol.md §10.4), whether or not a push has told the record
+    /// yet — a push-started one whose app never handed over its token, say. What the API shows.
+    public static func asOf(_ a: ActivityRecord, now: Date) -> ActivityRecord {
+        let end = a.startedAt.addingTimeInterval(DeliveryPlanner.activityLifetime)
+        guard a.state.acceptsPushes, now >= end else { return a }
+        var shown = a
+        shown.state = .ended
+        shown.endedAt = end
+        shown.stateReason = "the system ends a Live Activity after 8 hours"
+        return shown
+    }
+
     /// Applies `event` to `a`. Events the device may repeat (a report, a push that arrives after
     /// the end) change nothing rather than fail; only a token for a finished activity is refused.
     public static func apply(_ event: Event, to a: inout ActivityRecord) throws(Refusal) {

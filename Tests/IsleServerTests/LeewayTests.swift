@@ -173,6 +173,11 @@ struct LeewayTests {
             }
             #expect(try await events("push.waiting").count == 1)
             #expect(try await events("push.failed").isEmpty)
+            // The system ends any activity 8 hours after its start: the record reads so then, as the
+            // phone would have it, though no push has told it.
+            f.clock.advance(by: 8 * 3600)
+            let record = try await f.call("GET", "/v1/activities/by-key/order-6", key: f.backendKey).json
+            #expect(record["state"] == "ended" && record["stateReason"]?.stringValue?.contains("8 hours") == true, "\(record.jsonString)")
         }
     }
 

@@ -401,7 +401,8 @@ struct ActivityController {
                                                                  states: states, topic: try text("topic", max: Limits.topic), after: after, limit: limit + 1))
         let page = Array(found.prefix(limit))
         let next = found.count > limit ? page.last.map(ActivityPage.cursor) : nil
-        return JSONResponse.make(API.ActivityPage(activities: page.map(Views.activity), next: next))
+        let now = services.clock.now
+        return JSONResponse.make(API.ActivityPage(activities: page.map { Views.activity(ActivityLifecycle.asOf($0, now: now)) }, next: next))
     }
 
     /// The activity with a page of its delivery history: the newest `deliveries` (default 100, at
@@ -418,7 +419,7 @@ struct ActivityController {
         let shown = page.count > limit ? Array(page.dropFirst()) : page
         let more = page.count > limit ? shown.first?.id.map(API.DeliveryCursor.init) : nil
         let budget = try await services.budget(of: a, history: store)
-        return JSONResponse.make(API.ActivityDetail(activity: Views.activity(a), budget: budget, deliveries: shown.map(Views.delivery), moreDeliveries: more))
+        return JSONResponse.make(API.ActivityDetail(activity: Views.activity(ActivityLifecycle.asOf(a, now: services.clock.now)), budget: budget, deliveries: shown.map(Views.delivery), moreDeliveries: more))
     }
 }
 
