@@ -210,4 +210,32 @@ struct LeewayTests {
             #expect(throttled.isEmpty, "the phone throttled \(throttled.count)")
         }
     }
+
+    @Test("a push APNs took for the old token is never lost for good: the activity's token changes while a priority-10 update waits for the offline phone; when the app hands over the new token, the latest content goes to it (no alert, at 10)")
+    func rotatedTokenGetsLatest() async throws {
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }) { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-1")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Oven"), "priority": 10]).status == 202)
+            _ = try await Self.delivered(f, id, 1)
+            try await f.waitForDevice("the first update") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Oven" }
+            // Offline: APNs takes the next update (200) to store it; then ActivityKit changes the token.
+            try await f.sim.world.setOnline(f.device, false)
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("On the way"), "priority": 10]).status == 202)
+            _ = try await Self.delivered(f, id, 2)
+            let token = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
+            f.clock.advance(by: 60)
+            try await f.sim.world.setOnline(f.device, true)
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] == "Oven", "the push to the old token never reached the activity")
+            // The app hands over the new token (IsleClient does on pushTokenUpdates).
+            let r = try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(token)], headers: f.secretHeader())
+            #expect(r.status == 200, "\(r.json.jsonString)")
+            let third = try #require(try await Self.delivered(f, id, 3).first)
+            #expect(third["priority"] == 10, "\(third)")
+            try await f.waitForDevice("the latest content on the new token") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "On the way" }
+            // Handed over again (the app re-reads its tokens at each foreground entry): nothing more is sent.
+            #expect(try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(token)], headers: f.secretHeader()).status == 200)
+            f.clock.advance(by: 5)
+            #expect(try await f.call("GET", "/v1/activities/\(id)?deliveries=10", key: f.backendKey).json["deliveries"]?.arrayValue?.count == 3)
+        }
+    }
 }

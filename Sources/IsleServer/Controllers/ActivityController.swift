@@ -12,7 +12,7 @@ import IsleDelivery
 struct ActivityController {
     let services: APIServices
     /// The store as this needs it, and no more.
-    let store: any ActivityRepository & InstallationRepository & ChannelRepository & TopicRepository & RenewalRepository & DeliveryHistory & JobIntake
+    let store: any ActivityRepository & InstallationRepository & ChannelRepository & TopicRepository & RenewalRepository & DeliveryHistory & JobIntake & JobOperations
 
     func addRoutes(to v1: RouterGroup<IsleRequestContext>) {
         // Device
@@ -251,6 +251,7 @@ struct ActivityController {
         if let holder = try await store.activity(bundleID: caller.bundleID, updateToken: token), holder.id != id, holder.state.acceptsPushes {
             throw APIError(.conflict, "tokenInUse", "this token is already registered to another activity", field: "token")
         }
+        let before = try await store.activityForPush(id: id)
         let bundleID = caller.bundleID
         guard let a = try await store.modifyActivity(id: id, { a in
             guard a.bundleID == bundleID else { throw APIError.notFound("activity \(id)") }
@@ -259,7 +260,30 @@ struct ActivityController {
         services.events.ring()
         // A job waiting for this token goes now.
         try await services.wakeLane(id)
+        if let old = before?.updateToken, old != token, before?.bundleID == bundleID { await refresh(a) }
         return JSONResponse.make(Views.activity(a))
+    }
+
+    /// The activity's token changed by itself: a push sent to the old one just before — held by
+    /// APNs, stored for an offline phone, in flight — may never reach the activity (APNs answered
+    /// 200 for it). So its latest content goes again to the new token, without an alert, at the
+    /// priority its last push went with (the budget still decides): the phone shows what the
+    /// backend last sent, whatever became of that push. Nothing is sent when no push went yet, or
+    /// when one is still queued for it (it carries newer content to the new token).
+    func refresh(_ a: ActivityRecord) async {
+        guard a.state == .active, a.lastTimestamp != nil, let content = a.content?.objectValue else { return }
+        do {
+            // A push still queued for it carries newer content to the new token anyway.
+            guard try await store.openJobs(bundleID: a.bundleID, activityID: a.id, limit: 1).isEmpty else { return }
+            let last = try await store.deliveries(activityID: a.id, before: nil, limit: 1).first
+            let push = try ActivityPush(event: .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: nil,
+                                        priority: last?.priority == .high ? .high : nil, sendAt: nil)
+            let pushes = ActivityPushes(services: services, store: store)
+            let now = services.clock.now
+            _ = try await pushes.commit(try await pushes.prepare(bundleID: a.bundleID, push: push, to: [a], single: true, now: now), idempotency: nil, now: now)
+        } catch {
+            services.logger.warning("could not send an activity's latest content to its new token; the backend's next push reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
+        }
     }
 
     /// `POST /v1/activities/{id}/dismissed|ended`: what the person (or the app) did on the device.
