@@ -123,10 +123,13 @@ struct EventsTests {
             }
             f.clock.advance(by: 600)
             #expect(try await f.call("POST", "/v1/activities/\(ids[2])/ended", key: f.deviceKey, headers: f.secretHeader()).status == 200)
-            #expect(try await f.call("PUT", "/v1/activities/\(ids[0])/token", key: f.deviceKey, body: ["token": .string(String(repeating: "ab", count: 32))],
+            // ActivityKit changes the first one's token: the app hands it over, and the activity's
+            // latest content goes to it (a push to the old one may have been lost).
+            let rotated = try f.sim.world.rotateUpdateToken(activityID: shown[0].id, on: f.device)
+            #expect(try await f.call("PUT", "/v1/activities/\(ids[0])/token", key: f.deviceKey, body: ["token": .string(rotated)],
                                      headers: f.secretHeader()).status == 200)
 
-            let expected = 9 + 2 + 1 + 1  // delivered, the 410 (failed for good + token retired), ended, rotated
+            let expected = 9 + 2 + 1 + 1 + 1  // delivered, the 410 (failed for good + token retired), ended, rotated, its refresh delivered
             @Sendable func pullAll() async throws -> [JSONValue] {
                 var pulled: [JSONValue] = []
                 var cursor = "0"
@@ -142,7 +145,7 @@ struct EventsTests {
             let pulled = try await pullAll()
             #expect(pulled.count == expected)
             let types = pulled.compactMap { $0["type"]?.stringValue }
-            #expect(types.filter { $0 == "push.delivered" }.count == 9)
+            #expect(types.filter { $0 == "push.delivered" }.count == 10)
             #expect(types.contains("push.failed") && types.contains("token.retired") && types.contains("activity.ended") && types.contains("activity.token_rotated"))
             // Per activity, in the order things happened: the failed push before its token's retirement.
             let second = pulled.filter { $0["activityID"]?.stringValue == ids[1] }.compactMap { $0["type"]?.stringValue }
