@@ -814,7 +814,8 @@ final class DayRun {
                     // On the channel, a broadcast the phone throttled: its app had spent its hour.
                     let excused: Set<PushOutcome.Code> = shown.channelID != nil ? [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority, .throttled]
                         : [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority]
-                    if let why = log.suffix(from: lastApplied + 1).compactMap({ $0.outcome?.code }).last(where: { excused.contains($0) }) {
+                    // (Not a push the server told APNs not to store: apns-expiration 0 is its choice.)
+                    if let why = log.suffix(from: lastApplied + 1).last(where: { excused.contains($0.outcome!.code) && !$0.message.contains("apns-expiration 0") })?.outcome?.code {
                         leewayMatch.insert("\(p.device) \(why.rawValue)")
                     } else if replaced {
                         leewayMatch.insert("\(p.device) storedWhileOffline, then replaced")
