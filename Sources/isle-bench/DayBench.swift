@@ -1021,6 +1021,12 @@ final class DayRun {
             guard let differs else { continue }
             if let code = lastOutcome, leeway.contains(code) {
                 figures["orders whose record differs by Apple's leeway (\(code.rawValue))", default: 0] += 1
+            } else if record["state"] == "starting", record["hasToken"] != .bool(true), !onPhone.state.isOngoing {
+                // The server's newest record of the key is a push-to-start (a renewal's successor)
+                // the phone never confirmed: APNs took it, and it never started (stored while the
+                // phone was offline and replaced, or refused by ActivityKit). The record says just
+                // that — `starting`, waiting for a token (push.waiting tells pushes held for it).
+                figures["orders whose newest push-to-start the phone never confirmed (the record waits, starting)", default: 0] += 1
             } else {
                 let log = try env.world.device(p.device).events.filter { $0.activityID == onPhone.id }.suffix(4).map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(120))" }
                 let id = lastPush.flatMap { apnsIDs[$0] } ?? ""
