@@ -223,6 +223,9 @@ final class DayRun {
             // Every phone's app talks to the server from 127.0.0.1: the per-address limits are for
             // the internet, not for 300 phones behind one loopback address.
             c.deviceAddressLimit = .off
+            // …and with one device key: thousands of apps launching in the same real second would
+            // spend the key's burst (each app's IsleClient retries a 429; the run's own calls do not).
+            c.rateLimits[.device] = RateLimit(perSecond: 100_000, burst: 200_000)
             c.deviceInstallationLimit = .off
             c.authFailureLimit = .off
             c.quotas.newInstallationsPerAddressPerHour = 0
