@@ -1,4 +1,3 @@
-public import Foundation
 import Synchronization
 
 /// The priority-10 sends an engine has decided and not yet seen in a claim's count.
