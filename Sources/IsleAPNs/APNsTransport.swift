@@ -123,3 +123,34 @@ public struct APNsEndpoints: Sendable, Hashable {
 
     static func trimmed(_ url: String) -> String { url.hasSuffix("/") ? String(url.dropLast()) : url }
 }
+
+/// Both transports give each provider token its own connections (docs/protocol.md, Wire: "One
+/// token per connection").
+/// A request's provider token, by hashes: the token itself never leaves the header block.
+struct ProviderCredential: Hashable, Sendable {
+    /// The whole `authorization` value.
+    var token: UInt64
+    /// The JWT's header (`alg`, `kid`): one per signing key.
+    var key: UInt64
+
+    init(authorization: String?) {
+        guard let value = authorization else {
+            token = 0
+            key = 0
+            return
+        }
+        let utf8 = value.utf8
+        token = Self.fnv1a(utf8[...])
+        let jwt = value.hasPrefix("bearer ") ? utf8.dropFirst(7) : utf8[...]
+        key = Self.fnv1a(jwt.firstIndex(of: UInt8(ascii: ".")).map { jwt[..<$0] } ?? jwt)
+    }
+
+    static func fnv1a(_ bytes: Substring.UTF8View) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return hash
+    }
+}

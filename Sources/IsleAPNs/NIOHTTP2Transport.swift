@@ -180,35 +180,6 @@ struct PreparedRequest: Sendable {
     }
 }
 
-/// A request's provider token, by hashes: the token itself never leaves the header block.
-struct ProviderCredential: Hashable, Sendable {
-    /// The whole `authorization` value.
-    var token: UInt64
-    /// The JWT's header (`alg`, `kid`): one per signing key.
-    var key: UInt64
-
-    init(authorization: String?) {
-        guard let value = authorization else {
-            token = 0
-            key = 0
-            return
-        }
-        let utf8 = value.utf8
-        token = Self.fnv1a(utf8[...])
-        let jwt = value.hasPrefix("bearer ") ? utf8.dropFirst(7) : utf8[...]
-        key = Self.fnv1a(jwt.firstIndex(of: UInt8(ascii: ".")).map { jwt[..<$0] } ?? jwt)
-    }
-
-    static func fnv1a(_ bytes: Substring.UTF8View) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        return hash
-    }
-}
-
 /// A request on its way: waiting for a stream, or on one.
 struct PendingRequest: Sendable {
     var id: UInt64

@@ -211,10 +211,7 @@ struct ActivityController {
             for name in a.topics {
                 guard let topic = try await store.topic(bundleID: a.bundleID, topic: name), topic.endedAt == nil,
                       let content = topic.lastContent?.objectValue, JSONValue.object(content) != a.content else { continue }
-                let push = try ActivityPush(event: .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: nil, priority: nil, sendAt: nil)
-                let pushes = ActivityPushes(services: services, store: store)
-                let now = services.clock.now
-                _ = try await pushes.commit(try await pushes.prepare(bundleID: a.bundleID, push: push, to: [a], single: true, now: now), idempotency: nil, now: now)
+                try await ActivityPushes(services: services, store: store).resend(content, to: a, priority: nil)
                 services.logger.debug("a new follower of a topic catches up with its latest content", metadata: ["activity": "\(a.id)", "topic": "\(name)"])
                 return
             }
@@ -276,11 +273,7 @@ struct ActivityController {
             // A push still queued for it carries newer content to the new token anyway.
             guard try await store.openJobs(bundleID: a.bundleID, activityID: a.id, limit: 1).isEmpty else { return }
             let last = try await store.deliveries(activityID: a.id, before: nil, limit: 1).first
-            let push = try ActivityPush(event: .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: nil,
-                                        priority: last?.priority == .high ? .high : nil, sendAt: nil)
-            let pushes = ActivityPushes(services: services, store: store)
-            let now = services.clock.now
-            _ = try await pushes.commit(try await pushes.prepare(bundleID: a.bundleID, push: push, to: [a], single: true, now: now), idempotency: nil, now: now)
+            try await ActivityPushes(services: services, store: store).resend(content, to: a, priority: last?.priority == .high ? .high : nil)
         } catch {
             services.logger.warning("could not send an activity's latest content to its new token; the backend's next push reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
         }

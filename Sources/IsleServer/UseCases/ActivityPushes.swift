@@ -3,6 +3,7 @@ import IsleCore
 import IsleHTTPAPI
 import IsleStore
 import IsleDelivery
+import IsleWire
 
 /// Queueing an update or end for activities: the one path the API (`POST /v1/activities/…/update`,
 /// by key, by topic) and the console's compose form share, so their rules cannot drift apart.
@@ -46,6 +47,14 @@ struct ActivityPushes {
         }
         let jobs = activities.lazy.filter { $0.state.acceptsPushes && !(single && onChannel($0)) }.map { template.forActivity($0.id) }
         return Prepared(jobs: Array(jobs), live: single ? jobs.compactMap(\.activityID) : [], warnings: warnings, runAt: runAt)
+    }
+
+    /// Queues `content` again for one activity, as an update of Isle's own (no alert; `priority`
+    /// asked, else Isle's): a late topic follower's catch-up, a rotated token's refresh.
+    func resend(_ content: JSONObject, to a: ActivityRecord, priority: PriorityNumber?) async throws {
+        let push = try ActivityPush(event: .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: nil, priority: priority, sendAt: nil)
+        let now = services.clock.now
+        _ = try await commit(try await prepare(bundleID: a.bundleID, push: push, to: [a], single: true, now: now), idempotency: nil, now: now)
     }
 
     /// Commits the jobs (with the idempotent answer, in one transaction) and wakes the engine when
