@@ -76,7 +76,7 @@ extension PostgresStore: TopicRepository {
     public func topicPushed(bundleID: String, topic: String, at: Date, content: JSONValue?) async throws {
         let log = logger
         try await transaction { conn in
-            try await conn.rows("UPDATE topics SET last_push_at = $1, last_content = COALESCE($4::json, last_content) WHERE bundle_id = $2 AND topic = $3",
+            try await conn.rows("UPDATE topics SET last_push_at = $1, last_content = COALESCE($4::jsonb, last_content) WHERE bundle_id = $2 AND topic = $3",
                                 [.date(at), .text(bundleID), .text(topic), .json(content?.jsonString)], logger: log)
             try await conn.rows("UPDATE topic_channels SET last_used_at = GREATEST(last_used_at, $1) WHERE bundle_id = $2 AND topic = $3", [.date(at), .text(bundleID), .text(topic)], logger: log)
         }
