@@ -71,7 +71,7 @@ public struct SimulatedActivityKit<Attributes: Codable & Sendable, ContentState:
     /// `Activity<Attributes>.activityUpdates`: every activity as it appears (including push-started ones).
     public var activityUpdates: AsyncStream<Handle> {
         let kit = self
-        let follower = ActivityFollower(changes: world.changes.subscribe(), read: { kit.activities })
+        let follower = ActivityFollower(changes: world.changes.subscribe(device: kit.deviceID), read: { kit.activities })
         return AsyncStream(unfolding: { await follower.next() })
     }
 
@@ -136,7 +136,7 @@ public struct SimulatedActivityKit<Attributes: Codable & Sendable, ContentState:
 
     /// Values of `read` as they change: the current one first (if any), then each new one.
     func follow<T: Equatable & Sendable>(_ world: SimulatorWorld, _ read: @escaping @Sendable (SimulatedActivityKit) -> T?) -> AsyncStream<T> {
-        let follower = Follower(changes: world.changes.subscribe(), read: { read(self) })
+        let follower = Follower(changes: world.changes.subscribe(device: deviceID), read: { read(self) })
         return AsyncStream(unfolding: { await follower.next() })
     }
 }

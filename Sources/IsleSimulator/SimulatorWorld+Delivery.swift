@@ -19,12 +19,15 @@ extension SimulatorWorld {
     /// comes back (``setOnline(_:_:)``).
     public func deliver(token: String, pushType: String, topic: String, priority: Int, payload: JSONValue, apnsID: String,
                         expiration: Int64? = nil, collapseID: String? = nil) async -> DeliveryResult {
-        defer { changes.notify() }
+        // The token's device (and any whose token changed meanwhile) hear of it.
+        var touched: String?
+        defer { announce(touched.map { [$0] } ?? []) }
         let now = clock.now
         let (result, widgetWork) = state.withLock { s -> (DeliveryResult, (String, String)?) in
             rememberPushToken(&s, apnsID: apnsID, token: token)
             // A token whose moment to change has passed is already the old one.
             rotateDueTokensLocked(&s, now: now)
+            touched = s.tokens[token]?.deviceID
             guard let owner = s.tokens[token], owner.environment == environment else {
                 return (DeliveryResult(status: 400, reason: "BadDeviceToken", outcome: nil), nil)
             }
@@ -126,16 +129,16 @@ extension SimulatorWorld {
     /// Held pushes and widget pushes whose moment has come reach their devices.
     func deliverDueHeldPushes() async {
         let now = clock.now
-        let (delivered, widgetWork) = state.withLock { s -> (Bool, [(String, String, String)]) in
+        let (delivered, widgetWork) = state.withLock { s -> (Set<String>, [(String, String, String)]) in
             var work: [(String, String, String)] = []
-            var delivered = false
+            var delivered: Set<String> = []
             if s.heldPushes.contains(where: { $0.due <= now }) {
-                delivered = true
                 let due = s.heldPushes.filter { $0.due <= now }.sorted { $0.due < $1.due }
                 s.heldPushes.removeAll { $0.due <= now }
                 for p in due {
                     // The token may have changed or gone meanwhile: APNs already answered 200, the device sees nothing.
                     guard let owner = s.tokens[p.token], s.devices[owner.deviceID] != nil else { continue }
+                    delivered.insert(owner.deviceID)
                     if case .retired = owner.kind { continue }
                     guard s.devices[owner.deviceID]!.isOnline else {
                         // Offline by now: APNs stores it as it would have on arrival.
@@ -158,7 +161,7 @@ extension SimulatorWorld {
             return (delivered, work)
         }
         for (deviceID, bundleID, apnsID) in widgetWork { await reloadWidgets(deviceID: deviceID, bundleID: bundleID, kinds: nil, reason: .push, apnsID: apnsID) }
-        if delivered { changes.notify() }
+        if !delivered.isEmpty { announce(delivered) }
     }
 
     /// A push reaching an online device (now, or later from APNs' storage).
@@ -295,7 +298,7 @@ extension SimulatorWorld {
     /// Takes a device off the network or brings it back. Back online, it receives what APNs kept
     /// for it (not expired), oldest first; what expired meanwhile is logged as missed.
     public func setOnline(_ deviceID: String, _ online: Bool) async throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         let widgetWork = try state.withLock { (s) throws(SimulatorError) -> [(String, String, String)] in
             guard s.devices[deviceID] != nil else { throw SimulatorError(.notFound, "no device \(deviceID)") }
@@ -487,7 +490,7 @@ extension SimulatorWorld {
     /// on again, the app starts with none. Answers how many channels were deleted.
     @discardableResult
     public func setBroadcastCapability(bundleID: String, enabled: Bool) -> Int {
-        defer { changes.notify() }
+        defer { announceAll() }
         return state.withLock { s in
             if enabled {
                 s.channelsDisabled.remove(bundleID)
@@ -510,7 +513,7 @@ extension SimulatorWorld {
     /// `expiration`: the request's `apns-expiration` (0: attempt once, not stored — Apple); nil: as
     /// long as the channel keeps messages.
     public func broadcast(bundleID: String, channelID: String, priority: Int, payload: JSONValue, requestID: String, expiration: Int64? = nil) -> (policy: Int, outcomes: [PushOutcome])? {
-        defer { changes.notify() }
+        defer { announceAll() }
         let now = clock.now
         return state.withLock { s -> (Int, [PushOutcome])? in
             guard let policy = s.channels[bundleID]?[channelID] else { return nil }

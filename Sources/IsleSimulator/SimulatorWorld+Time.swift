@@ -20,8 +20,8 @@ extension SimulatorWorld {
     /// `pushTokenUpdates`).
     func handOutDueTokens() {
         let now = clock.now
-        let issued = state.withLock { s -> Int in
-            var n = 0
+        let issued = state.withLock { s -> Set<String> in
+            var n: Set<String> = []
             for deviceID in s.tokensDue.sorted() {
                 guard s.devices[deviceID] != nil else { continue }
                 var waiting = false
@@ -33,11 +33,11 @@ extension SimulatorWorld {
                     }
                     issueInstallTokens(&s, &app, deviceID: deviceID)
                     s.devices[deviceID]!.apps[bundleID] = app
+                    n.insert(deviceID)
                     if !app.pushToStartTokens.isEmpty || app.widgetPushToken != nil {
                         s.devices[deviceID]!.events.append(DeviceEvent(time: due, source: .system, activityID: nil,
                                                                        message: "\(bundleID) got its \([app.pushToStartTokens.isEmpty ? nil : "push-to-start token (pushToStartTokenUpdates)", app.widgetPushToken == nil ? nil : "widget push token"].compactMap { $0 }.joined(separator: " and "))."))
                     }
-                    n += 1
                 }
                 for i in s.devices[deviceID]!.activities.indices {
                     var a = s.devices[deviceID]!.activities[i]
@@ -51,34 +51,34 @@ extension SimulatorWorld {
                     issueUpdateToken(&s, &a, deviceID: deviceID, environment: app.environment)
                     s.devices[deviceID]!.activities[i] = a
                     s.devices[deviceID]!.events.append(DeviceEvent(time: due, source: .system, activityID: a.id, message: "ActivityKit handed the activity its push token (pushTokenUpdates)."))
-                    n += 1
+                    n.insert(deviceID)
                 }
                 if !waiting { s.tokensDue.remove(deviceID) }
             }
             return n
         }
-        if issued > 0 { changes.notify() }
+        if !issued.isEmpty { announce(issued) }
     }
 
     /// Tokens whose seeded moment to change has come (see ``SimulatorConfiguration/activityTokenRotation``).
     func rotateDueTokens() {
         let now = clock.now
-        if state.withLock({ s in rotateDueTokensLocked(&s, now: now) }) { changes.notify() }
+        if state.withLock({ s in rotateDueTokensLocked(&s, now: now) }) { announce([]) }
     }
 
     /// Priority-5 pushes whose wait is over are applied (and watchers told), on the devices that
     /// hold some; each such device then records when its next one falls due.
     func applyDueLowPriority() {
         let now = clock.now
-        let applied = state.withLock { s -> Bool in
+        let applied = state.withLock { s -> [String] in
             let due = s.lowPriorityDue.filter { $0.value <= now }.map(\.key)
             for deviceID in due {
                 try? advanceLocked(&s, deviceID: deviceID, to: now)
                 s.lowPriorityDue[deviceID] = s.devices[deviceID]?.activities.lazy.flatMap { $0.lowPriorityQueue.lazy.map(\.applyAt) }.min()
             }
-            return !due.isEmpty
+            return due
         }
-        if applied { changes.notify() }
+        if !applied.isEmpty { announce(applied) }
     }
 
     /// A tick after `delay` seconds: on a manual clock only when the delay is 0 (later ones wait for
@@ -153,7 +153,7 @@ extension SimulatorWorld {
             // Wakes on the next change, or at the deadline.
             let waker = Task {
                 try? await Task.sleep(until: deadline)
-                self.changes.notify()
+                self.changes.notify(devices: [])
             }
             _ = await iterator.next()
             waker.cancel()
@@ -163,7 +163,7 @@ extension SimulatorWorld {
     /// Advances a manual clock and runs what became due (tokens, widget policy reloads). Activity
     /// transitions are applied lazily whenever a device is read or receives a push.
     public func advanceClock(by seconds: TimeInterval) async throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announceAll() }
         guard let manual = clock as? ManualWallClock else { throw SimulatorError(.conflict, "the simulator runs in real time; its clock cannot be advanced") }
         guard seconds >= 0 else { throw SimulatorError(.invalidArgument, "seconds must be ≥ 0", field: "seconds") }
         manual.advance(by: seconds)

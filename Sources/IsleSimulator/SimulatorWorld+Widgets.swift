@@ -27,7 +27,7 @@ extension SimulatorWorld {
     /// and asks itself; otherwise 70 per widget per 24 h, over which the reload is deferred.
     @discardableResult
     public func reloadWidgets(deviceID: String, bundleID: String, kinds: [String]?, reason: ReloadReason, apnsID: String? = nil) async -> PushOutcome {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         // 1. Decide, under the lock, which widgets reload now.
         let plan: [(Int, SimulatedWidget.Configuration.Source)]? = state.withLock { s in

@@ -209,6 +209,15 @@ public final class SimulatorWorld: Sendable {
         /// When tokens change by themselves (``SimulatorConfiguration/activityTokenRotation``), and the soonest.
         var tokenRotations: [String: Date] = [:]
         var nextRotation: Date?
+        /// Devices whose tokens changed by themselves in a read (rotations apply lazily, whenever
+        /// any device is read): their followers are told at the next announcement.
+        var rotatedUnannounced: Set<String> = []
+
+        mutating func takeRotated() -> Set<String> {
+            guard !rotatedUnannounced.isEmpty else { return [] }
+            defer { rotatedUnannounced = [] }
+            return rotatedUnannounced
+        }
         /// Pushes APNs holds a moment before they reach the device (reordering), and widget pushes
         /// WidgetKit has yet to act on.
         var heldPushes: [HeldPush] = []
@@ -268,7 +277,7 @@ public final class SimulatorWorld: Sendable {
     /// Pairs or unpairs an Apple Watch or a Mac, connects or disconnects CarPlay, locks or unlocks
     /// the device (locking ends its transient activities). Nil leaves a setting as it is.
     public func setSurroundings(deviceID: String, pairedWatch: Bool? = nil, carPlay: Bool? = nil, pairedMac: Bool? = nil, locked: Bool? = nil) throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -296,7 +305,7 @@ public final class SimulatorWorld: Sendable {
     /// own, each removed one's token answers 410 from now; WidgetKit tells the app
     /// (`pushTokensDidChange(controls:)`, Apple, "Updating controls locally and remotely").
     public func setControls(bundleID: String, on deviceID: String, kinds: [String]) throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) in
             guard kinds.allSatisfy({ !$0.isEmpty }), Set(kinds).count == kinds.count else {
@@ -343,7 +352,7 @@ public final class SimulatorWorld: Sendable {
     /// and a widget push token when it has widgets (iOS 26+).
     @discardableResult
     public func install(_ install: AppInstall, on deviceID: String) throws(SimulatorError) -> SimulatedApp {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         guard !install.bundleID.isEmpty, !install.bundleID.contains("/"), !install.bundleID.contains(".push-type.") else {
             throw SimulatorError(.invalidArgument, "bundleID must be a bare bundle id such as com.example.pizza", field: "bundleID")
         }
@@ -379,7 +388,7 @@ public final class SimulatorWorld: Sendable {
     /// dismissed activity's — accepted a while, then 410), its push-to-start and widget tokens
     /// answer 410 `Unregistered` at once, and its widgets go.
     public func uninstall(bundleID: String, on deviceID: String) throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -394,10 +403,27 @@ public final class SimulatorWorld: Sendable {
 
     public func device(_ id: String) throws(SimulatorError) -> SimulatedDevice {
         let now = clock.now
-        return try state.withLock { (s) throws(SimulatorError) -> SimulatedDevice in
+        let (device, rotated) = try state.withLock { (s) throws(SimulatorError) -> (SimulatedDevice, Set<String>) in
             try advanceLocked(&s, deviceID: id, to: now)
-            return s.devices[id]!
+            return (s.devices[id]!, s.takeRotated())
         }
+        if !rotated.isEmpty { changes.notify(devices: rotated) }
+        return device
+    }
+
+    /// Tells the followers of these devices, and of any device whose tokens changed by themselves
+    /// meanwhile, that something changed.
+    func announce(_ devices: some Collection<String>) {
+        let rotated = state.withLock { $0.takeRotated() }
+        changes.notify(devices: rotated.isEmpty ? Array(devices) : Array(devices) + rotated)
+    }
+
+    func announce(device: String) { announce(CollectionOfOne(device)) }
+
+    /// A change that may touch every device.
+    func announceAll() {
+        state.withLock { _ = $0.takeRotated() }
+        changes.notify()
     }
 
     public func app(_ bundleID: String, on deviceID: String) throws(SimulatorError) -> SimulatedApp {
@@ -409,7 +435,7 @@ public final class SimulatorWorld: Sendable {
     /// Rotates a push-to-start token; the old one stops working at once (410 Unregistered).
     @discardableResult
     public func rotatePushToStartToken(bundleID: String, attributesType: String, on deviceID: String) throws(SimulatorError) -> String {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         return try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
             guard let old = app.pushToStartTokens[attributesType] else { throw SimulatorError(.notFound, "\(bundleID) has no attributes type \(attributesType)", field: "attributesType") }
@@ -424,7 +450,7 @@ public final class SimulatorWorld: Sendable {
     /// WidgetKit issues a new widget push token (iOS 26); the old one answers 410 from then on.
     @discardableResult
     public func rotateWidgetPushToken(bundleID: String, on deviceID: String) throws(SimulatorError) -> String {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         return try mutateApp(bundleID, on: deviceID) { (s, app) throws(SimulatorError) -> String in
             guard let old = app.widgetPushToken else { throw SimulatorError(.conflict, "\(bundleID) has no widget push token (no widgets, or iOS before 26)") }
@@ -444,7 +470,7 @@ public final class SimulatorWorld: Sendable {
     public func updateSettings(bundleID: String, on deviceID: String, liveActivitiesEnabled: Bool? = nil, frequentUpdatesEnabled: Bool? = nil, foreground: Bool? = nil,
                                forceQuit: Bool? = nil, terminated: Bool? = nil) throws(SimulatorError) {
         defer {
-            changes.notify()
+            announce(device: deviceID)
             if foreground == true, state.withLock({ !$0.tokensDue.isEmpty }) { scheduleTick(after: configuration.pushTokenDelay) }
         }
         let now = clock.now
@@ -525,7 +551,7 @@ public final class SimulatorWorld: Sendable {
     public func requestActivity(bundleID: String, on deviceID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
                                 staleDate: Date? = nil, relevanceScore: Double = 0, pushType: RequestPushType = .token, start: Date? = nil,
                                 alertConfiguration: AlertConfiguration? = nil, style: ActivityStyle = .standard) throws(SimulatorError) -> SimulatedActivity {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         let activity = try state.withLock { (s) throws(SimulatorError) -> SimulatedActivity in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -596,7 +622,7 @@ public final class SimulatorWorld: Sendable {
     /// The app updates or ends its own activity (`activity.update` / `activity.end`); an end's
     /// dismissal policy is `.default`, `.immediate` (`dismissImmediately`) or `.after(dismissAt)`.
     public func appUpdate(activityID: String, on deviceID: String, contentState: JSONValue?, end: Bool = false, dismissImmediately: Bool = false, dismissAt: Date? = nil) throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -619,7 +645,7 @@ public final class SimulatorWorld: Sendable {
 
     /// The person swipes the activity away: it ends and is dismissed; its token answers 410.
     public func userDismiss(activityID: String, on deviceID: String) throws(SimulatorError) {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         let now = clock.now
         try state.withLock { (s) throws(SimulatorError) in
             try advanceLocked(&s, deviceID: deviceID, to: now)
@@ -632,7 +658,7 @@ public final class SimulatorWorld: Sendable {
 
     /// The user taps Allow for a push-started activity: its withheld update token is issued.
     public func allowUpdates(activityID: String, on deviceID: String) throws(SimulatorError) -> String? {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         return try state.withLock { (s) throws(SimulatorError) -> String? in
             guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             var a = s.devices[deviceID]!.activities[i]
@@ -648,7 +674,7 @@ public final class SimulatorWorld: Sendable {
 
     /// ActivityKit rotates an activity's push token: the old one answers 410 from then on.
     public func rotateUpdateToken(activityID: String, on deviceID: String) throws(SimulatorError) -> String {
-        defer { changes.notify() }
+        defer { announce(device: deviceID) }
         return try state.withLock { (s) throws(SimulatorError) -> String in
             guard let i = s.devices[deviceID]?.activities.firstIndex(where: { $0.id == activityID }) else { throw SimulatorError(.notFound, "no activity \(activityID) on \(deviceID)") }
             var a = s.devices[deviceID]!.activities[i]
@@ -899,6 +925,7 @@ public final class SimulatorWorld: Sendable {
             s.tokenRotations.removeValue(forKey: token)
             guard let owner = s.tokens[token], s.devices[owner.deviceID] != nil else { continue }
             let deviceID = owner.deviceID
+            s.rotatedUnannounced.insert(deviceID)
             switch owner.kind {
             case .activity(let id):
                 guard let i = indexLocked(s, activityID: id, deviceID: deviceID) else { continue }
@@ -952,23 +979,56 @@ public final class SimulatorWorld: Sendable {
     }
 }
 
-/// Tells subscribers that something in the world may have changed.
+/// Tells subscribers that something in the world may have changed: a subscriber for one device
+/// hears of that device's changes and of the world's; one for the world hears of every change.
+/// (A phone's app follows only its own device: a push to one phone wakes that phone's streams, not
+/// every phone's, so thousands of simulated phones cost what they do one by one.)
 public final class ChangeFeed: Sendable {
-    private let subscribers = Mutex<[UUID: AsyncStream<Void>.Continuation]>([:])
+    private struct Subscribers {
+        var world: [UUID: AsyncStream<Void>.Continuation] = [:]
+        var byDevice: [String: [UUID: AsyncStream<Void>.Continuation]] = [:]
+        var count = 0
+    }
+    private let subscribers = Mutex(Subscribers())
     public init() {}
 
-    public func subscribe() -> AsyncStream<Void> {
+    /// Changes anywhere (`device` nil) or to one device and to the world as a whole.
+    public func subscribe(device: String? = nil) -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         let id = UUID()
-        subscribers.withLock { $0[id] = continuation }
-        continuation.onTermination = { [weak self] _ in self?.subscribers.withLock { _ = $0.removeValue(forKey: id) } }
+        subscribers.withLock { s in
+            if let device { s.byDevice[device, default: [:]][id] = continuation } else { s.world[id] = continuation }
+            s.count += 1
+        }
+        continuation.onTermination = { [weak self] _ in
+            self?.subscribers.withLock { s in
+                let removed: AsyncStream<Void>.Continuation?
+                if let device {
+                    removed = s.byDevice[device]?.removeValue(forKey: id)
+                    if s.byDevice[device]?.isEmpty == true { s.byDevice[device] = nil }
+                } else {
+                    removed = s.world.removeValue(forKey: id)
+                }
+                if removed != nil { s.count -= 1 }
+            }
+        }
         return stream
     }
 
     /// How many are following now (a test waits for a long poll to be waiting with it).
     public var subscriberCount: Int { subscribers.withLock { $0.count } }
 
+    /// Something changed that may touch any device (the clock moved, a broadcast went out).
     public func notify() {
-        for c in subscribers.withLock({ Array($0.values) }) { c.yield(()) }
+        let all = subscribers.withLock { s in Array(s.world.values) + s.byDevice.values.flatMap(\.values) }
+        for c in all { c.yield(()) }
     }
+
+    /// Something changed on these devices only (none: only the world's subscribers hear of it).
+    public func notify<C: Collection<String>>(devices: C) {
+        let some = subscribers.withLock { s in Array(s.world.values) + devices.flatMap { s.byDevice[$0]?.values.map { $0 } ?? [] } }
+        for c in some { c.yield(()) }
+    }
+
+    public func notify(device: String) { notify(devices: CollectionOfOne(device)) }
 }

@@ -20,7 +20,7 @@ enum PhonePage {
         router.get("phone/:device/stream") { _, context in
             let id = try context.parameters.require("device")
             _ = try render(world, id)
-            let changes = world.changes.subscribe()
+            let changes = world.changes.subscribe(device: id)
             return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: ResponseBody { writer in
                 try await writer.write(ByteBuffer(string: event(try render(world, id))))
                 // Ends when the client goes away (the write throws) or the server shuts down.
