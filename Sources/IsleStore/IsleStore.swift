@@ -335,6 +335,9 @@ public protocol JobOperations: Sendable {
     /// The activity's jobs that were never sent — superseded by newer content, or dropped
     /// (cancelled by an operator, past their time) — newest first, at most `limit`.
     func unsentJobs(activityID: String, limit: Int) async throws -> [PushJob]
+    /// The activity's jobs that failed (APNs refused them, or they could not be sent before their
+    /// deadline or while the activity was unreachable), newest first, at most `limit`.
+    func failedJobs(activityID: String, limit: Int) async throws -> [PushJob]
     /// The app's jobs superseded and dropped, by state, among those accepted since `since` (the
     /// ones the delivery engine never saw, which its history does not count).
     func unsentJobCounts(bundleID: String, since: Date) async throws -> [PushJobState: Int]

@@ -728,6 +728,14 @@ public final class SQLiteStore: IsleStore {
         try readNow { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM jobs WHERE id = ?"), arguments: [id]).map(Self.job) }
     }
 
+    public func failedJobs(activityID: String, limit: Int) async throws -> [PushJob] {
+        try readNow { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT * FROM jobs INDEXED BY jobs_failed WHERE activity_id = ? AND state = 'failed' ORDER BY created_at DESC, id DESC LIMIT ?
+                """), arguments: [activityID, max(0, limit)]).map(Self.job)
+        }
+    }
+
     public func unsentJobs(activityID: String, limit: Int) async throws -> [PushJob] {
         try readNow { db in
             try Row.fetchAll(db.cachedStatement(sql: """

@@ -291,6 +291,7 @@ public enum Schema {
         Index(name: "jobs_seq", table: "jobs", columns: ["seq"], only: .sqlite),
         Index(name: "jobs_finished", table: "jobs", columns: ["created_at"], condition: "state IN ('sent', 'failed', 'superseded', 'dropped')"),
         Index(name: "jobs_unsent", table: "jobs", columns: ["activity_id", "created_at"], condition: "state IN ('superseded', 'dropped')"),
+        Index(name: "jobs_failed", table: "jobs", columns: ["activity_id", "created_at"], condition: "state = 'failed'"),
         Index(name: "deliveries_activity", table: "deliveries", columns: ["activity_id", "id"]),
         Index(name: "deliveries_apns", table: "deliveries", columns: ["apns_id"]),
         Index(name: "deliveries_at", table: "deliveries", columns: ["at"]),
@@ -435,6 +436,8 @@ public enum Schema {
         Change(name: "renewals") { dialect in newTables(["renewals"], dialect) },
         // A topic's latest content, for followers that register after an update.
         Change(name: "topic content") { dialect in ["ALTER TABLE topics ADD COLUMN last_content \(Kind.json.type(in: dialect))"] },
+        // What an activity's failed pushes carried, for its next token (ActivityController.refresh).
+        Change(name: "failed jobs by activity") { dialect in [indexes.first { $0.name == "jobs_failed" }!.sql(in: dialect)] },
     ]
 
     /// Tables a later change creates, which the changes before it must not touch.

@@ -238,4 +238,36 @@ struct LeewayTests {
             #expect(try await f.call("GET", "/v1/activities/\(id)?deliveries=10", key: f.backendKey).json["deliveries"]?.arrayValue?.count == 3)
         }
     }
+
+    @Test("a push that failed on a token ActivityKit had changed (410, the app not running to hand the new one over) goes to the new token when the app does: its content, at 10, no alert — not the older content the record last delivered")
+    func failedPushGoesToNewToken() async throws {
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }) { f in
+            let (a, id) = try await f.appStartsActivity(key: "order-1")
+            #expect(try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: ["contentState": Pizza.state("Oven"), "priority": 10]).status == 202)
+            _ = try await Self.delivered(f, id, 1)
+            try await f.waitForDevice("the first update") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "Oven" }
+            // ActivityKit changes the token; the app is not running, so the server still has the old one.
+            let token = try f.sim.world.rotateUpdateToken(activityID: a.id, on: f.device)
+            let update: JSONValue = ["contentState": Pizza.state("On the way"), "alert": ["title": "Your order", "body": "On its way"]]
+            let u = try await f.call("POST", "/v1/activities/\(id)/update", key: f.backendKey, body: update)
+            let job = try #require(u.json["jobs"]?.arrayValue?.first?.numberValue?.int64Value)
+            // APNs answers 410; the push waits 30 s for a new token, then fails.
+            try await eventually("the update failed on the old token (410)") {
+                f.clock.advance(by: 31)
+                return try await (f.call("GET", "/v1/events?limit=1000", key: f.backendKey).json["events"]?.arrayValue ?? []).contains {
+                    $0["type"] == "push.failed" && $0["data"]?["jobID"] == .int(job)
+                }
+            }
+            #expect(try await f.call("GET", "/v1/activities/\(id)", key: f.backendKey).json["state"] == "unreachable")
+            #expect(try f.deviceActivity(a.id)?.contentState["driverName"] == "Oven")
+            // The app runs again and hands over the new token.
+            let r = try await f.call("PUT", "/v1/activities/\(id)/token", key: f.deviceKey, body: ["token": .string(token)], headers: f.secretHeader())
+            #expect(r.status == 200, "\(r.json.jsonString)")
+            let sent = try await Self.delivered(f, id, 3)
+            #expect(sent.last?["status"] == 200 && sent.last?["priority"] == 10, "\(sent)")
+            try await f.waitForDevice("the failed push's content on the new token") { d in d.activities.first { $0.id == a.id }?.contentState["driverName"] == "On the way" }
+            let log = try f.sim.world.device(f.device).events.filter { $0.activityID == a.id }.map(\.message)
+            #expect(log.last { $0.hasPrefix("Applied") }?.contains("alert") == false, "Isle's resend carries no alert: \(log)")
+        }
+    }
 }

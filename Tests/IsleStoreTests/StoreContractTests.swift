@@ -201,6 +201,14 @@ struct StoreContractTests {
         #expect(try await s.unsentJobCounts(bundleID: "com.example.pizza", since: t0.addingTimeInterval(-60)) == [.superseded: 2, .dropped: 1])
         #expect(try await s.unsentJobCounts(bundleID: "com.example.pizza", since: t0.addingTimeInterval(60)).isEmpty)
         #expect(try await s.unsentJobCounts(bundleID: "com.example.other", since: t0.addingTimeInterval(-60)).isEmpty)
+        // A job that failed is the activity's failed one (a rotated token's refresh reads it), not an unsent one.
+        #expect(try await s.failedJobs(activityID: "a0", limit: 10).isEmpty)
+        let third = try #require(claimed.first)
+        #expect(try await s.complete(JobCompletion(claim: third, result: .finished(.failed, reason: "410 Unregistered"))))
+        let failed = try await s.failedJobs(activityID: "a0", limit: 10)
+        #expect(failed.map(\.id) == [ids[2]] && failed.first?.state == .failed && failed.first?.lastError == "410 Unregistered", "\(failed.map { ($0.id, $0.state, $0.lastError) })")
+        #expect(try await s.unsentJobs(activityID: "a0", limit: 10).map(\.id) == [ids[1], ids[0]])
+        #expect(try await s.failedJobs(activityID: "a1", limit: 10).isEmpty)
     }
 
     @Test("idempotency: the record carries the queued job ids; a live key refuses a second enqueue atomically; an expired one is free again", arguments: StoreKind.allCases)

@@ -263,17 +263,31 @@ struct ActivityController {
 
     /// The activity's token changed by itself: a push sent to the old one just before — held by
     /// APNs, stored for an offline phone, in flight — may never reach the activity (APNs answered
-    /// 200 for it). So its latest content goes again to the new token, without an alert, at the
-    /// priority its last push went with (the budget still decides): the phone shows what the
-    /// backend last sent, whatever became of that push. Nothing is sent when no push went yet, or
-    /// when one is still queued for it (it carries newer content to the new token).
+    /// 200 for it), and a push sent to it after the change failed (410, or refused while the
+    /// activity was unreachable). So the backend's latest goes again to the new token, without an
+    /// alert: the content of the newest push that failed since the last one went, else the
+    /// record's (what the last push carried); at the priority that push asked for or went with
+    /// (the budget still decides). A failed end goes as an end. The phone shows what the backend
+    /// last sent, whatever became of that push. Nothing is sent when no push went yet, or when one
+    /// is still queued for it (it carries newer content to the new token).
     func refresh(_ a: ActivityRecord) async {
-        guard a.state == .active, a.lastTimestamp != nil, let content = a.content?.objectValue else { return }
+        guard a.state == .active, a.lastTimestamp != nil, let recorded = a.content?.objectValue else { return }
         do {
             // A push still queued for it carries newer content to the new token anyway.
             guard try await store.openJobs(bundleID: a.bundleID, activityID: a.id, limit: 1).isEmpty else { return }
-            let last = try await store.deliveries(activityID: a.id, before: nil, limit: 1).first
-            try await ActivityPushes(services: services, store: store).resend(content, to: a, priority: last?.priority == .high ? .high : nil)
+            let pushes = ActivityPushes(services: services, store: store)
+            // The pushes APNs answered lately, newest last; a failed job accepted after the last
+            // one APNs took (job ids grow with acceptance) carries newer content than the record.
+            let answered = try await store.deliveries(activityID: a.id, before: nil, limit: 20)
+            let lastTaken = answered.last { $0.status == 200 }?.jobID ?? 0
+            if let failed = try await store.failedJobs(activityID: a.id, limit: 1).first, failed.id > lastTaken,
+               let p = failed.payload.liveActivity, p.event == .update || p.event == .end {
+                let priority: PriorityNumber? = DeliveryPlanner.wantsHighPriority(failed) ? .high : nil
+                try await pushes.resend(p.contentState?.objectValue ?? recorded, to: a, priority: priority, end: p.event == .end, dismissalDate: p.dismissalDate)
+                services.logger.info("an activity's new token gets the push that failed on its old one", metadata: ["activity": "\(a.id)", "job": "\(failed.id)"])
+                return
+            }
+            try await pushes.resend(recorded, to: a, priority: answered.last?.priority == .high ? .high : nil)
         } catch {
             services.logger.warning("could not send an activity's latest content to its new token; the backend's next push reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
         }

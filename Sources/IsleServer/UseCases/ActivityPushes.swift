@@ -50,9 +50,11 @@ struct ActivityPushes {
     }
 
     /// Queues `content` again for one activity, as an update of Isle's own (no alert; `priority`
-    /// asked, else Isle's): a late topic follower's catch-up, a rotated token's refresh.
-    func resend(_ content: JSONObject, to a: ActivityRecord, priority: PriorityNumber?) async throws {
-        let push = try ActivityPush(event: .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: nil, priority: priority, sendAt: nil)
+    /// asked, else Isle's) — or as an end, with its dismissal date: a late topic follower's
+    /// catch-up, a rotated token's refresh.
+    func resend(_ content: JSONObject, to a: ActivityRecord, priority: PriorityNumber?, end: Bool = false, dismissalDate: Date? = nil) async throws {
+        let push = try ActivityPush(event: end ? .end : .update, contentState: content, alert: nil, staleDate: nil, relevanceScore: nil, dismissalDate: end ? dismissalDate : nil,
+                                    priority: priority, sendAt: nil)
         let now = services.clock.now
         _ = try await commit(try await prepare(bundleID: a.bundleID, push: push, to: [a], single: true, now: now), idempotency: nil, now: now)
     }

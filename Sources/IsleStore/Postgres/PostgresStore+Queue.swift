@@ -89,6 +89,15 @@ extension PostgresStore {
         return try await read { conn in try await conn.row("SELECT * FROM jobs WHERE id = $1", [.int(id)], logger: log).map(Self.job) }
     }
 
+    public func failedJobs(activityID: String, limit: Int) async throws -> [PushJob] {
+        let log = logger
+        return try await read { conn in
+            try await conn.rows("""
+                SELECT * FROM jobs WHERE activity_id = $1 AND state = 'failed' ORDER BY created_at DESC, id DESC LIMIT $2
+                """, [.text(activityID), .int(max(0, limit))], logger: log).map(Self.job)
+        }
+    }
+
     public func unsentJobs(activityID: String, limit: Int) async throws -> [PushJob] {
         let log = logger
         return try await read { conn in
