@@ -296,5 +296,36 @@ struct TopicAudienceTests {
             #expect(try await f.call("GET", "/v1/activities/\(id)?deliveries=10", key: f.backendKey).json["deliveries"]?.arrayValue?.isEmpty == true)
         }
     }
+
+    @Test("a follower by token whose token changed while its app was not running: one goal fails on the old token (410), the next skips it (unreachable); when the app hands the new token over it gets the latest goal, not the last one it took")
+    func rotatedFollower() async throws {
+        try await ServerFixture.with(configure: { $0.device = SimulatorConfiguration() }) { f in
+            #expect(try await f.call("PUT", "/v1/topics/\(Self.topic)", key: f.backendKey, body: ["storagePolicy": 1]).status == 200)
+            let follower = try await Self.follow(f, device: try Self.phone(f, "fan", os: "17.4"), installation: "fan", channelFirst: false)
+            @Sendable func goal(_ score: String) async throws {
+                #expect(try await f.call("POST", "/v1/topics/\(Self.topic)/update", key: f.backendKey, body: ["contentState": Pizza.state(score), "alert": ["title": "Goal", "body": .string(score)]]).status == 202)
+            }
+            @Sendable func shows() throws -> String? {
+                try f.sim.world.device(follower.device).activities.first { $0.id == follower.activity }?.contentState["driverName"]?.stringValue
+            }
+            try await goal("1–0")
+            try await eventually(within: .seconds(30), "the follower shows the first goal") { try shows() == "1–0" }
+            let token = try f.sim.world.rotateUpdateToken(activityID: follower.activity, on: follower.device)
+            try await goal("2–0")
+            try await eventually(within: .seconds(30), "the goal failed on the old token") {
+                f.clock.advance(by: 31)   // past the wait for a rotated token
+                return try await f.call("GET", "/v1/activities/\(follower.isle)", key: f.backendKey).json["state"] == "unreachable"
+            }
+            try await goal("3–0")
+            #expect(try shows() == "1–0")
+            // The app runs again and hands over its new token.
+            let r = try await f.call("PUT", "/v1/activities/\(follower.isle)/token", key: f.deviceKey, body: ["token": .string(token)], headers: f.secretHeader("fan"))
+            #expect(r.status == 200, "\(r.json.jsonString)")
+            try await eventually(within: .seconds(30), "the follower shows the latest goal") {
+                f.clock.advance(by: 1)
+                return try shows() == "3–0"
+            }
+        }
+    }
 }
 

@@ -265,9 +265,10 @@ struct ActivityController {
     /// APNs, stored for an offline phone, in flight — may never reach the activity (APNs answered
     /// 200 for it), and a push sent to it after the change failed (410, or refused while the
     /// activity was unreachable). So the backend's latest goes again to the new token, without an
-    /// alert: the content of the newest push that failed since the last one went, else the
-    /// record's (what the last push carried); at the priority that push asked for or went with
-    /// (the budget still decides). A failed end goes as an end. The phone shows what the backend
+    /// alert: a topic follower's topic's latest content; else the content of the newest push that
+    /// failed since the last one went; else the record's (what the last push carried) — at the
+    /// priority that push asked for or went with (the budget still decides). A failed end goes as
+    /// an end. The phone shows what the backend
     /// last sent, whatever became of that push. Nothing is sent when no push went yet, or when one
     /// is still queued for it (it carries newer content to the new token).
     func refresh(_ a: ActivityRecord) async {
@@ -280,14 +281,32 @@ struct ActivityController {
             // one APNs took (job ids grow with acceptance) carries newer content than the record.
             let answered = try await store.deliveries(activityID: a.id, before: nil, limit: 20)
             let lastTaken = answered.last { $0.status == 200 }?.jobID ?? 0
+            var content = recorded
+            var priority: PriorityNumber? = answered.last?.priority == .high ? .high : nil
+            var failedAt: Date?
             if let failed = try await store.failedJobs(activityID: a.id, limit: 1).first, failed.id > lastTaken,
                let p = failed.payload.liveActivity, p.event == .update || p.event == .end {
-                let priority: PriorityNumber? = DeliveryPlanner.wantsHighPriority(failed) ? .high : nil
-                try await pushes.resend(p.contentState?.objectValue ?? recorded, to: a, priority: priority, end: p.event == .end, dismissalDate: p.dismissalDate)
-                services.logger.info("an activity's new token gets the push that failed on its old one", metadata: ["activity": "\(a.id)", "job": "\(failed.id)"])
-                return
+                priority = DeliveryPlanner.wantsHighPriority(failed) ? .high : nil
+                if p.event == .end {
+                    try await pushes.resend(p.contentState?.objectValue ?? recorded, to: a, priority: priority, end: true, dismissalDate: p.dismissalDate)
+                    services.logger.info("an activity's new token gets the end that failed on its old one", metadata: ["activity": "\(a.id)", "job": "\(failed.id)"])
+                    return
+                }
+                content = p.contentState?.objectValue ?? recorded
+                failedAt = failed.createdAt
             }
-            try await pushes.resend(recorded, to: a, priority: answered.last?.priority == .high ? .high : nil)
+            // A topic's follower: the topic's updates skipped it while it was unreachable, so the
+            // topic's latest content is the backend's newest for it.
+            for name in a.topics {
+                guard let topic = try await store.topic(bundleID: a.bundleID, topic: name), topic.endedAt == nil, let latest = topic.lastContent?.objectValue,
+                      let pushedAt = topic.lastPushAt, failedAt.map({ pushedAt >= $0 }) ?? true else { continue }
+                content = latest
+                break
+            }
+            try await pushes.resend(content, to: a, priority: priority)
+            if failedAt != nil || content != recorded {
+                services.logger.info("an activity's new token gets content newer than its old token last took", metadata: ["activity": "\(a.id)"])
+            }
         } catch {
             services.logger.warning("could not send an activity's latest content to its new token; the backend's next push reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
         }
