@@ -1034,7 +1034,11 @@ final class DayRun {
                 let log = try env.world.device(p.device).events.filter { $0.activityID == onPhone.id }.suffix(4).map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(120))" }
                 let id = lastPush.flatMap { apnsIDs[$0] } ?? ""
                 let seen = env.sim.apns.requestLog.filter { $0.apnsID == id }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
-                violation("records equal", "\(key): \(differs); the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen); its log ends: \(log)")
+                // The server record's own last push (a renewal's successor's start, say): what APNs and the phone did with it.
+                let recordPush = record["deliveries"]?.arrayValue?.last?["apnsID"]?.stringValue ?? ""
+                let recordSeen = env.sim.apns.requestLog.filter { $0.apnsID == recordPush }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
+                let recordOnPhone = try env.world.device(p.device).events.filter { $0.apnsID == recordPush }.map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(160))" }
+                violation("records equal", "\(key): \(differs); the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen); its log ends: \(log); the server's record \(record["id"]?.stringValue ?? "-") (\(record["state"]?.stringValue ?? "-"), started \(record["startedAt"]?.numberValue.map { "\($0)" } ?? "-"); on the phone \(onPhone.id.prefix(8)) started \(onPhone.startedAt.timeIntervalSince1970)): its last push \(recordPush.prefix(8)) at APNs \(recordSeen), on the phone \(recordOnPhone)")
             }
         }
         figures["orders compared at the end (server record = phone)"] = compared

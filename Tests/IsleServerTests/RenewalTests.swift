@@ -74,6 +74,32 @@ struct RenewalTests {
         }
     }
 
+    @Test("a successor starts with the newest content the backend asked for: an update still waiting for the old activity's token (its app has not handed it over), not the content the old one last took; a scheduled update for later is not taken")
+    func successorTakesQueuedContent() async throws {
+        try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(100) }) { f in
+            _ = try await f.installation("fixture-phone")
+            let pts = try #require(try f.sim.world.app(Pizza.bundleID, on: f.device).pushToStartTokens["PizzaDeliveryAttributes"])
+            #expect(try await f.call("PUT", "/v1/installations/fixture-phone", key: f.deviceKey, body: ["pushToStartTokens": ["PizzaDeliveryAttributes": .string(pts)]],
+                                     headers: f.secretHeader()).status == 200)
+            // The backend starts it by push; the app does not hand its token over (not woken yet), so the record waits, `starting`.
+            let started = try await f.call("POST", "/v1/installations/fixture-phone/start", key: f.backendKey, body: [
+                "attributesType": "PizzaDeliveryAttributes", "externalKey": "flight-2", "attributes": Pizza.attributes,
+                "contentState": Pizza.state("Boarding"), "alert": ["title": "Flight 2", "body": "Boarding"],
+            ])
+            #expect(started.status == 202, "\(started.json.jsonString)")
+            try await f.waitForDevice("the push-started activity") { d in d.activities.contains { $0.startedBy == .push } }
+            #expect(try await f.call("POST", "/v1/activities/by-key/flight-2/update", key: f.backendKey, body: ["contentState": Pizza.state("Over the Atlantic")]).status == 202)
+            let later = Int64(f.clock.now.timeIntervalSince1970) + 7 * 3600 + 45 * 60
+            #expect(try await f.call("POST", "/v1/activities/by-key/flight-2/update", key: f.backendKey, body: ["contentState": Pizza.state("Landed"), "sendAt": .int(later)]).status == 202)
+            #expect(try await f.call("PUT", "/v1/activities/by-key/flight-2/renewal", key: f.backendKey,
+                                     body: ["renewUntil": .int(Int64(f.clock.now.timeIntervalSince1970) + 20 * 3600), "alert": ["title": "Still flying", "body": "Your flight continues"]]).status == 200)
+            f.clock.advance(by: 7 * 3600 + 31 * 60)
+            try await f.waitForDevice("the successor starts") { d in d.activities.filter { $0.startedBy == .push }.count == 2 }
+            let successor = try #require(try f.sim.world.device(f.device).activities.filter { $0.startedBy == .push }.max { $0.startedAt < $1.startedAt })
+            #expect(successor.contentState["driverName"] == "Over the Atlantic", "\(successor.contentState.jsonString)")
+        }
+    }
+
     @Test("with IsleClient on the phone: the app registers by token alone, the backend renews with the attributes; the successor appears, IsleClient hands back its token, the old one ends, and the next update by key reaches the successor")
     func renewalWithIsleClient() async throws {
         try await ServerFixture.with(server: { $0.sweepInterval = .milliseconds(100) }) { f in

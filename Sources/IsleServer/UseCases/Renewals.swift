@@ -16,7 +16,7 @@ import Synchronization
 /// channel never hands back a token: the activity is then ended a minute after the start. A
 /// `Service`: it looks for renewals due at every sweep interval, on the server's clock.
 final class Renewals: Service {
-    typealias Store = RenewalRepository & ActivityRepository & InstallationRepository & JobIntake
+    typealias Store = RenewalRepository & ActivityRepository & InstallationRepository & JobIntake & JobOperations
     let store: any Store
     let engine: DeliveryEngine
     let configuration: ServerConfiguration
@@ -60,8 +60,13 @@ final class Renewals: Service {
         // the same one, whose second insert is refused, never a second successor.
         let successorID = try await store.setSuccessor(activityID: old.id, successorID: "act_" + UUID().uuidString.lowercased())
         let alert = try LiveActivityAlert(json: r.alert)
-        // The activity's last content (what the phone shows), else the backend's; its attributes, else the backend's.
-        guard let attributes = old.attributes ?? r.attributes, let content = old.content ?? r.contentState else {
+        // The newest content the backend asked for: an update queued for the activity now (waiting
+        // for its token, say; not one scheduled for later) is newer than what it last took; else the
+        // activity's last content (what the phone shows), else the renewal's. Its attributes, else
+        // the renewal's.
+        let queued = try await store.openJobs(bundleID: old.bundleID, activityID: old.id, limit: 100)
+            .filter { $0.kind == .update && $0.state != .scheduled }.max { $0.id < $1.id }?.payload.liveActivity?.contentState
+        guard let attributes = old.attributes ?? r.attributes, let content = queued ?? old.content ?? r.contentState else {
             logger.notice("an activity cannot be renewed: the server has no attributes or content for its successor", metadata: ["activity": "\(old.id)"])
             return
         }
