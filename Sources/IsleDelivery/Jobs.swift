@@ -207,10 +207,17 @@ public struct JobCompletion: Sendable, Hashable {
     /// When the worker came to its verdict (the engine's clock): a push that failed for good
     /// failed then. Nil: when APNs answered, or the job's `runAt` without an answer.
     public var at: Date?
+    /// A `retry` because the activity had no update token when the worker read it: if the device
+    /// handed one over since (read in the store's transaction), the job is due at once — the
+    /// registration's wake found the job claimed and could not move it.
+    public var dueNowIfTokenArrived = false
 
     /// A `deadToken` verdict, decided against the activity's update token as it is now (read in
     /// the store's transaction): the one rule every store applies. Other verdicts pass unchanged.
     public func resolvingDeadToken(currentToken: String?) -> (Result, ActivityPatch?) {
+        if dueNowIfTokenArrived, case .retry = result, currentToken != nil {
+            return (.retry(at: Date(timeIntervalSince1970: 0), reason: "the device handed over the activity's update token while the push was planned; sending now"), activity)
+        }
         guard case .deadToken(let token, let reason, let grace) = result else { return (result, activity) }
         guard let current = currentToken else { return (.finished(.failed, reason: reason), activity) }
         if current == token {
@@ -220,7 +227,7 @@ public struct JobCompletion: Sendable, Hashable {
     }
 
     /// What completing the claim writes, given the activity's update token now (read only for a
-    /// dead-token answer): every store writes exactly this, guarded by the claim (same worker,
+    /// dead-token answer, or a wait for a token): every store writes exactly this, guarded by the claim (same worker,
     /// same attempt).
     public struct Writes: Sendable, Hashable {
         public enum JobWrite: Sendable, Hashable {

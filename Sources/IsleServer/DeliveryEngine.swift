@@ -125,7 +125,8 @@ public final class DeliveryEngine: Service {
     /// After a completion: when its job comes due again.
     func wakeWhenDue(_ completion: JobCompletion) {
         switch completion.result {
-        case .retry(let at, _): wake(at: at)
+        // A wait for a token that arrived meanwhile is due at once (the store decided): look now.
+        case .retry(let at, _): wake(at: completion.dueNowIfTokenArrived ? clock.now : at)
         case .deadToken(_, _, let graceUntil): wake(at: graceUntil)
         default: break
         }
@@ -392,7 +393,10 @@ public final class DeliveryEngine: Service {
                     "app": "\(app.bundleID)", "job.id": "\(job.id)", "activity.id": "\(job.activityID ?? "")", "installation.id": "\(c.activity?.installationID ?? "")",
                 ])
             }
-            return JobCompletion(claim: c, result: .retry(at: until, reason: why))
+            var waiting = JobCompletion(claim: c, result: .retry(at: until, reason: why))
+            // Waiting for the activity's token: one handed over while this was planned makes it due now.
+            waiting.dueNowIfTokenArrived = c.activity?.updateToken == nil && job.activityID != nil
+            return waiting
         case .send(let push, let deadline):
             let circuit = circuits.circuit(app.bundleID)
             guard circuit.admits(clock.now) else {

@@ -625,6 +625,29 @@ struct StoreContractTests {
         #expect(try await s.claim(limit: 1, now: t0.addingTimeInterval(30), lease: 60, worker: "w").first?.job.id == c.job.id)
     }
 
+    @Test("a push planned to wait for its activity's token is due at once when the token arrived while it was claimed (the registration's wake found it claimed); with none, it waits", arguments: StoreKind.allCases)
+    func tokenArrivesWhileClaimed(_ kind: StoreKind) async throws {
+        let s = try await seeded(kind)
+        _ = try await s.modifyActivity(id: "a0") { $0.updateToken = nil }
+        try await s.enqueue([update("a0", "x", alert: true)], idempotency: nil, now: t0)
+        let c = try #require(try await s.claim(limit: 1, now: t0, lease: 60, worker: "w").first)
+        #expect(c.activity?.updateToken == nil)
+        // No token yet: it waits its 30 s.
+        var waiting = JobCompletion(claim: c, result: .retry(at: t0.addingTimeInterval(30), reason: "waiting for the device to hand over the activity's update token"))
+        waiting.dueNowIfTokenArrived = true
+        #expect(try await s.complete(waiting))
+        #expect(try await s.claim(limit: 1, now: t0.addingTimeInterval(1), lease: 60, worker: "w").isEmpty)
+        let again = try #require(try await s.claim(limit: 1, now: t0.addingTimeInterval(30), lease: 60, worker: "w").first)
+        // The device hands the token over while the job is claimed; the worker had read none.
+        _ = try await s.modifyActivity(id: "a0") { $0.updateToken = "tok0-late" }
+        try await s.wakeLane(activityID: "a0", now: t0.addingTimeInterval(31))
+        var late = JobCompletion(claim: again, result: .retry(at: t0.addingTimeInterval(61), reason: "waiting for the device to hand over the activity's update token"))
+        late.dueNowIfTokenArrived = true
+        #expect(try await s.complete(late))
+        let now = try #require(try await s.claim(limit: 1, now: t0.addingTimeInterval(32), lease: 60, worker: "w").first, "due at once, not at +61 s")
+        #expect(now.job.id == c.job.id && now.activity?.updateToken == "tok0-late")
+    }
+
     @Test("a dismissal or end reported during the send is never undone by the delivery's bookkeeping", arguments: StoreKind.allCases)
     func deviceStateWins(_ kind: StoreKind) async throws {
         let s = try await seeded(kind)

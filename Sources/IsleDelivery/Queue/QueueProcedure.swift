@@ -221,11 +221,11 @@ public enum QueueProcedure {
     public static func complete(_ tx: some QueueTransaction, _ cs: [JobCompletion]) async throws -> [Bool] {
         guard !cs.isEmpty else { return [] }
         try await tx.lockLanes(unique(cs.compactMap(\.claim.job.lane)))
-        let dead = cs.compactMap { c -> String? in
+        let tokensToRead = cs.compactMap { c -> String? in
             if case .deadToken = c.result { return c.claim.job.activityID }
-            return nil
+            return c.dueNowIfTokenArrived ? c.claim.job.activityID : nil
         }
-        let current = try await tx.activitiesIfAny(unique(dead))
+        let current = try await tx.activitiesIfAny(unique(tokensToRead))
         let writes = cs.map { c in c.writes(currentToken: c.claim.job.activityID.flatMap { current[$0]?.updateToken }) }
         var jobWrites = QueueWrites()
         for (c, w) in zip(cs, writes) {
