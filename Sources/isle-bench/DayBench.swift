@@ -815,8 +815,11 @@ final class DayRun {
                         }
                     }
                     // On the channel, a broadcast the phone throttled: its app had spent its hour.
+                    // By token, a push APNs held (reordering) that never reached the activity after it:
+                    // its token changed meanwhile (APNs had answered 200; the rotation's refresh
+                    // brings the content once the app hands the new token over).
                     let excused: Set<PushOutcome.Code> = shown.channelID != nil ? [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority, .throttled]
-                        : [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority]
+                        : [.lostLowPriority, .storedWhileOffline, .expiredWhileOffline, .deferredLowPriority, .heldByAPNs]
                     // (Not a push the server told APNs not to store: apns-expiration 0 is its choice.)
                     if let why = log.suffix(from: lastApplied + 1).last(where: { excused.contains($0.outcome!.code) && !$0.message.contains("apns-expiration 0") })?.outcome?.code {
                         leewayMatch.insert("\(p.device) \(why.rawValue)")
@@ -824,7 +827,17 @@ final class DayRun {
                         leewayMatch.insert("\(p.device) storedWhileOffline, then replaced")
                     } else {
                         guard toldConvergence.insert("match \(p.device) \(latest.jsonString)").inserted else { continue }
-                    violation("convergence", "the match on \(p.device) (iOS \(p.os), \(shown.channelID == nil ? "token" : "channel")) shows \(shown.contentState.jsonString), the latest goal is \(latest.jsonString); the phone's log ends \(log.suffix(3).map { "\($0.outcome!.code.rawValue): \($0.message.prefix(140))" })")
+                    let matches = try env.world.device(p.device).activities.filter { $0.attributesType == matchType }
+                        .map { "\($0.id.prefix(8)) \($0.state.rawValue) token \($0.updateToken?.prefix(6) ?? "-") \($0.contentState.jsonString)" }
+                    let (_, records) = try await call(env, "GET", "/v1/activities?installationID=\(p.installation)&topic=\(topic)&limit=5")
+                    let recordID = records["activities"]?.arrayValue?.first?["id"]?.stringValue ?? ""
+                    let (_, detail) = try await call(env, "GET", "/v1/activities/\(recordID)?deliveries=3")
+                    let pushes = (detail["deliveries"]?.arrayValue ?? []).compactMap { d -> String? in
+                        guard let id = d["apnsID"]?.stringValue else { return nil }
+                        let onPhone = events.filter { $0.apnsID == id }.map { "\($0.activityID?.prefix(8) ?? "-") \($0.outcome?.code.rawValue ?? "-")" }
+                        return "\(id.prefix(8)) \(d["status"]?.numberValue.map { "\($0)" } ?? "?") p\(d["priority"]?.numberValue.map { "\($0)" } ?? "?") APNs \(apnsOutcome[id]?.rawValue ?? "-") phone \(onPhone)"
+                    }
+                    violation("convergence", "the match on \(p.device) (iOS \(p.os), \(shown.channelID == nil ? "token" : "channel")) shows \(shown.contentState.jsonString), the latest goal is \(latest.jsonString); the phone's log ends \(log.suffix(3).map { "\($0.outcome!.code.rawValue): \($0.message.prefix(140))" }); its match activities \(matches); the server's record \(recordID.prefix(12)) \(detail["state"]?.stringValue ?? "-") token \(detail["hasToken"]?.boolValue.map { "\($0)" } ?? "?"), its last pushes \(pushes)")
                     }
                 }
             }
@@ -978,8 +991,13 @@ final class DayRun {
         for (key, o) in orders.sorted(by: { $0.key < $1.key }) {
             let p = phones[o.phone]
             let (status, record) = try await call(env, "GET", "/v1/activities/by-key/\(key)?deliveries=1")
-            let onPhone = try env.world.device(p.device).activities.filter { $0.attributesType == orderType && $0.attributes["orderNumber"]?.stringValue == String(key.dropFirst(6)) }
-                .max { $0.startedAt < $1.startedAt }
+            let ofKey = try env.world.device(p.device).activities.filter { $0.attributesType == orderType && $0.attributes["orderNumber"]?.stringValue == String(key.dropFirst(6)) }
+            // The phone's activity the server's record is about: the one its last push reached (a
+            // renewal's successor and its predecessor may have started on the phone at the same
+            // moment, when it came back online), else the newest.
+            let recordPush = record["deliveries"]?.arrayValue?.last?["apnsID"]?.stringValue
+            let reached = try recordPush.flatMap { id in try env.world.device(p.device).events.last { $0.apnsID == id && $0.activityID != nil }?.activityID }
+            let onPhone = ofKey.first { $0.id == reached } ?? ofKey.max { $0.startedAt < $1.startedAt }
             // What the phone did with the last push of this order that APNs accepted: Apple's
             // leeway, which no server can see, when it never reached the activity.
             let lastPush = accepted.filter { $0.value.key == key }.keys.sorted().last { apnsIDs[$0] != nil }
@@ -1035,10 +1053,9 @@ final class DayRun {
                 let id = lastPush.flatMap { apnsIDs[$0] } ?? ""
                 let seen = env.sim.apns.requestLog.filter { $0.apnsID == id }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
                 // The server record's own last push (a renewal's successor's start, say): what APNs and the phone did with it.
-                let recordPush = record["deliveries"]?.arrayValue?.last?["apnsID"]?.stringValue ?? ""
                 let recordSeen = env.sim.apns.requestLog.filter { $0.apnsID == recordPush }.map { "\($0.path.prefix(20)) \($0.status) \($0.outcome?.code.rawValue ?? "-"): \($0.outcome?.sentence.prefix(200) ?? "")" }
                 let recordOnPhone = try env.world.device(p.device).events.filter { $0.apnsID == recordPush }.map { "\($0.outcome?.code.rawValue ?? "-"): \($0.message.prefix(160))" }
-                violation("records equal", "\(key): \(differs); the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen); its log ends: \(log); the server's record \(record["id"]?.stringValue ?? "-") (\(record["state"]?.stringValue ?? "-"), started \(record["startedAt"]?.numberValue.map { "\($0)" } ?? "-"); on the phone \(onPhone.id.prefix(8)) started \(onPhone.startedAt.timeIntervalSince1970)): its last push \(recordPush.prefix(8)) at APNs \(recordSeen), on the phone \(recordOnPhone)")
+                violation("records equal", "\(key): \(differs); the phone's last word on its last push: \(lastOutcome?.rawValue ?? "none"); APNs' log of it: \(seen); its log ends: \(log); the server's record \(record["id"]?.stringValue ?? "-") (\(record["state"]?.stringValue ?? "-"), started \(record["startedAt"]?.numberValue.map { "\($0)" } ?? "-"); on the phone \(onPhone.id.prefix(8)) started \(onPhone.startedAt.timeIntervalSince1970)): its last push \(recordPush?.prefix(8) ?? "-") at APNs \(recordSeen), on the phone \(recordOnPhone)")
             }
         }
         figures["orders compared at the end (server record = phone)"] = compared
