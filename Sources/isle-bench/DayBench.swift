@@ -810,7 +810,11 @@ final class DayRun {
                         if let id = records["activities"]?.arrayValue?.first?["id"]?.stringValue {
                             let (_, detail) = try await call(env, "GET", "/v1/activities/\(id)?deliveries=1")
                             if let last = detail["deliveries"]?.arrayValue?.first?["apnsID"]?.stringValue, let code = apnsOutcome[last] {
-                                replaced = [.storedWhileOffline, .heldByAPNs].contains(code) && !events.contains { $0.apnsID == last }
+                                replaced = [.storedWhileOffline, .heldByAPNs].contains(code) && !events.contains { $0.apnsID == last && $0.outcome?.code != code }
+                                    // …or APNs kept the older push it held for the offline phone's app
+                                    // rather than this one ("in most cases" the latest), and a later
+                                    // push to the app replaced that one.
+                                    || code == .expiredWhileOffline && events.contains { $0.apnsID == last && $0.message.contains("kept the push it already held") }
                             }
                         }
                     }

@@ -272,7 +272,7 @@ struct ActivityController {
     /// last sent, whatever became of that push. Nothing is sent when no push went yet, or when one
     /// is still queued for it (it carries newer content to the new token).
     func refresh(_ a: ActivityRecord) async {
-        guard a.state == .active, a.lastTimestamp != nil, let recorded = a.content?.objectValue else { return }
+        guard a.state == .active, let lastSent = a.lastTimestamp, let recorded = a.content?.objectValue else { return }
         do {
             // A push still queued for it carries newer content to the new token anyway.
             guard try await store.openJobs(bundleID: a.bundleID, activityID: a.id, limit: 1).isEmpty else { return }
@@ -296,10 +296,11 @@ struct ActivityController {
                 failedAt = failed.createdAt
             }
             // A topic's follower: the topic's updates skipped it while it was unreachable, so the
-            // topic's latest content is the backend's newest for it.
+            // topic's latest content — when pushed after what the activity last took and after the
+            // failed push — is the backend's newest for it.
             for name in a.topics {
                 guard let topic = try await store.topic(bundleID: a.bundleID, topic: name), topic.endedAt == nil, let latest = topic.lastContent?.objectValue,
-                      let pushedAt = topic.lastPushAt, failedAt.map({ pushedAt >= $0 }) ?? true else { continue }
+                      let pushedAt = topic.lastPushAt, pushedAt.timeIntervalSince1970 >= Double(lastSent) || failedAt != nil, failedAt.map({ pushedAt >= $0 }) ?? true else { continue }
                 content = latest
                 break
             }
