@@ -108,6 +108,10 @@ public protocol ActivityRepository: Sendable {
                         idempotency: IdempotentAnswer<ActivityRecord>?, reportedBy: Events.Source?) async throws -> ActivityRecord?
     /// A push-started activity reports its update token: the `starting` activity with this key,
     /// type (and installation, when given) becomes active with the token, in one transaction.
+    /// With several `starting` at once — a renewal's successor sent while its predecessor was
+    /// never confirmed — the newest: the phone that hands a token over has the newest start at
+    /// least (APNs delivers the successor's start; the predecessor's may never have shown), and
+    /// the successor's link ends the predecessor.
     func linkStartedActivity(bundleID: String, externalKey: String, attributesType: String, installationID: String?, token: String, topics: [String],
                              idempotency: IdempotentAnswer<ActivityRecord>?) async throws -> ActivityRecord?
     func activity(id: String) async throws -> ActivityRecord?

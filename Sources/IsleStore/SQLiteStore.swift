@@ -526,7 +526,8 @@ public final class SQLiteStore: IsleStore {
                 clause += " AND installation_id = ?"
                 arguments += [installationID]
             }
-            guard var a = try Self.activity(db, where: clause + " ORDER BY started_at, rowid", arguments) else { return nil }
+            // The newest start (IsleStore.linkStartedActivity says why).
+            guard var a = try Self.activity(db, where: clause + " ORDER BY started_at DESC, rowid DESC", arguments) else { return nil }
             try ActivityLifecycle.apply(.startLinked(token: token, topics: topics), to: &a)
             try Self.update(db, a)
             if let idempotency { try Self.insertIdempotency(db, idempotency.record(for: a)) }

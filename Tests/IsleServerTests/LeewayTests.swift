@@ -161,7 +161,10 @@ struct LeewayTests {
                 return try await !events("push.waiting").isEmpty
             }
             let waited = f.clock.now.timeIntervalSince(startedAt)
-            #expect(waited >= 10 * 60 && waited < 12 * 60, "told \(Int(waited)) s after the start")
+            // Told at 10 minutes, not at the job's 8 hours. The loop moves the clock 30 s per look
+            // whether or not the engine has planned the push again, so on a loaded machine a few
+            // looks pass before it does: the upper bound leaves room for that, no more.
+            #expect(waited >= 10 * 60 && waited < 15 * 60, "told \(Int(waited)) s after the start")
             let waiting = try #require(try await events("push.waiting").first)
             #expect(waiting["data"]?["reason"]?.stringValue?.contains("ActivityKit may have refused the start") == true, "\(waiting)")
             #expect(waiting["externalKey"] == "order-6" && waiting["installationID"] == "fixture-phone", "\(waiting)")

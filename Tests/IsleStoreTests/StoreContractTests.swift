@@ -691,7 +691,7 @@ struct StoreContractTests {
         #expect(try await s.claim(limit: 5, now: t0, lease: 60, worker: "w").map(\.job.activityID) == ["a0"])
     }
 
-    @Test("push-to-start: activities and jobs commit together; by key every live activity is found; linking picks the installation's", arguments: StoreKind.allCases)
+    @Test("push-to-start: activities and jobs commit together; by key every live activity is found; linking picks the installation's, and of two starting the newest", arguments: StoreKind.allCases)
     func pushToStartLinks(_ kind: StoreKind) async throws {
         let s = try await seeded(kind, activities: 0)
         let started = (0..<3).map { ActivityRecord(id: "s\($0)", bundleID: "com.example.pizza", externalKey: "order-9", installationID: "i\($0)", attributesType: "T", state: .starting, startedAt: t0) }
@@ -701,6 +701,16 @@ struct StoreContractTests {
         let linked = try await s.linkStartedActivity(bundleID: "com.example.pizza", externalKey: "order-9", attributesType: "T", installationID: "i2", token: "t2", topics: ["x"])
         #expect(linked?.id == "s2" && linked?.state == .active && linked?.updateToken == "t2" && linked?.topics == ["x"])
         #expect(try await s.activity(id: "s0")?.state == .starting)
+        // Two starts on one installation (a predecessor never confirmed, its renewal's successor
+        // 7.5 hours later): the token handed over links the newest.
+        let pair = [ActivityRecord(id: "old", bundleID: "com.example.pizza", externalKey: "order-11", installationID: "i5", attributesType: "T", state: .starting, startedAt: t0),
+                    ActivityRecord(id: "new", bundleID: "com.example.pizza", externalKey: "order-11", installationID: "i5", attributesType: "T", state: .starting,
+                                   startedAt: t0.addingTimeInterval(27_000))]
+        try await s.enqueue(pair.map { NewPushJob(bundleID: "com.example.pizza", kind: .start, activityID: $0.id, installationID: "i5", payload: startPayload, runAt: t0) },
+                            creating: pair, idempotency: nil, now: t0)
+        let newest = try await s.linkStartedActivity(bundleID: "com.example.pizza", externalKey: "order-11", attributesType: "T", installationID: "i5", token: "t5", topics: [])
+        #expect(newest?.id == "new" && newest?.updateToken == "t5")
+        #expect(try await s.activity(id: "old")?.state == .starting)
         // If an enqueue fails, the activities it would have created are not there either.
         let dup = IdempotencyRecord(key: "k", bundleID: "com.example.pizza", requestHash: "h", status: 202, body: "{}", createdAt: t0)
         try await s.enqueue([], idempotency: dup, now: t0)

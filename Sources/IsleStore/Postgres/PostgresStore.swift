@@ -778,7 +778,8 @@ public final class PostgresStore: IsleStore {
                 clause += " AND installation_id = $4"
                 args.append(.text(installationID))
             }
-            guard var a = try await Self.activities(conn, where: clause + " ORDER BY started_at, ord LIMIT 1", args, forUpdate: true, logger: log).first else { return nil }
+            // The newest start (IsleStore.linkStartedActivity says why).
+            guard var a = try await Self.activities(conn, where: clause + " ORDER BY started_at DESC, ord DESC LIMIT 1", args, forUpdate: true, logger: log).first else { return nil }
             try ActivityLifecycle.apply(.startLinked(token: token, topics: topics), to: &a)
             try await Self.update(conn, a, logger: log)
             if let idempotency { try await Self.insertIdempotency(conn, idempotency.record(for: a), logger: log) }
