@@ -27,6 +27,9 @@ struct ChangeFeedTests {
 
     @Test("a token that changed by itself while another phone was read still reaches its app's pushTokenUpdates")
     func lazyRotationAnnounced() async throws {
+        // The subject is which phone hears of a change: the one rule it needs is a token that
+        // changes at a known moment (100 s); the other seeded delays (the token after request, a
+        // retired token's grace) would each need their own clock moves, so they are off.
         var c = SimulatorConfiguration.instant
         c.activityTokenRotation = 100...100
         let f = try DeviceFixture(configuration: c)

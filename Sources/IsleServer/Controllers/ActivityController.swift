@@ -197,27 +197,8 @@ struct ActivityController {
             // Another registration took the key between the check above and this insert.
             throw APIError(.conflict, "externalKeyInUse", "\(r.externalKey ?? "the key") is the key of a live activity on another installation; the backend ends it first or uses another key", field: "externalKey")
         }
-        await catchUp(a)
+        await LatestContent(services: services, store: store).catchUp(a)
         return JSONResponse.make(value, status: .created)
-    }
-
-    /// An activity that starts following an open topic (by token) after the topic's last update —
-    /// an app that started it while offline, or just later — gets that update's content, queued
-    /// as an update of its own (no alert, Isle's priority): the backend's next update may be an
-    /// hour away. Nothing is queued when the content is what the app registered.
-    func catchUp(_ a: ActivityRecord) async {
-        guard a.updateToken != nil, !a.topics.isEmpty else { return }
-        do {
-            for name in a.topics {
-                guard let topic = try await store.topic(bundleID: a.bundleID, topic: name), topic.endedAt == nil,
-                      let content = topic.lastContent?.objectValue, JSONValue.object(content) != a.content else { continue }
-                try await ActivityPushes(services: services, store: store).resend(content, to: a, priority: nil)
-                services.logger.debug("a new follower of a topic catches up with its latest content", metadata: ["activity": "\(a.id)", "topic": "\(name)"])
-                return
-            }
-        } catch {
-            services.logger.warning("could not bring a new follower up to its topic's latest content; the topic's next update reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
-        }
     }
 
     /// `PUT /v1/activities/{id}/key` (backend key): the backend binds an activity the app registered
@@ -257,60 +238,8 @@ struct ActivityController {
         services.events.ring()
         // A job waiting for this token goes now.
         try await services.wakeLane(id)
-        if let old = before?.updateToken, old != token, before?.bundleID == bundleID { await refresh(a) }
+        if let old = before?.updateToken, old != token, before?.bundleID == bundleID { await LatestContent(services: services, store: store).refresh(a) }
         return JSONResponse.make(Views.activity(a))
-    }
-
-    /// The activity's token changed by itself: a push sent to the old one just before — held by
-    /// APNs, stored for an offline phone, in flight — may never reach the activity (APNs answered
-    /// 200 for it), and a push sent to it after the change failed (410, or refused while the
-    /// activity was unreachable). So the backend's latest goes again to the new token, without an
-    /// alert: a topic follower's topic's latest content; else the content of the newest push that
-    /// failed since the last one went; else the record's (what the last push carried) — at the
-    /// priority that push asked for or went with (the budget still decides). A failed end goes as
-    /// an end. The phone shows what the backend
-    /// last sent, whatever became of that push. Nothing is sent when no push went yet, or when one
-    /// is still queued for it (it carries newer content to the new token).
-    func refresh(_ a: ActivityRecord) async {
-        guard a.state == .active, let lastSent = a.lastTimestamp, let recorded = a.content?.objectValue else { return }
-        do {
-            // A push still queued for it carries newer content to the new token anyway.
-            guard try await store.openJobs(bundleID: a.bundleID, activityID: a.id, limit: 1).isEmpty else { return }
-            let pushes = ActivityPushes(services: services, store: store)
-            // The pushes APNs answered lately, newest last; a failed job accepted after the last
-            // one APNs took (job ids grow with acceptance) carries newer content than the record.
-            let answered = try await store.deliveries(activityID: a.id, before: nil, limit: 20)
-            let lastTaken = answered.last { $0.status == 200 }?.jobID ?? 0
-            var content = recorded
-            var priority: PriorityNumber? = answered.last?.priority == .high ? .high : nil
-            var failedAt: Date?
-            if let failed = try await store.failedJobs(activityID: a.id, limit: 1).first, failed.id > lastTaken,
-               let p = failed.payload.liveActivity, p.event == .update || p.event == .end {
-                priority = DeliveryPlanner.wantsHighPriority(failed) ? .high : nil
-                if p.event == .end {
-                    try await pushes.resend(p.contentState?.objectValue ?? recorded, to: a, priority: priority, end: true, dismissalDate: p.dismissalDate)
-                    services.logger.info("an activity's new token gets the end that failed on its old one", metadata: ["activity": "\(a.id)", "job": "\(failed.id)"])
-                    return
-                }
-                content = p.contentState?.objectValue ?? recorded
-                failedAt = failed.createdAt
-            }
-            // A topic's follower: the topic's updates skipped it while it was unreachable, so the
-            // topic's latest content — when pushed after what the activity last took and after the
-            // failed push — is the backend's newest for it.
-            for name in a.topics {
-                guard let topic = try await store.topic(bundleID: a.bundleID, topic: name), topic.endedAt == nil, let latest = topic.lastContent?.objectValue,
-                      let pushedAt = topic.lastPushAt, pushedAt.timeIntervalSince1970 >= Double(lastSent) || failedAt != nil, failedAt.map({ pushedAt >= $0 }) ?? true else { continue }
-                content = latest
-                break
-            }
-            try await pushes.resend(content, to: a, priority: priority)
-            if failedAt != nil || content != recorded {
-                services.logger.info("an activity's new token gets content newer than its old token last took", metadata: ["activity": "\(a.id)"])
-            }
-        } catch {
-            services.logger.warning("could not send an activity's latest content to its new token; the backend's next push reaches it", metadata: ["activity": "\(a.id)", "error": "\(error)"])
-        }
     }
 
     /// `POST /v1/activities/{id}/dismissed|ended`: what the person (or the app) did on the device.
@@ -379,7 +308,7 @@ struct ActivityController {
         try Scheduling.check(push.sendAt, now: now, deadline: services.configuration.jobDeadline)
         let topic = try await store.topic(bundleID: caller.bundleID, topic: name)
         // The topic's latest content, written before its followers are read: a follower that
-        // registers after that read finds it and catches up (``catchUp(_:)``).
+        // registers after that read finds it and catches up (``LatestContent/catchUp(_:)``).
         if let topic, topic.endedAt == nil, event == .update, push.sendAt.map({ $0 <= now }) ?? true, let content = push.contentState {
             try await store.topicPushed(bundleID: caller.bundleID, topic: topic.topic, at: now, content: content)
         }
